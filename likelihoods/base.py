@@ -1,0 +1,127 @@
+"""The likelihood protocol shared by every likelihood savigp can use.
+
+A likelihood is a ``torch.nn.Module`` whose only required method is
+
+    log_prob(y, f) -> log p(y_n | f_n)
+
+with ``y`` of shape ``(B, P)`` (one row per data point, P output columns) and ``f`` of shape
+``(..., B, Q)`` (any leading sample / mixture-component axes, then the data points, then the Q
+latent functions), returning a tensor of shape ``(..., B)``. The likelihood factorizes over data
+points (seed 004, eq. (1)): the engine never needs anything but these values.
+
+Everything else is optional and has a sensible default:
+
+* ``expected_log_prob(y, mean, var)`` -- a closed form of E_{N(f; mean, diag var)}[log p(y | f)],
+  shape ``(..., B)``; when present (``has_closed_form_ell``) the engine uses it by default.
+* ``conditional_moments(f)`` -- E[y | f] and Var[y | f], each ``(..., B, P)``; this gives the
+  predictive mean and variance of y by Monte Carlo over q(f) (law of total variance).
+* ``validate_targets(y)`` -- raise a ``ValueError`` naming the bad rows and values.
+* ``differentiable`` -- True when ``log_prob`` is a torch expression differentiable in f, which
+  makes the reparameterization estimator available. Likelihood *parameters* (noise variances,
+  warping parameters, ...) are ``nn.Parameter`` s and are learned through their own gradient
+  (seed 004, App. D.2), with f detached.
+
+``task`` is ``"regression"`` or ``"classification"`` and selects the paper's metrics (SSE and
+NLPD, or error rate and NLP).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+
+class Likelihood(nn.Module):
+    """Base class of all likelihoods.
+
+    Subclasses set ``num_latent`` (Q, the number of latent functions they read from ``f``) and
+    ``output_dim`` (P, the number of columns of ``y``), and implement ``log_prob``.
+    """
+
+    #: Q: number of latent functions this likelihood reads from the last axis of ``f``.
+    num_latent: int = 1
+    #: P: number of columns of the target matrix ``y``.
+    output_dim: int = 1
+    #: True when ``log_prob`` is differentiable in ``f`` with torch autograd.
+    differentiable: bool = True
+    #: "regression" or "classification": which of the paper's metrics apply.
+    task: str = "regression"
+
+    # ------------------------------------------------------------------ required
+    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+        """log p(y_n | f_n) for every data point.
+
+        Args:
+            y: targets, shape ``(B, P)``.
+            f: latent function values, shape ``(..., B, Q)``.
+
+        Returns:
+            shape ``(..., B)``.
+        """
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ optional
+    @property
+    def has_closed_form_ell(self) -> bool:
+        """True when ``expected_log_prob`` is implemented in closed form."""
+        return type(self).expected_log_prob is not Likelihood.expected_log_prob
+
+    def expected_log_prob(self, y: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+        """Closed-form E_{N(f; mean, diag(var))}[log p(y | f)].
+
+        Args:
+            y: shape ``(B, P)``; mean, var: shape ``(..., B, Q)``.
+
+        Returns:
+            shape ``(..., B)``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no closed-form expected log-likelihood")
+
+    def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
+        """E[y | f] and Var[y | f], each of shape ``(..., B, P)``, for ``f`` of shape ``(..., B, Q)``.
+
+        Used for the predictive mean and variance of y. Likelihoods that cannot provide it
+        (e.g. an arbitrary user callable) raise ``NotImplementedError``; predictions then report
+        the latent functions and log predictive densities only.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define conditional_moments(f)")
+
+    def class_probabilities(self, f: Tensor) -> Tensor:
+        """Classification likelihoods only: p(y = c | f) for every class c, shape ``(..., B, C)``."""
+        raise NotImplementedError(f"{type(self).__name__} is not a classification likelihood")
+
+    def class_index(self, y: Tensor) -> Tensor:
+        """Classification likelihoods only: the class index in [0, C) of each row of ``y``: ``(B,)``."""
+        raise NotImplementedError(f"{type(self).__name__} is not a classification likelihood")
+
+    def validate_targets(self, y: Tensor) -> None:
+        """Raise ``ValueError`` if ``y`` (shape ``(N, P)``) is not valid for this likelihood.
+
+        The default checks the number of columns; subclasses extend it (labels in the class set,
+        positive counts, ...) and must name the offending rows and values.
+        """
+        if y.dim() != 2 or y.shape[1] != self.output_dim:
+            raise ValueError(
+                f"{type(self).__name__} expects targets y of shape (N, {self.output_dim}), got "
+                f"{tuple(y.shape)}"
+            )
+
+    def initialize_from_data(self, y: Tensor) -> None:
+        """Optional data-dependent initialization of likelihood parameters (no-op by default)."""
+
+    def extra_repr(self) -> str:
+        return f"num_latent={self.num_latent}, output_dim={self.output_dim}"
+
+
+def bad_rows_message(mask: Tensor, y: Tensor, what: str, limit: int = 5) -> Optional[str]:
+    """Build an error message listing the first rows of ``y`` (shape ``(N, P)``) where ``mask``
+    (shape ``(N,)`` or ``(N, P)``) is True, or None when no row is bad."""
+    if mask.dim() == 2:
+        mask = mask.any(dim=1)
+    rows = torch.nonzero(mask).flatten()
+    if rows.numel() == 0:
+        return None
+    shown = ", ".join(f"row {int(r)}: {y[r].tolist()}" for r in rows[:limit])
+    more = f" (and {rows.numel() - limit} more)" if rows.numel() > limit else ""
+    return f"{rows.numel()} target row(s) {what}: {shown}{more}"

@@ -1,0 +1,56 @@
+"""Gaussian likelihood with a learnable noise variance (seed 004, §9.3.1).
+
+    log p(y_n | f_n) = log N(y_n; f_n, sigma^2) = -1/2 log(2 pi sigma^2) - (y_n - f_n)^2 / (2 sigma^2)
+
+Its expected log-likelihood under q(f_n) = N(m, v) has the closed form
+
+    E_q[log p(y_n | f_n)] = -1/2 log(2 pi sigma^2) - ((y_n - m)^2 + v) / (2 sigma^2),
+
+which the engine uses by default (``estimator="auto"``); the black-box path stays available.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from savigp.constraints import LOG_2PI, PositiveParameter
+
+from .base import Likelihood, bad_rows_message
+
+
+class Gaussian(Likelihood):
+    """y_n = f_n + eps, eps ~ N(0, sigma^2). Q = P = 1.
+
+    Args:
+        variance: initial noise variance sigma^2 (> 0).
+        learn_variance: learn sigma^2 with its own gradient (seed 004, App. D.2).
+    """
+
+    num_latent = 1
+    output_dim = 1
+    task = "regression"
+
+    def __init__(self, variance: float = 1.0, learn_variance: bool = True):
+        super().__init__()
+        self.variance = PositiveParameter(variance, floor=1e-8, learnable=learn_variance)
+
+    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+        var = self.variance()
+        return -0.5 * (LOG_2PI + torch.log(var)) - 0.5 * (y[:, 0] - f[..., 0]) ** 2 / var
+
+    def expected_log_prob(self, y: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+        noise = self.variance()
+        return -0.5 * (LOG_2PI + torch.log(noise)) - 0.5 * ((y[:, 0] - mean[..., 0]) ** 2 + var[..., 0]) / noise
+
+    def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
+        return f[..., :1], self.variance().expand_as(f[..., :1])
+
+    def validate_targets(self, y: Tensor) -> None:
+        super().validate_targets(y)
+        msg = bad_rows_message(~torch.isfinite(y), y, "are not finite")
+        if msg:
+            raise ValueError(f"Gaussian likelihood: {msg}")
+
+    @torch.no_grad()
+    def initialize_from_data(self, y: Tensor) -> None:
+        pass

@@ -1,0 +1,22 @@
+"""savigp: scalable variational inference for latent Gaussian-process models with black-box
+likelihoods (SAVIGP, Bonilla, Krauth & Dezfouli, JMLR 2019), in PyTorch.
+
+    from savigp import SAVIGP, fit, evaluate
+    model = SAVIGP(X, Y, likelihood, num_inducing=50)
+    fit(model, iterations=2000, batch_size=256, lr=0.01)
+    print(evaluate(model, X_test, Y_test))
+"""
+from .expected_log_lik import ESTIMATORS
+from .kernels import RBF, Kernel, KernelList, Matern32, Matern52
+from .metrics import evaluate
+from .model import SAVIGP, ELBOTerms, Prediction
+from .posteriors import DiagonalMixture, FullGaussian, FullMixture, MixturePosterior
+from .training import TrainingDiverged, TrainingHistory, fit
+from ._linalg import CholeskyError
+
+__all__ = [
+    "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
+    "CholeskyError", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
+    "FullGaussian", "DiagonalMixture", "FullMixture", "ESTIMATORS",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,62 @@
+"""Input validation at the public boundary: shapes and finiteness, with errors that name the
+argument, its shape and the offending rows."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def _to_tensor(x, name: str, dtype, device) -> Tensor:
+    if isinstance(x, Tensor):
+        t = x.detach()
+    else:
+        try:
+            t = torch.as_tensor(np.asarray(x, dtype=np.float64))
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name} must be a numeric array or tensor, got {type(x).__name__}: {err}") from None
+    if not (t.is_floating_point() or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)):
+        raise TypeError(f"{name} must be numeric, got dtype {t.dtype}")
+    return t.to(dtype=dtype, device=device if device is not None else t.device)
+
+
+def _check_finite(t: Tensor, name: str) -> None:
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        rows = torch.nonzero(bad.any(1)).flatten()
+        cols = torch.nonzero(bad.any(0)).flatten()
+        shown = ", ".join(f"row {int(r)}" for r in rows[:5])
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} contains {int(bad.sum())} NaN/inf value(s) at {shown}"
+            f"{' and more' if rows.numel() > 5 else ''} (columns {cols[:10].tolist()})"
+        )
+
+
+def as_inputs(x, name: str, dtype=torch.float64, device=None, input_dim: Optional[int] = None) -> Tensor:
+    """Inputs as a finite ``(N, D)`` tensor (a 1-D array is one input dimension)."""
+    t = _to_tensor(x, name, dtype, device)
+    if t.dim() == 1:
+        t = t.unsqueeze(-1) if input_dim in (None, 1) else t.unsqueeze(0)
+    if t.dim() != 2:
+        raise ValueError(f"{name} must have shape (N, D), got {tuple(t.shape)}")
+    if t.shape[0] == 0:
+        raise ValueError(f"{name} has no rows (shape {tuple(t.shape)})")
+    if input_dim is not None and t.shape[1] != input_dim:
+        raise ValueError(f"{name} must have shape (N, {input_dim}) to match the model, got {tuple(t.shape)}")
+    _check_finite(t, name)
+    return t
+
+
+def as_targets(y, name: str, num_rows: int, dtype=torch.float64, device=None) -> Tensor:
+    """Targets as a finite ``(N, P)`` tensor whose N matches ``num_rows``."""
+    t = _to_tensor(y, name, dtype, device)
+    if t.dim() == 1:
+        t = t.unsqueeze(-1)
+    if t.dim() != 2:
+        raise ValueError(f"{name} must have shape (N, P) or (N,), got {tuple(t.shape)}")
+    if t.shape[0] != num_rows:
+        raise ValueError(f"{name} has {t.shape[0]} rows (shape {tuple(t.shape)}) but the inputs have {num_rows} rows")
+    _check_finite(t, name)
+    return t

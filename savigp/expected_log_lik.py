@@ -1,0 +1,208 @@
+"""Estimators of the expected log-likelihood and of its gradients (seed 004, §4.6, §5, App. F).
+
+    L_ell = (N / B) sum_{n in batch} sum_k pi_k E_{q_k(f_n)}[log p(y_n | f_n)]      (eq. 24, 29, 33)
+
+where q_k(f_n) = prod_j N(f_nj; b_knj, s2_knj) is the diagonal Gaussian marginal of component k
+at data point n (eq. 22-23). Each estimator returns a scalar whose *value* is the estimate of
+L_ell and whose *gradient*, by autograd, is the estimator's gradient with respect to the marginal
+parameters b, s2 (and through them m, S, kernel hyper-parameters and inducing inputs), to the
+mixture weights pi, and to the likelihood's own parameters.
+
+* ``"score"`` -- the paper's black-box estimator. Only values of log p are used. For
+  lambda in {b_knj, s2_knj} the gradient E_q[log p(y_n | f_n) d/dlambda log q_k(f_n)] (eq. 25) is
+  estimated from S samples f = b + sqrt(s2) eps, with scores
+
+      h_b = (f_j - b_j) / s2_j = eps_j / sqrt(s2_j),    h_s2 = (eps_j^2 - 1) / (2 s2_j),
+
+  and the control variate of App. F: g~ = g - a h with a = Cov(g, h) / Var(h), g = h log p
+  (eq. 97-103). Since E[h] = 0 and Var(h) is known in closed form (1 / s2 and 1 / (2 s2^2)),
+  a = E[log p eps^2] for b and a = E[log p (eps^2 - 1)^2] / 2 for s2. We estimate a for sample s
+  from the *other* S - 1 samples (leave-one-out), which keeps the estimator exactly unbiased
+  (the paper's same-sample estimate of a has an O(1/S) bias). The gradient of pi_k comes from the
+  values E_{q_k}[log p] alone (eq. 26). Wired into autograd as the surrogate
+  ``sum (b * g_b + s2 * g_s2)`` (whose value is removed), so the chain rule of App. D-E is autograd's.
+* ``"score-nocv"`` -- the same without control variates (for measuring what they buy).
+* ``"reparam"`` -- the reparameterization estimator (needs log p differentiable in f).
+* ``"quadrature"`` -- Gauss-Hermite quadrature on a tensor grid (small Q only): the values and,
+  through the score identity, the gradients, again without likelihood gradients.
+* ``"closed-form"`` -- the likelihood's own ``expected_log_prob`` (e.g. Gaussian).
+
+``"auto"`` picks ``"closed-form"`` when the likelihood has one, else ``"reparam"`` when it is
+declared differentiable in f, else ``"score"``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
+
+
+@dataclass
+class ELLEstimate:
+    """Result of an estimator.
+
+    Attributes:
+        value: scalar; value = the estimate of L_ell (already scaled by N / B); gradient = the
+            estimator's gradient.
+        per_component: ``(K, B)`` detached estimates of E_{q_k}[log p(y_n | f_n)].
+        stderr: Monte Carlo standard error of ``value`` (0 for deterministic estimators).
+    """
+
+    value: Tensor
+    per_component: Tensor
+    stderr: float
+
+
+def resolve_estimator(estimator: str, likelihood) -> str:
+    """Turn ``"auto"`` into a concrete estimator name and validate the choice for this likelihood."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    if estimator == "auto":
+        if likelihood.has_closed_form_ell:
+            return "closed-form"
+        return "reparam" if likelihood.differentiable else "score"
+    if estimator == "closed-form" and not likelihood.has_closed_form_ell:
+        raise ValueError(f"estimator='closed-form': {type(likelihood).__name__} has no closed-form expected log-likelihood")
+    if estimator == "reparam" and not likelihood.differentiable:
+        raise ValueError(
+            f"estimator='reparam' needs a likelihood differentiable in f; {type(likelihood).__name__} is "
+            "declared non-differentiable (use 'score')"
+        )
+    return estimator
+
+
+def checked_log_prob(likelihood, y: Tensor, f: Tensor) -> Tensor:
+    """``likelihood.log_prob(y, f)`` with its shape and finiteness checked.
+
+    Args:
+        y: ``(B, P)``; f: ``(..., B, Q)``.
+
+    Returns:
+        ``(..., B)``. Raises ``ValueError`` naming the likelihood, the shapes, and the data rows
+        where the values are NaN or infinite.
+    """
+    out = likelihood.log_prob(y, f)
+    expected = tuple(f.shape[:-1])
+    if not isinstance(out, Tensor) or tuple(out.shape) != expected:
+        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(
+            f"{type(likelihood).__name__}.log_prob returned shape {got} for y of shape {tuple(y.shape)} and "
+            f"f of shape {tuple(f.shape)}; expected {expected}"
+        )
+    bad = ~torch.isfinite(out)
+    if bool(bad.any()):
+        rows = torch.nonzero(bad.reshape(-1, out.shape[-1]).any(0)).flatten()[:5].tolist()
+        raise ValueError(
+            f"{type(likelihood).__name__}.log_prob returned NaN or inf for {int(bad.sum())} of {out.numel()} "
+            f"values (batch rows {rows}, targets {y[rows].tolist()}); a log-density must be finite (score-function gradients are undefined at -inf)"
+        )
+    return out
+
+
+def _sample_eps(shape, like: Tensor, generator: torch.Generator | None) -> Tensor:
+    if generator is not None and generator.device != like.device:
+        eps = torch.randn(shape, dtype=like.dtype, generator=generator)
+        return eps.to(like.device)
+    return torch.randn(shape, dtype=like.dtype, device=like.device, generator=generator)
+
+
+def _weighted_sum(weights: Tensor, per_point: Tensor, scale: float) -> Tensor:
+    """scale * sum_n sum_k pi_k per_point[k, n] for per_point ``(K, B)``."""
+    return scale * (weights.unsqueeze(-1) * per_point).sum()
+
+
+def _stderr(values: Tensor, weights: Tensor, scale: float) -> float:
+    """MC standard error of scale * sum_n sum_k pi_k mean_s values[s, k, n] (values ``(S, K, B)``)."""
+    S = values.shape[0]
+    var_mean = values.detach().var(dim=0, unbiased=True) / S  # (K, B)
+    w = weights.detach().unsqueeze(-1)
+    return float(scale * torch.sqrt((w * w * var_mean).sum()))
+
+
+def expected_log_lik(likelihood, y: Tensor, mean: Tensor, var: Tensor, weights: Tensor, *,
+                     estimator: str, num_samples: int, scale: float = 1.0,
+                     generator: torch.Generator | None = None, quadrature_points: int = 20) -> ELLEstimate:
+    """Estimate L_ell and wire its gradient into autograd.
+
+    Args:
+        likelihood: a :class:`likelihoods.Likelihood`.
+        y: targets of the batch, ``(B, P)``.
+        mean: marginal means b, ``(K, B, Q)``.
+        var: marginal variances s2, ``(K, B, Q)``.
+        weights: mixture weights pi, ``(K,)``.
+        estimator: a name from :data:`ESTIMATORS` (``"auto"`` resolved here).
+        num_samples: S, Monte Carlo samples per component and data point.
+        scale: N / B for a mini-batch (eq. 33).
+        generator: torch.Generator for the draws (fix it to reuse draws, e.g. inside L-BFGS).
+        quadrature_points: Gauss-Hermite points per latent dimension for ``"quadrature"``.
+    """
+    estimator = resolve_estimator(estimator, likelihood)
+    K, B, Q = mean.shape
+    if estimator == "closed-form":
+        per = likelihood.expected_log_prob(y, mean, var)
+        if tuple(per.shape) != (K, B):
+            raise ValueError(f"{type(likelihood).__name__}.expected_log_prob returned shape {tuple(per.shape)}, expected {(K, B)}")
+        return ELLEstimate(_weighted_sum(weights, per, scale), per.detach(), 0.0)
+
+    if estimator == "quadrature":
+        return _quadrature(likelihood, y, mean, var, weights, scale, quadrature_points)
+
+    S = int(num_samples)
+    if S < 2:
+        raise ValueError(f"num_samples must be >= 2 for Monte Carlo estimators, got {S}")
+    eps = _sample_eps((S, K, B, Q), mean, generator)
+    sd = torch.sqrt(var)
+
+    if estimator == "reparam":
+        values = checked_log_prob(likelihood, y, mean + sd * eps)  # (S, K, B), differentiable
+        per = values.mean(0)
+        return ELLEstimate(_weighted_sum(weights, per, scale), per.detach(), _stderr(values, weights, scale))
+
+    # score-function estimators: f is detached, only values of log p are used
+    f = (mean.detach() + sd.detach() * eps)
+    values = checked_log_prob(likelihood, y, f)  # (S, K, B); may carry gradients of likelihood parameters
+    g = values.detach().unsqueeze(-1)  # (S, K, B, 1)
+    eps2 = eps * eps
+    weight_b = eps  # h_b * sqrt(s2)
+    weight_s2 = eps2 - 1.0  # h_s2 * 2 s2
+    if estimator == "score":
+        # leave-one-out control-variate coefficients (App. F, eq. 101 with known Var(h))
+        cb = g * eps2
+        cs = g * weight_s2 * weight_s2 / 2.0
+        a_b = (cb.sum(0, keepdim=True) - cb) / (S - 1)
+        a_s2 = (cs.sum(0, keepdim=True) - cs) / (S - 1)
+        grad_b = ((g - a_b) * weight_b).mean(0) / sd.detach()
+        grad_s2 = ((g - a_s2) * weight_s2).mean(0) / (2.0 * var.detach())
+    else:
+        grad_b = (g * weight_b).mean(0) / sd.detach()
+        grad_s2 = (g * weight_s2).mean(0) / (2.0 * var.detach())
+    surrogate = (mean * grad_b + var * grad_s2).sum(-1)  # (K, B)
+    per = values.mean(0) + (surrogate - surrogate.detach())
+    return ELLEstimate(_weighted_sum(weights, per, scale), values.detach().mean(0), _stderr(values, weights, scale))
+
+
+def _quadrature(likelihood, y, mean, var, weights, scale, n):
+    """Gauss-Hermite tensor-grid quadrature of the values and score-identity gradients."""
+    K, B, Q = mean.shape
+    if n ** Q > 20000:
+        raise ValueError(f"estimator='quadrature' with Q={Q} needs {n}^{Q} grid points; use 'score' or fewer points")
+    x, w = np.polynomial.hermite_e.hermegauss(n)
+    w = w / w.sum()
+    grids = np.meshgrid(*([x] * Q), indexing="ij")
+    nodes = torch.as_tensor(np.stack([g.ravel() for g in grids], -1), dtype=mean.dtype, device=mean.device)  # (G, Q)
+    wgrid = torch.as_tensor(np.prod(np.meshgrid(*([w] * Q), indexing="ij"), axis=0).ravel(), dtype=mean.dtype, device=mean.device)
+    eps = nodes[:, None, None, :].expand(-1, K, B, Q)  # (G, K, B, Q)
+    sd = torch.sqrt(var)
+    values = checked_log_prob(likelihood, y, mean.detach() + sd.detach() * eps)  # (G, K, B)
+    wv = wgrid[:, None, None]
+    g = values.detach().unsqueeze(-1)
+    wq = wgrid[:, None, None, None]
+    grad_b = (wq * g * eps).sum(0) / sd.detach()
+    grad_s2 = (wq * g * (eps * eps - 1.0)).sum(0) / (2.0 * var.detach())
+    surrogate = (mean * grad_b + var * grad_s2).sum(-1)
+    per = (wv * values).sum(0) + (surrogate - surrogate.detach())
+    return ELLEstimate(_weighted_sum(weights, per, scale), (wv * values).detach().sum(0), 0.0)

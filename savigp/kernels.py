@@ -1,0 +1,158 @@
+"""Covariance functions, batched over the Q latent functions.
+
+Every kernel holds one set of hyper-parameters per latent function: ``variance`` of shape
+``(Q,)`` and ARD ``lengthscales`` of shape ``(Q, D)``. Calling it returns a batch of Q matrices:
+
+    kernel(X1, X2) -> (Q, N1, N2)      with X1 of shape (N1, D) or (Q, N1, D), likewise X2
+    kernel.diag(X) -> (Q, N)
+
+Stationary kernels are written in terms of the scaled distance r = ||(x - x') / l||:
+
+* RBF (squared exponential): k = s exp(-r^2 / 2)
+* Matern 3/2: k = s (1 + sqrt(3) r) exp(-sqrt(3) r)
+* Matern 5/2: k = s (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)
+
+Latent functions with kernels of different families are combined with :class:`KernelList`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .constraints import PositiveParameter
+
+
+class Kernel(nn.Module):
+    """Base class: ``num_latent`` (Q) sets of hyper-parameters over ``input_dim`` (D) inputs."""
+
+    num_latent: int
+    input_dim: int
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def diag(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Stationary(Kernel):
+    """A stationary kernel with ARD length-scales.
+
+    Args:
+        input_dim: D.
+        num_latent: Q, the number of independent latent functions (one hyper-parameter set each).
+        lengthscale: initial length-scale(s): a float, or shape ``(D,)`` or ``(Q, D)``.
+        variance: initial signal variance(s): a float or shape ``(Q,)``.
+        ard: one length-scale per input dimension (True) or one shared by all (False).
+        learn: learn the hyper-parameters (False fixes them, e.g. for the seismic prior).
+    """
+
+    def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0,
+                 ard: bool = True, learn: bool = True):
+        super().__init__()
+        self.input_dim = int(input_dim)
+        self.num_latent = int(num_latent)
+        self.ard = ard
+        d = self.input_dim if ard else 1
+        ls = torch.as_tensor(lengthscale, dtype=torch.float64)
+        ls = ls.expand(self.num_latent, d) if ls.dim() < 2 else ls
+        if tuple(ls.shape) != (self.num_latent, d):
+            raise ValueError(f"lengthscale: expected a float or shape ({d},) or ({self.num_latent}, {d}), got {tuple(ls.shape)}")
+        var = torch.as_tensor(variance, dtype=torch.float64).expand(self.num_latent)
+        self.lengthscales = PositiveParameter(ls.clone(), floor=1e-6, learnable=learn)
+        self.variance = PositiveParameter(var.clone(), floor=1e-8, learnable=learn)
+
+    def _scaled_sqdist(self, x1: Tensor, x2: Tensor) -> Tensor:
+        """Squared scaled distances, shape (Q, N1, N2)."""
+        ls = self.lengthscales().unsqueeze(-2)  # (Q, 1, D or 1)
+        a = x1 / ls
+        b = x2 / ls
+        a2 = (a * a).sum(-1, keepdim=True)
+        b2 = (b * b).sum(-1, keepdim=True)
+        sq = a2 - 2.0 * a @ b.transpose(-1, -2) + b2.transpose(-1, -2)
+        return sq.clamp_min(0.0)
+
+    def _check(self, x: Tensor, name: str) -> None:
+        if x.dim() not in (2, 3) or x.shape[-1] != self.input_dim or (x.dim() == 3 and x.shape[0] not in (1, self.num_latent)):
+            raise ValueError(
+                f"{type(self).__name__}: {name} must have shape (N, {self.input_dim}) or "
+                f"({self.num_latent}, N, {self.input_dim}), got {tuple(x.shape)}"
+            )
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        self._check(x1, "x1")
+        self._check(x2, "x2")
+        r2 = self._scaled_sqdist(x1, x2)
+        return self.variance()[:, None, None] * self.profile(r2)
+
+    def diag(self, x: Tensor) -> Tensor:
+        self._check(x, "x")
+        n = x.shape[-2]
+        return self.variance()[:, None].expand(self.num_latent, n)
+
+    def profile(self, r2: Tensor) -> Tensor:  # pragma: no cover - abstract
+        """k(r) / variance as a function of the squared scaled distance r^2."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return f"input_dim={self.input_dim}, num_latent={self.num_latent}, ard={self.ard}"
+
+
+class RBF(Stationary):
+    """Squared exponential: k(x, x') = s exp(-||(x - x') / l||^2 / 2)."""
+
+    def profile(self, r2: Tensor) -> Tensor:
+        return torch.exp(-0.5 * r2)
+
+
+class Matern32(Stationary):
+    """Matern 3/2: k = s (1 + sqrt(3) r) exp(-sqrt(3) r)."""
+
+    def profile(self, r2: Tensor) -> Tensor:
+        r = torch.sqrt(r2 + 1e-36)
+        return (1.0 + math.sqrt(3.0) * r) * torch.exp(-math.sqrt(3.0) * r)
+
+
+class Matern52(Stationary):
+    """Matern 5/2: k = s (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)."""
+
+    def profile(self, r2: Tensor) -> Tensor:
+        r = torch.sqrt(r2 + 1e-36)
+        return (1.0 + math.sqrt(5.0) * r + (5.0 / 3.0) * r2) * torch.exp(-math.sqrt(5.0) * r)
+
+
+class KernelList(Kernel):
+    """Latent functions with kernels of different families: Q = sum of the parts' Q.
+
+    ``KernelList([RBF(D), Matern32(D, num_latent=2)])`` gives Q = 3; outputs are concatenated
+    along the latent axis in the order given.
+    """
+
+    def __init__(self, kernels: Sequence[Kernel]):
+        super().__init__()
+        if not kernels:
+            raise ValueError("KernelList needs at least one kernel")
+        dims = {k.input_dim for k in kernels}
+        if len(dims) != 1:
+            raise ValueError(f"KernelList: all kernels must share input_dim, got {sorted(dims)}")
+        self.parts = nn.ModuleList(kernels)
+        self.input_dim = dims.pop()
+        self.num_latent = sum(k.num_latent for k in kernels)
+        self._splits = [k.num_latent for k in kernels]
+
+    def _slices(self, x: Tensor):
+        if x.dim() == 3 and x.shape[0] == self.num_latent:
+            return torch.split(x, self._splits, dim=0)
+        return [x] * len(self.parts)
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return torch.cat([k(a, b) for k, a, b in zip(self.parts, self._slices(x1), self._slices(x2))], dim=0)
+
+    def diag(self, x: Tensor) -> Tensor:
+        return torch.cat([k.diag(a) for k, a in zip(self.parts, self._slices(x))], dim=0)
+
+
+KERNELS = {"rbf": RBF, "matern32": Matern32, "matern52": Matern52}

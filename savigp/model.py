@@ -1,0 +1,348 @@
+"""The SAVIGP model: Q latent GPs, a mixture-of-Gaussians posterior over inducing variables and a
+black-box likelihood (seed 004, §3-7).
+
+A training step reads top to bottom:
+
+    data -> kernel matrices K_zz, K_zx (per latent function) -> marginals q_k(f_n) (eq. 22-23)
+         -> samples -> likelihood values -> ELL estimate and its score-function gradients
+         -> entropy (eq. 18) and cross-entropy (eq. 19) -> ELBO (eq. 17) -> optimizer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import as_inputs, as_targets
+from ._linalg import robust_cholesky
+from .expected_log_lik import checked_log_prob, expected_log_lik, resolve_estimator
+from .inducing import initial_inducing_inputs
+from .kernels import KERNELS, Kernel, RBF
+from .posteriors import MixturePosterior, make_posterior
+
+
+@dataclass
+class ELBOTerms:
+    """One evaluation of the ELBO (seed 004, eq. (17)) on a batch.
+
+    ``elbo`` is differentiable (its gradient is the estimator's); the other fields are floats in
+    the paper's convention (u-space entropy and cross-entropy), for logging.
+    """
+
+    elbo: Tensor
+    ell: float
+    entropy: float
+    cross_entropy: float
+    mean_head_kl: float
+    ell_stderr: float
+
+    def as_dict(self) -> dict:
+        return {"elbo": float(self.elbo.detach()), "ell": self.ell, "entropy": self.entropy,
+                "cross_entropy": self.cross_entropy, "mean_head_kl": self.mean_head_kl,
+                "ell_stderr": self.ell_stderr}
+
+
+@dataclass
+class Prediction:
+    """Predictions at B test inputs.
+
+    Attributes:
+        latent_mean, latent_var: mixture-collapsed moments of q(f*), ``(B, Q)``.
+        mean, variance: predictive mean and variance of y*, ``(B, P)`` (None when the likelihood
+            has no ``conditional_moments``).
+        probabilities: class probabilities ``(B, C)`` for classification likelihoods, else None.
+    """
+
+    latent_mean: Tensor
+    latent_var: Tensor
+    mean: Optional[Tensor]
+    variance: Optional[Tensor]
+    probabilities: Optional[Tensor] = None
+
+
+class SAVIGP(nn.Module):
+    """Sparse variational inference for Q latent GPs with any likelihood (seed 004).
+
+    Args:
+        X: training inputs, ``(N, D)`` (a 1-D array is read as ``(N, 1)``).
+        Y: training targets, ``(N, P)`` (a 1-D array is read as ``(N, 1)``), validated by the likelihood.
+        likelihood: a :class:`likelihoods.Likelihood`; its ``num_latent`` gives Q.
+        kernel: a :class:`savigp.kernels.Kernel` with ``num_latent == Q`` and ``input_dim == D``, or a
+            name (``"rbf"``, ``"matern32"``, ``"matern52"``); default RBF with ARD length-scales
+            initialized to ``sqrt(D)`` times each input's standard deviation.
+        num_inducing: M per latent function (default ``min(N, 100)``); ignored when ``dense``.
+        inducing_inputs: explicit initial inducing inputs ``(M, D)`` or ``(Q, M, D)``.
+        inducing_init: ``"kmeans"`` or ``"subset"``.
+        learn_inducing: learn the inducing inputs Z (each latent function has its own).
+        dense: the paper's dense case: Z = X, fixed, M = N.
+        posterior: ``"full"`` (Cholesky-parametrized covariances) or ``"diag"``, or a
+            :class:`~savigp.posteriors.MixturePosterior`.
+        num_components: K, mixture components.
+        prior_mean: constant prior mean mu_j per latent function: a float or a sequence of Q floats.
+        learn_prior_mean: learn mu_j.
+        mean_basis_size: size of the orthogonally decoupled mean basis per latent function
+            (seed 003); 0 disables it.
+        dtype, device: of every parameter and buffer (float64 on CPU by default).
+        seed: seeds k-means and random initial means of mixture components.
+    """
+
+    def __init__(
+        self,
+        X,
+        Y,
+        likelihood,
+        kernel: Union[Kernel, str, None] = None,
+        *,
+        num_inducing: Optional[int] = None,
+        inducing_inputs=None,
+        inducing_init: str = "kmeans",
+        learn_inducing: bool = True,
+        dense: bool = False,
+        posterior: Union[str, MixturePosterior] = "full",
+        num_components: int = 1,
+        prior_mean: Union[float, Sequence[float]] = 0.0,
+        learn_prior_mean: bool = False,
+        mean_basis_size: int = 0,
+        dtype: torch.dtype = torch.float64,
+        device: Union[str, torch.device, None] = None,
+        seed: int = 0,
+    ):
+        super().__init__()
+        X = as_inputs(X, "X", dtype=torch.float64)
+        Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=torch.float64)
+        likelihood.validate_targets(Y)
+        N, D = X.shape
+        Q = int(likelihood.num_latent)
+        self.likelihood = likelihood
+        self.num_data, self.input_dim, self.num_latent = N, D, Q
+
+        # ---- kernel
+        if kernel is None or isinstance(kernel, str):
+            name = kernel or "rbf"
+            if name not in KERNELS:
+                raise ValueError(f"kernel must be one of {sorted(KERNELS)} or a Kernel, got {name!r}")
+            std = X.std(0).clamp_min(1e-6) if N > 1 else torch.ones(D, dtype=X.dtype)
+            kernel = KERNELS[name](D, Q, lengthscale=std * D ** 0.5, variance=1.0)
+        if kernel.num_latent != Q:
+            raise ValueError(
+                f"kernel has num_latent={kernel.num_latent} but the likelihood {type(likelihood).__name__} needs "
+                f"Q={Q} latent functions"
+            )
+        if kernel.input_dim != D:
+            raise ValueError(f"kernel has input_dim={kernel.input_dim} but X has D={D} columns (X shape {tuple(X.shape)})")
+        self.kernel = kernel
+
+        # ---- inducing inputs
+        self.dense = bool(dense)
+        if self.dense:
+            Z = X.unsqueeze(0).expand(Q, N, D).clone()
+            learn_inducing = False
+        elif inducing_inputs is not None:
+            Z = torch.as_tensor(inducing_inputs, dtype=torch.float64)
+            if Z.dim() == 2:
+                Z = Z.unsqueeze(0).expand(Q, *Z.shape).clone()
+            if Z.dim() != 3 or Z.shape[0] != Q or Z.shape[2] != D:
+                raise ValueError(f"inducing_inputs must have shape (M, {D}) or ({Q}, M, {D}), got {tuple(Z.shape)}")
+        else:
+            M = min(N, 100) if num_inducing is None else int(num_inducing)
+            if not 1 <= M <= N:
+                raise ValueError(f"num_inducing must be between 1 and N={N} (rows of X), got {num_inducing}")
+            Z0 = initial_inducing_inputs(X, M, inducing_init, seed=seed)
+            Z = Z0.unsqueeze(0).expand(Q, M, D).clone()
+        if not torch.isfinite(Z).all():
+            raise ValueError("inducing_inputs contain NaN or inf")
+        self.learn_inducing = bool(learn_inducing)
+        if self.learn_inducing:
+            self.inducing = nn.Parameter(Z)
+        else:
+            self.register_buffer("inducing", Z)
+        M = Z.shape[1]
+        self.num_inducing = M
+
+        # ---- prior means
+        mu = torch.as_tensor(prior_mean, dtype=torch.float64).flatten()
+        if mu.numel() == 1:
+            mu = mu.expand(Q).clone()
+        if mu.numel() != Q:
+            raise ValueError(f"prior_mean must be a float or {Q} floats (one per latent function), got {mu.numel()}")
+        if learn_prior_mean:
+            self.prior_mean = nn.Parameter(mu)
+        else:
+            self.register_buffer("prior_mean", mu)
+
+        # ---- posterior
+        gen = torch.Generator().manual_seed(seed)
+        if isinstance(posterior, MixturePosterior):
+            if (posterior.num_latent, posterior.num_inducing) != (Q, M):
+                raise ValueError(f"posterior has (Q, M) = {(posterior.num_latent, posterior.num_inducing)}, model needs {(Q, M)}")
+            self.posterior = posterior
+        else:
+            self.posterior = make_posterior(posterior, Q, M, num_components, generator=gen)
+
+        # ---- optional orthogonally decoupled mean head (seed 003)
+        self.mean_head = None
+        if mean_basis_size:
+            from .decoupled import OrthogonalMeanHead
+
+            self.mean_head = OrthogonalMeanHead(X, Q, int(mean_basis_size), seed=seed)
+
+        # ---- training data (not saved in state_dict)
+        self.register_buffer("train_x", X, persistent=False)
+        self.register_buffer("train_y", Y, persistent=False)
+        self.config = {
+            "input_dim": D, "num_data": N, "num_latent": Q, "num_inducing": M, "dense": self.dense,
+            "learn_inducing": self.learn_inducing, "posterior": "diag" if self.posterior.diagonal else "full",
+            "num_components": self.posterior.num_components, "learn_prior_mean": bool(learn_prior_mean),
+            "mean_basis_size": int(mean_basis_size),
+        }
+        self.to(dtype=dtype, device=device)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.inducing.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.inducing.device
+
+    def _as_model_tensor(self, x, name: str) -> Tensor:
+        return as_inputs(x, name, dtype=self.dtype, device=self.device, input_dim=self.input_dim)
+
+    def prior_factor(self) -> Tensor:
+        """Cholesky factors L_zz of K_zz for every latent function, ``(Q, M, M)``."""
+        Z = self.inducing
+        return robust_cholesky(self.kernel(Z, Z), name="K_zz (inducing-point kernel matrix)")
+
+    def marginals(self, X: Tensor, Lzz: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        """Marginals q_k(f_n) = prod_j N(b_knj, s2_knj) at inputs X (seed 004, eq. (22)-(23)).
+
+        In whitened form (see :mod:`savigp.posteriors`), with V_j = L_zz^-1 K_zx^j:
+
+            b_knj  = mu_j + v_jn^T m_kj (+ the decoupled mean head r_j(x_n), seed 003)
+            s2_knj = k_j(x_n, x_n) - v_jn^T v_jn + v_jn^T S_kj v_jn
+
+        Args:
+            X: ``(B, D)``.
+            Lzz: optional precomputed :meth:`prior_factor` ``(Q, M, M)``.
+
+        Returns:
+            means b and variances s2, each ``(K, B, Q)``.
+        """
+        if Lzz is None:
+            Lzz = self.prior_factor()
+        Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
+        V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)  # (Q, M, B)
+        mean = self.prior_mean[:, None] + torch.einsum("kqm,qmb->kqb", self.posterior.mean, V)  # (K, Q, B)
+        if self.mean_head is not None:
+            mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, V)
+        kxx = self.kernel.diag(X)  # (Q, B)
+        var = kxx - (V * V).sum(-2) + self.posterior.marginal_quadratic(V)  # (K, Q, B)
+        var = var.clamp_min(1e-12 * float(kxx.detach().max()) + 1e-30)
+        return mean.transpose(-1, -2), var.transpose(-1, -2)
+
+    # ------------------------------------------------------------------ ELBO
+    def elbo(self, batch: Optional[Tensor] = None, *, num_samples: int = 100, estimator: str = "auto",
+             generator: Optional[torch.Generator] = None) -> ELBOTerms:
+        """The ELBO (seed 004, eq. (17)) on a mini-batch, scaled to the full data (eq. (33)).
+
+        Args:
+            batch: indices ``(B,)`` of training points, or None for all N.
+            num_samples: S, samples per component and data point for Monte Carlo estimators.
+            estimator: see :mod:`savigp.expected_log_lik` (``"auto"`` picks closed form, else
+                reparameterization for differentiable likelihoods, else the score function).
+            generator: torch.Generator for the Monte Carlo draws.
+        """
+        X, Y = (self.train_x, self.train_y) if batch is None else (self.train_x[batch], self.train_y[batch])
+        Lzz = self.prior_factor()
+        mean, var = self.marginals(X, Lzz)
+        scale = self.num_data / X.shape[0]
+        ell = expected_log_lik(self.likelihood, Y, mean, var, self.posterior.weights(), estimator=estimator,
+                               num_samples=num_samples, scale=scale, generator=generator)
+        ent = self.posterior.entropy()
+        cross = self.posterior.cross_entropy()
+        head_kl = self.mean_head.kl(self.kernel, self.inducing, Lzz) if self.mean_head is not None else ell.value.new_zeros(())
+        total = ell.value + ent + cross - head_kl
+        half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum())
+        return ELBOTerms(total, float(ell.value.detach()), float(ent.detach()) + half_logdet,
+                         float(cross.detach()) - half_logdet, float(head_kl.detach()), ell.stderr)
+
+    def resolved_estimator(self, estimator: str = "auto") -> str:
+        """The concrete estimator that ``estimator`` stands for with this model's likelihood."""
+        return resolve_estimator(estimator, self.likelihood)
+
+    # ------------------------------------------------------------------ prediction
+    @torch.no_grad()
+    def predict_latent(self, X, chunk_size: int = 4096) -> tuple[Tensor, Tensor, Tensor]:
+        """Per-component latent marginals at test inputs (seed 004, §7).
+
+        Args:
+            X: ``(B, D)``.
+
+        Returns:
+            means ``(K, B, Q)``, variances ``(K, B, Q)`` and mixture weights ``(K,)``.
+        """
+        X = self._as_model_tensor(X, "X")
+        Lzz = self.prior_factor()
+        parts = [self.marginals(X[i:i + chunk_size], Lzz) for i in range(0, X.shape[0], chunk_size)]
+        mean = torch.cat([p[0] for p in parts], dim=1)
+        var = torch.cat([p[1] for p in parts], dim=1)
+        return mean, var, self.posterior.weights()
+
+    def _draws(self, X: Tensor, num_samples: int, seed: int):
+        """Samples of f* from the mixture: per component S draws, ``(S, K, B, Q)``, and log pi ``(K,)``."""
+        mean, var, _ = self.predict_latent(X)
+        gen = torch.Generator().manual_seed(seed)
+        eps = torch.randn((num_samples, *mean.shape), dtype=mean.dtype, generator=gen).to(mean.device)
+        return mean + var.sqrt() * eps, self.posterior.log_weights().detach(), mean, var
+
+    @torch.no_grad()
+    def predict(self, X, num_samples: int = 500, seed: int = 0) -> Prediction:
+        """Predictive moments of y* (and class probabilities) at test inputs ``X (B, D)``.
+
+        Per component, E[y*] and Var[y*] come from Monte Carlo over q_k(f*) with the
+        likelihood's ``conditional_moments`` (law of total variance), then are mixed with pi.
+        """
+        X = self._as_model_tensor(X, "X")
+        f, log_pi, mean, var = self._draws(X, num_samples, seed)
+        pi = log_pi.exp()
+        latent_mean = torch.einsum("k,kbq->bq", pi, mean)
+        latent_var = torch.einsum("k,kbq->bq", pi, var + mean * mean) - latent_mean ** 2
+        lik = self.likelihood
+        y_mean = y_var = probs = None
+        try:
+            cm, cv = lik.conditional_moments(f)  # (S, K, B, P)
+            m_k = cm.mean(0)
+            second = (cv + cm * cm).mean(0)
+            y_mean = torch.einsum("k,kbp->bp", pi, m_k)
+            y_var = torch.einsum("k,kbp->bp", pi, second) - y_mean ** 2
+        except NotImplementedError:
+            pass
+        if lik.task == "classification":
+            probs = torch.einsum("k,kbc->bc", pi, lik.class_probabilities(f).mean(0))
+        return Prediction(latent_mean, latent_var, y_mean, y_var, probs)
+
+    @torch.no_grad()
+    def log_predictive_density(self, X, Y, num_samples: int = 1000, seed: int = 0, chunk_size: int = 1024) -> Tensor:
+        """log p(y*_n | x*_n) for every test point, ``(B,)`` (seed 004, §7):
+
+            log p(y* | x*) ~= logsumexp_{k, s}(log pi_k + log p(y* | f*_ks)) - log S,
+
+        with S samples f*_ks from each component's marginal.
+        """
+        X = self._as_model_tensor(X, "X")
+        Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=self.dtype, device=self.device)
+        out = []
+        for i in range(0, X.shape[0], chunk_size):
+            xb, yb = X[i:i + chunk_size], Y[i:i + chunk_size]
+            f, log_pi, _, _ = self._draws(xb, num_samples, seed + i)
+            lp = checked_log_prob(self.likelihood, yb, f)  # (S, K, B)
+            lse = torch.logsumexp(lp + log_pi[None, :, None], dim=(0, 1))
+            out.append(lse - torch.log(torch.tensor(float(num_samples), dtype=lse.dtype)))
+        return torch.cat(out)
+
+    def extra_repr(self) -> str:
+        return (f"N={self.num_data}, D={self.input_dim}, Q={self.num_latent}, M={self.num_inducing}, "
+                f"dense={self.dense}, learn_inducing={self.learn_inducing}")

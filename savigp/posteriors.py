@@ -1,0 +1,201 @@
+"""Mixture-of-Gaussians variational posteriors over the inducing variables (seed 004, §4.3, §6.2).
+
+    q(u) = sum_k pi_k prod_j N(u_j; m_kj, S_kj),     pi = softmax(logits),   k = 1..K, j = 1..Q
+
+Parameterization (whitened). Each u_j is written u_j = mu_j 1 + L_zz^j v_j with
+K_zz^j = L_zz^j (L_zz^j)^T, and the posterior is held over v:
+q(v) = sum_k pi_k prod_j N(v_kj; m_kj, S_kj), prior p(v_j) = N(0, I). This is a change of
+variables only: q(u) is the same mixture with means mu_j + L_zz m_kj and covariances
+L_zz S_kj L_zz^T, and every term of the ELBO (eq. 17) has the same value -- the log|L_zz| terms
+of the entropy (eq. 18) and the cross-entropy (eq. 19) cancel -- while the marginals need one
+triangular solve per latent function instead of two, and the optimization is better conditioned.
+:meth:`entropy` and :meth:`cross_entropy` return the terms in v; the model adds
+``sum_j log|L_zz^j|`` to report them in the paper's u-space convention.
+
+Shapes: means m ``(K, Q, M)``; full covariances through lower Cholesky factors ``(K, Q, M, M)``
+with a positive diagonal (softplus); diagonal covariances ``(K, Q, M)``; logits ``(K,)``.
+
+* :class:`FullGaussian` -- K = 1, full S (the paper's "fg"), exact entropy.
+* :class:`DiagonalMixture` -- K >= 1 diagonal Gaussians ("mog1", "mog2", ...).
+* :class:`FullMixture` -- K > 1 full Gaussians (eq. (8) in its general form).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from .constraints import LOG_2PI, inverse_softplus
+
+
+class MixturePosterior(nn.Module):
+    """q(v) = sum_k pi_k prod_j N(v_kj; m_kj, S_kj), batched over K components and Q latents.
+
+    Args:
+        num_components: K.
+        num_latent: Q.
+        num_inducing: M.
+        diagonal: diagonal S_kj (True) or full S_kj through Cholesky factors (False).
+        init_scale: initial standard deviation of every S_kj (1.0 = the prior in whitened space).
+        mean_spread: standard deviation of the random initial means of the components when
+            K > 1 (breaks their symmetry); K = 1 starts at m = 0, the prior mean.
+        generator: torch.Generator for the random initial means.
+    """
+
+    def __init__(self, num_components: int, num_latent: int, num_inducing: int, diagonal: bool,
+                 init_scale: float = 1.0, mean_spread: float = 0.1, generator: torch.Generator | None = None):
+        super().__init__()
+        K, Q, M = int(num_components), int(num_latent), int(num_inducing)
+        if K < 1 or Q < 1 or M < 1:
+            raise ValueError(f"posterior sizes must be >= 1, got K={K}, Q={Q}, M={M}")
+        self.num_components, self.num_latent, self.num_inducing = K, Q, M
+        self.diagonal = bool(diagonal)
+        mean = torch.zeros(K, Q, M, dtype=torch.float64)
+        if K > 1:
+            mean = mean_spread * torch.randn(K, Q, M, dtype=torch.float64, generator=generator)
+        self.mean = nn.Parameter(mean)
+        self.logits = nn.Parameter(torch.zeros(K, dtype=torch.float64))
+        raw_diag = inverse_softplus(torch.tensor(float(init_scale), dtype=torch.float64))
+        if self.diagonal:
+            # S_kj = diag(softplus(raw)^2): raw holds the standard deviations
+            self.raw_scale = nn.Parameter(torch.full((K, Q, M), float(raw_diag), dtype=torch.float64))
+        else:
+            raw = torch.zeros(K, Q, M, M, dtype=torch.float64)
+            raw.diagonal(dim1=-2, dim2=-1).fill_(float(raw_diag))
+            self.raw_scale = nn.Parameter(raw)
+
+    # ------------------------------------------------------------------ parameters
+    def weights(self) -> Tensor:
+        """Mixture weights pi, shape ``(K,)``."""
+        return torch.softmax(self.logits, dim=0)
+
+    def log_weights(self) -> Tensor:
+        """log pi, shape ``(K,)``."""
+        return torch.log_softmax(self.logits, dim=0)
+
+    def scale(self) -> Tensor:
+        """Cholesky factors L_kj ``(K, Q, M, M)`` (full) or standard deviations ``(K, Q, M)`` (diagonal)."""
+        if self.diagonal:
+            return F.softplus(self.raw_scale) + 1e-10
+        diag = F.softplus(self.raw_scale.diagonal(dim1=-2, dim2=-1)) + 1e-10
+        return torch.tril(self.raw_scale, diagonal=-1) + torch.diag_embed(diag)
+
+    def covariance(self) -> Tensor:
+        """S_kj: ``(K, Q, M, M)`` (full) or its diagonal ``(K, Q, M)`` (diagonal)."""
+        L = self.scale()
+        return L * L if self.diagonal else L @ L.transpose(-1, -2)
+
+    @torch.no_grad()
+    def set_full(self, mean: Tensor, chol: Tensor | None = None) -> None:
+        """Set m (``(K, Q, M)``) and, for full posteriors, the Cholesky factors (``(K, Q, M, M)``)."""
+        self.mean.copy_(mean.expand_as(self.mean))
+        if chol is not None:
+            if self.diagonal:
+                self.raw_scale.copy_(inverse_softplus(chol.clamp_min(1e-9)).expand_as(self.raw_scale))
+            else:
+                raw = torch.tril(chol, -1).clone()
+                raw.diagonal(dim1=-2, dim2=-1).copy_(inverse_softplus(chol.diagonal(dim1=-2, dim2=-1).clamp_min(1e-9)))
+                self.raw_scale.copy_(raw.expand_as(self.raw_scale))
+
+    # ------------------------------------------------------------------ marginals
+    def marginal_quadratic(self, V: Tensor) -> Tensor:
+        """v_n^T S_kj v_n for every column of V (seed 004, eq. (23), whitened).
+
+        Args:
+            V: ``(Q, M, B)``, the whitened cross-covariances L_zz^-1 K_zx.
+
+        Returns:
+            ``(K, Q, B)``.
+        """
+        L = self.scale()
+        if self.diagonal:
+            return torch.einsum("kqm,qmb->kqb", L * L, V * V)
+        LtV = L.transpose(-1, -2) @ V.unsqueeze(0)  # (K, Q, M, B)
+        return (LtV * LtV).sum(-2)
+
+    # ------------------------------------------------------------------ ELBO terms
+    def _log_det_scale(self, L: Tensor) -> Tensor:
+        """log|S_kj|^(1/2) = sum log diag(L_kj), shape ``(K, Q)``."""
+        diag = L if self.diagonal else L.diagonal(dim1=-2, dim2=-1)
+        return torch.log(diag).sum(-1)
+
+    def entropy(self) -> Tensor:
+        """Entropy term L_ent of q(v) (a scalar).
+
+        K = 1: the exact entropy sum_j [M/2 log(2 pi e) + log|S_j|^(1/2)].
+        K > 1: the lower bound of seed 004, eq. (18),
+        -sum_k pi_k log sum_l pi_l N(m_k; m_l, S_k + S_l), with the Gaussians over all Q*M
+        inducing variables (block diagonal over the latent functions).
+        """
+        K, Q, M = self.num_components, self.num_latent, self.num_inducing
+        L = self.scale()
+        if K == 1:
+            return Q * M * 0.5 * (LOG_2PI + 1.0) + self._log_det_scale(L).sum()
+        diff = self.mean.unsqueeze(1) - self.mean.unsqueeze(0)  # (K, K, Q, M): m_k - m_l
+        if self.diagonal:
+            var = L * L
+            C = var.unsqueeze(1) + var.unsqueeze(0)  # (K, K, Q, M)
+            log_n = -0.5 * (LOG_2PI + torch.log(C) + diff * diff / C).sum((-1, -2))
+        else:
+            S = L @ L.transpose(-1, -2)
+            C = S.unsqueeze(1) + S.unsqueeze(0)  # (K, K, Q, M, M)
+            Lc = torch.linalg.cholesky(C)
+            alpha = torch.linalg.solve_triangular(Lc, diff.unsqueeze(-1), upper=False).squeeze(-1)
+            logdet = 2.0 * torch.log(Lc.diagonal(dim1=-2, dim2=-1)).sum(-1)
+            log_n = -0.5 * (M * LOG_2PI + logdet + (alpha * alpha).sum(-1)).sum(-1)  # (K, K)
+        log_pi = self.log_weights()
+        inner = torch.logsumexp(log_pi.unsqueeze(0) + log_n, dim=1)  # (K,)  over l
+        return -(self.weights() * inner).sum()
+
+    def cross_entropy(self) -> Tensor:
+        """Cross-entropy term L_cross = E_q[log p(v)] with p(v_j) = N(0, I) (seed 004, eq. (19), whitened):
+
+            -1/2 sum_k pi_k sum_j [M log 2 pi + m_kj^T m_kj + tr S_kj].
+        """
+        M = self.num_inducing
+        L = self.scale()
+        trace = (L * L).sum(-1) if self.diagonal else (L * L).sum((-1, -2))  # (K, Q)
+        per = M * LOG_2PI + (self.mean * self.mean).sum(-1) + trace  # (K, Q)
+        return -0.5 * (self.weights() * per.sum(-1)).sum()
+
+    def extra_repr(self) -> str:
+        return (f"K={self.num_components}, Q={self.num_latent}, M={self.num_inducing}, "
+                f"covariance={'diagonal' if self.diagonal else 'full'}")
+
+
+class FullGaussian(MixturePosterior):
+    """K = 1 Gaussian with full covariances S_j = L_j L_j^T (the paper's "fg")."""
+
+    def __init__(self, num_latent: int, num_inducing: int, init_scale: float = 1.0, **_):
+        super().__init__(1, num_latent, num_inducing, diagonal=False, init_scale=init_scale)
+
+
+class DiagonalMixture(MixturePosterior):
+    """K >= 1 components with diagonal covariances (the paper's "mog1" for K = 1, "mog2" for K = 2)."""
+
+    def __init__(self, num_latent: int, num_inducing: int, num_components: int = 1, init_scale: float = 1.0,
+                 mean_spread: float = 0.1, generator: torch.Generator | None = None):
+        super().__init__(num_components, num_latent, num_inducing, diagonal=True, init_scale=init_scale,
+                         mean_spread=mean_spread, generator=generator)
+
+
+class FullMixture(MixturePosterior):
+    """K > 1 components with full covariances (seed 004, eq. (8))."""
+
+    def __init__(self, num_latent: int, num_inducing: int, num_components: int = 2, init_scale: float = 1.0,
+                 mean_spread: float = 0.1, generator: torch.Generator | None = None):
+        super().__init__(num_components, num_latent, num_inducing, diagonal=False, init_scale=init_scale,
+                         mean_spread=mean_spread, generator=generator)
+
+
+def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components: int = 1,
+                   generator: torch.Generator | None = None) -> MixturePosterior:
+    """Build a posterior by name: ``"full"`` (full covariances) or ``"diag"`` (diagonal)."""
+    if kind in ("full", "fg"):
+        if num_components == 1:
+            return FullGaussian(num_latent, num_inducing)
+        return FullMixture(num_latent, num_inducing, num_components, generator=generator)
+    if kind in ("diag", "diagonal", "mog"):
+        return DiagonalMixture(num_latent, num_inducing, num_components, generator=generator)
+    raise ValueError(f"posterior must be 'full' or 'diag', got {kind!r}")
+

@@ -1,0 +1,203 @@
+"""Training loops: mini-batch Adam / Adadelta and full-batch L-BFGS (seed 004, §5, §9.2).
+
+All parameters -- posterior means, Cholesky factors and mixture logits, kernel
+hyper-parameters, inducing inputs and likelihood parameters -- are optimized jointly by default;
+``groups`` selects a subset. Every step checks that the ELBO and every parameter are finite;
+if not, the last good parameters are restored and :class:`TrainingDiverged` names the step and
+the term that failed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from .model import SAVIGP, ELBOTerms
+
+OPTIMIZERS = ("adam", "adadelta", "lbfgs")
+PARAMETER_GROUPS = ("posterior", "kernel", "inducing", "likelihood", "prior_mean", "mean_head")
+
+
+class TrainingDiverged(FloatingPointError):
+    """The ELBO or a parameter became NaN/inf; the model holds the last good parameters."""
+
+
+@dataclass
+class TrainingHistory:
+    """What a call to :func:`fit` did: the ELBO after every step (Monte Carlo estimate) and the
+    number of steps taken."""
+
+    elbo: list = field(default_factory=list)
+    steps: int = 0
+    seconds: float = 0.0
+    estimator: str = ""
+    terms: Optional[dict] = None
+
+
+def parameter_groups(model: SAVIGP, groups: Optional[Sequence[str]] = None) -> list:
+    """The trainable parameters of the named groups (all groups by default)."""
+    groups = PARAMETER_GROUPS if groups is None else tuple(groups)
+    unknown = set(groups) - set(PARAMETER_GROUPS)
+    if unknown:
+        raise ValueError(f"unknown parameter group(s) {sorted(unknown)}; choose from {PARAMETER_GROUPS}")
+    modules = {"posterior": [model.posterior], "kernel": [model.kernel], "likelihood": [model.likelihood],
+               "mean_head": [model.mean_head] if model.mean_head is not None else []}
+    params = []
+    for g in groups:
+        if g == "inducing":
+            params += [model.inducing] if isinstance(model.inducing, torch.nn.Parameter) else []
+        elif g == "prior_mean":
+            params += [model.prior_mean] if isinstance(model.prior_mean, torch.nn.Parameter) else []
+        else:
+            for m in modules[g]:
+                params += [p for p in m.parameters() if p.requires_grad]
+    return params
+
+
+class _LastGood:
+    """In-place copies of every parameter after the last finite step (no allocation per step)."""
+
+    def __init__(self, model: SAVIGP):
+        self.pairs = [(p, p.detach().clone()) for p in model.parameters()]
+
+    @torch.no_grad()
+    def save(self) -> None:
+        for p, c in self.pairs:
+            c.copy_(p)
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for p, c in self.pairs:
+            p.copy_(c)
+
+
+def _check_finite(model: SAVIGP, terms: ELBOTerms, step: int, last_good: _LastGood) -> None:
+    problems = []
+    for name in ("ell", "entropy", "cross_entropy", "mean_head_kl"):
+        if not math.isfinite(getattr(terms, name)):
+            problems.append(f"{name}={getattr(terms, name)}")
+    for name, p in model.named_parameters():
+        if not torch.isfinite(p).all():
+            problems.append(f"parameter {name} has non-finite entries")
+    if problems:
+        last_good.restore()
+        raise TrainingDiverged(
+            f"training diverged at step {step}: {'; '.join(problems[:5])}. The model holds the parameters of "
+            "the last good step; try a smaller learning rate or more samples"
+        )
+
+
+def fit(
+    model: SAVIGP,
+    *,
+    iterations: Optional[int] = None,
+    epochs: Optional[float] = None,
+    batch_size: Optional[int] = None,
+    optimizer: str = "adam",
+    lr: float = 0.01,
+    num_samples: int = 100,
+    estimator: str = "auto",
+    groups: Optional[Sequence[str]] = None,
+    seed: int = 0,
+    progress: bool = True,
+    callback: Optional[Callable[[int, ELBOTerms], Optional[bool]]] = None,
+    lbfgs_max_iter: int = 20,
+) -> TrainingHistory:
+    """Optimize the ELBO of ``model``.
+
+    Args:
+        iterations: number of optimizer steps (for L-BFGS: outer steps of ``lbfgs_max_iter``
+            inner iterations each, all with the same Monte Carlo draws).
+        epochs: alternatively, passes over the data (``iterations = epochs * N / batch_size``).
+        batch_size: B for mini-batches (default: all N); L-BFGS always uses all data.
+        optimizer: ``"adam"``, ``"adadelta"`` or ``"lbfgs"``.
+        lr: learning rate (Adadelta's default in torch is 1.0; L-BFGS uses it as its step size).
+        num_samples: S, Monte Carlo samples per data point and component.
+        estimator: see :mod:`savigp.expected_log_lik`.
+        groups: parameter groups to optimize (default all): a subset of :data:`PARAMETER_GROUPS`.
+        seed: seeds the mini-batch order and the Monte Carlo draws.
+        progress: show a tqdm bar with the running ELBO.
+        callback: ``callback(step, terms)`` after each step; return True to stop early.
+
+    Returns:
+        :class:`TrainingHistory`.
+    """
+    import time
+
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    N = model.num_data
+    B = N if (batch_size is None or optimizer == "lbfgs") else int(batch_size)
+    if not 1 <= B <= N:
+        raise ValueError(f"batch_size must be between 1 and N={N}, got {batch_size}")
+    if iterations is None:
+        if epochs is None:
+            raise ValueError("give iterations= or epochs=")
+        iterations = max(1, int(math.ceil(epochs * N / B)))
+    iterations = int(iterations)
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0, got {iterations}")
+    estimator = model.resolved_estimator(estimator)
+    params = parameter_groups(model, groups)
+    if not params:
+        raise ValueError(f"no trainable parameters in groups {groups}")
+    if optimizer == "adam":
+        opt = torch.optim.Adam(params, lr=lr)
+    elif optimizer == "adadelta":
+        opt = torch.optim.Adadelta(params, lr=lr)
+    else:
+        opt = torch.optim.LBFGS(params, lr=lr, max_iter=lbfgs_max_iter, history_size=50,
+                                line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)
+
+    gen = torch.Generator().manual_seed(seed)
+    history = TrainingHistory(estimator=estimator)
+    last_good = _LastGood(model)
+    perm, pos = torch.randperm(N, generator=gen), 0
+    bar = tqdm(range(iterations), disable=not progress, desc="savigp", dynamic_ncols=True, leave=False)
+    t0 = time.perf_counter()
+    for step in bar:
+        if optimizer == "lbfgs":
+            draw_seed = int(torch.randint(0, 2**62, (1,), generator=gen))
+            last: dict = {}
+
+            def closure():
+                opt.zero_grad()
+                g = torch.Generator().manual_seed(draw_seed)  # the same draws at every evaluation
+                terms = model.elbo(None, num_samples=num_samples, estimator=estimator, generator=g)
+                loss = -terms.elbo
+                if torch.isfinite(loss):
+                    loss.backward()
+                last["terms"] = terms
+                return loss
+
+            opt.step(closure)
+            terms = model.elbo(None, num_samples=num_samples, estimator=estimator,
+                               generator=torch.Generator().manual_seed(draw_seed))
+        else:
+            if B == N:
+                batch = None
+            else:
+                if pos + B > N:
+                    perm, pos = torch.randperm(N, generator=gen), 0
+                batch = perm[pos:pos + B].to(model.device)
+                pos += B
+            opt.zero_grad()
+            terms = model.elbo(batch, num_samples=num_samples, estimator=estimator, generator=gen)
+            if torch.isfinite(terms.elbo):
+                (-terms.elbo).backward()
+                opt.step()
+        _check_finite(model, terms, step, last_good)
+        last_good.save()
+        history.elbo.append(float(terms.elbo.detach()))
+        history.steps += 1
+        history.terms = terms.as_dict()
+        if progress:
+            bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}")
+        if callback is not None and callback(step, terms):
+            break
+    bar.close()
+    history.seconds = time.perf_counter() - t0
+    return history
