@@ -105,6 +105,7 @@ def fit(
     progress: bool = True,
     callback: Optional[Callable[[int, ELBOTerms], Optional[bool]]] = None,
     lbfgs_max_iter: int = 20,
+    state: Optional[dict] = None,
 ) -> TrainingHistory:
     """Optimize the ELBO of ``model``.
 
@@ -121,6 +122,14 @@ def fit(
         seed: seeds the mini-batch order and the Monte Carlo draws.
         progress: show a tqdm bar with the running ELBO.
         callback: ``callback(step, terms)`` after each step; return True to stop early.
+        state: optional dict for resumable training (used by the ``savigp`` CLI's checkpoints).
+            On entry, fit restores whatever of these keys it holds: ``"optimizer_state"`` (an
+            optimizer ``state_dict()``), ``"generator_state"`` (``torch.Generator.get_state()``),
+            ``"perm"`` (LongTensor ``(N,)``) and ``"pos"`` (int), the mini-batch order, and
+            ``"step"`` (int), the steps already taken (``iterations`` more are taken; ``step``
+            values seen by ``callback`` continue from it). After every step, before ``callback``,
+            fit stores the live ``"optimizer"`` and ``"generator"`` objects and the current
+            ``"perm"``, ``"pos"`` and ``"step"`` in it, so that a callback can checkpoint exactly.
 
     Returns:
         :class:`TrainingHistory`.
@@ -156,7 +165,17 @@ def fit(
     history = TrainingHistory(estimator=estimator)
     last_good = _LastGood(model)
     perm, pos = torch.randperm(N, generator=gen), 0
-    bar = tqdm(range(iterations), disable=not progress, desc="savigp", dynamic_ncols=True, leave=False)
+    start = 0
+    if state is not None:
+        if state.get("optimizer_state") is not None:
+            opt.load_state_dict(state["optimizer_state"])
+        if state.get("generator_state") is not None:
+            gen.set_state(state["generator_state"])
+        if state.get("perm") is not None:
+            perm, pos = state["perm"].clone(), int(state.get("pos", 0))
+        start = int(state.get("step", 0))
+    bar = tqdm(range(start, start + iterations), initial=start, total=start + iterations, disable=not progress,
+               desc="savigp", dynamic_ncols=True, leave=False)
     t0 = time.perf_counter()
     for step in bar:
         if optimizer == "lbfgs":
@@ -194,6 +213,8 @@ def fit(
         history.elbo.append(float(terms.elbo.detach()))
         history.steps += 1
         history.terms = terms.as_dict()
+        if state is not None:
+            state.update(optimizer=opt, generator=gen, perm=perm, pos=pos, step=step + 1)
         if progress:
             bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}")
         if callback is not None and callback(step, terms):
