@@ -88,4 +88,4 @@ class Poisson(Likelihood):
             self.offset.fill_(math.log(mean / self.bin_width))
 
     def extra_repr(self) -> str:
-        return f"bin_width={self.bin_width}, offset={float(self.offset):.4g}, learn_offset={self.learn_offset}"
+        return f"bin_width={self.bin_width}, offset={float(self.offset.detach()):.4g}, learn_offset={self.learn_offset}"

@@ -131,8 +131,7 @@ class WarpedGaussian(Likelihood):
                 lo = torch.where(r < 0, x, lo)
                 hi = torch.where(r > 0, x, hi)
                 step = x - r / dt
-                inside = (step > lo) & (step < hi)
-                x = torch.where(r == 0, x, torch.where(inside, step, 0.5 * (lo + hi)))
+                x = torch.where((step > lo) & (step < hi), step, 0.5 * (lo + hi))
         t, dt = self.warp(x)
         return x - (t - z) / dt
 
