@@ -390,16 +390,24 @@ def test_monte_carlo_ell_matches_quadrature(case: Case):
     assert np.all(np.abs(mc - quad) <= 4 * se), f"MC {mc} vs quadrature {quad}, standard errors {se}"
 
 
+def _closed_form(lik: Likelihood):
+    """The protocol's closed-form ELL, or an exact one offered under another name (GPRN)."""
+    if lik.has_closed_form_ell:
+        return lik.expected_log_prob
+    return getattr(lik, "exact_expected_log_prob", None)
+
+
 @case_params
 def test_closed_form_ell_matches_quadrature(case: Case):
     lik = case.make()
-    if not lik.has_closed_form_ell:
+    closed_form = _closed_form(lik)
+    if closed_form is None:
         pytest.skip(f"{type(lik).__name__} has no closed-form expected log-likelihood")
     _, y, m, v = _data(case, B=4, seed=2)
     quad = gauss_hermite_expectation(lik, y, m, v, case.quad_points)
     mean = torch.as_tensor(m).expand(2, *m.shape)  # a leading component axis
     var = torch.as_tensor(v).expand(2, *v.shape)
-    closed = lik.expected_log_prob(torch.as_tensor(y), mean, var).detach().numpy()
+    closed = closed_form(torch.as_tensor(y), mean, var).detach().numpy()
     assert closed.shape == (2, 4)
     np.testing.assert_allclose(closed, np.broadcast_to(quad, (2, 4)), rtol=1e-8, atol=1e-8)
 
@@ -610,6 +618,12 @@ def test_gprn_layout_and_mixing():
     mean, var = lik.conditional_moments(f)
     torch.testing.assert_close(mean[0, 0], W @ g)
     torch.testing.assert_close(var, torch.ones(4, 1, 3))
+    # the exact ELL is not the default: zero means are a stationary point of it (see gprn.py)
+    assert not lik.has_closed_form_ell
+    m0, v0 = torch.zeros(5, 8), torch.rand(5, 8) + 0.1
+    m0.requires_grad_(True)
+    (grad,) = torch.autograd.grad(lik.exact_expected_log_prob(torch.randn(5, 3), m0, v0).sum(), m0)
+    assert bool((grad == 0).all())
     with pytest.raises(ValueError, match="Q = Q'"):
         lik.log_prob(torch.zeros(1, 3), torch.zeros(1, 7))
     with pytest.raises(ValueError, match="variance"):
