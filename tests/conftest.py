@@ -1,0 +1,47 @@
+import math
+
+import pytest
+import torch
+
+import savigp
+
+# the test problems are small: one thread is as fast and is immune to oversubscription
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _float64_and_threads():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+def exact_gp(X, Y, kernel, noise_var):
+    """Exact GP regression (Q = 1): log marginal likelihood and posterior mean/var at X."""
+    with torch.no_grad():
+        N = X.shape[0]
+        K = kernel(X, X)[0]
+        L = torch.linalg.cholesky(K + noise_var * torch.eye(N, dtype=K.dtype))
+        alpha = torch.cholesky_solve(Y, L)
+        logml = -0.5 * (Y * alpha).sum() - torch.log(torch.diagonal(L)).sum() - 0.5 * N * math.log(2 * math.pi)
+        mean = (K @ alpha)[:, 0]
+        Vs = torch.linalg.solve_triangular(L, K, upper=False)
+        var = torch.diagonal(K) - (Vs * Vs).sum(0)
+        return float(logml), mean, var
+
+
+@pytest.fixture
+def regression_data():
+    g = torch.Generator().manual_seed(1)
+    N = 40
+    X = torch.rand(N, 2, generator=g) * 4
+    Y = torch.sin(X[:, :1]) + 0.5 * torch.cos(2 * X[:, 1:]) + 0.1 * torch.randn(N, 1, generator=g)
+    return X, Y
+
+
+def cuda_available():
+    return torch.cuda.is_available()
+
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
