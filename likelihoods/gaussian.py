@@ -43,14 +43,10 @@ class Gaussian(Likelihood):
         return -0.5 * (LOG_2PI + torch.log(noise)) - 0.5 * ((y[:, 0] - mean[..., 0]) ** 2 + var[..., 0]) / noise
 
     def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
-        return f[..., :1], self.variance().expand_as(f[..., :1])
+        return f[..., :1], self.variance().to(f).expand_as(f[..., :1])
 
     def validate_targets(self, y: Tensor) -> None:
         super().validate_targets(y)
         msg = bad_rows_message(~torch.isfinite(y), y, "are not finite")
         if msg:
             raise ValueError(f"Gaussian likelihood: {msg}")
-
-    @torch.no_grad()
-    def initialize_from_data(self, y: Tensor) -> None:
-        pass

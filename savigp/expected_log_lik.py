@@ -85,6 +85,9 @@ def checked_log_prob(likelihood, y: Tensor, f: Tensor) -> Tensor:
         ``(..., B)``. Raises ``ValueError`` naming the likelihood, the shapes, and the data rows
         where the values are NaN or infinite.
     """
+    Q = int(likelihood.num_latent)
+    if f.shape[-1] != Q:
+        raise ValueError(f"{type(likelihood).__name__} reads Q={Q} latent functions but f has shape {tuple(f.shape)}")
     out = likelihood.log_prob(y, f)
     expected = tuple(f.shape[:-1])
     if not isinstance(out, Tensor) or tuple(out.shape) != expected:

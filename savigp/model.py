@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import as_inputs, as_targets
-from ._linalg import robust_cholesky
+from ._linalg import base_jitter, robust_cholesky
 from .expected_log_lik import checked_log_prob, expected_log_lik, resolve_estimator
 from .inducing import initial_inducing_inputs
 from .kernels import KERNELS, Kernel, RBF
@@ -113,6 +113,7 @@ class SAVIGP(nn.Module):
         X = as_inputs(X, "X", dtype=torch.float64)
         Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=torch.float64)
         likelihood.validate_targets(Y)
+        likelihood.initialize_from_data(Y)
         N, D = X.shape
         Q = int(likelihood.num_latent)
         self.likelihood = likelihood
@@ -216,6 +217,26 @@ class SAVIGP(nn.Module):
         Z = self.inducing
         return robust_cholesky(self.kernel(Z, Z), name="K_zz (inducing-point kernel matrix)")
 
+    def _prior_parts(self) -> tuple[Tensor, Tensor, Tensor]:
+        """K_zz with its autograd graph, its Cholesky factor L_zz *without* one, and the relative
+        jitter that :func:`robust_cholesky` added to the diagonal, ``(Q,)``.
+
+        The training step differentiates through L_zz with the fused backward pass of
+        :meth:`MixturePosterior.moments`, which hands the gradient to K_zz directly.
+        """
+        Z = self.inducing
+        Kzz = self.kernel(Z, Z)
+        with torch.no_grad():
+            Kd = Kzz.detach()
+            Lzz = robust_cholesky(Kd, name="K_zz (inducing-point kernel matrix)")
+            diag = Kd.diagonal(dim1=-2, dim2=-1)
+            added = ((Lzz * Lzz).sum(-1) - diag).mean(-1) / diag.mean(-1).abs().clamp_min(1e-30)
+            # the jitter is base_jitter * 10^tries: snap the estimate to that grid
+            base = base_jitter(Kd.dtype)
+            tries = torch.round(torch.log10(added.clamp_min(base * 1e-3) / base)).clamp_min(0.0)
+            jitter_rel = base * torch.pow(10.0, tries)
+        return Kzz, Lzz, jitter_rel
+
     def marginals(self, X: Tensor, Lzz: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
         """Marginals q_k(f_n) = prod_j N(b_knj, s2_knj) at inputs X (seed 004, eq. (22)-(23)).
 
@@ -231,15 +252,32 @@ class SAVIGP(nn.Module):
         Returns:
             means b and variances s2, each ``(K, B, Q)``.
         """
+        Kzz = jitter_rel = None
         if Lzz is None:
-            Lzz = self.prior_factor()
+            if self.mean_head is None:
+                Kzz, Lzz, jitter_rel = self._prior_parts()
+            else:
+                Lzz = self.prior_factor()
+        return self._marginals(X, Lzz, Kzz, jitter_rel)
+
+    def _marginals(self, X: Tensor, Lzz: Tensor, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
+                   scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        """:meth:`marginals` given the prior factor; with ``Kzz`` (and an ``Lzz`` without graph) the
+        gradient reaches the kernel through K_zz by the fused backward pass."""
         Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
-        V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)  # (Q, M, B)
-        mean = self.prior_mean[:, None] + torch.einsum("kqm,qmb->kqb", self.posterior.mean, V)  # (K, Q, B)
-        if self.mean_head is not None:
-            mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, V)
         kxx = self.kernel.diag(X)  # (Q, B)
-        var = kxx - (V * V).sum(-2) + self.posterior.marginal_quadratic(V)  # (K, Q, B)
+        if self.mean_head is None and not Lzz.requires_grad:
+            # fast path: one triangular solve forward, a hand-written backward (posteriors.whitened_moments)
+            fmean, quad, vv = self.posterior.moments(Kzz, Kzx, Lzz, scale, jitter_rel)
+            mean = self.prior_mean[:, None] + fmean  # (K, Q, B)
+            var = kxx - vv + quad  # (K, Q, B)
+        else:
+            # reference path: autograd through L_zz (the decoupled mean head needs V and a differentiable L_zz)
+            V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)  # (Q, M, B)
+            mean = self.prior_mean[:, None] + torch.einsum("kqm,qmb->kqb", self.posterior.mean, V)  # (K, Q, B)
+            if self.mean_head is not None:
+                mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, V)
+            var = kxx - (V * V).sum(-2) + self.posterior.marginal_quadratic(V)  # (K, Q, B)
         var = var.clamp_min(1e-12 * float(kxx.detach().max()) + 1e-30)
         return mean.transpose(-1, -2), var.transpose(-1, -2)
 
@@ -256,13 +294,18 @@ class SAVIGP(nn.Module):
             generator: torch.Generator for the Monte Carlo draws.
         """
         X, Y = (self.train_x, self.train_y) if batch is None else (self.train_x[batch], self.train_y[batch])
-        Lzz = self.prior_factor()
-        mean, var = self.marginals(X, Lzz)
+        if self.mean_head is None:
+            Kzz, Lzz, jitter_rel = self._prior_parts()
+        else:
+            Kzz = jitter_rel = None
+            Lzz = self.prior_factor()
+        post_scale = self.posterior.scale()  # computed once per step, shared by all terms
+        mean, var = self._marginals(X, Lzz, Kzz, jitter_rel, post_scale)
         scale = self.num_data / X.shape[0]
         ell = expected_log_lik(self.likelihood, Y, mean, var, self.posterior.weights(), estimator=estimator,
                                num_samples=num_samples, scale=scale, generator=generator)
-        ent = self.posterior.entropy()
-        cross = self.posterior.cross_entropy()
+        ent = self.posterior.entropy(post_scale)
+        cross = self.posterior.cross_entropy(post_scale)
         head_kl = self.mean_head.kl(self.kernel, self.inducing, Lzz) if self.mean_head is not None else ell.value.new_zeros(())
         total = ell.value + ent + cross - head_kl
         half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum())

@@ -355,15 +355,7 @@ def test_shapes_and_dtype_follow_inputs(case: Case):
     assert bool((var >= 0).all())
 
 
-_GAUSSIAN_DTYPE = pytest.mark.xfail(
-    strict=True, reason="Gaussian.conditional_moments returns its variance in the parameter dtype (reported)"
-)
-
-
-@pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=_GAUSSIAN_DTYPE) if c.name == "gaussian" else c for c in CASES],
-    ids=[c.name for c in CASES],
-)
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_conditional_moments_follow_input_dtype(case: Case):
     lik = case.make()  # parameters in float64
     _, _, m, _ = _data(case, B=5)
