@@ -1,0 +1,280 @@
+"""Reading and validating numeric CSV files for the ``savigp`` command line.
+
+Only numpy and the standard library are used here (no torch), so that a bad file is reported
+within a fraction of a second. Every problem raises :class:`DataError` with a one-line message
+that names the file, the line (1-based, as an editor shows it) and the column::
+
+    data.csv, line 7, column 'x2' (index 1): 'abc' is not a number
+
+A table is read whole: rows of equal length, every cell a finite number, optionally a header.
+Column selections (``--targets``, ``--inputs``) are comma-separated items, each a header name,
+a 0-based index (negative counts from the end) or a range ``a:b`` (``b`` excluded).
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+class DataError(ValueError):
+    """A problem with an input file or a column selection; ``str(err)`` is one line."""
+
+
+@dataclass
+class Table:
+    """A numeric CSV table.
+
+    Attributes:
+        path: the file it was read from (as given).
+        header: column names (C strings) when the file has a header row, else None.
+        values: the cells, float64 ``(R, C)``.
+        lines: the 1-based line number of each data row in the file, int ``(R,)``.
+    """
+
+    path: str
+    header: Optional[list]
+    values: np.ndarray
+    lines: np.ndarray
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.values.shape[0])
+
+    @property
+    def num_columns(self) -> int:
+        return int(self.values.shape[1])
+
+    def column_label(self, j: int) -> str:
+        """``'name' (index j)`` with a header, ``index j`` without."""
+        if self.header is not None:
+            return f"{self.header[j]!r} (index {j})"
+        return f"index {j}"
+
+    def names(self, columns: Sequence[int]) -> list:
+        """Names of the given columns: header names, or ``column<j>`` without a header."""
+        return [self.header[j] if self.header is not None else f"column{j}" for j in columns]
+
+    def where(self, row: Optional[int] = None, columns: Optional[Sequence[int]] = None) -> str:
+        """Location prefix of a message: ``path, line L, column 'c' (index j)``."""
+        out = str(self.path)
+        if row is not None:
+            out += f", line {int(self.lines[row])}"
+        if columns:
+            labels = ", ".join(self.column_label(j) for j in columns)
+            out += f", column{'s' if len(columns) > 1 else ''} {labels}"
+        return out
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> Table:
+    """Read a numeric CSV file.
+
+    Args:
+        path: the file.
+        header: True: the first row holds column names; False: it is data; None (default): it is
+            a header when any of its cells is not a number.
+        delimiter: the field separator.
+
+    Returns:
+        a :class:`Table` with ``values (R, C)`` float64, R >= 1.
+
+    Raises:
+        DataError: missing or unreadable file, empty file, header without data rows, rows of
+            different lengths, empty or non-numeric cells, NaN or infinite values.
+    """
+    path = str(path)
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise DataError(f"{path}: is a directory, not a CSV file")
+    rows: list = []
+    lines: list = []
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh, delimiter=delimiter)
+            for row in reader:
+                if not row or all(not c.strip() for c in row):
+                    continue  # blank line
+                rows.append([c.strip() for c in row])
+                lines.append(reader.line_num)
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from None
+    except csv.Error as err:
+        raise DataError(f"{path}: malformed CSV: {err}") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot read: {err.strerror or err}") from None
+    if not rows:
+        raise DataError(f"{path}: the file is empty (no rows)")
+
+    first = rows[0]
+    if header is None:
+        header = any(not _is_number(c) for c in first)
+    names = None
+    if header:
+        names = first
+        seen = set()
+        for j, name in enumerate(names):
+            if not name:
+                raise DataError(f"{path}, line {lines[0]}, column index {j}: empty column name in the header")
+            if name in seen:
+                raise DataError(f"{path}, line {lines[0]}, column index {j}: duplicate column name {name!r} in the header")
+            seen.add(name)
+        rows, lines = rows[1:], lines[1:]
+        if not rows:
+            raise DataError(f"{path}: has a header but no data rows")
+
+    width = len(names) if names is not None else len(rows[0])
+    for r, row in enumerate(rows):
+        if len(row) != width:
+            ref = "the header" if names is not None else f"line {lines[0]}"
+            raise DataError(f"{path}, line {lines[r]}: ragged row: {len(row)} field(s), but {ref} has {width}")
+
+    table = Table(path, names, np.empty((0, width)), np.asarray(lines, dtype=np.int64))
+    try:
+        values = np.array(rows, dtype=np.float64)
+    except ValueError:
+        values = None
+    if values is None or values.shape != (len(rows), width):
+        values = np.empty((len(rows), width))
+        for r, row in enumerate(rows):  # slow path: cell by cell, naming the first bad one
+            for j, cell in enumerate(row):
+                if not cell:
+                    raise DataError(f"{table.where(r, [j])}: empty cell")
+                try:
+                    values[r, j] = float(cell)
+                except ValueError:
+                    raise DataError(f"{table.where(r, [j])}: {cell!r} is not a number") from None
+    bad = ~np.isfinite(values)
+    if bad.any():
+        r, j = np.argwhere(bad)[0]
+        raise DataError(f"{table.where(int(r), [int(j)])}: {rows[r][j]!r} is not a finite number (NaN and inf are not allowed)")
+    table.values = values
+    return table
+
+
+def resolve_columns(spec: str, table: Table, option: str = "--targets") -> list:
+    """Column indices named by ``spec`` (comma-separated names, 0-based indices or ``a:b`` ranges).
+
+    Raises:
+        DataError: naming the option, the file and the column that does not exist.
+    """
+    C = table.num_columns
+    out: list = []
+    items = [s.strip() for s in str(spec).split(",")]
+    if not any(items):
+        raise DataError(f"{option}: no columns given")
+    for item in items:
+        if not item:
+            raise DataError(f"{option} {spec!r}: empty item in the column list")
+        if table.header is not None and item in table.header:
+            idx = [table.header.index(item)]
+        elif ":" in item:
+            a, _, b = item.partition(":")
+            try:
+                lo = int(a) if a.strip() else 0
+                hi = int(b) if b.strip() else C
+            except ValueError:
+                raise DataError(f"{option}: {item!r} is not a column name or a range a:b of indices in {table.path}") from None
+            lo, hi = (lo + C if lo < 0 else lo), (hi + C if hi < 0 else hi)
+            if not 0 <= lo < hi <= C:
+                raise DataError(f"{option}: range {item!r} selects no columns of {table.path}, which has {C} column(s) (indices 0-{C - 1})")
+            idx = list(range(lo, hi))
+        else:
+            try:
+                j = int(item)
+            except ValueError:
+                known = f"its columns are {', '.join(repr(n) for n in table.header)}" if table.header is not None \
+                    else "it has no header row, so columns are selected by 0-based index"
+                raise DataError(f"{option}: column {item!r} does not exist in {table.path} ({known})") from None
+            if not -C <= j < C:
+                raise DataError(f"{option}: column index {j} does not exist in {table.path}, which has {C} column(s) (indices 0-{C - 1})")
+            idx = [j % C]
+        for j in idx:
+            if j in out:
+                raise DataError(f"{option}: column {table.column_label(j)} is selected twice")
+            out.append(j)
+    return out
+
+
+def split_columns(table: Table, targets: str, inputs: Optional[str] = None) -> tuple:
+    """Input and target column indices for ``--targets`` and the optional ``--inputs``.
+
+    Without ``inputs``, every column that is not a target is an input.
+
+    Returns:
+        ``(input_columns, target_columns)``, lists of indices.
+    """
+    tcols = resolve_columns(targets, table, "--targets")
+    if inputs is None:
+        icols = [j for j in range(table.num_columns) if j not in tcols]
+    else:
+        icols = resolve_columns(inputs, table, "--inputs")
+        both = [j for j in icols if j in tcols]
+        if both:
+            raise DataError(f"column {table.column_label(both[0])} of {table.path} is both an input and a target")
+    if not icols:
+        raise DataError(f"{table.path}: no input columns left (all {table.num_columns} column(s) are targets)")
+    return icols, tcols
+
+
+def data_checksum(X: np.ndarray, Y: np.ndarray) -> str:
+    """SHA-256 of the float64 contents and shapes of ``X (N, D)`` and ``Y (N, P)``."""
+    h = hashlib.sha256()
+    for a in (X, Y):
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def write_csv(path: str, header: Sequence[str], values: np.ndarray) -> None:
+    """Write ``values (R, C)`` with a header row; ``path`` ``"-"`` is standard output.
+
+    Files are written atomically (a temporary file in the same folder, fsync, rename), so that
+    an existing file is never left truncated. Numbers are written with full precision (repr).
+    """
+    import sys
+    import tempfile
+
+    def emit(fh) -> None:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(list(header))
+        for row in np.asarray(values, dtype=np.float64):
+            w.writerow([repr(float(v)) for v in row])
+
+    if path == "-":
+        emit(sys.stdout)
+        sys.stdout.flush()
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            emit(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _chmod_default(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _chmod_default(path: str) -> None:
+    """Give a mkstemp file (mode 0600) the mode an ordinary new file would get (0666 & ~umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
