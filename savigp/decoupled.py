@@ -1,0 +1,301 @@
+"""The orthogonally decoupled mean head (seed 003, §3.2, App. A; DESIGN §7).
+
+Each latent function j gets, next to its inducing inputs Z_j (the seed's beta), an extra set of
+``G`` mean-basis inputs gamma_j (``(Q, G, D)``) with coefficients a_j (``(Q, G)``, zero at the
+start). The head adds to the mean of every mixture component the function
+
+    r_j(x) = (k(x, gamma_j) - k(x, Z_j) K_zz^-1 K(Z_j, gamma_j)) a_j            (seed 003, eq. (11))
+
+which lies in the RKHS orthogonal complement of span{k(., z) : z in Z_j}. In our whitened
+parameterization (:mod:`savigp.posteriors`) the model already holds V_j = L_zz^-1 K_zx, so with
+
+    c_j = L_zz^-1 (K(Z_j, gamma_j) a_j)        (M,)          O(M G + M^2)
+
+the shift is r_j = K(x, gamma_j) a_j - V_j^T c_j: O(G + M) per point on top of the coupled
+model's work. The KL divergence gains (seed 003, App. A, Prop. A.1)
+
+    1/2 a_j^T (K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma) a_j = 1/2 (a_j^T K_gamma a_j - ||c_j||^2).
+
+Why this is exact for a mixture posterior too (DESIGN §7): the head shifts every component by the
+same function h, orthogonal in the RKHS to the Z-basis. The entropy of q is shift-invariant, and
+for each Gaussian component the KL to the prior splits into the coupled part plus 1/2 ||h||^2_H
+(the cross term <h, mu_k>_H vanishes by orthogonality and the covariance perturbation lives in
+span Psi_Z), so the extra term is the same for every component and leaves sum_k pi_k unchanged.
+``tests/test_decoupled.py`` checks this against an explicit construction of the joint Gaussian
+over [Z, gamma].
+
+Large G: the quadratic a^T K_gamma a costs O(G^2). ``kl_columns = C`` replaces it by an unbiased
+column-sampled estimate (seed 003, App. A.3 and App. E): with a uniformly random set J of C of the
+G columns (without replacement, so each column is in J with probability C / G),
+
+    a^T A a = sum_j a_j (A_{:, j}^T a)  ~=  (G / C) sum_{j in J} a_j (A_{:, j}^T a),
+
+unbiased in value and, being linear in the inclusion indicators, in gradient. Two choices of A:
+
+* ``kl_sampling="kernel"`` -- A = K_gamma, the seed's estimate; then KL = 1/2 (estimate - ||c||^2).
+* ``kl_sampling="residual"`` (default) -- A = K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma directly, whose
+  sampled columns are K(gamma_J, gamma) a - W_J^T c with W_J = L_zz^-1 K(Z, gamma_J), O(C G + M^2 C).
+  Same mean, much smaller variance when gamma lies where Z already explains the prior (the
+  Nystrom part is handled exactly by ||c||^2 instead of being sampled).
+
+Predictions: when autograd is off, c is cached, keyed on the identity, storage and version counter
+of every tensor it depends on (a, gamma, Z and every kernel parameter and buffer), so that a
+prediction costs O(G + M^2) per point (k(x, gamma) a plus the coupled model's work) and c is
+recomputed only after a parameter changed (optimizer steps, ``load_state_dict``, ``.to()``).
+
+Devices and dtypes: every tensor created here follows ``a`` (the module's own dtype and device);
+random column indices are drawn on the CPU with the head's generator and moved.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+KL_SAMPLING = ("residual", "kernel")
+
+
+def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: int = 2 ** 23) -> Tensor:
+    """k(X1, X2) a for every latent function, ``(Q, N1)``, without holding a large kernel matrix.
+
+    Args:
+        kernel: a :class:`savigp.kernels.Kernel` (Q latent functions).
+        X1: ``(N1, D)`` or ``(Q, N1, D)``; X2: ``(Q, N2, D)``; a: ``(Q, N2)``.
+        max_entries: above ``Q * N1 * N2`` entries the product is formed in blocks of columns of
+            X2; under autograd each block is checkpointed (recomputed in the backward pass), so
+            memory stays O(max_entries) instead of a few copies of the full Q x N1 x N2 matrix.
+    """
+    Q, N2 = a.shape
+    N1 = X1.shape[-2]
+    if Q * N1 * N2 <= max_entries:
+        return (kernel(X1, X2) @ a.unsqueeze(-1)).squeeze(-1)
+    block = max(1, max_entries // max(1, Q * N1))
+
+    def part(x1, x2, aa):
+        return (kernel(x1, x2) @ aa.unsqueeze(-1)).squeeze(-1)
+
+    out = None
+    for s in range(0, N2, block):
+        x2, aa = X2[:, s:s + block], a[:, s:s + block]
+        if torch.is_grad_enabled():
+            y = checkpoint(part, X1, x2, aa, use_reentrant=False)
+        else:
+            y = part(X1, x2, aa)
+        out = y if out is None else out + y
+    return out
+
+
+def initial_mean_basis(X: Tensor, num_latent: int, size: int, seed: int = 0) -> Tensor:
+    """Initial gamma ``(Q, G, D)``: for each latent function an independent random subset of the
+    rows of X (seed 003, App. E). When G > N every row is used and the remaining G - N rows are
+    resampled rows perturbed by 1e-3 of each input's standard deviation (distinct, so learnable)."""
+    N, D = X.shape
+    rng = np.random.default_rng([int(seed), 3])
+    std = X.std(0).clamp_min(1e-6) if N > 1 else torch.ones(D, dtype=X.dtype, device=X.device)
+    out = []
+    for _ in range(int(num_latent)):
+        if size <= N:
+            idx = torch.as_tensor(rng.choice(N, size=size, replace=False), device=X.device)
+            out.append(X[idx])
+        else:
+            extra = torch.as_tensor(rng.choice(N, size=size - N, replace=True), device=X.device)
+            noise = torch.as_tensor(rng.standard_normal((size - N, D)), dtype=X.dtype, device=X.device)
+            out.append(torch.cat([X[torch.as_tensor(rng.permutation(N), device=X.device)],
+                                  X[extra] + 1e-3 * std * noise]))
+    return torch.stack(out).clone()
+
+
+class OrthogonalMeanHead(nn.Module):
+    """The orthogonally decoupled mean basis of seed 003 for Q latent functions.
+
+    Args:
+        X: training inputs ``(N, D)`` (gamma is initialized from random rows).
+        num_latent: Q.
+        size: G = |gamma| per latent function (seed 003 uses G a few times M).
+        seed: seeds the initial subset and the head's generator for column sampling.
+        learn_inputs: learn gamma (otherwise it is a fixed buffer).
+        gamma_inputs: explicit initial gamma ``(G, D)`` or ``(Q, G, D)`` instead of a subset of X.
+        kl_columns: None (exact quadratic, O(G^2)) or C < G sampled columns per evaluation.
+        kl_sampling: ``"residual"`` or ``"kernel"`` (see the module docstring).
+
+    Parameters: ``gamma`` ``(Q, G, D)`` and ``a`` ``(Q, G)`` (the seed's a_gamma, zero-initialized,
+    so a fresh head leaves the coupled model exactly unchanged).
+    """
+
+    def __init__(self, X: Tensor, num_latent: int, size: int, seed: int = 0, *, learn_inputs: bool = True,
+                 gamma_inputs=None, kl_columns: Optional[int] = None, kl_sampling: str = "residual"):
+        super().__init__()
+        X = torch.as_tensor(X)
+        if X.dim() != 2:
+            raise ValueError(f"OrthogonalMeanHead: X must have shape (N, D), got {tuple(X.shape)}")
+        Q, G = int(num_latent), int(size)
+        if Q < 1 or G < 1:
+            raise ValueError(f"OrthogonalMeanHead: need num_latent >= 1 and size >= 1, got Q={Q}, G={G}")
+        D = X.shape[1]
+        if gamma_inputs is not None:
+            gamma = torch.as_tensor(gamma_inputs, dtype=X.dtype, device=X.device)
+            if gamma.dim() == 2:
+                gamma = gamma.unsqueeze(0).expand(Q, *gamma.shape).clone()
+            if tuple(gamma.shape) != (Q, G, D):
+                raise ValueError(f"gamma_inputs must have shape ({G}, {D}) or ({Q}, {G}, {D}), got {tuple(gamma.shape)}")
+        else:
+            gamma = initial_mean_basis(X, Q, G, seed=seed)
+        if not torch.isfinite(gamma).all():
+            raise ValueError("gamma_inputs contain NaN or inf")
+        if learn_inputs:
+            self.gamma = nn.Parameter(gamma)
+        else:
+            self.register_buffer("gamma", gamma)
+        self.a = nn.Parameter(torch.zeros(Q, G, dtype=gamma.dtype, device=gamma.device))
+        self.num_latent, self.size, self.input_dim = Q, G, D
+        self.kl_columns = kl_columns
+        self.kl_sampling = kl_sampling
+        self.generator = torch.Generator().manual_seed(int(seed) + 1_000_003)
+        self._cache_key = None
+        self._cache_c: Optional[Tensor] = None
+        self._stash = None  # (weakref to Lzz, c) from the last mean_shift under autograd
+        self.cache_hits = 0
+
+    # ------------------------------------------------------------------ settings
+    @property
+    def kl_columns(self) -> Optional[int]:
+        return self._kl_columns
+
+    @kl_columns.setter
+    def kl_columns(self, value: Optional[int]) -> None:
+        if value is not None and int(value) < 1:
+            raise ValueError(f"kl_columns must be None (exact) or >= 1, got {value}")
+        self._kl_columns = None if value is None else int(value)
+
+    @property
+    def kl_sampling(self) -> str:
+        return self._kl_sampling
+
+    @kl_sampling.setter
+    def kl_sampling(self, value: str) -> None:
+        if value not in KL_SAMPLING:
+            raise ValueError(f"kl_sampling must be one of {KL_SAMPLING}, got {value!r}")
+        self._kl_sampling = value
+
+    # ------------------------------------------------------------------ the shared vector c
+    def _key(self, kernel, Z: Tensor) -> tuple:
+        ts = [self.a, self.gamma, Z, *kernel.parameters(), *kernel.buffers()]
+        return tuple((id(t), t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape)) for t in ts)
+
+    def coefficients(self, kernel, Z: Tensor, Lzz: Tensor) -> Tensor:
+        """c_j = L_zz^-1 K(Z_j, gamma_j) a_j for every latent function, ``(Q, M)``.
+
+        Under autograd it is computed afresh; otherwise it is cached until a parameter changes.
+        """
+        if torch.is_grad_enabled():
+            return self._coefficients(kernel, Z, Lzz)
+        key = self._key(kernel, Z)
+        if key == self._cache_key and self._cache_c is not None:
+            self.cache_hits += 1
+            return self._cache_c
+        c = self._coefficients(kernel, Z, Lzz)
+        self._cache_key, self._cache_c = key, c
+        return c
+
+    def _coefficients(self, kernel, Z: Tensor, Lzz: Tensor) -> Tensor:
+        Kza = kernel_matvec(kernel, Z, self.gamma, self.a)  # (Q, M)
+        return torch.linalg.solve_triangular(Lzz, Kza.unsqueeze(-1), upper=False).squeeze(-1)
+
+    def clear_cache(self) -> None:
+        self._cache_key, self._cache_c, self._stash = None, None, None
+
+    def _apply(self, fn, *args, **kwargs):
+        self.clear_cache()
+        return super()._apply(fn, *args, **kwargs)
+
+    # ------------------------------------------------------------------ marginal means
+    def mean_shift(self, X: Tensor, kernel, Z: Tensor, Lzz: Tensor, V: Tensor) -> Tensor:
+        """r_j(x_n) = k(x_n, gamma_j) a_j - v_jn^T c_j, shape ``(Q, B)`` (broadcasts to ``(K, Q, B)``).
+
+        Args:
+            X: ``(B, D)``; Z: inducing inputs ``(Q, M, D)``; Lzz: Cholesky factors of K_zz
+            ``(Q, M, M)``; V: L_zz^-1 K_zx ``(Q, M, B)`` as already formed by the model.
+        """
+        c = self.coefficients(kernel, Z, Lzz)
+        if torch.is_grad_enabled():
+            self._stash = (weakref.ref(Lzz), c)
+        return kernel_matvec(kernel, X, self.gamma, self.a) - (V * c.unsqueeze(-1)).sum(-2)
+
+    # ------------------------------------------------------------------ KL
+    def kl(self, kernel, Z: Tensor, Lzz: Tensor, *, columns: Optional[int] = None,
+           generator: Optional[torch.Generator] = None) -> Tensor:
+        """The extra KL term sum_j 1/2 a_j^T (K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma) a_j (a scalar).
+
+        Args:
+            columns: sampled columns (default ``self.kl_columns``; None or >= G means exact).
+            generator: CPU torch.Generator for the column draws (default the head's own).
+        """
+        c = None
+        if self._stash is not None:
+            ref, stashed = self._stash
+            self._stash = None
+            if ref() is Lzz:  # reuse the c of this step's mean_shift (same graph, no recomputation)
+                c = stashed
+        if c is None:
+            c = self.coefficients(kernel, Z, Lzz)
+        C = self.kl_columns if columns is None else int(columns)
+        G = self.size
+        if C is None or C >= G:
+            quad = (self.a * kernel_matvec(kernel, self.gamma, self.gamma, self.a)).sum()
+            return 0.5 * (quad - (c * c).sum())
+        idx = self.sample_columns(C, generator)
+        if self.kl_sampling == "kernel":
+            return 0.5 * (self._sampled_kernel_quadratic(kernel, idx) - (c * c).sum())
+        return 0.5 * self._sampled_residual_quadratic(kernel, Z, Lzz, c, idx)
+
+    def sample_columns(self, columns: int, generator: Optional[torch.Generator] = None) -> Tensor:
+        """C distinct column indices per latent function, uniformly at random, ``(Q, C)``."""
+        gen = self.generator if generator is None else generator
+        Q, G = self.num_latent, self.size
+        idx = torch.stack([torch.randperm(G, generator=gen)[:columns] for _ in range(Q)])
+        return idx.to(self.a.device)
+
+    def _gather(self, idx: Tensor) -> tuple[Tensor, Tensor]:
+        gJ = torch.gather(self.gamma, 1, idx.unsqueeze(-1).expand(-1, -1, self.input_dim))  # (Q, C, D)
+        aJ = torch.gather(self.a, 1, idx)  # (Q, C)
+        return gJ, aJ
+
+    def _sampled_kernel_quadratic(self, kernel, idx: Tensor) -> Tensor:
+        """(G / C) sum_{j in J} a_j (K_gamma a)_j: unbiased for sum_q a_q^T K_gamma a_q."""
+        gJ, aJ = self._gather(idx)
+        colJ = kernel_matvec(kernel, gJ, self.gamma, self.a)  # (Q, C): K(gamma_J, gamma) a
+        return (self.size / idx.shape[1]) * (aJ * colJ).sum()
+
+    def _sampled_residual_quadratic(self, kernel, Z: Tensor, Lzz: Tensor, c: Tensor, idx: Tensor) -> Tensor:
+        """(G / C) sum_{j in J} a_j (R a)_j with R = K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma."""
+        gJ, aJ = self._gather(idx)
+        colJ = kernel_matvec(kernel, gJ, self.gamma, self.a)  # (Q, C)
+        WJ = torch.linalg.solve_triangular(Lzz, kernel(Z, gJ), upper=False)  # (Q, M, C)
+        colJ = colJ - (WJ * c.unsqueeze(-1)).sum(-2)
+        return (self.size / idx.shape[1]) * (aJ * colJ).sum()
+
+    def quadratic(self, kernel, *, columns: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:
+        """sum_j a_j^T K_gamma a_j: exact (``columns=None``) or the seed's column-sampled estimate."""
+        if columns is None or columns >= self.size:
+            return (self.a * kernel_matvec(kernel, self.gamma, self.gamma, self.a)).sum()
+        return self._sampled_kernel_quadratic(kernel, self.sample_columns(int(columns), generator))
+
+    # ------------------------------------------------------------------ preconditioner (seed 003, eq. (16))
+    @torch.no_grad()
+    def residual_diagonal(self, kernel, Z: Tensor, Lzz: Tensor, block: int = 4096) -> Tensor:
+        """D_{gamma|beta} = diag(K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma), ``(Q, G)``, in blocks of gamma
+        (O(G M^2) time, O(M * block) memory); clamped at 0 against round-off."""
+        out = []
+        for s in range(0, self.size, block):
+            g = self.gamma[:, s:s + block]
+            W = torch.linalg.solve_triangular(Lzz, kernel(Z, g), upper=False)
+            out.append(kernel.diag(g) - (W * W).sum(-2))
+        return torch.cat(out, dim=-1).clamp_min(0.0)
+
+    def extra_repr(self) -> str:
+        return (f"Q={self.num_latent}, G={self.size}, D={self.input_dim}, kl_columns={self.kl_columns}, "
+                f"kl_sampling={self.kl_sampling!r}, learn_inputs={isinstance(self.gamma, nn.Parameter)}")
