@@ -268,9 +268,9 @@ class SAVIGP(nn.Module):
         kxx = self.kernel.diag(X)  # (Q, B)
         if self.mean_head is None and not Lzz.requires_grad:
             # fast path: one triangular solve forward, a hand-written backward (posteriors.whitened_moments)
-            fmean, quad, vv = self.posterior.moments(Kzz, Kzx, Lzz, scale, jitter_rel)
+            fmean, dvar = self.posterior.moments(Kzz, Kzx, Lzz, scale, jitter_rel)
             mean = self.prior_mean[:, None] + fmean  # (K, Q, B)
-            var = kxx - vv + quad  # (K, Q, B)
+            var = kxx + dvar  # (K, Q, B): k_nn - v^T v + v^T S_k v
         else:
             # reference path: autograd through L_zz (the decoupled mean head needs V and a differentiable L_zz)
             V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)  # (Q, M, B)

@@ -28,6 +28,155 @@ from torch.nn import functional as F
 from .constraints import LOG_2PI, inverse_softplus
 
 
+#: The full-covariance moments switch to the "middle matrix" form P = S - I (see
+#: :class:`_WhitenedMoments`) when the batch has at least this many columns per inducing point.
+MIDDLE_FORM_MIN_RATIO = 1.5
+
+
+def _solve_lower(L: Tensor, B: Tensor, *, transpose: bool = False, left: bool = True) -> Tensor:
+    """L^-1 B (or L^-T B with ``transpose``; B L^-1 with ``left=False``) for lower-triangular L."""
+    if transpose:
+        return torch.linalg.solve_triangular(L.transpose(-1, -2), B, upper=True, left=left)
+    return torch.linalg.solve_triangular(L, B, upper=False, left=left)
+
+
+def use_middle_form(num_inducing: int, batch: int, num_components: int = 1) -> bool:
+    """Whether the P = S - I form costs fewer flops than the A = L^T V form (see :class:`_WhitenedMoments`)."""
+    K = num_components
+    # A form: (4 + 6K) M^2 B + 2.3 M^3;  P form: (2 + 4K) M^2 B + (6K + 2.3) M^3
+    return (2 + 2 * K) * batch >= MIDDLE_FORM_MIN_RATIO / 1.5 * 6 * K * num_inducing
+
+
+class _WhitenedMoments(torch.autograd.Function):
+    """Means and variance terms of the whitened marginals with a hand-written backward pass.
+
+    Per latent function j and component k, with V = L_zz^-1 K_zx (one triangular solve), it
+    returns, column by column (one column per data point n),
+
+        mean_k = m_k^T v_n,        dvar_k = v_n^T (S_k - I) v_n,
+
+    so that the marginal variance is k(x_n, x_n) + dvar_k (seed 004, eq. (22)-(23), whitened).
+    Two algebraically equal forms, chosen by flop count (``use_middle_form``):
+
+    * A form (B small): A_k = L_k^T V, dvar_k = ||A_k||^2 - ||V||^2;
+    * P form (B large): P_k = S_k - I (an M x M matrix), W_k = P_k V, dvar_k = sum(V * W_k);
+      the backward pass then needs a single M x B x M product per component,
+      dP_k = V diag(g_k) V^T, and W_k gives dF/dV without any further product.
+
+    The adjoint of K_zz through its Cholesky factor (seed 004, App. D-E, whitened) is
+
+        dF/dK_zz = -sym(L^-T Phi(Gbar V^T) L^-1),      Phi = lower triangle with halved diagonal,
+
+    with Gbar = dF/dV (in the P form Gbar V^T = sum_k 2 P_k dP_k + m_k (V g_mean_k)^T costs only
+    M^3), instead of autograd's tril(L^-T Gbar V^T) plus the generic Cholesky backward; and
+    dF/dK_zx = L^-T Gbar (one triangular solve). ``L`` carries no graph: K_zz receives the gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, Kzz, Kzx, mean, scale, L, diagonal: bool, middle: bool, jitter_rel):
+        V = _solve_lower(L, Kzx)  # (Q, M, B)
+        fmean = torch.matmul(mean.unsqueeze(-2), V).squeeze(-2)  # (K, Q, B)
+        A = P = None
+        if diagonal:
+            s2m1 = scale * scale - 1.0  # (K, Q, M)
+            dvar = torch.matmul(s2m1.unsqueeze(-2), V * V).squeeze(-2)  # (K, Q, B)
+        elif middle:
+            P = torch.matmul(scale, scale.transpose(-1, -2))  # (K, Q, M, M)
+            P.diagonal(dim1=-2, dim2=-1).sub_(1.0)
+            A = torch.matmul(P, V)  # W_k = P_k V, (K, Q, M, B)
+            dvar = (V * A).sum(-2)
+        else:
+            A = torch.matmul(scale.transpose(-1, -2), V)  # (K, Q, M, B)
+            dvar = (A * A).sum(-2) - (V * V).sum(-2)
+        ctx.diagonal, ctx.middle = diagonal, middle
+        ctx.save_for_backward(V, A, P, L, mean, scale, jitter_rel)
+        return fmean, dvar
+
+    @staticmethod
+    def backward(ctx, g_mean, g_var):
+        V, A, P, L, mean, scale, jitter_rel = ctx.saved_tensors
+        need_kzz, need_kzx, need_mean, need_scale = ctx.needs_input_grad[:4]
+        K, Q = mean.shape[0], mean.shape[1]
+        d_kzz = d_kzx = d_mean = d_scale = None
+        gT = g_var.transpose(0, 1)  # (Q, K, B)
+        gmT = g_mean.transpose(0, 1)  # (Q, K, B)
+        mT = mean.permute(1, 2, 0)  # (Q, M, K)
+        X = None  # Gbar V^T when it comes cheaper than a product over B
+        if need_mean or (need_kzz and ctx.middle):
+            d_meanT = torch.matmul(V, g_mean.transpose(0, 1).transpose(-1, -2))  # (Q, M, K) = V g_mean^T
+            if need_mean:
+                d_mean = d_meanT.permute(2, 0, 1)  # (K, Q, M)
+        if ctx.diagonal:
+            s2 = scale * scale
+            w = torch.matmul((s2 - 1.0).permute(1, 2, 0), gT)  # (Q, M, B): sum_k (s2_k - 1) g_k
+            Gbar = torch.baddbmm(V * (2.0 * w), mT, gmT)
+            if need_scale:
+                ds2 = torch.matmul(gT, (V * V).transpose(-1, -2)).transpose(0, 1)  # (K, Q, M)
+                d_scale = 2.0 * scale * ds2
+        elif ctx.middle:
+            W = A
+            Vg = V.unsqueeze(0) * g_var.unsqueeze(-2)  # (K, Q, M, B)
+            dP = torch.matmul(Vg, V.transpose(-1, -2))  # (K, Q, M, M) = V diag(g_k) V^T
+            del Vg
+            if need_scale:
+                d_scale = torch.tril(torch.matmul(dP + dP.transpose(-1, -2), scale))
+            Wg = (W * g_var.unsqueeze(-2)).sum(0) if K > 1 else W[0] * g_var[0].unsqueeze(-2)  # (Q, M, B)
+            Gbar = torch.baddbmm(Wg, mT, gmT, alpha=1.0, beta=2.0)
+            if need_kzz:
+                X = torch.matmul(P, dP).sum(0) if K > 1 else torch.matmul(P[0], dP[0])
+                X = torch.baddbmm(X, mT, d_meanT.transpose(-1, -2), alpha=1.0, beta=2.0)
+        else:
+            dA = A * (2.0 * g_var).unsqueeze(-2)  # (K, Q, M, B)
+            if need_scale:
+                d_scale = torch.tril(torch.matmul(V, dA.transpose(-1, -2)))  # (K, Q, M, M)
+            base = V * (-2.0 * g_var.sum(0)).unsqueeze(-2)
+            if K == 1:
+                Gbar = torch.baddbmm(base, scale[0], dA[0])
+                Gbar = torch.baddbmm(Gbar, mT, gmT)
+            else:
+                M = V.shape[-2]
+                left = torch.cat([scale.permute(1, 2, 0, 3).reshape(Q, M, K * M), mT], -1)
+                right = torch.cat([dA.transpose(0, 1).reshape(Q, K * M, -1), gmT], -2)
+                Gbar = torch.baddbmm(base, left, right)
+        if need_kzx:
+            d_kzx = _solve_lower(L, Gbar, transpose=True)
+        if need_kzz:
+            if X is None:
+                X = torch.matmul(Gbar, V.transpose(-1, -2))  # (Q, M, M)
+            Phi = torch.tril(X)
+            Phi.diagonal(dim1=-2, dim2=-1).mul_(0.5)
+            Y = _solve_lower(L, _solve_lower(L, Phi, transpose=True), left=False)  # L^-T Phi L^-1
+            d_kzz = -0.5 * (Y + Y.transpose(-1, -2))
+            if jitter_rel is not None:
+                # K_zz + rel * mean(diag K_zz) I was factorized
+                tr = d_kzz.diagonal(dim1=-2, dim2=-1).sum(-1)  # (Q,)
+                d_kzz.diagonal(dim1=-2, dim2=-1).add_((jitter_rel * tr / L.shape[-1]).unsqueeze(-1))
+        return d_kzz, d_kzx, d_mean, d_scale, None, None, None, None
+
+
+def whitened_moments(Kzz, Kzx: Tensor, L: Tensor, mean: Tensor, scale: Tensor, diagonal: bool,
+                     jitter_rel: Tensor | None = None, middle: bool | None = None) -> tuple[Tensor, Tensor]:
+    """``(m_k^T v_n, v_n^T (S_k - I) v_n)`` for V = L^-1 K_zx, columnwise; see :class:`_WhitenedMoments`.
+
+    Args:
+        Kzz: ``(Q, M, M)`` kernel matrix whose (jittered) Cholesky factor is ``L``; it only receives
+            the gradient (None: no gradient flows to the kernel through L).
+        Kzx: ``(Q, M, B)``; L: ``(Q, M, M)`` lower Cholesky factor without autograd graph.
+        mean: ``(K, Q, M)``; scale: ``(K, Q, M, M)`` lower factors or ``(K, Q, M)`` standard deviations.
+        jitter_rel: ``(Q,)`` relative jitter that was added to K_zz's diagonal (for its gradient).
+        middle: force the P form (True) or the A form (False); default by flop count.
+
+    Returns:
+        means ``(K, Q, B)`` and variance corrections ``(K, Q, B)``.
+    """
+    if Kzz is None:
+        Kzz = L.new_zeros(())
+    if middle is None:
+        middle = use_middle_form(Kzx.shape[-2], Kzx.shape[-1], mean.shape[0])
+    return _WhitenedMoments.apply(Kzz, Kzx, mean, scale, L.detach(), bool(diagonal), bool(middle) and not diagonal,
+                                  jitter_rel)
+
+
 class MixturePosterior(nn.Module):
     """q(v) = sum_k pi_k prod_j N(v_kj; m_kj, S_kj), batched over K components and Q latents.
 
@@ -113,22 +262,36 @@ class MixturePosterior(nn.Module):
         LtV = L.transpose(-1, -2) @ V.unsqueeze(0)  # (K, Q, M, B)
         return (LtV * LtV).sum(-2)
 
+    def moments(self, Kzz, Kzx: Tensor, Lzz: Tensor, scale: Tensor | None = None,
+                jitter_rel: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Whitened marginal terms at B inputs with a fused backward pass (see :func:`whitened_moments`).
+
+        Returns ``m_k^T v_n`` and ``v_n^T (S_kj - I) v_n``, each ``(K, Q, B)``, for V = L_zz^-1 K_zx;
+        ``Lzz`` carries no graph and ``Kzz`` (or None) receives its gradient.
+        """
+        if scale is None:
+            scale = self.scale()
+        return whitened_moments(Kzz, Kzx, Lzz, self.mean, scale, self.diagonal, jitter_rel)
+
     # ------------------------------------------------------------------ ELBO terms
     def _log_det_scale(self, L: Tensor) -> Tensor:
         """log|S_kj|^(1/2) = sum log diag(L_kj), shape ``(K, Q)``."""
         diag = L if self.diagonal else L.diagonal(dim1=-2, dim2=-1)
         return torch.log(diag).sum(-1)
 
-    def entropy(self) -> Tensor:
+    def entropy(self, scale: Tensor | None = None) -> Tensor:
         """Entropy term L_ent of q(v) (a scalar).
 
         K = 1: the exact entropy sum_j [M/2 log(2 pi e) + log|S_j|^(1/2)].
         K > 1: the lower bound of seed 004, eq. (18),
         -sum_k pi_k log sum_l pi_l N(m_k; m_l, S_k + S_l), with the Gaussians over all Q*M
         inducing variables (block diagonal over the latent functions).
+
+        Args:
+            scale: optional precomputed :meth:`scale` (reused within one ELBO evaluation).
         """
         K, Q, M = self.num_components, self.num_latent, self.num_inducing
-        L = self.scale()
+        L = self.scale() if scale is None else scale
         if K == 1:
             return Q * M * 0.5 * (LOG_2PI + 1.0) + self._log_det_scale(L).sum()
         diff = self.mean.unsqueeze(1) - self.mean.unsqueeze(0)  # (K, K, Q, M): m_k - m_l
@@ -147,13 +310,16 @@ class MixturePosterior(nn.Module):
         inner = torch.logsumexp(log_pi.unsqueeze(0) + log_n, dim=1)  # (K,)  over l
         return -(self.weights() * inner).sum()
 
-    def cross_entropy(self) -> Tensor:
+    def cross_entropy(self, scale: Tensor | None = None) -> Tensor:
         """Cross-entropy term L_cross = E_q[log p(v)] with p(v_j) = N(0, I) (seed 004, eq. (19), whitened):
 
             -1/2 sum_k pi_k sum_j [M log 2 pi + m_kj^T m_kj + tr S_kj].
+
+        Args:
+            scale: optional precomputed :meth:`scale` (reused within one ELBO evaluation).
         """
         M = self.num_inducing
-        L = self.scale()
+        L = self.scale() if scale is None else scale
         trace = (L * L).sum(-1) if self.diagonal else (L * L).sum((-1, -2))  # (K, Q)
         per = M * LOG_2PI + (self.mean * self.mean).sum(-1) + trace  # (K, Q)
         return -0.5 * (self.weights() * per.sum(-1)).sum()
