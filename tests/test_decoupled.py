@@ -151,7 +151,7 @@ def test_kl_matches_explicit_joint_gaussian(posterior):
     _randomize(model, seed=5)
     Lzz = model.prior_factor()
     head_kl = float(model.mean_head.kl(model.kernel, model.inducing, Lzz).detach())
-    model_kl = -float(model.posterior.entropy() + model.posterior.cross_entropy()) + head_kl  # v-space KL = u-space KL
+    model_kl = -float((model.posterior.entropy() + model.posterior.cross_entropy()).detach()) + head_kl  # v-space KL = u-space KL
     explicit = _explicit_component_kl(model, 0)
     assert head_kl > 1e-2  # the head contributes
     assert model_kl == pytest.approx(explicit, rel=1e-8, abs=1e-8)
@@ -234,7 +234,7 @@ def test_column_sampled_quadratic_is_unbiased(sampling):
         if sampling == "kernel":
             with torch.no_grad():
                 quads.append(float(h.quadratic(kern, columns=8, generator=gen)))
-    for values, exact in [(draws, float(exact_kl)), (dirs, exact_dir)] + ([(quads, exact_quad)] if quads else []):
+    for values, exact in [(draws, float(exact_kl.detach())), (dirs, exact_dir)] + ([(quads, exact_quad)] if quads else []):
         t = torch.tensor(values, dtype=torch.float64)
         se = float(t.std() / math.sqrt(n))
         assert se > 0  # it is random
