@@ -33,11 +33,17 @@ from .constraints import LOG_2PI, inverse_softplus
 MIDDLE_FORM_MIN_RATIO = 1.5
 
 
-def _solve_lower(L: Tensor, B: Tensor, *, transpose: bool = False, left: bool = True) -> Tensor:
-    """L^-1 B (or L^-T B with ``transpose``; B L^-1 with ``left=False``) for lower-triangular L."""
+def _solve_lower(L: Tensor, B: Tensor, *, transpose: bool = False) -> Tensor:
+    """L^-1 B (or L^-T B with ``transpose``) for lower-triangular L and row-major B.
+
+    Written as the right-hand solve (B^T L^-T)^T: LAPACK then reads B^T, a column-major view of
+    B, without copying, and the result comes back row-major (the left-hand solve copies B in
+    and returns a column-major result, which slows every elementwise operation that follows).
+    """
     if transpose:
-        return torch.linalg.solve_triangular(L.transpose(-1, -2), B, upper=True, left=left)
-    return torch.linalg.solve_triangular(L, B, upper=False, left=left)
+        return torch.linalg.solve_triangular(L, B.transpose(-1, -2), upper=False, left=False).transpose(-1, -2)
+    return torch.linalg.solve_triangular(L.transpose(-1, -2), B.transpose(-1, -2), upper=True,
+                                         left=False).transpose(-1, -2)
 
 
 def use_middle_form(num_inducing: int, batch: int, num_components: int = 1) -> bool:
@@ -145,7 +151,8 @@ class _WhitenedMoments(torch.autograd.Function):
                 X = torch.matmul(Gbar, V.transpose(-1, -2))  # (Q, M, M)
             Phi = torch.tril(X)
             Phi.diagonal(dim1=-2, dim2=-1).mul_(0.5)
-            Y = _solve_lower(L, _solve_lower(L, Phi, transpose=True), left=False)  # L^-T Phi L^-1
+            Y = torch.linalg.solve_triangular(L, _solve_lower(L, Phi, transpose=True), upper=False,
+                                              left=False)  # L^-T Phi L^-1
             d_kzz = -0.5 * (Y + Y.transpose(-1, -2))
             if jitter_rel is not None:
                 # K_zz + rel * mean(diag K_zz) I was factorized
