@@ -6,15 +6,19 @@ start). The head adds to the mean of every mixture component the function
 
     r_j(x) = (k(x, gamma_j) - k(x, Z_j) K_zz^-1 K(Z_j, gamma_j)) a_j            (seed 003, eq. (11))
 
-which lies in the RKHS orthogonal complement of span{k(., z) : z in Z_j}. In our whitened
-parameterization (:mod:`savigp.posteriors`) the model already holds V_j = L_zz^-1 K_zx, so with
+which lies in the RKHS orthogonal complement of span{k(., z) : z in Z_j}. With
 
-    c_j = L_zz^-1 (K(Z_j, gamma_j) a_j)        (M,)          O(M G + M^2)
+    b_j = K(Z_j, gamma_j) a_j,   w_j = K_zz^-1 b_j,   c_j = L_zz^-1 b_j   (M,)     O(M G + M^2)
 
-the shift is r_j = K(x, gamma_j) a_j - V_j^T c_j: O(G + M) per point on top of the coupled
-model's work. The KL divergence gains (seed 003, App. A, Prop. A.1)
+the shift is r_j = K(x, gamma_j) a_j - K(x, Z_j) w_j (or - V_j^T c_j with the model's
+V_j = L_zz^-1 K_zx, when the model hands V over): O(G + M) per point on top of the coupled model's
+work. The KL divergence gains (seed 003, App. A, Prop. A.1)
 
-    1/2 a_j^T (K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma) a_j = 1/2 (a_j^T K_gamma a_j - ||c_j||^2).
+    1/2 a_j^T (K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma) a_j = 1/2 (a_j^T K_gamma a_j - b_j^T w_j),
+
+b_j^T w_j = ||c_j||^2. The head follows the model's two ways of differentiating through K_zz^-1
+(:meth:`OrthogonalMeanHead.basis_terms`): autograd through L_zz, or the fused path where L_zz has
+no graph and the gradient -(K_zz^-1 dF/dw) w^T goes to K_zz directly.
 
 Why this is exact for a mixture posterior too (DESIGN §7): the head shifts every component by the
 same function h, orthogonal in the RKHS to the Z-basis. The entropy of q is shift-invariant, and
@@ -34,14 +38,15 @@ unbiased in value and, being linear in the inclusion indicators, in gradient. Tw
 
 * ``kl_sampling="kernel"`` -- A = K_gamma, the seed's estimate; then KL = 1/2 (estimate - ||c||^2).
 * ``kl_sampling="residual"`` (default) -- A = K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma directly, whose
-  sampled columns are K(gamma_J, gamma) a - W_J^T c with W_J = L_zz^-1 K(Z, gamma_J), O(C G + M^2 C).
+  sampled rows are K(gamma_J, gamma) a - K(gamma_J, Z) w, O(C G + C M).
   Same mean, much smaller variance when gamma lies where Z already explains the prior (the
-  Nystrom part is handled exactly by ||c||^2 instead of being sampled).
+  Nystrom part is handled exactly by b^T w instead of being sampled).
 
-Predictions: when autograd is off, c is cached, keyed on the identity, storage and version counter
-of every tensor it depends on (a, gamma, Z and every kernel parameter and buffer), so that a
-prediction costs O(G + M^2) per point (k(x, gamma) a plus the coupled model's work) and c is
-recomputed only after a parameter changed (optimizer steps, ``load_state_dict``, ``.to()``).
+Predictions: when autograd is off, (b, w) are cached, keyed on the identity, storage and version
+counter of every tensor they depend on (a, gamma, Z and every kernel parameter and buffer), so
+that a prediction costs O(G + M^2) per point (k(x, gamma) a plus the coupled model's work) and
+(b, w) are recomputed only after a parameter changed (optimizer steps, ``load_state_dict``,
+``.to()``).
 
 Devices and dtypes: every tensor created here follows ``a`` (the module's own dtype and device);
 random column indices are drawn on the CPU with the head's generator and moved.
@@ -87,6 +92,26 @@ def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: int = 
             y = part(X1, x2, aa)
         out = y if out is None else out + y
     return out
+
+
+class _SPDSolve(torch.autograd.Function):
+    """w = A^-1 b for symmetric positive definite A = L L^T, with L given without graph.
+
+    Backward: dF/db = A^-1 dF/dw, dF/dA = -(A^-1 dF/dw) w^T (A's entries treated as independent,
+    which is what the kernel that built A expects)."""
+
+    @staticmethod
+    def forward(ctx, A, b, L):
+        w = torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1)
+        ctx.save_for_backward(L, w)
+        return w
+
+    @staticmethod
+    def backward(ctx, gw):
+        L, w = ctx.saved_tensors
+        gb = torch.cholesky_solve(gw.unsqueeze(-1), L).squeeze(-1)
+        gA = -gb.unsqueeze(-1) * w.unsqueeze(-2) if ctx.needs_input_grad[0] else None
+        return gA, gb, None
 
 
 def initial_mean_basis(X: Tensor, num_latent: int, size: int, seed: int = 0) -> Tensor:
@@ -156,7 +181,7 @@ class OrthogonalMeanHead(nn.Module):
         self.kl_sampling = kl_sampling
         self.generator = torch.Generator().manual_seed(int(seed) + 1_000_003)
         self._cache_key = None
-        self._cache_c: Optional[Tensor] = None
+        self._cache_terms: Optional[Tensor] = None
         self._stash = None  # (weakref to Lzz, c) from the last mean_shift under autograd
         self.cache_hits = 0
 
@@ -181,76 +206,113 @@ class OrthogonalMeanHead(nn.Module):
             raise ValueError(f"kl_sampling must be one of {KL_SAMPLING}, got {value!r}")
         self._kl_sampling = value
 
-    # ------------------------------------------------------------------ the shared vector c
+    # ------------------------------------------------------------------ the shared vectors b, w
     def _key(self, kernel, Z: Tensor) -> tuple:
         ts = [self.a, self.gamma, Z, *kernel.parameters(), *kernel.buffers()]
         return tuple((id(t), t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape)) for t in ts)
 
-    def coefficients(self, kernel, Z: Tensor, Lzz: Tensor) -> Tensor:
-        """c_j = L_zz^-1 K(Z_j, gamma_j) a_j for every latent function, ``(Q, M)``.
+    def basis_terms(self, kernel, Z: Tensor, Lzz: Tensor, Kzz: Optional[Tensor] = None,
+                    jitter_rel: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        """b_j = K(Z_j, gamma_j) a_j and w_j = K_zz^-1 b_j, each ``(Q, M)`` (so c_j = L_zz^-1 b_j has
+        ||c_j||^2 = b_j^T w_j and V_j^T c_j = K_xz w_j).
 
-        Under autograd it is computed afresh; otherwise it is cached until a parameter changes.
+        Two ways to differentiate through K_zz^-1, matching the model's two paths:
+
+        * ``Kzz`` None: autograd through ``Lzz`` (which then carries the graph, the reference path);
+        * ``Kzz`` given (with the relative ``jitter_rel`` that was added before factorizing, and
+          ``Lzz`` without graph, the model's fused path): the gradient dF/dK_zz = -(K_zz^-1 dF/dw) w^T
+          is handed to K_zz directly, with no Cholesky backward.
+
+        Under ``torch.no_grad`` the result is cached until a parameter changes (module docstring).
         """
-        if torch.is_grad_enabled():
-            return self._coefficients(kernel, Z, Lzz)
-        key = self._key(kernel, Z)
-        if key == self._cache_key and self._cache_c is not None:
-            self.cache_hits += 1
-            return self._cache_c
-        c = self._coefficients(kernel, Z, Lzz)
-        self._cache_key, self._cache_c = key, c
-        return c
+        if not torch.is_grad_enabled():
+            key = self._key(kernel, Z)
+            if key == self._cache_key and self._cache_terms is not None:
+                self.cache_hits += 1
+                return self._cache_terms
+            out = self._basis_terms(kernel, Z, Lzz, Kzz, jitter_rel)
+            self._cache_key, self._cache_terms = key, out
+            return out
+        return self._basis_terms(kernel, Z, Lzz, Kzz, jitter_rel)
 
-    def _coefficients(self, kernel, Z: Tensor, Lzz: Tensor) -> Tensor:
-        Kza = kernel_matvec(kernel, Z, self.gamma, self.a)  # (Q, M)
-        return torch.linalg.solve_triangular(Lzz, Kza.unsqueeze(-1), upper=False).squeeze(-1)
+    def _basis_terms(self, kernel, Z, Lzz, Kzz, jitter_rel):
+        b = kernel_matvec(kernel, Z, self.gamma, self.a)  # (Q, M)
+        if Kzz is not None and torch.is_grad_enabled() and Kzz.requires_grad:
+            diag_mean = Kzz.diagonal(dim1=-2, dim2=-1).mean(-1).abs().clamp_min(1e-30)
+            rel = 0.0 if jitter_rel is None else jitter_rel
+            eye = torch.eye(Kzz.shape[-1], dtype=Kzz.dtype, device=Kzz.device)
+            A = Kzz + (rel * diag_mean)[:, None, None] * eye  # the matrix that Lzz factorizes
+            w = _SPDSolve.apply(A, b, Lzz.detach())
+        else:
+            w = torch.cholesky_solve(b.unsqueeze(-1), Lzz).squeeze(-1)
+        return b, w
+
+    def coefficients(self, kernel, Z: Tensor, Lzz: Tensor) -> Tensor:
+        """c_j = L_zz^-1 K(Z_j, gamma_j) a_j, ``(Q, M)`` (= L_zz^T w_j)."""
+        _, w = self.basis_terms(kernel, Z, Lzz)
+        return (Lzz.transpose(-1, -2) @ w.unsqueeze(-1)).squeeze(-1)
 
     def clear_cache(self) -> None:
-        self._cache_key, self._cache_c, self._stash = None, None, None
+        self._cache_key, self._cache_terms, self._stash = None, None, None
 
     def _apply(self, fn, *args, **kwargs):
         self.clear_cache()
         return super()._apply(fn, *args, **kwargs)
 
     # ------------------------------------------------------------------ marginal means
-    def mean_shift(self, X: Tensor, kernel, Z: Tensor, Lzz: Tensor, V: Tensor) -> Tensor:
-        """r_j(x_n) = k(x_n, gamma_j) a_j - v_jn^T c_j, shape ``(Q, B)`` (broadcasts to ``(K, Q, B)``).
+    def mean_shift(self, X: Tensor, kernel, Z: Tensor, Lzz: Tensor, V: Optional[Tensor] = None, *,
+                   Kzx: Optional[Tensor] = None, Kzz: Optional[Tensor] = None,
+                   jitter_rel: Optional[Tensor] = None) -> Tensor:
+        """r_j(x_n) = k(x_n, gamma_j) a_j - k(x_n, Z_j) K_zz^-1 K(Z_j, gamma_j) a_j, shape ``(Q, B)``
+        (broadcasts to ``(K, Q, B)``).
 
         Args:
             X: ``(B, D)``; Z: inducing inputs ``(Q, M, D)``; Lzz: Cholesky factors of K_zz
-            ``(Q, M, M)``; V: L_zz^-1 K_zx ``(Q, M, B)`` as already formed by the model.
+                ``(Q, M, M)``.
+            V: L_zz^-1 K_zx ``(Q, M, B)`` as formed by the model's reference path (then
+                r = K_x,gamma a - V^T c), or
+            Kzx: K_zx ``(Q, M, B)`` (then r = K_x,gamma a - K_xz w), with ``Kzz`` / ``jitter_rel``
+                for the fused gradient (see :meth:`basis_terms`).
         """
-        c = self.coefficients(kernel, Z, Lzz)
+        if (V is None) == (Kzx is None):
+            raise ValueError("mean_shift needs exactly one of V (= L_zz^-1 K_zx) and Kzx")
+        b, w = self.basis_terms(kernel, Z, Lzz, Kzz, jitter_rel)
         if torch.is_grad_enabled():
-            self._stash = (weakref.ref(Lzz), c)
-        return kernel_matvec(kernel, X, self.gamma, self.a) - (V * c.unsqueeze(-1)).sum(-2)
+            self._stash = (weakref.ref(Lzz), b, w)
+        if V is not None:
+            c = (Lzz.transpose(-1, -2) @ w.unsqueeze(-1)).squeeze(-1)
+            proj = (V * c.unsqueeze(-1)).sum(-2)
+        else:
+            proj = (Kzx * w.unsqueeze(-1)).sum(-2)
+        return kernel_matvec(kernel, X, self.gamma, self.a) - proj
 
     # ------------------------------------------------------------------ KL
-    def kl(self, kernel, Z: Tensor, Lzz: Tensor, *, columns: Optional[int] = None,
-           generator: Optional[torch.Generator] = None) -> Tensor:
+    def kl(self, kernel, Z: Tensor, Lzz: Tensor, *, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
+           columns: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:
         """The extra KL term sum_j 1/2 a_j^T (K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma) a_j (a scalar).
 
         Args:
+            Kzz, jitter_rel: as in :meth:`basis_terms` (the model's fused path).
             columns: sampled columns (default ``self.kl_columns``; None or >= G means exact).
             generator: CPU torch.Generator for the column draws (default the head's own).
         """
-        c = None
+        bw = None
         if self._stash is not None:
-            ref, stashed = self._stash
+            ref, b, w = self._stash
             self._stash = None
-            if ref() is Lzz:  # reuse the c of this step's mean_shift (same graph, no recomputation)
-                c = stashed
-        if c is None:
-            c = self.coefficients(kernel, Z, Lzz)
+            if ref() is Lzz:  # reuse this step's mean_shift terms (same graph, no recomputation)
+                bw = (b, w)
+        b, w = bw if bw is not None else self.basis_terms(kernel, Z, Lzz, Kzz, jitter_rel)
+        nystrom = (b * w).sum()  # sum_j ||c_j||^2
         C = self.kl_columns if columns is None else int(columns)
         G = self.size
         if C is None or C >= G:
             quad = (self.a * kernel_matvec(kernel, self.gamma, self.gamma, self.a)).sum()
-            return 0.5 * (quad - (c * c).sum())
+            return 0.5 * (quad - nystrom)
         idx = self.sample_columns(C, generator)
         if self.kl_sampling == "kernel":
-            return 0.5 * (self._sampled_kernel_quadratic(kernel, idx) - (c * c).sum())
-        return 0.5 * self._sampled_residual_quadratic(kernel, Z, Lzz, c, idx)
+            return 0.5 * (self._sampled_kernel_quadratic(kernel, idx) - nystrom)
+        return 0.5 * self._sampled_residual_quadratic(kernel, Z, w, idx)
 
     def sample_columns(self, columns: int, generator: Optional[torch.Generator] = None) -> Tensor:
         """C distinct column indices per latent function, uniformly at random, ``(Q, C)``."""
@@ -270,12 +332,11 @@ class OrthogonalMeanHead(nn.Module):
         colJ = kernel_matvec(kernel, gJ, self.gamma, self.a)  # (Q, C): K(gamma_J, gamma) a
         return (self.size / idx.shape[1]) * (aJ * colJ).sum()
 
-    def _sampled_residual_quadratic(self, kernel, Z: Tensor, Lzz: Tensor, c: Tensor, idx: Tensor) -> Tensor:
-        """(G / C) sum_{j in J} a_j (R a)_j with R = K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma."""
+    def _sampled_residual_quadratic(self, kernel, Z: Tensor, w: Tensor, idx: Tensor) -> Tensor:
+        """(G / C) sum_{j in J} a_j (R a)_j with R = K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma, whose
+        sampled rows are (R a)_J = K(gamma_J, gamma) a - K(gamma_J, Z) w."""
         gJ, aJ = self._gather(idx)
-        colJ = kernel_matvec(kernel, gJ, self.gamma, self.a)  # (Q, C)
-        WJ = torch.linalg.solve_triangular(Lzz, kernel(Z, gJ), upper=False)  # (Q, M, C)
-        colJ = colJ - (WJ * c.unsqueeze(-1)).sum(-2)
+        colJ = kernel_matvec(kernel, gJ, self.gamma, self.a) - kernel_matvec(kernel, gJ, Z, w)  # (Q, C)
         return (self.size / idx.shape[1]) * (aJ * colJ).sum()
 
     def quadratic(self, kernel, *, columns: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:
