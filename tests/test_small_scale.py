@@ -1,0 +1,103 @@
+"""Smoke tests of the small-scale suite (experiments/small_scale.py, seed 004 §9.3) and of the
+shared experiment helpers. The suite tests run ``--quick`` (one split, fg, SF 0.2, few iterations)
+on three datasets and skip when ../shared/data is absent."""
+import csv
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from experiments import _common  # noqa: E402
+
+needs_data = pytest.mark.skipif(not _common.DEFAULT_DATA_DIR.is_dir(),
+                                reason=f"shared data not found at {_common.DEFAULT_DATA_DIR}")
+
+
+def _run_quick(dataset, tmp_path):
+    from experiments import small_scale
+
+    out = small_scale.main([dataset, "--quick", "--out", str(tmp_path)])
+    folder = tmp_path / dataset
+    for name in ("results.csv", "summary.md", "figure.png"):
+        assert (folder / name).is_file() and (folder / name).stat().st_size > 0, name
+    with open(folder / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(out["rows"]) >= 1
+    return [r for r in rows if r["method"] == "savigp"], [r for r in rows if r["method"] != "savigp"]
+
+
+@needs_data
+def test_quick_wisconsin(tmp_path):
+    runs, _ = _run_quick("wisconsin", tmp_path)
+    (r,) = runs
+    assert (r["posterior"], float(r["sf"]), r["estimator_used"]) == ("fg", 0.2, "reparam")
+    assert float(r["error_rate"]) < 0.15
+    assert 0 < float(r["nlp"]) < 0.5
+    assert math.isfinite(float(r["elbo"])) and float(r["train_seconds"]) > 0
+
+
+@needs_data
+def test_quick_boston_with_exact_gp(tmp_path):
+    runs, base = _run_quick("boston", tmp_path)
+    (r,) = runs
+    (gp,) = base
+    assert gp["method"] == "exact_gp"
+    for row in (r, gp):
+        assert 0 < float(row["sse"]) < 0.6  # standardized squared error: 1 = predicting the mean
+        assert 1.5 < float(row["nlpd"]) < 4.5  # house prices in $1000s
+    assert int(float(r["M"])) == 60 and r["estimator_used"] == "closed-form"
+
+
+@needs_data
+def test_quick_mining_intensity(tmp_path):
+    runs, _ = _run_quick("mining", tmp_path)
+    (r,) = runs
+    assert math.isfinite(float(r["train_nlpd"])) and 0 < float(r["train_nlpd"]) < 1.5
+    # the known drop in the disaster rate around 1890
+    assert float(r["intensity_before_1890"]) > 1.5 * float(r["intensity_after_1900"]) > 0
+    assert float(r["band_width_mean"]) > 0
+
+
+def test_nested_subsets_are_nested():
+    sets = _common.nested_subsets(100, [10, 20, 50], seed=3)
+    assert set(sets[10]) <= set(sets[20]) <= set(sets[50])
+    assert len(set(sets[50])) == 50
+
+
+def test_csv_roundtrip_and_summary(tmp_path):
+    rows = [{"posterior": "fg", "sf": 0.1, "sse": 0.2}, {"posterior": "fg", "sf": 0.1, "sse": 0.4},
+            {"posterior": "mog1", "sf": 0.1, "sse": float("nan")}]
+    path = tmp_path / "t.csv"
+    _common.write_csv_atomic(path, rows)
+    back = _common.read_csv_rows(path)
+    assert back[0]["sse"] == 0.2 and math.isnan(back[2]["sse"])
+    summ = _common.summarize(back, ["posterior", "sf"], ["sse"])
+    assert summ[0]["n"] == 2 and summ[0]["sse_mean"] == pytest.approx(0.3) and summ[0]["sse_std"] == pytest.approx(0.1)
+    assert "sse_mean" not in summ[1]
+    assert "| fg |" in _common.markdown_table(summ, ["posterior", "sse_mean"])
+    assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
+
+
+def test_standardizer_log_scale():
+    x = np.array([[1.0, 5.0], [3.0, 5.0]])
+    s = _common.Standardizer(x)
+    np.testing.assert_allclose(s(x), [[-1, 0], [1, 0]])
+    np.testing.assert_allclose(s.inverse(s(x)), x)
+    assert s.log_scale == pytest.approx(0.0)  # std 1 for the first column, constant column kept at 1
+
+
+def test_mixture_quantiles_match_normal():
+    from scipy.stats import norm
+    from experiments.small_scale import mixture_normal_quantiles
+
+    m, s = np.array([[0.0, 1.0]]), np.array([[1.0, 2.0]])
+    q = mixture_normal_quantiles(m, s, np.array([1.0]), [0.025, 0.975])
+    np.testing.assert_allclose(q, [norm.ppf(0.025, m[0], s[0]), norm.ppf(0.975, m[0], s[0])], atol=1e-9)
+    m2, s2, w = np.array([[0.0], [3.0]]), np.array([[1.0], [0.5]]), np.array([0.3, 0.7])
+    (q2,) = mixture_normal_quantiles(m2, s2, w, [0.4])
+    assert 0.3 * norm.cdf(q2[0], 0, 1) + 0.7 * norm.cdf(q2[0], 3, 0.5) == pytest.approx(0.4, abs=1e-9)
