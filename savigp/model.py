@@ -254,10 +254,7 @@ class SAVIGP(nn.Module):
         """
         Kzz = jitter_rel = None
         if Lzz is None:
-            if self.mean_head is None:
-                Kzz, Lzz, jitter_rel = self._prior_parts()
-            else:
-                Lzz = self.prior_factor()
+            Kzz, Lzz, jitter_rel = self._prior_parts()
         return self._marginals(X, Lzz, Kzz, jitter_rel)
 
     def _marginals(self, X: Tensor, Lzz: Tensor, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
@@ -266,13 +263,16 @@ class SAVIGP(nn.Module):
         gradient reaches the kernel through K_zz by the fused backward pass."""
         Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
         kxx = self.kernel.diag(X)  # (Q, B)
-        if self.mean_head is None and not Lzz.requires_grad:
+        if not Lzz.requires_grad:
             # fast path: one triangular solve forward, a hand-written backward (posteriors.whitened_moments)
             fmean, dvar = self.posterior.moments(Kzz, Kzx, Lzz, scale, jitter_rel)
             mean = self.prior_mean[:, None] + fmean  # (K, Q, B)
+            if self.mean_head is not None:  # seed 003: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a (fused K_zz adjoint)
+                mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, Kzx=Kzx, Kzz=Kzz,
+                                                        jitter_rel=jitter_rel)
             var = kxx + dvar  # (K, Q, B): k_nn - v^T v + v^T S_k v
         else:
-            # reference path: autograd through L_zz (the decoupled mean head needs V and a differentiable L_zz)
+            # reference path: autograd through L_zz
             V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)  # (Q, M, B)
             mean = self.prior_mean[:, None] + torch.einsum("kqm,qmb->kqb", self.posterior.mean, V)  # (K, Q, B)
             if self.mean_head is not None:
@@ -294,11 +294,7 @@ class SAVIGP(nn.Module):
             generator: torch.Generator for the Monte Carlo draws.
         """
         X, Y = (self.train_x, self.train_y) if batch is None else (self.train_x[batch], self.train_y[batch])
-        if self.mean_head is None:
-            Kzz, Lzz, jitter_rel = self._prior_parts()
-        else:
-            Kzz = jitter_rel = None
-            Lzz = self.prior_factor()
+        Kzz, Lzz, jitter_rel = self._prior_parts()
         post_scale = self.posterior.scale()  # computed once per step, shared by all terms
         mean, var = self._marginals(X, Lzz, Kzz, jitter_rel, post_scale)
         scale = self.num_data / X.shape[0]
@@ -306,7 +302,8 @@ class SAVIGP(nn.Module):
                                num_samples=num_samples, scale=scale, generator=generator)
         ent = self.posterior.entropy(post_scale)
         cross = self.posterior.cross_entropy(post_scale)
-        head_kl = self.mean_head.kl(self.kernel, self.inducing, Lzz) if self.mean_head is not None else ell.value.new_zeros(())
+        head_kl = (self.mean_head.kl(self.kernel, self.inducing, Lzz, Kzz=Kzz, jitter_rel=jitter_rel)
+                   if self.mean_head is not None else ell.value.new_zeros(()))
         total = ell.value + ent + cross - head_kl
         half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum())
         return ELBOTerms(total, float(ell.value.detach()), float(ent.detach()) + half_logdet,
