@@ -1,0 +1,115 @@
+"""Small helpers shared by the flagship experiments (seismic.py, gprn_sarcos.py, mnist.py):
+locating the shared data, writing result tables as CSV and Markdown, and the matplotlib set-up.
+
+Data are never copied into the repository: they are read from ``../shared/data`` relative to the
+repository root, or from ``--data-dir``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+
+if str(REPO_ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def data_dir(arg: Optional[str]) -> Path:
+    """The data folder: ``arg`` if given, else ``../shared/data`` next to the repository."""
+    path = Path(arg) if arg else DEFAULT_DATA_DIR
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"data folder {path} not found; pass --data-dir pointing at the shared SAVIGP data "
+            "(the folder holding seismic/, sarcos/, ...)"
+        )
+    return path
+
+
+def out_dir(arg: Optional[str], name: str) -> Path:
+    """The output folder (created): ``arg`` if given, else ``results/<name>`` under the current folder."""
+    path = Path(arg) if arg else Path("results") / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def set_threads(quick: bool, threads: Optional[int]) -> int:
+    """Limit torch's intra-op threads (1 in quick mode: the test machines are shared)."""
+    import torch
+
+    n = threads if threads else (1 if quick else max(1, min(4, os.cpu_count() or 1)))
+    torch.set_num_threads(int(n))
+    return int(n)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.3e}"
+    return str(v)
+
+
+def write_table(rows: Sequence[dict], stem: Path, columns: Optional[Sequence[str]] = None,
+                title: Optional[str] = None, notes: Iterable[str] = ()) -> tuple[Path, Path]:
+    """Write ``rows`` (a list of dicts) to ``stem.csv`` (full precision) and ``stem.md`` (rounded).
+
+    Returns the two paths.
+    """
+    stem = Path(stem)
+    if columns is None:
+        columns = []
+        for r in rows:
+            for k in r:
+                if k not in columns:
+                    columns.append(k)
+    csv_path, md_path = stem.with_suffix(".csv"), stem.with_suffix(".md")
+    with open(csv_path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in columns})
+    lines = []
+    if title:
+        lines += [f"# {title}", ""]
+    lines.append("| " + " | ".join(columns) + " |")
+    lines.append("| " + " | ".join("---" for _ in columns) + " |")
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r.get(k, "")) for k in columns) + " |")
+    notes = list(notes)
+    if notes:
+        lines.append("")
+        lines += [f"- {n}" for n in notes]
+    md_path.write_text("\n".join(lines) + "\n")
+    return csv_path, md_path
+
+
+def write_json(obj, path: Path) -> Path:
+    Path(path).write_text(json.dumps(obj, indent=2, default=float) + "\n")
+    return Path(path)
+
+
+def environment() -> dict:
+    """What the numbers were measured on (written next to every results table)."""
+    import numpy
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "machine": platform.machine(),
+            "cuda": bool(torch.cuda.is_available()), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def pyplot():
+    """matplotlib.pyplot with the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
