@@ -445,8 +445,7 @@ def cmd_train(args) -> int:
         if not quiet:
             print(f"resuming from {source} at step {step} of {total}", file=sys.stderr)
     else:
-        model = build_model(Xm, Ym, likelihood, model_options)
-        model.likelihood.initialize_from_data(model.train_y)
+        model = build_model(Xm, Ym, likelihood, model_options)  # SAVIGP calls likelihood.initialize_from_data
     saved = SavedModel(model, config)
 
     # ---- training with checkpoints and a graceful Ctrl-C

@@ -263,6 +263,28 @@ def _cpu(obj):
     return obj
 
 
+def plain(obj, where: str = "config"):
+    """``obj`` as plain Python values only (dict, list, str, int, float, bool, None), which is what
+    ``torch.load(weights_only=True)`` accepts besides tensors: numpy scalars and arrays become
+    numbers and lists, tuples become lists; anything else raises ``TypeError`` naming the key."""
+    if isinstance(obj, np.generic):  # before float: np.float64 is a float subclass
+        return obj.item()
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (np.ndarray, torch.Tensor)):
+        return np.asarray(obj.detach().cpu() if isinstance(obj, torch.Tensor) else obj).tolist()
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{where}: keys must be strings, got {k!r}")
+            out[k] = plain(v, f"{where}[{k!r}]")
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [plain(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    raise TypeError(f"{where}: {type(obj).__name__} is not a plain value (model files hold tensors and plain values only)")
+
+
 def save_model(path: str, model: SAVIGP, config: dict, training_state: Optional[dict] = None) -> None:
     """Write a model file atomically (see the module docstring for its layout).
 
@@ -272,9 +294,19 @@ def save_model(path: str, model: SAVIGP, config: dict, training_state: Optional[
         training_state: ``{"optimizer": state_dict, "generator": ByteTensor, "perm": LongTensor (N,),
             "pos": int}`` to allow resuming, or None.
     """
-    config = dict(config)
+    config = plain(dict(config))
     config["format"], config["version"] = FORMAT, VERSION
-    config["model"] = dict(model.config)
+    config["model"] = plain(dict(model.config))
+    # what the module itself is, whatever the caller's config says
+    from .kernels import KERNELS
+
+    kernel = [name for name, cls in KERNELS.items() if type(model.kernel) is cls]
+    if not kernel:
+        raise TypeError(f"cannot save a model with kernel {type(model.kernel).__name__}: model files support "
+                        f"the built-in kernels {sorted(KERNELS)}")
+    options = dict(config.get("model_options") or {})
+    options.update(kernel=kernel[0], dtype=str(model.dtype).replace("torch.", ""))
+    config["model_options"] = options
     payload = {
         "config": config,
         "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
