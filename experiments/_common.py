@@ -213,7 +213,8 @@ def grouped_boxplot(ax, data: dict, groups: Sequence, members: Sequence, *, ylab
                     group_label: Callable = str) -> None:
     """Box plots of ``data[(group, member)]`` (a list of values, e.g. one per split), grouped along
     the x axis by ``groups`` (e.g. sparsity factors), one coloured box per member (e.g. posterior)
-    inside each group -- the layout of the paper's figures 1-4. Whiskers at 1.5 IQR (the paper's).
+    inside each group -- the layout of the paper's figures 1-4. Whiskers at 1.5 IQR (the paper's);
+    every value is also drawn as a dot.
 
     ``baselines`` maps a label to a list of values (e.g. exact GP per split), drawn as an extra
     group on the right.
@@ -230,12 +231,13 @@ def grouped_boxplot(ax, data: dict, groups: Sequence, members: Sequence, *, ylab
                 continue
             pos = gi + (mi - (len(members) - 1) / 2) * width
             bp = ax.boxplot([vals], positions=[pos], widths=width * 0.85, whis=1.5, patch_artist=True,
-                            manage_ticks=False)
+                            manage_ticks=False, showfliers=False)
             for box in bp["boxes"]:
                 box.set_facecolor(colors[mi % len(colors)])
                 box.set_alpha(0.75)
             for med in bp["medians"]:
                 med.set_color("black")
+            ax.scatter(np.full(len(vals), pos), vals, s=9, color="black", zorder=3)  # every split
         ticks.append(gi)
         labels.append(group_label(g))
     handles = [mpatches.Patch(color=colors[i % len(colors)], alpha=0.75, label=str(m)) for i, m in enumerate(members)]
@@ -245,11 +247,13 @@ def grouped_boxplot(ax, data: dict, groups: Sequence, members: Sequence, *, ylab
             if not vals:
                 continue
             pos = len(groups) + bi
-            bp = ax.boxplot([vals], positions=[pos], widths=0.5, whis=1.5, patch_artist=True, manage_ticks=False)
+            bp = ax.boxplot([vals], positions=[pos], widths=0.5, whis=1.5, patch_artist=True, manage_ticks=False,
+                            showfliers=False)
             for box in bp["boxes"]:
                 box.set_facecolor("lightgrey")
             for med in bp["medians"]:
                 med.set_color("black")
+            ax.scatter(np.full(len(vals), pos), vals, s=9, color="black", zorder=3)
             ticks.append(pos)
             labels.append(name)
     ax.set_xticks(ticks)

@@ -253,6 +253,8 @@ def exact_gp_baseline(kernel, Xtr, ytr, Xte, yte, warped: bool, max_iter: int = 
     ys = torch.as_tensor(yte[:, 0], dtype=torch.float64)
     N, D = X.shape
     lik = L.WarpedGaussian(num_tanh=3, variance=0.1) if warped else L.Gaussian(variance=0.1)
+    lik.to(torch.float64)
+    kernel.to(torch.float64)
     lik.initialize_from_data(y[:, None])
     params = list(kernel.parameters()) + list(lik.parameters())
     eye = torch.eye(N, dtype=torch.float64)
@@ -278,6 +280,8 @@ def exact_gp_baseline(kernel, Xtr, ytr, Xte, yte, warped: bool, max_iter: int = 
         return loss
 
     opt.step(closure)
+    if not all(bool(torch.isfinite(p).all()) for p in params):
+        raise FloatingPointError("exact GP: hyper-parameters became non-finite during L-BFGS")
     with torch.no_grad():
         t, _ = lik.warp(y) if warped else (y, None)
         noise = lik.variance()
@@ -339,8 +343,13 @@ def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
                        posterior="-", sf=1.0, M=N)
             if run_key(row) in done:
                 continue
-            res = exact_gp_baseline(make_kernel(spec, Xtr, 1), Xtr, ytr, Xte, yte, warped=(b == "exact_wgp"),
-                                    max_iter=60 if args.quick else 300)
+            try:
+                res = exact_gp_baseline(make_kernel(spec, Xtr, 1), Xtr, ytr, Xte, yte, warped=(b == "exact_wgp"),
+                                        max_iter=60 if args.quick else 300)
+            except (FloatingPointError, RuntimeError) as e:  # e.g. a failed Cholesky: record it, go on
+                row.update(diverged=str(e)[:200])
+                record(row)
+                continue
             row.update(sse=res["sse"], nlpd=res["nlpd"] + log_sd, elbo=res["elbo"], elbo_original_scale=res["elbo"] - N * log_sd,
                        iterations="", train_seconds=res["train_seconds"], seconds=res["train_seconds"])
             record(row)
@@ -528,7 +537,8 @@ def plot_grid(spec: Dataset, rows: list[dict], out_dir: Path) -> Path:
     posts = [p for p in POSTERIORS if any(r["posterior"] == p for r in sav)]
     sfs = sorted({float(r["sf"]) for r in sav})
     base_rows = [r for r in rows if r.get("method") != "savigp"]
-    fig, axes = plt.subplots(max(1, len(variants)), 2, figsize=(11, 3.6 * max(1, len(variants))), squeeze=False)
+    fig, axes = plt.subplots(max(1, len(variants)), 2, figsize=(11, 3.6 * max(1, len(variants))),
+                             squeeze=False, sharey="col")
     for vi, (lik, est) in enumerate(variants or [("", "")]):
         for ci, metric in enumerate((m1, m2)):
             data = {}
