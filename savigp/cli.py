@@ -68,7 +68,7 @@ LIKELIHOOD_OPTIONS = {
 }
 #: options of ``train`` that a resumed run must repeat unchanged (iterations/epochs may grow)
 RESUME_KEYS = (
-    "header", "delimiter", "likelihood", "num_latent", "num_classes", "one_hot", "num_outputs", "num_nodes",
+    "likelihood", "num_latent", "num_classes", "one_hot", "num_outputs", "num_nodes",
     "num_layers", "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "kernel", "num_inducing",
     "inducing_init", "dense", "fixed_inducing", "posterior", "components", "prior_mean", "learn_prior_mean",
     "mean_basis_size", "standardize_inputs", "standardize_targets", "dtype", "seed", "batch_size", "optimizer",
@@ -129,6 +129,18 @@ def _check_output_path(path: str, option: str = "--out") -> None:
         raise CLIError(f"{option} {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
         raise CLIError(f"{option} {path}: the folder {folder} is not writable")
+
+
+def _check_device(device: Optional[str]) -> None:
+    import torch
+
+    if device and str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise CLIError(f"--device {device}: CUDA is not available on this machine")
+
+
+def _check_samples(samples: int) -> None:
+    if samples < 1:
+        raise CLIError(f"--samples must be >= 1, got {samples}")
 
 
 def _is_builtin(name: str) -> bool:
@@ -351,8 +363,7 @@ def cmd_train(args) -> int:
     from .serialization import SavedModel, build_model, load_model, standardization_stats
     from .training import fit
 
-    if args.device and str(args.device).startswith("cuda") and not torch.cuda.is_available():
-        raise CLIError(f"--device {args.device}: CUDA is not available on this machine")
+    _check_device(args.device)
 
     # ---- likelihood and targets
     spec = _likelihood_spec(args, Y)
@@ -476,10 +487,13 @@ def cmd_train(args) -> int:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.01)  # let the handler run
         every = args.checkpoint_every
-        if interrupted["flag"] or (every and done % every == 0 and done < total):
-            write_checkpoint(ckpt, done, False, float(terms.elbo.detach()))
+        last["elbo"] = float(terms.elbo.detach())
+        if (interrupted["flag"] and done < total) or (every and done % every == 0 and done < total):
+            write_checkpoint(ckpt, done, False, last["elbo"])
+            last["checkpoint"] = done
         return interrupted["flag"]
 
+    last = {"elbo": config.get("elbo"), "checkpoint": None}
     remaining = total - int(state.get("step", 0))
     try:
         previous = signal.signal(signal.SIGINT, on_sigint)
@@ -494,7 +508,9 @@ def cmd_train(args) -> int:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     done = int(state.get("step", 0))
-    if interrupted["flag"]:
+    if interrupted["flag"] and done < total:  # (interrupted after the last step: just finish)
+        if last["checkpoint"] != done:  # Ctrl-C came after the last callback
+            write_checkpoint(ckpt, done, False, last["elbo"])
         print(f"savigp train: interrupted at step {done} of {total}; checkpoint written to {ckpt}; "
               f"run the same command with --resume to continue", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -516,6 +532,7 @@ def _load_for_use(model_path: str, device):
 
     if not os.path.exists(model_path):
         raise ModelFileError(f"{model_path}: no such model file")
+    _check_device(device)
     saved, _ = load_model(model_path, device=device)
     return saved
 
@@ -552,6 +569,7 @@ def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
 
 def cmd_predict(args) -> int:
     """``savigp predict``: predictive means/variances (and class probabilities) per row."""
+    _check_samples(args.samples)
     if args.out != "-":
         _check_output_path(args.out)
     from .serialization import ModelFileError
@@ -584,6 +602,7 @@ def format_metrics(metrics: dict) -> str:
 
 def cmd_evaluate(args) -> int:
     """``savigp evaluate``: SSE and NLPD (regression) or error rate and NLP (classification)."""
+    _check_samples(args.samples)
     from .serialization import ModelFileError
 
     if not os.path.exists(args.model):
