@@ -228,13 +228,22 @@ class SAVIGP(nn.Module):
         Kzz = self.kernel(Z, Z)
         with torch.no_grad():
             Kd = Kzz.detach()
-            Lzz = robust_cholesky(Kd, name="K_zz (inducing-point kernel matrix)")
-            diag = Kd.diagonal(dim1=-2, dim2=-1)
-            added = ((Lzz * Lzz).sum(-1) - diag).mean(-1) / diag.mean(-1).abs().clamp_min(1e-30)
-            # the jitter is base_jitter * 10^tries: snap the estimate to that grid
             base = base_jitter(Kd.dtype)
-            tries = torch.round(torch.log10(added.clamp_min(base * 1e-3) / base)).clamp_min(0.0)
-            jitter_rel = base * torch.pow(10.0, tries)
+            diag = Kd.diagonal(dim1=-2, dim2=-1)
+            # first try exactly what robust_cholesky tries first (same jitter, same factor), in one pass
+            J = Kd.clone()
+            J.diagonal(dim1=-2, dim2=-1).add_((base * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1))
+            Lzz, info = torch.linalg.cholesky_ex(J)
+            del J
+            if not bool((info == 0).all()) or not bool(torch.isfinite(Lzz.diagonal(dim1=-2, dim2=-1)).all()):
+                # larger jitter (with its warning), or the error that names the problem
+                Lzz = robust_cholesky(Kd, name="K_zz (inducing-point kernel matrix)")
+                added = ((Lzz * Lzz).sum(-1) - diag).mean(-1) / diag.mean(-1).abs().clamp_min(1e-30)
+                # the jitter is base_jitter * 10^tries: snap the estimate to that grid
+                tries = torch.round(torch.log10(added.clamp_min(base * 1e-3) / base)).clamp_min(0.0)
+                jitter_rel = base * torch.pow(10.0, tries)
+            else:
+                jitter_rel = torch.full(diag.shape[:-1], base, dtype=Kd.dtype, device=Kd.device)
         return Kzz, Lzz, jitter_rel
 
     def marginals(self, X: Tensor, Lzz: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:

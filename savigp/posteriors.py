@@ -46,6 +46,59 @@ def _solve_lower(L: Tensor, B: Tensor, *, transpose: bool = False) -> Tensor:
                                          left=False).transpose(-1, -2)
 
 
+#: Block size of the triangular and symmetric products (:func:`_lower_mm` and friends): rows of
+#: the output are formed in blocks of about this many so that the zero half of a triangular
+#: factor (or the redundant half of a symmetric result) is skipped: ~(nb + 1) / (2 nb) of the
+#: flops of a dense product with nb blocks. 0 disables blocking.
+TRIANGULAR_BLOCK = 128
+
+
+def _edges(M: int) -> list:
+    nb = max(1, min(8, round(M / TRIANGULAR_BLOCK))) if TRIANGULAR_BLOCK > 0 else 1
+    return [round(i * M / nb) for i in range(nb + 1)]
+
+
+def _lower_mm(L: Tensor, X: Tensor) -> Tensor:
+    """L X for lower-triangular L ``(..., M, M)`` and X ``(..., M, N)``, skipping L's zero blocks."""
+    e = _edges(L.shape[-1])
+    if len(e) == 2:
+        return torch.matmul(L, X)
+    return torch.cat([torch.matmul(L[..., a:b, :b], X[..., :b, :]) for a, b in zip(e[:-1], e[1:])], dim=-2)
+
+
+def _upper_t_mm(L: Tensor, X: Tensor) -> Tensor:
+    """L^T X for lower-triangular L ``(..., M, M)`` and X ``(..., M, N)``, skipping L's zero blocks."""
+    e = _edges(L.shape[-1])
+    if len(e) == 2:
+        return torch.matmul(L.transpose(-1, -2), X)
+    return torch.cat([torch.matmul(L[..., a:, a:b].transpose(-1, -2), X[..., a:, :]) for a, b in zip(e[:-1], e[1:])],
+                     dim=-2)
+
+
+def _lower_of_product(X: Tensor, Y: Tensor, *, symmetric: bool = False, upper: str = "zero") -> Tensor:
+    """The lower triangle of X Y^T for X, Y ``(..., M, N)``, skipping the blocks strictly above the
+    block diagonal.
+
+    ``symmetric``: X Y^T is symmetric; the result is all of it (mirrored). Else the part above the
+    diagonal is zero (``upper="zero"``) or left unspecified (``upper="any"``, for callers that
+    read only the lower triangle).
+    """
+    e = _edges(X.shape[-2])
+    if len(e) == 2:
+        out = torch.matmul(X, Y.transpose(-1, -2))
+        return out if (symmetric or upper == "any") else torch.tril(out)
+    M = X.shape[-2]
+    shape = torch.broadcast_shapes(X.shape[:-2], Y.shape[:-2]) + (M, M)
+    out = X.new_empty(shape)
+    for a, b in zip(e[:-1], e[1:]):
+        out[..., a:, a:b] = torch.matmul(X[..., a:, :], Y[..., a:b, :].transpose(-1, -2))
+    if symmetric:
+        for a, b in zip(e[:-1], e[1:]):
+            out[..., a:b, b:] = out[..., b:, a:b].transpose(-1, -2)
+        return out
+    return torch.tril(out) if upper == "zero" else out
+
+
 def use_middle_form(num_inducing: int, batch: int, num_components: int = 1) -> bool:
     """Whether the P = S - I form costs fewer flops than the A = L^T V form (see :class:`_WhitenedMoments`)."""
     K = num_components
@@ -87,12 +140,12 @@ class _WhitenedMoments(torch.autograd.Function):
             s2m1 = scale * scale - 1.0  # (K, Q, M)
             dvar = torch.matmul(s2m1.unsqueeze(-2), V * V).squeeze(-2)  # (K, Q, B)
         elif middle:
-            P = torch.matmul(scale, scale.transpose(-1, -2))  # (K, Q, M, M)
+            P = _lower_of_product(scale, scale, symmetric=True)  # S_k = L_k L_k^T, (K, Q, M, M)
             P.diagonal(dim1=-2, dim2=-1).sub_(1.0)
             A = torch.matmul(P, V)  # W_k = P_k V, (K, Q, M, B)
             dvar = (V * A).sum(-2)
         else:
-            A = torch.matmul(scale.transpose(-1, -2), V)  # (K, Q, M, B)
+            A = _upper_t_mm(scale, V.unsqueeze(0).expand(scale.shape[0], *V.shape))  # L_k^T V, (K, Q, M, B)
             dvar = (A * A).sum(-2) - (V * V).sum(-2)
         ctx.diagonal, ctx.middle = diagonal, middle
         ctx.save_for_backward(V, A, P, L, mean, scale, jitter_rel)
@@ -122,38 +175,38 @@ class _WhitenedMoments(torch.autograd.Function):
         elif ctx.middle:
             W = A
             Vg = V.unsqueeze(0) * g_var.unsqueeze(-2)  # (K, Q, M, B)
-            dP = torch.matmul(Vg, V.transpose(-1, -2))  # (K, Q, M, M) = V diag(g_k) V^T
+            dP = _lower_of_product(Vg, V.unsqueeze(0), symmetric=True)  # (K, Q, M, M) = V diag(g_k) V^T
             del Vg
             if need_scale:
-                d_scale = torch.tril(torch.matmul(dP + dP.transpose(-1, -2), scale))
+                # d/dL_k tr(dP_k L_k L_k^T) = 2 dP_k L_k (dP_k symmetric), lower triangle
+                d_scale = _lower_of_product(dP, scale.transpose(-1, -2)).mul_(2.0)
             Wg = (W * g_var.unsqueeze(-2)).sum(0) if K > 1 else W[0] * g_var[0].unsqueeze(-2)  # (Q, M, B)
             Gbar = torch.baddbmm(Wg, mT, gmT, alpha=1.0, beta=2.0)
             if need_kzz:
-                X = torch.matmul(P, dP).sum(0) if K > 1 else torch.matmul(P[0], dP[0])
-                X = torch.baddbmm(X, mT, d_meanT.transpose(-1, -2), alpha=1.0, beta=2.0)
+                # only the lower triangle of Gbar V^T = sum_k 2 P_k dP_k + m_k (V g_mean_k)^T is used
+                X = _lower_of_product(P, dP, upper="any")
+                X = X.sum(0) if K > 1 else X[0]
+                # negated: the K_zz adjoint below is -L^-T Phi(Gbar V^T) L^-1
+                X = torch.baddbmm(X, mT, d_meanT.transpose(-1, -2), alpha=-1.0, beta=-2.0)
         else:
             dA = A * (2.0 * g_var).unsqueeze(-2)  # (K, Q, M, B)
             if need_scale:
-                d_scale = torch.tril(torch.matmul(V, dA.transpose(-1, -2)))  # (K, Q, M, M)
-            base = V * (-2.0 * g_var.sum(0)).unsqueeze(-2)
-            if K == 1:
-                Gbar = torch.baddbmm(base, scale[0], dA[0])
-                Gbar = torch.baddbmm(Gbar, mT, gmT)
-            else:
-                M = V.shape[-2]
-                left = torch.cat([scale.permute(1, 2, 0, 3).reshape(Q, M, K * M), mT], -1)
-                right = torch.cat([dA.transpose(0, 1).reshape(Q, K * M, -1), gmT], -2)
-                Gbar = torch.baddbmm(base, left, right)
+                d_scale = _lower_of_product(V.unsqueeze(0), dA)  # tril(V dA_k^T), (K, Q, M, M)
+            LdA = _lower_mm(scale, dA)  # L_k dA_k, (K, Q, M, B)
+            LdA = LdA.sum(0) if K > 1 else LdA[0]
+            LdA.addcmul_(V, g_var.sum(0).unsqueeze(-2), value=-2.0)
+            Gbar = torch.baddbmm(LdA, mT, gmT)
         if need_kzx:
             d_kzx = _solve_lower(L, Gbar, transpose=True)
         if need_kzz:
             if X is None:
-                X = torch.matmul(Gbar, V.transpose(-1, -2))  # (Q, M, M)
+                X = _lower_of_product(Gbar, V, upper="any").neg_()  # -(Gbar V^T), lower triangle
             Phi = torch.tril(X)
             Phi.diagonal(dim1=-2, dim2=-1).mul_(0.5)
-            Y = torch.linalg.solve_triangular(L, _solve_lower(L, Phi, transpose=True), upper=False,
-                                              left=False)  # L^-T Phi L^-1
-            d_kzz = -0.5 * (Y + Y.transpose(-1, -2))
+            # -L^-T Phi(Gbar V^T) L^-1. Its symmetric part is the gradient; K_zz = k(Z, Z) is
+            # symmetric in its two arguments, so the kernel's backward pass gives the same result for
+            # it and for this unsymmetrized matrix (which saves two passes over M x M)
+            d_kzz = torch.linalg.solve_triangular(L, _solve_lower(L, Phi, transpose=True), upper=False, left=False)
             if jitter_rel is not None:
                 # K_zz + rel * mean(diag K_zz) I was factorized
                 tr = d_kzz.diagonal(dim1=-2, dim2=-1).sum(-1)  # (Q,)
@@ -182,6 +235,25 @@ def whitened_moments(Kzz, Kzx: Tensor, L: Tensor, mean: Tensor, scale: Tensor, d
         middle = use_middle_form(Kzx.shape[-2], Kzx.shape[-1], mean.shape[0])
     return _WhitenedMoments.apply(Kzz, Kzx, mean, scale, L.detach(), bool(diagonal), bool(middle) and not diagonal,
                                   jitter_rel)
+
+
+class _LowerFactor(torch.autograd.Function):
+    """tril(raw, -1) + diag(softplus(diag(raw)) + 1e-10): one pass over M x M each way."""
+
+    @staticmethod
+    def forward(ctx, raw: Tensor) -> Tensor:
+        out = torch.tril(raw, -1)
+        out.diagonal(dim1=-2, dim2=-1).copy_(F.softplus(raw.diagonal(dim1=-2, dim2=-1)) + 1e-10)
+        ctx.save_for_backward(raw)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (raw,) = ctx.saved_tensors
+        out = torch.tril(grad, -1)
+        out.diagonal(dim1=-2, dim2=-1).copy_(grad.diagonal(dim1=-2, dim2=-1)
+                                             * torch.sigmoid(raw.diagonal(dim1=-2, dim2=-1)))
+        return out
 
 
 class MixturePosterior(nn.Module):
@@ -233,8 +305,7 @@ class MixturePosterior(nn.Module):
         """Cholesky factors L_kj ``(K, Q, M, M)`` (full) or standard deviations ``(K, Q, M)`` (diagonal)."""
         if self.diagonal:
             return F.softplus(self.raw_scale) + 1e-10
-        diag = F.softplus(self.raw_scale.diagonal(dim1=-2, dim2=-1)) + 1e-10
-        return torch.tril(self.raw_scale, diagonal=-1) + torch.diag_embed(diag)
+        return _LowerFactor.apply(self.raw_scale)
 
     def covariance(self) -> Tensor:
         """S_kj: ``(K, Q, M, M)`` (full) or its diagonal ``(K, Q, M)`` (diagonal)."""
