@@ -46,9 +46,6 @@ from .model import SAVIGP
 FORMAT = "savigp-model"
 VERSION = 1
 
-#: Options of :class:`SAVIGP` that a model file records in ``config["model_options"]``.
-MODEL_OPTION_KEYS = ("kernel", "inducing_init", "seed", "dtype", "prior_mean")
-
 
 class ModelFileError(ValueError):
     """A model file that cannot be read or used; ``str(err)`` is one line naming the file."""
