@@ -341,10 +341,15 @@ class SAVIGP(nn.Module):
         return mean, var, self.posterior.weights()
 
     def _draws(self, X: Tensor, num_samples: int, seed: int):
-        """Samples of f* from the mixture: per component S draws, ``(S, K, B, Q)``, and log pi ``(K,)``."""
+        """Samples of f* from the mixture: per component S draws, ``(S, K, B, Q)``, and log pi ``(K,)``.
+
+        The standard normal draws ``(S, K, 1, Q)`` are shared by all rows, so a row's prediction
+        depends on its own input and the seed only, not on which other rows are predicted with it.
+        """
         mean, var, _ = self.predict_latent(X)
         gen = torch.Generator().manual_seed(seed)
-        eps = torch.randn((num_samples, *mean.shape), dtype=mean.dtype, generator=gen).to(mean.device)
+        K, _, Q = mean.shape
+        eps = torch.randn((num_samples, K, 1, Q), dtype=mean.dtype, generator=gen).to(mean.device)
         return mean + var.sqrt() * eps, self.posterior.log_weights().detach(), mean, var
 
     @torch.no_grad()
@@ -386,7 +391,7 @@ class SAVIGP(nn.Module):
         out = []
         for i in range(0, X.shape[0], chunk_size):
             xb, yb = X[i:i + chunk_size], Y[i:i + chunk_size]
-            f, log_pi, _, _ = self._draws(xb, num_samples, seed + i)
+            f, log_pi, _, _ = self._draws(xb, num_samples, seed)
             lp = checked_log_prob(self.likelihood, yb, f)  # (S, K, B)
             lse = torch.logsumexp(lp + log_pi[None, :, None], dim=(0, 1))
             out.append(lse - torch.log(torch.tensor(float(num_samples), dtype=lse.dtype)))

@@ -245,3 +245,16 @@ def test_training_step_runs_on_cuda(dtype):
     h = savigp.fit(model, iterations=20, lr=0.05, estimator="score", progress=False)
     assert math.isfinite(h.elbo[-1])
     assert model.predict(X[:3]).probabilities.device.type == "cuda"
+
+
+def test_a_rows_prediction_does_not_depend_on_the_other_rows():
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, Gaussian(0.1), num_inducing=6)
+    Xs, Ys = _data(30, seed=3)
+    a = model.predict(Xs[:5], num_samples=200)
+    b = model.predict(Xs, num_samples=200)
+    assert torch.allclose(a.mean, b.mean[:5], rtol=0, atol=1e-12)
+    assert torch.allclose(a.variance, b.variance[:5], rtol=0, atol=1e-12)
+    lpd_a = model.log_predictive_density(Xs[:5], Ys[:5], num_samples=200)
+    lpd_b = model.log_predictive_density(Xs, Ys, num_samples=200, chunk_size=7)
+    assert torch.allclose(lpd_a, lpd_b[:5], rtol=0, atol=1e-12)
