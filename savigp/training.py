@@ -175,7 +175,7 @@ def fit(
             perm, pos = state["perm"].clone(), int(state.get("pos", 0))
         start = int(state.get("step", 0))
     bar = tqdm(range(start, start + iterations), initial=start, total=start + iterations, disable=not progress,
-               desc="savigp", dynamic_ncols=True, leave=False)
+               desc="savigp", dynamic_ncols=True, leave=False, mininterval=0.5)
     t0 = time.perf_counter()
     for step in bar:
         if optimizer == "lbfgs":
@@ -216,7 +216,7 @@ def fit(
         if state is not None:
             state.update(optimizer=opt, generator=gen, perm=perm, pos=pos, step=step + 1)
         if progress:
-            bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}")
+            bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}", refresh=False)
         if callback is not None and callback(step, terms):
             break
     bar.close()
