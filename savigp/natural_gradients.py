@@ -282,8 +282,8 @@ def fit_orthnat(
     natgrad_step: float = 0.1,
     natgrad_warmup: int = 0,
     gamma_update: str = "precond",
-    gamma_step: float = 1e-3,
-    gamma_precond: str = "seed",
+    gamma_step: float = 1.0,
+    gamma_precond: str = "gauss-newton",
     gamma_jitter: float = 1e-3,
     precond_every: int = 1,
     gamma_lr: float = 0.01,
@@ -299,9 +299,11 @@ def fit_orthnat(
     mini-batch and one set of Monte Carlo draws,
 
     1. a natural-gradient step of size ``natgrad_step`` on q(v) (module docstring);
-    2. for a_gamma, the preconditioned step (``gamma_update="precond"``, eq. (16), step
-       ``gamma_step``, preconditioner ``gamma_precond``) or Adam (``"adam"``, lr ``gamma_lr``;
-       the seed's recommended practical variant);
+    2. for a_gamma, the preconditioned step (``gamma_update="precond"``, step ``gamma_step``,
+       preconditioner ``gamma_precond``: ``"seed"`` is eq. (16) exactly, whose stable step
+       shrinks with N / sigma^2 and must be tuned; the default ``"gauss-newton"`` adds the
+       row-sum bound of the data curvature so that ``gamma_step=1`` is stable) or Adam
+       (``"adam"``, lr ``gamma_lr``; the seed's recommended practical variant);
     3. an Adam step (lr ``hyper_lr``) on the ``hyper_groups``: kernel hyper-parameters, inducing
        inputs, likelihood parameters, learnable prior means and the gamma inputs.
 

@@ -464,7 +464,8 @@ def test_orthnat_with_fixed_hyperparameters_approaches_the_optimum():
     assert all(math.isfinite(v) for v in h.elbo)
 
 
-@pytest.mark.parametrize("gamma_update,precond,step", [("precond", "seed", 3e-4), ("adam", "seed", 0.0)])
+@pytest.mark.parametrize("gamma_update,precond,step", [("precond", "seed", 3e-4), ("precond", "gauss-newton", 1.0),
+                                                       ("adam", "seed", 0.0)])
 def test_orthnat_variants_improve(gamma_update, precond, step):
     model, _ = _optimum_model()
     h = fit_orthnat(model, 30, natgrad_step=1.0, gamma_update=gamma_update, gamma_precond=precond,
