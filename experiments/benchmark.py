@@ -1,0 +1,640 @@
+"""Speed of one training step: savigp against GPyTorch SVGP and against the flop floor.
+
+One *step* is what :func:`savigp.training.fit` does per mini-batch with Adam::
+
+    opt.zero_grad(); terms = model.elbo(batch, num_samples=S, estimator=...)
+    (-terms.elbo).backward(); opt.step()
+
+and for GPyTorch the usual SVGP step (``-VariationalELBO(model(x), y)``, backward, Adam). Both
+libraries get identical data (N x D inputs, the same mini-batch indices at every step), the
+same RBF ARD kernel initialization, the same M inducing inputs (learned), the same
+full-Cholesky whitened q(u) (K = 1) and the same dtype and device. Steps of the two libraries
+alternate inside one process (``--rounds`` rounds of ``--steps`` steps each, after
+``--warmup`` warm-up steps); we report the median milliseconds per step over the rounds, so
+their ratio survives the noise of a shared machine.
+
+Likelihoods:
+
+* ``gaussian``: savigp's closed-form ELL, GPyTorch's GaussianLikelihood (closed form).
+* ``bernoulli``: savigp's Logistic as a black box (``estimator="score"``, S samples with
+  leave-one-out control variates); GPyTorch: a Bernoulli likelihood with the same logistic link
+  and GPyTorch's Monte Carlo expected log-likelihood with the same S samples (its generic
+  ``Likelihood.expected_log_prob``: reparameterized draws from the diagonal marginals). With
+  ``--gpytorch-bernoulli quadrature`` GPyTorch's own BernoulliLikelihood is used instead (probit
+  link, 20-point Gauss-Hermite quadrature, its default).
+* ``softmax``: Q latent functions, savigp's likelihoods.Softmax (score estimator, S samples);
+  GPyTorch's SoftmaxLikelihood (S Monte Carlo samples) over an
+  IndependentMultitaskVariationalStrategy (Q independent SVGPs).
+* K = 2 diagonal mixtures (``posterior=diag``) are savigp only: GPyTorch has no mixture posterior.
+
+The *flop floor* of a step is ``Q (M^3 + 6 M^2 B)`` flops (Cholesky-related M^3 work plus
+forward and backward triangular products with the B cross-covariance columns); ``GFLOP/s`` is
+that count divided by the measured time and ``floor x`` is the time divided by the floor time
+at the float matmul peak measured in the same run (largest of several square GEMMs).
+Peak memory is the largest amount of memory torch allocated during one step above what was
+allocated before it (torch profiler memory events on CPU; ``max_memory_allocated`` on CUDA).
+
+Usage::
+
+    python experiments/benchmark.py --quick                 # a few configurations, < ~1 min
+    python experiments/benchmark.py                         # full sweep over M, B, S, K and Q
+    python experiments/benchmark.py --device cuda --dtype float32 --out results/benchmark_gpu
+
+Outputs in ``--out`` (default ``results/benchmark``): ``benchmark.csv``, ``benchmark.md`` and
+``benchmark.png`` (time against M, B, S, K and Q).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, asdict, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from savigp import SAVIGP  # noqa: E402
+from savigp.kernels import RBF  # noqa: E402
+import likelihoods as L  # noqa: E402
+
+try:  # GPyTorch is only in the ``benchmark`` extra
+    import gpytorch  # noqa: F401
+
+    HAVE_GPYTORCH = True
+except Exception:  # pragma: no cover - depends on the environment
+    HAVE_GPYTORCH = False
+
+
+# ---------------------------------------------------------------------------------------- configs
+@dataclass
+class Config:
+    """One benchmark configuration."""
+
+    lik: str  # "gaussian" | "bernoulli" | "softmax"
+    M: int
+    B: int
+    S: int = 100
+    K: int = 1
+    Q: int = 1
+    posterior: str = "full"  # "full" | "diag"
+    sweep: str = ""  # which plot panel(s) it belongs to: "M", "B", "S", "K", "Q"
+
+    @property
+    def estimator(self) -> str:
+        return "closed-form" if self.lik == "gaussian" else "score"
+
+    @property
+    def label(self) -> str:
+        post = f"K={self.K} {self.posterior}"
+        s = "" if self.lik == "gaussian" else f" S={self.S}"
+        return f"{self.lik} Q={self.Q} M={self.M} B={self.B}{s} {post}"
+
+    @property
+    def gpytorch_ok(self) -> bool:
+        return self.K == 1 and self.posterior == "full"
+
+
+def quick_configs() -> list[Config]:
+    return [
+        Config("gaussian", 100, 1000, sweep="M"),
+        Config("bernoulli", 500, 1000, S=100, sweep="M"),
+        Config("bernoulli", 500, 1000, S=100, K=2, posterior="diag", sweep="K"),
+        Config("softmax", 100, 1000, S=100, Q=10, sweep="Q"),
+    ]
+
+
+def full_configs() -> list[Config]:
+    cfg: list[Config] = []
+    for lik in ("gaussian", "bernoulli"):
+        for M in (100, 250, 500, 1000):
+            cfg.append(Config(lik, M, 1000, S=100, sweep="M"))
+        for B in (100, 10000):
+            cfg.append(Config(lik, 500, B, S=100, sweep="B"))
+    for S in (10, 1000):
+        cfg.append(Config("bernoulli", 500, 1000, S=S, sweep="S"))
+    cfg.append(Config("bernoulli", 500, 1000, S=100, K=1, posterior="diag", sweep="K"))
+    cfg.append(Config("bernoulli", 500, 1000, S=100, K=2, posterior="diag", sweep="K"))
+    cfg.append(Config("bernoulli", 500, 1000, S=100, K=2, posterior="full", sweep="K"))
+    for Q in (3, 10):
+        cfg.append(Config("softmax", 100, 1000, S=100, Q=Q, sweep="Q"))
+    cfg.append(Config("softmax", 250, 1000, S=100, Q=10, sweep="Q"))
+    return cfg
+
+
+def smallest_config() -> Config:
+    """What the smoke test runs."""
+    return Config("bernoulli", 20, 64, S=10, sweep="M")
+
+
+# ---------------------------------------------------------------------------------------- data
+class Data:
+    """Synthetic inputs and targets for every likelihood, shared by both libraries."""
+
+    def __init__(self, N: int, D: int, num_classes: int, seed: int, dtype, device):
+        g = torch.Generator().manual_seed(seed)
+        X = torch.randn(N, D, dtype=torch.float64, generator=g)
+        w = torch.randn(D, dtype=torch.float64, generator=g) / math.sqrt(D)
+        f = torch.sin(2.0 * X @ w) + 0.5 * torch.cos(X[:, 0])
+        self.N, self.D = N, D
+        self.X = X.to(dtype=dtype, device=device)
+        self.y_gauss = (f + 0.1 * torch.randn(N, dtype=torch.float64, generator=g)).to(dtype=dtype, device=device)
+        self.y_binary = (f + 0.3 * torch.randn(N, dtype=torch.float64, generator=g) > 0).to(dtype=dtype, device=device)
+        self._classes: dict[int, torch.Tensor] = {}
+        self._g = g
+        self.dtype, self.device = dtype, device
+        self.lengthscale = float(math.sqrt(D))  # savigp's default: sqrt(D) * std(X), std ~ 1
+
+    def classes(self, C: int) -> torch.Tensor:
+        if C not in self._classes:
+            g = torch.Generator().manual_seed(1000 + C)
+            W = torch.randn(self.D, C, dtype=torch.float64, generator=g)
+            logits = torch.sin(self.X.cpu().double() @ W) * 3.0
+            self._classes[C] = logits.argmax(-1).to(self.device)
+        return self._classes[C]
+
+    def inducing(self, M: int, seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed)
+        idx = torch.randperm(self.N, generator=g)[:M]
+        return self.X[idx.to(self.device)].clone()
+
+
+# ---------------------------------------------------------------------------------------- steps
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+class SavigpStep:
+    """One savigp training step, as in :func:`savigp.training.fit`."""
+
+    name = "savigp"
+
+    def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, lr: float = 0.01, seed: int = 0):
+        D = data.D
+        if cfg.lik == "gaussian":
+            lik, Y = L.Gaussian(variance=1.0), data.y_gauss
+        elif cfg.lik == "bernoulli":
+            lik, Y = L.Logistic(), data.y_binary
+        elif cfg.lik == "softmax":
+            lik, Y = _softmax_likelihood(cfg.Q), data.classes(cfg.Q).to(data.dtype)
+        else:
+            raise ValueError(cfg.lik)
+        kernel = RBF(D, cfg.Q, lengthscale=data.lengthscale, variance=1.0)
+        # the model keeps X/Y as buffers; build it on the CPU copy then move (constructor validates targets)
+        self.model = SAVIGP(data.X.cpu(), Y.cpu(), lik, kernel, inducing_inputs=Z.cpu(), posterior=cfg.posterior,
+                            num_components=cfg.K, dtype=data.dtype, device=data.device, seed=seed)
+        self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=lr)
+        self.gen = torch.Generator(device="cpu").manual_seed(seed)
+        self.cfg = cfg
+
+    def __call__(self, batch: torch.Tensor) -> float:
+        self.opt.zero_grad()
+        terms = self.model.elbo(batch, num_samples=self.cfg.S, estimator=self.cfg.estimator, generator=self.gen)
+        if torch.isfinite(terms.elbo):
+            (-terms.elbo).backward()
+            self.opt.step()
+        return float(terms.elbo.detach())
+
+
+def _logistic_mc_likelihood():
+    """GPyTorch Bernoulli likelihood with a logistic link whose expected log-likelihood is GPyTorch's
+    generic Monte Carlo estimate with ``num_likelihood_samples`` draws (S, as savigp's)."""
+    import gpytorch
+
+    class LogisticBernoulliMC(gpytorch.likelihoods.Likelihood):
+        def forward(self, function_samples, *args, **kwargs):
+            return torch.distributions.Bernoulli(logits=function_samples)
+
+        def expected_log_prob(self, observations, function_dist, *args, **kwargs):
+            return gpytorch.likelihoods.Likelihood.expected_log_prob(self, observations, function_dist, *args, **kwargs)
+
+    return LogisticBernoulliMC()
+
+
+def _softmax_likelihood(Q: int):
+    if hasattr(L, "Softmax"):
+        return L.Softmax(Q)
+
+    def log_softmax_lik(y, f):  # pragma: no cover - fallback while likelihoods.Softmax does not exist
+        idx = y[:, 0].long().expand(f.shape[:-1]).unsqueeze(-1)
+        return torch.gather(torch.log_softmax(f, -1), -1, idx).squeeze(-1)
+
+    return L.CallableLikelihood(log_softmax_lik, num_latent=Q, backend="torch", task="classification")
+
+
+class GPyTorchStep:
+    """One GPyTorch SVGP training step (VariationalELBO, Adam), on the same data and initialization."""
+
+    name = "gpytorch"
+
+    def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, lr: float = 0.01, seed: int = 0,
+                 bernoulli: str = "mc"):
+        import gpytorch
+        from gpytorch.variational import (CholeskyVariationalDistribution, IndependentMultitaskVariationalStrategy,
+                                          VariationalStrategy)
+
+        torch.manual_seed(seed)
+        M, D, Q = cfg.M, data.D, cfg.Q
+        multi = cfg.lik == "softmax"
+        batch_shape = torch.Size([Q]) if multi else torch.Size([])
+
+        class SVGP(gpytorch.models.ApproximateGP):
+            def __init__(self, Z):
+                vd = CholeskyVariationalDistribution(M, batch_shape=batch_shape)
+                vs = VariationalStrategy(self, Z, vd, learn_inducing_locations=True)
+                if multi:
+                    vs = IndependentMultitaskVariationalStrategy(vs, num_tasks=Q)
+                super().__init__(vs)
+                self.mean_module = gpytorch.means.ZeroMean(batch_shape=batch_shape)
+                self.covar_module = gpytorch.kernels.ScaleKernel(
+                    gpytorch.kernels.RBFKernel(ard_num_dims=D, batch_shape=batch_shape), batch_shape=batch_shape)
+
+            def forward(self, x):
+                return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+        Zg = Z.unsqueeze(0).expand(Q, *Z.shape).clone() if multi else Z.clone()
+        model = SVGP(Zg)
+        model.covar_module.base_kernel.lengthscale = data.lengthscale
+        model.covar_module.outputscale = 1.0
+        if cfg.lik == "gaussian":
+            lik, self.y = gpytorch.likelihoods.GaussianLikelihood(), data.y_gauss
+            lik.noise = 1.0
+        elif cfg.lik == "bernoulli":
+            lik = gpytorch.likelihoods.BernoulliLikelihood() if bernoulli == "quadrature" else _logistic_mc_likelihood()
+            self.y = data.y_binary
+        else:
+            lik = gpytorch.likelihoods.SoftmaxLikelihood(num_features=Q, num_classes=Q, mixing_weights=False)
+            self.y = data.classes(Q)
+        self.model = model.to(dtype=data.dtype, device=data.device)
+        self.lik = lik.to(dtype=data.dtype, device=data.device)
+        self.mll = gpytorch.mlls.VariationalELBO(self.lik, self.model, num_data=data.N)
+        self.opt = torch.optim.Adam(list(self.model.parameters()) + list(self.lik.parameters()), lr=lr)
+        self.X = data.X
+        self.cfg = cfg
+        self._settings = gpytorch.settings.num_likelihood_samples(cfg.S)
+
+    def __call__(self, batch: torch.Tensor) -> float:
+        with self._settings:
+            self.opt.zero_grad()
+            out = self.model(self.X[batch])
+            loss = -self.mll(out, self.y[batch])
+            loss.backward()
+            self.opt.step()
+        return float(-loss.detach())
+
+
+# ---------------------------------------------------------------------------------------- measuring
+def matmul_peak(dtype, device, sizes=(1000, 2000), repeats: int = 3) -> float:
+    """Largest GFLOP/s of square float matmuls (the machine's practical peak)."""
+    best = 0.0
+    for n in sizes:
+        a = torch.randn(n, n, dtype=dtype, device=device)
+        b = torch.randn(n, n, dtype=dtype, device=device)
+        a @ b
+        _sync(device)
+        for _ in range(repeats):
+            t = time.perf_counter()
+            a @ b
+            _sync(device)
+            best = max(best, 2.0 * n ** 3 / (time.perf_counter() - t) / 1e9)
+    return best
+
+
+def floor_flops(cfg: Config) -> float:
+    return cfg.Q * (cfg.M ** 3 + 6.0 * cfg.M ** 2 * cfg.B)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence the C++ profiler's start/stop lines on file descriptor 2."""
+    try:
+        fd = os.dup(2)
+    except OSError:  # pragma: no cover
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(fd, 2)
+        os.close(fd)
+
+
+def peak_step_memory(step: Callable, batch: torch.Tensor, device) -> float:
+    """MiB torch allocates at the peak of one step, above what was allocated before it."""
+    if torch.device(device).type == "cuda":
+        _sync(device)
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step(batch)
+        _sync(device)
+        return (torch.cuda.max_memory_allocated() - base) / 2 ** 20
+    from torch.profiler import ProfilerActivity, profile
+
+    with _quiet_stderr():
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step(batch)
+    events = sorted(((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]"), key=lambda t: t[0])
+    cur = peak = 0
+    for _, nb in events:
+        cur += nb
+        peak = max(peak, cur)
+    return peak / 2 ** 20
+
+
+@dataclass
+class Result:
+    config: Config
+    ms: dict = field(default_factory=dict)  # library -> median wall-clock ms/step
+    ms_iqr: dict = field(default_factory=dict)  # library -> (q25, q75)
+    cpu_ms: dict = field(default_factory=dict)  # library -> median process CPU ms/step (all threads)
+    mem_mib: dict = field(default_factory=dict)
+    error: dict = field(default_factory=dict)
+
+    def row(self, peak_gflops: float) -> dict:
+        c = self.config
+        ours, theirs = self.ms.get("savigp"), self.ms.get("gpytorch")
+        flops = floor_flops(c)
+        r = {"likelihood": c.lik, "Q": c.Q, "M": c.M, "B": c.B, "S": c.S if c.lik != "gaussian" else "",
+             "K": c.K, "posterior": c.posterior, "estimator": c.estimator, "sweep": c.sweep,
+             "savigp_ms": _r(ours), "gpytorch_ms": _r(theirs),
+             "ratio": _r(ours / theirs if ours and theirs else None, 3),
+             "savigp_cpu_ms": _r(self.cpu_ms.get("savigp")), "gpytorch_cpu_ms": _r(self.cpu_ms.get("gpytorch")),
+             "cpu_ratio": _r(self.cpu_ms["savigp"] / self.cpu_ms["gpytorch"]
+                             if self.cpu_ms.get("savigp") and self.cpu_ms.get("gpytorch") else None, 3),
+             "floor_ms": _r(1e3 * flops / (peak_gflops * 1e9)),
+             "savigp_gflops": _r(flops / (ours * 1e-3) / 1e9 if ours else None),
+             "gpytorch_gflops": _r(flops / (theirs * 1e-3) / 1e9 if theirs else None),
+             "savigp_floor_x": _r(ours / (1e3 * flops / (peak_gflops * 1e9)) if ours else None, 3),
+             "savigp_mem_mib": _r(self.mem_mib.get("savigp")), "gpytorch_mem_mib": _r(self.mem_mib.get("gpytorch")),
+             "note": "; ".join(f"{k}: {v}" for k, v in self.error.items())}
+        return r
+
+
+def _r(x, digits: int = 4):
+    """``x`` to ``digits`` significant digits ("" for None)."""
+    return "" if x is None else float(f"{float(x):.{digits}g}")
+
+
+def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int, seed: int,
+               libraries: tuple[str, ...], measure_memory: bool = True, gpytorch_bernoulli: str = "mc") -> Result:
+    res = Result(cfg)
+    Z = data.inducing(cfg.M, seed)
+    runners: dict[str, Callable] = {}
+    for lib in libraries:
+        if lib == "gpytorch" and not (HAVE_GPYTORCH and cfg.gpytorch_ok):
+            continue
+        try:
+            if lib == "savigp":
+                runners[lib] = SavigpStep(cfg, data, Z, seed=seed)
+            else:
+                runners[lib] = GPyTorchStep(cfg, data, Z, seed=seed, bernoulli=gpytorch_bernoulli)
+        except Exception as exc:  # report, keep going
+            res.error[lib] = f"{type(exc).__name__}: {exc}"[:200]
+    g = torch.Generator().manual_seed(seed + 1)
+
+    def batch():
+        return torch.randint(0, data.N, (cfg.B,), generator=g).to(data.device)
+
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    cpu: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(warmup):
+        b = batch()
+        for lib, run in runners.items():
+            run(b)
+    _sync(data.device)
+    for r in range(rounds):
+        batches = [batch() for _ in range(steps)]
+        order = list(runners.items()) if r % 2 == 0 else list(reversed(runners.items()))
+        for lib, run in order:
+            _sync(data.device)
+            t, c = time.perf_counter(), time.process_time()
+            for b in batches:
+                run(b)
+            _sync(data.device)
+            times[lib].append(1e3 * (time.perf_counter() - t) / steps)
+            cpu[lib].append(1e3 * (time.process_time() - c) / steps)
+    for lib, ts in times.items():
+        if ts:
+            res.ms[lib] = statistics.median(ts)
+            q = np.percentile(ts, [25, 75])
+            res.ms_iqr[lib] = (float(q[0]), float(q[1]))
+            res.cpu_ms[lib] = statistics.median(cpu[lib])
+    if measure_memory:
+        for lib, run in runners.items():
+            try:
+                res.mem_mib[lib] = peak_step_memory(run, batch(), data.device)
+            except Exception as exc:  # pragma: no cover - profiler quirks
+                res.error[f"{lib} memory"] = f"{type(exc).__name__}: {exc}"[:120]
+    return res
+
+
+# ---------------------------------------------------------------------------------------- output
+COLUMNS = ["likelihood", "Q", "M", "B", "S", "K", "posterior", "estimator", "savigp_ms", "gpytorch_ms", "ratio",
+           "savigp_cpu_ms", "gpytorch_cpu_ms", "cpu_ratio", "floor_ms", "savigp_floor_x", "savigp_gflops", "gpytorch_gflops", "savigp_mem_mib", "gpytorch_mem_mib",
+           "sweep", "note"]
+SHOWN = ["likelihood", "Q", "M", "B", "S", "K", "posterior", "savigp_ms", "gpytorch_ms", "ratio", "cpu_ratio", "floor_ms",
+         "savigp_floor_x", "savigp_gflops", "savigp_mem_mib", "gpytorch_mem_mib"]
+
+
+def format_table(rows: list[dict], cols=SHOWN) -> str:
+    cells = [[str(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) if cells else len(c) for i, c in enumerate(cols)]
+    line = "  ".join(c.rjust(w) for c, w in zip(cols, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in cells]
+    return "\n".join(out)
+
+
+def markdown_table(rows: list[dict], cols=SHOWN) -> str:
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def environment(args, peak: float) -> dict:
+    env = {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "device": args.device, "dtype": args.dtype, "N": args.num_data, "D": args.input_dim,
+           "matmul_peak_gflops": round(peak, 1), "machine": platform.processor() or platform.machine(),
+           "gpytorch_bernoulli": args.gpytorch_bernoulli}
+    if HAVE_GPYTORCH:
+        import gpytorch
+
+        env["gpytorch"] = gpytorch.__version__
+    if args.device.startswith("cuda") and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name()
+    return env
+
+
+def write_outputs(out: Path, rows: list[dict], env: dict, command: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "benchmark.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, "") for c in COLUMNS})
+    md = ["# savigp vs GPyTorch: milliseconds per training step", "",
+          f"Command: `{command}`", "",
+          "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
+          "Median wall-clock ms per step over alternating rounds after warm-up; `ratio` = savigp / GPyTorch in the "
+          "same run; `cpu_ratio` = the same with process CPU time (all threads), less sensitive to other processes "
+          "on a shared machine; "
+          "`floor_ms` = Q (M^3 + 6 M^2 B) flops at the measured matmul peak; `savigp_floor_x` = savigp_ms / floor_ms; "
+          "memory = peak MiB torch allocated during one step. Bernoulli: logistic link, savigp's score estimator "
+          "with S samples against GPyTorch's Monte Carlo ELL with S samples (unless `--gpytorch-bernoulli "
+          "quadrature`: GPyTorch's probit BernoulliLikelihood with Gauss-Hermite quadrature). "
+          "GPyTorch has no mixture posterior (K = 2 rows are savigp only).", "",
+          markdown_table(rows), ""]
+    notes = [r for r in rows if r.get("note")]
+    if notes:
+        md += ["Notes:", ""] + [f"- {r['likelihood']} M={r['M']} B={r['B']}: {r['note']}" for r in notes] + [""]
+    (out / "benchmark.md").write_text("\n".join(md))
+    try:
+        plot(rows, out / "benchmark.png")
+    except Exception as exc:  # matplotlib missing or headless trouble: the tables still stand
+        print(f"(no plot: {type(exc).__name__}: {exc})")
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def num(x):
+        return float(x) if x not in ("", None) else float("nan")
+
+    panels = [("M", "M (B = 1000)"), ("B", "B (M = 500)"), ("S", "S (M = 500, B = 1000)"),
+              ("K", "posterior (M = 500)"), ("Q", "Q (softmax)")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
+    for ax, (key, title) in zip(axes, panels):
+        ax.set_title(f"time vs {title}", fontsize=9)
+        ax.set_ylabel("ms / step")
+        if key == "K":
+            sel = [r for r in rows if r["likelihood"] == "bernoulli" and r["M"] == 500 and r["B"] == 1000
+                   and r["S"] == 100]
+            labels = [f"K={r['K']} {r['posterior']}" for r in sel]
+            ax.bar(range(len(sel)), [num(r["savigp_ms"]) for r in sel], label="savigp")
+            ax.bar(range(len(sel)), [num(r["gpytorch_ms"]) for r in sel], alpha=0.5, label="gpytorch")
+            ax.set_xticks(range(len(sel)), labels, rotation=30, fontsize=7)
+            ax.legend(fontsize=7)
+            continue
+        for lik, marker in (("gaussian", "o"), ("bernoulli", "s"), ("softmax", "^")):
+            sel = [r for r in rows if r["likelihood"] == lik and r["K"] == 1 and r["posterior"] == "full"]
+            if key == "M":
+                sel = [r for r in sel if r["B"] == 1000 and r["Q"] == 1 and r["S"] in (100, "")]
+            elif key == "B":
+                sel = [r for r in sel if r["M"] == 500 and r["Q"] == 1 and r["S"] in (100, "")]
+            elif key == "S":
+                sel = [r for r in sel if r["M"] == 500 and r["B"] == 1000 and lik == "bernoulli"]
+            elif key == "Q":
+                sel = [r for r in sel if (r["M"] == 100 and r["B"] == 1000 and r["S"] in (100, "")
+                                          and (lik == "softmax" or r["Q"] == 1))]
+            sel = sorted({r[key]: r for r in sel}.values(), key=lambda r: r[key])
+            if not sel:
+                continue
+            xs = [r[key] for r in sel]
+            ax.plot(xs, [num(r["savigp_ms"]) for r in sel], marker=marker, label=f"savigp {lik}")
+            ys = [num(r["gpytorch_ms"]) for r in sel]
+            if not all(math.isnan(y) for y in ys):
+                ax.plot(xs, ys, marker=marker, linestyle="--", label=f"gpytorch {lik}")
+            if key in ("M", "B"):
+                ax.plot(xs, [num(r["floor_ms"]) for r in sel], linestyle=":", color="gray")
+        ax.set_xlabel(key)
+        if key in ("M", "B", "S"):
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------- main
+def main(argv: Optional[list[str]] = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a few configurations (< ~1 min on 2 CPU threads)")
+    p.add_argument("--smallest", action="store_true", help="only the smallest configuration (for tests)")
+    p.add_argument("--out", default="results/benchmark", help="output folder (CSV, Markdown, PNG)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (CPU)")
+    p.add_argument("--num-data", type=int, default=50_000)
+    p.add_argument("--input-dim", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps per library (default 3, quick 2)")
+    p.add_argument("--rounds", type=int, default=None, help="timed rounds per library (default 7, quick 5)")
+    p.add_argument("--steps", type=int, default=None, help="steps per timed round (default 2, quick 1)")
+    p.add_argument("--libraries", default="savigp,gpytorch", help="comma-separated: savigp,gpytorch")
+    p.add_argument("--only", default=None, help="run only configurations whose label contains this text")
+    p.add_argument("--no-memory", action="store_true", help="skip the per-step peak memory measurement")
+    p.add_argument("--gpytorch-bernoulli", default="mc", choices=["mc", "quadrature"],
+                   help="GPyTorch's Bernoulli ELL: logistic link with S Monte Carlo samples (default, as savigp), "
+                        "or its own BernoulliLikelihood (probit, Gauss-Hermite quadrature)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device here")
+    if args.smallest:
+        configs = [smallest_config()]
+        args.num_data = min(args.num_data, 500)
+    else:
+        configs = quick_configs() if args.quick else full_configs()
+    if args.only:
+        configs = [c for c in configs if args.only in c.label]
+    quick = args.quick or args.smallest
+    warmup = args.warmup if args.warmup is not None else (1 if args.smallest else 2 if quick else 3)
+    rounds = args.rounds if args.rounds is not None else (3 if args.smallest else 5 if quick else 7)
+    steps = args.steps if args.steps is not None else (1 if quick else 2)
+    libraries = tuple(x.strip() for x in args.libraries.split(",") if x.strip())
+    if "gpytorch" in libraries and not HAVE_GPYTORCH:
+        print("GPyTorch is not importable: savigp only (pip install gpytorch, the 'benchmark' extra)")
+        libraries = tuple(x for x in libraries if x != "gpytorch")
+
+    data = Data(args.num_data, args.input_dim, 10, args.seed, dtype, args.device)
+    peak = matmul_peak(dtype, args.device, sizes=(256,) if args.smallest else (1000, 2000))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.device}, {args.dtype}; "
+          f"matmul peak {peak:.1f} GFLOP/s; N={args.num_data}, D={args.input_dim}; "
+          f"warmup={warmup} rounds={rounds} steps/round={steps}")
+    results = []
+    t0 = time.perf_counter()
+    for cfg in configs:
+        t = time.perf_counter()
+        res = run_config(cfg, data, warmup=warmup, rounds=rounds, steps=steps, seed=args.seed, libraries=libraries,
+                         measure_memory=not args.no_memory, gpytorch_bernoulli=args.gpytorch_bernoulli)
+        results.append(res)
+        if not args.smallest:  # the peak drifts with machine load: keep the best seen
+            peak = max(peak, matmul_peak(dtype, args.device, sizes=(1000,), repeats=2))
+        ms = ", ".join(f"{k} {v:.1f} ms" for k, v in res.ms.items())
+        print(f"  {cfg.label}: {ms}  ({time.perf_counter() - t:.1f} s)" + (f"  [{res.error}]" if res.error else ""),
+              flush=True)
+    rows = [r.row(peak) for r in results]
+    print()
+    print(format_table(rows))
+    print(f"\nmatmul peak {peak:.1f} GFLOP/s ({args.dtype}); total {time.perf_counter() - t0:.0f} s")
+    env = environment(args, peak)
+    command = "python " + " ".join([os.path.relpath(__file__, ROOT)] + (argv if argv is not None else sys.argv[1:]))
+    write_outputs(Path(args.out), rows, env, command)
+    print(f"wrote {args.out}/benchmark.csv, benchmark.md, benchmark.png")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

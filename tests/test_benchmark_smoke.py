@@ -1,0 +1,59 @@
+"""Smoke test of experiments/benchmark.py: its smallest configuration runs and reports sane numbers.
+
+Speed itself is measured by the benchmark, never asserted here.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("savigp_experiments_benchmark", ROOT / "experiments" / "benchmark.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _positive(x) -> bool:
+    return x != "" and math.isfinite(float(x)) and float(x) > 0
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _load_benchmark()
+
+
+def test_smallest_configuration_savigp_only(bench, tmp_path):
+    rows = bench.main(["--smallest", "--libraries", "savigp", "--out", str(tmp_path)])
+    assert len(rows) == 1
+    row = rows[0]
+    for key in ("savigp_ms", "savigp_cpu_ms", "floor_ms", "savigp_floor_x", "savigp_gflops", "savigp_mem_mib"):
+        assert _positive(row[key]), (key, row[key])
+    assert row["gpytorch_ms"] == "" and row["ratio"] == ""
+    with open(tmp_path / "benchmark.csv") as fh:
+        table = list(csv.DictReader(fh))
+    assert len(table) == 1 and _positive(table[0]["savigp_ms"])
+    md = (tmp_path / "benchmark.md").read_text()
+    assert "savigp_ms" in md and "| bernoulli |" in md
+
+
+def test_smallest_configuration_against_gpytorch(bench, tmp_path):
+    pytest.importorskip("gpytorch")
+    rows = bench.main(["--smallest", "--out", str(tmp_path), "--no-memory"])
+    row = rows[0]
+    for key in ("savigp_ms", "gpytorch_ms", "ratio", "cpu_ratio", "gpytorch_gflops"):
+        assert _positive(row[key]), (key, row[key])
+
+
+def test_flop_floor_formula(bench):
+    cfg = bench.Config("bernoulli", M=500, B=1000, Q=2)
+    assert bench.floor_flops(cfg) == 2 * (500 ** 3 + 6 * 500 ** 2 * 1000)
