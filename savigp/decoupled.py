@@ -181,8 +181,8 @@ class OrthogonalMeanHead(nn.Module):
         self.kl_sampling = kl_sampling
         self.generator = torch.Generator().manual_seed(int(seed) + 1_000_003)
         self._cache_key = None
-        self._cache_terms: Optional[Tensor] = None
-        self._stash = None  # (weakref to Lzz, c) from the last mean_shift under autograd
+        self._cache_terms: Optional[tuple] = None
+        self._stash = None  # (weakref to Lzz, b, w) from the last mean_shift under autograd, reused by kl
         self.cache_hits = 0
 
     # ------------------------------------------------------------------ settings

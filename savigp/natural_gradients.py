@@ -326,8 +326,9 @@ def fit_orthnat(
     1. a natural-gradient step of size ``natgrad_step`` on q(v) (module docstring);
     2. for a_gamma, the preconditioned step (``gamma_update="precond"``, step ``gamma_step``,
        preconditioner ``gamma_precond``: ``"seed"`` is eq. (16) exactly, whose stable step
-       shrinks with N / sigma^2 and must be tuned; the default ``"gauss-newton"`` adds the
-       row-sum bound of the data curvature so that ``gamma_step=1`` is stable) or Adam
+       shrinks with N / sigma^2 and must be tuned; the default ``"gauss-newton"`` uses row-sum
+       bounds of the data and KL curvature so that ``gamma_step=1`` is stable; it is rebuilt
+       every ``precond_every`` steps, O(B M G + G min(G, 512) M) each time) or Adam
        (``"adam"``, lr ``gamma_lr``; the seed's recommended practical variant);
     3. an Adam step (lr ``hyper_lr``) on the ``hyper_groups``: kernel hyper-parameters, inducing
        inputs, likelihood parameters, learnable prior means and the gamma inputs.
