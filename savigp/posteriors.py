@@ -21,6 +21,8 @@ with a positive diagonal (softplus); diagonal covariances ``(K, Q, M)``; logits 
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -138,7 +140,8 @@ class _WhitenedMoments(torch.autograd.Function):
         A = P = None
         if diagonal:
             s2m1 = scale * scale - 1.0  # (K, Q, M)
-            dvar = torch.matmul(s2m1.unsqueeze(-2), V * V).squeeze(-2)  # (K, Q, B)
+            A = V * V  # kept for the backward pass
+            dvar = torch.matmul(s2m1.unsqueeze(-2), A).squeeze(-2)  # (K, Q, B)
         elif middle:
             P = _lower_of_product(scale, scale, symmetric=True)  # S_k = L_k L_k^T, (K, Q, M, M)
             P.diagonal(dim1=-2, dim2=-1).sub_(1.0)
@@ -166,11 +169,13 @@ class _WhitenedMoments(torch.autograd.Function):
             if need_mean:
                 d_mean = d_meanT.permute(2, 0, 1)  # (K, Q, M)
         if ctx.diagonal:
+            VV = A
             s2 = scale * scale
-            w = torch.matmul((s2 - 1.0).permute(1, 2, 0), gT)  # (Q, M, B): sum_k (s2_k - 1) g_k
-            Gbar = torch.baddbmm(V * (2.0 * w), mT, gmT)
+            # dF/dV = 2 V sum_k (s2_k - 1) g_k + sum_k m_k g_mean_k^T
+            w = torch.matmul((2.0 * (s2 - 1.0)).permute(1, 2, 0), gT)  # (Q, M, B)
+            Gbar = w.mul_(V).baddbmm_(mT, gmT)
             if need_scale:
-                ds2 = torch.matmul(gT, (V * V).transpose(-1, -2)).transpose(0, 1)  # (K, Q, M)
+                ds2 = torch.matmul(gT, VV.transpose(-1, -2)).transpose(0, 1)  # (K, Q, M)
                 d_scale = 2.0 * scale * ds2
         elif ctx.middle:
             W = A
@@ -181,7 +186,7 @@ class _WhitenedMoments(torch.autograd.Function):
                 # d/dL_k tr(dP_k L_k L_k^T) = 2 dP_k L_k (dP_k symmetric), lower triangle
                 d_scale = _lower_of_product(dP, scale.transpose(-1, -2)).mul_(2.0)
             Wg = (W * g_var.unsqueeze(-2)).sum(0) if K > 1 else W[0] * g_var[0].unsqueeze(-2)  # (Q, M, B)
-            Gbar = torch.baddbmm(Wg, mT, gmT, alpha=1.0, beta=2.0)
+            Gbar = Wg.baddbmm_(mT, gmT, alpha=1.0, beta=2.0)
             if need_kzz:
                 # only the lower triangle of Gbar V^T = sum_k 2 P_k dP_k + m_k (V g_mean_k)^T is used
                 X = _lower_of_product(P, dP, upper="any")
@@ -195,7 +200,7 @@ class _WhitenedMoments(torch.autograd.Function):
             LdA = _lower_mm(scale, dA)  # L_k dA_k, (K, Q, M, B)
             LdA = LdA.sum(0) if K > 1 else LdA[0]
             LdA.addcmul_(V, g_var.sum(0).unsqueeze(-2), value=-2.0)
-            Gbar = torch.baddbmm(LdA, mT, gmT)
+            Gbar = LdA.baddbmm_(mT, gmT)
         if need_kzx:
             d_kzx = _solve_lower(L, Gbar, transpose=True)
         if need_kzz:
@@ -372,18 +377,24 @@ class MixturePosterior(nn.Module):
         L = self.scale() if scale is None else scale
         if K == 1:
             return Q * M * 0.5 * (LOG_2PI + 1.0) + self._log_det_scale(L).sum()
-        diff = self.mean.unsqueeze(1) - self.mean.unsqueeze(0)  # (K, K, Q, M): m_k - m_l
         if self.diagonal:
+            diff = self.mean.unsqueeze(1) - self.mean.unsqueeze(0)  # (K, K, Q, M): m_k - m_l
             var = L * L
             C = var.unsqueeze(1) + var.unsqueeze(0)  # (K, K, Q, M)
             log_n = -0.5 * (LOG_2PI + torch.log(C) + diff * diff / C).sum((-1, -2))
         else:
-            S = L @ L.transpose(-1, -2)
-            C = S.unsqueeze(1) + S.unsqueeze(0)  # (K, K, Q, M, M)
-            Lc = torch.linalg.cholesky(C)
-            alpha = torch.linalg.solve_triangular(Lc, diff.unsqueeze(-1), upper=False).squeeze(-1)
+            # l = k: S_k + S_k = 2 L_k L_k^T and m_k - m_k = 0, in closed form; only the K (K - 1) / 2
+            # pairs k < l need a Cholesky factorization (the matrix of log N is symmetric)
+            logdet_self = M * math.log(2.0) + 2.0 * self._log_det_scale(L)  # (K, Q)
+            log_n = torch.diag_embed(-0.5 * (M * LOG_2PI + logdet_self).sum(-1))  # (K, K)
+            k, l = torch.triu_indices(K, K, offset=1, device=L.device)
+            S = _lower_of_product(L, L, symmetric=True)  # (K, Q, M, M)
+            Lc = torch.linalg.cholesky(S[k] + S[l])  # (pairs, Q, M, M)
+            d = (self.mean[k] - self.mean[l]).unsqueeze(-1)  # (pairs, Q, M, 1)
+            alpha = torch.linalg.solve_triangular(Lc, d, upper=False).squeeze(-1)
             logdet = 2.0 * torch.log(Lc.diagonal(dim1=-2, dim2=-1)).sum(-1)
-            log_n = -0.5 * (M * LOG_2PI + logdet + (alpha * alpha).sum(-1)).sum(-1)  # (K, K)
+            off = -0.5 * (M * LOG_2PI + logdet + (alpha * alpha).sum(-1)).sum(-1)  # (pairs,)
+            log_n = log_n.index_put((k, l), off).index_put((l, k), off)
         log_pi = self.log_weights()
         inner = torch.logsumexp(log_pi.unsqueeze(0) + log_n, dim=1)  # (K,)  over l
         return -(self.weights() * inner).sum()
