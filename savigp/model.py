@@ -213,13 +213,47 @@ class SAVIGP(nn.Module):
         return as_inputs(x, name, dtype=self.dtype, device=self.device, input_dim=self.input_dim)
 
     def prior_factor(self) -> Tensor:
-        """Cholesky factors L_zz of K_zz for every latent function, ``(Q, M, M)``."""
+        """Cholesky factors L_zz of K_zz for every latent function, ``(Q, M, M)`` (see :meth:`_factorize`)."""
         Z = self.inducing
-        return robust_cholesky(self.kernel(Z, Z), name="K_zz (inducing-point kernel matrix)")
+        return self._factorize(self.kernel(Z, Z))[0]
+
+    @staticmethod
+    def _factorize(Kzz: Tensor) -> tuple[Tensor, Tensor]:
+        """Lower Cholesky factor of K_zz + rel * mean(diag K_zz) I, and rel ``(Q,)``. Differentiable.
+
+        First try: rel = ``base_jitter(dtype)``, which is what :func:`robust_cholesky` tries first
+        (the same factor), built in one pass. A float32 model whose factorization fails retries in
+        float64 with the same jitter (float32's jitter, float64's accuracy; the factor is rounded
+        to float32) before the jitter grows. Then :func:`robust_cholesky` grows the jitter (with its
+        warning) or raises the error that names the problem.
+        """
+        base = base_jitter(Kzz.dtype)
+        for work in (Kzz, Kzz.to(torch.float64)) if Kzz.dtype == torch.float32 else (Kzz,):
+            diag = work.diagonal(dim1=-2, dim2=-1)
+            if work.requires_grad:
+                # robust_cholesky's jitter follows mean(diag K_zz): so does its gradient
+                jitter = (base * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1)
+                J = work + torch.diag_embed(jitter.expand_as(diag))
+            else:
+                J = work.clone()
+                J.diagonal(dim1=-2, dim2=-1).add_((base * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1))
+            L, info = torch.linalg.cholesky_ex(J)
+            del J
+            if bool((info == 0).all()) and bool(torch.isfinite(L.diagonal(dim1=-2, dim2=-1)).all()):
+                return L.to(Kzz.dtype), torch.full(diag.shape[:-1], base, dtype=Kzz.dtype, device=Kzz.device)
+        # larger jitter (with its warning), or the error that names the problem
+        L = robust_cholesky(Kzz, name="K_zz (inducing-point kernel matrix)")
+        with torch.no_grad():
+            d = Kzz.detach().diagonal(dim1=-2, dim2=-1)
+            added = ((L.detach() * L.detach()).sum(-1) - d).mean(-1) / d.mean(-1).abs().clamp_min(1e-30)
+            # the jitter is base_jitter * 10^tries: snap the estimate to that grid
+            tries = torch.round(torch.log10(added.clamp_min(base * 1e-3) / base)).clamp_min(0.0)
+            rel = base * torch.pow(10.0, tries)
+        return L, rel
 
     def _prior_parts(self) -> tuple[Tensor, Tensor, Tensor]:
         """K_zz with its autograd graph, its Cholesky factor L_zz *without* one, and the relative
-        jitter that :func:`robust_cholesky` added to the diagonal, ``(Q,)``.
+        jitter that was added to the diagonal, ``(Q,)``.
 
         The training step differentiates through L_zz with the fused backward pass of
         :meth:`MixturePosterior.moments`, which hands the gradient to K_zz directly.
@@ -227,23 +261,7 @@ class SAVIGP(nn.Module):
         Z = self.inducing
         Kzz = self.kernel(Z, Z)
         with torch.no_grad():
-            Kd = Kzz.detach()
-            base = base_jitter(Kd.dtype)
-            diag = Kd.diagonal(dim1=-2, dim2=-1)
-            # first try exactly what robust_cholesky tries first (same jitter, same factor), in one pass
-            J = Kd.clone()
-            J.diagonal(dim1=-2, dim2=-1).add_((base * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1))
-            Lzz, info = torch.linalg.cholesky_ex(J)
-            del J
-            if not bool((info == 0).all()) or not bool(torch.isfinite(Lzz.diagonal(dim1=-2, dim2=-1)).all()):
-                # larger jitter (with its warning), or the error that names the problem
-                Lzz = robust_cholesky(Kd, name="K_zz (inducing-point kernel matrix)")
-                added = ((Lzz * Lzz).sum(-1) - diag).mean(-1) / diag.mean(-1).abs().clamp_min(1e-30)
-                # the jitter is base_jitter * 10^tries: snap the estimate to that grid
-                tries = torch.round(torch.log10(added.clamp_min(base * 1e-3) / base)).clamp_min(0.0)
-                jitter_rel = base * torch.pow(10.0, tries)
-            else:
-                jitter_rel = torch.full(diag.shape[:-1], base, dtype=Kd.dtype, device=Kd.device)
+            Lzz, jitter_rel = self._factorize(Kzz.detach())
         return Kzz, Lzz, jitter_rel
 
     def marginals(self, X: Tensor, Lzz: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:

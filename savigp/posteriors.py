@@ -60,12 +60,28 @@ def _edges(M: int) -> list:
     return [round(i * M / nb) for i in range(nb + 1)]
 
 
+def _mm_into(out: Tensor, A: Tensor, B: Tensor) -> None:
+    """``out[...] = A @ B`` written straight into ``out`` (a strided view of a larger matrix), with
+    one batched BLAS call and no temporary; falls back to a product and a copy."""
+    shape = out.shape
+    try:
+        o = out.view(-1, shape[-2], shape[-1])
+        a = A.expand(*shape[:-2], *A.shape[-2:]).reshape(-1, *A.shape[-2:])
+        b = B.expand(*shape[:-2], *B.shape[-2:]).reshape(-1, *B.shape[-2:])
+        torch.bmm(a, b, out=o)
+    except RuntimeError:
+        out.copy_(torch.matmul(A, B))
+
+
 def _lower_mm(L: Tensor, X: Tensor) -> Tensor:
     """L X for lower-triangular L ``(..., M, M)`` and X ``(..., M, N)``, skipping L's zero blocks."""
     e = _edges(L.shape[-1])
     if len(e) == 2:
         return torch.matmul(L, X)
-    return torch.cat([torch.matmul(L[..., a:b, :b], X[..., :b, :]) for a, b in zip(e[:-1], e[1:])], dim=-2)
+    out = X.new_empty(torch.broadcast_shapes(L.shape[:-2], X.shape[:-2]) + X.shape[-2:])
+    for a, b in zip(e[:-1], e[1:]):
+        _mm_into(out[..., a:b, :], L[..., a:b, :b], X[..., :b, :])
+    return out
 
 
 def _upper_t_mm(L: Tensor, X: Tensor) -> Tensor:
@@ -73,8 +89,10 @@ def _upper_t_mm(L: Tensor, X: Tensor) -> Tensor:
     e = _edges(L.shape[-1])
     if len(e) == 2:
         return torch.matmul(L.transpose(-1, -2), X)
-    return torch.cat([torch.matmul(L[..., a:, a:b].transpose(-1, -2), X[..., a:, :]) for a, b in zip(e[:-1], e[1:])],
-                     dim=-2)
+    out = X.new_empty(torch.broadcast_shapes(L.shape[:-2], X.shape[:-2]) + X.shape[-2:])
+    for a, b in zip(e[:-1], e[1:]):
+        _mm_into(out[..., a:b, :], L[..., a:, a:b].transpose(-1, -2), X[..., a:, :])
+    return out
 
 
 def _lower_of_product(X: Tensor, Y: Tensor, *, symmetric: bool = False, upper: str = "zero") -> Tensor:
@@ -90,10 +108,9 @@ def _lower_of_product(X: Tensor, Y: Tensor, *, symmetric: bool = False, upper: s
         out = torch.matmul(X, Y.transpose(-1, -2))
         return out if (symmetric or upper == "any") else torch.tril(out)
     M = X.shape[-2]
-    shape = torch.broadcast_shapes(X.shape[:-2], Y.shape[:-2]) + (M, M)
-    out = X.new_empty(shape)
+    out = X.new_empty(torch.broadcast_shapes(X.shape[:-2], Y.shape[:-2]) + (M, M))
     for a, b in zip(e[:-1], e[1:]):
-        out[..., a:, a:b] = torch.matmul(X[..., a:, :], Y[..., a:b, :].transpose(-1, -2))
+        _mm_into(out[..., a:, a:b], X[..., a:, :], Y[..., a:b, :].transpose(-1, -2))
     if symmetric:
         for a, b in zip(e[:-1], e[1:]):
             out[..., a:b, b:] = out[..., b:, a:b].transpose(-1, -2)
