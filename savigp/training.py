@@ -219,6 +219,8 @@ def fit(
             bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}", refresh=False)
         if callback is not None and callback(step, terms):
             break
+    if progress and history.elbo:
+        bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}")  # show the final ELBO however short the run
     bar.close()
     history.seconds = time.perf_counter() - t0
     return history
