@@ -216,11 +216,10 @@ def fit(
         if state is not None:
             state.update(optimizer=opt, generator=gen, perm=perm, pos=pos, step=step + 1)
         if progress:
-            bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}", refresh=False)
+            # redraw at tqdm's interval, and on the last step however short the run
+            bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}", refresh=history.steps == iterations)
         if callback is not None and callback(step, terms):
             break
-    if progress and history.elbo:
-        bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}")  # show the final ELBO however short the run
     bar.close()
     history.seconds = time.perf_counter() - t0
     return history
