@@ -12,11 +12,13 @@ from .metrics import evaluate
 from .model import SAVIGP, ELBOTerms, Prediction
 from .posteriors import DiagonalMixture, FullGaussian, FullMixture, MixturePosterior
 from .training import TrainingDiverged, TrainingHistory, fit
+from .decoupled import OrthogonalMeanHead
+from .natural_gradients import fit_orthnat
 from ._linalg import CholeskyError
 
 __all__ = [
     "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
     "CholeskyError", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
-    "FullGaussian", "DiagonalMixture", "FullMixture", "ESTIMATORS",
+    "FullGaussian", "DiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead", "fit_orthnat",
 ]
 __version__ = "0.1.0"
