@@ -133,6 +133,16 @@ def full_configs() -> list[Config]:
     return cfg
 
 
+def target_configs() -> list[Config]:
+    """The acceptance configurations of the speed issue: full Gaussian q(u), black-box Bernoulli
+    (score estimator, S = 100), M = 500 and 1000 at B = 1000 (plus the Gaussian at M = 500)."""
+    return [
+        Config("bernoulli", 500, 1000, S=100, sweep="M"),
+        Config("bernoulli", 1000, 1000, S=100, sweep="M"),
+        Config("gaussian", 500, 1000, sweep="M"),
+    ]
+
+
 def smallest_config() -> Config:
     """What the smoke test runs."""
     return Config("bernoulli", 20, 64, S=10, sweep="M")
@@ -470,7 +480,7 @@ def environment(args, peak: float) -> dict:
     env = {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
            "device": args.device, "dtype": args.dtype, "N": args.num_data, "D": args.input_dim,
            "matmul_peak_gflops": round(peak, 1), "machine": platform.processor() or platform.machine(),
-           "gpytorch_bernoulli": args.gpytorch_bernoulli}
+           "gpytorch_bernoulli": args.gpytorch_bernoulli, "savigp_compile": bool(args.compile)}
     if HAVE_GPYTORCH:
         import gpytorch
 
@@ -570,6 +580,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a few configurations (< ~1 min on 2 CPU threads)")
     p.add_argument("--smallest", action="store_true", help="only the smallest configuration (for tests)")
+    p.add_argument("--targets", action="store_true", help="only the issue's acceptance configurations")
     p.add_argument("--out", default="results/benchmark", help="output folder (CSV, Markdown, PNG)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
@@ -585,16 +596,24 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p.add_argument("--gpytorch-bernoulli", default="mc", choices=["mc", "quadrature"],
                    help="GPyTorch's Bernoulli ELL: logistic link with S Monte Carlo samples (default, as savigp), "
                         "or its own BernoulliLikelihood (probit, Gauss-Hermite quadrature)")
+    p.add_argument("--compile", action="store_true",
+                   help="savigp: torch.compile the score estimator's elementwise work (savigp.expected_log_lik.set_compile)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
+    if args.compile:
+        from savigp.expected_log_lik import set_compile
+
+        set_compile(True)
     dtype = getattr(torch, args.dtype)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here")
     if args.smallest:
         configs = [smallest_config()]
         args.num_data = min(args.num_data, 500)
+    elif args.targets:
+        configs = target_configs()
     else:
         configs = quick_configs() if args.quick else full_configs()
     if args.only:

@@ -34,6 +34,8 @@ declared differentiable in f, else ``"score"``.
 """
 from __future__ import annotations
 
+import os
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -180,7 +182,7 @@ def expected_log_lik(likelihood, y: Tensor, mean: Tensor, var: Tensor, weights: 
     if not bool(torch.isfinite(per_value.detach()).all()):  # a non-finite value makes its column's mean non-finite
         checked_log_prob(likelihood, y, f)  # raises the error naming the rows
     g = values.detach().unsqueeze(-1)  # (S, K, B, 1)
-    mean_b, mean_s2 = _score_means(g, eps, control=estimator == "score")
+    mean_b, mean_s2 = _score_means_dispatch(g, eps, estimator == "score")
     grad_b = mean_b / sd.detach()
     grad_s2 = mean_s2 / (2.0 * var.detach())
     surrogate = (mean * grad_b + var * grad_s2).sum(-1)  # (K, B)
@@ -231,6 +233,35 @@ def _score_means(g: Tensor, eps: Tensor, control: bool) -> tuple[Tensor, Tensor]
     a_h = num.div_(den).mul_(H).sum(1)  # sum_s a_{-s} h_s
     out = (sG - a_h) / S
     return out[0], out[1]
+
+
+#: Run the score estimator's elementwise work (:func:`_score_means`) through ``torch.compile``:
+#: one fused loop instead of ~20 passes over the S x K x B x Q samples (measured ~10x faster for
+#: that part on CPU, S = 100, B = 1000 and 10000). Off by default: the first call compiles for
+#: seconds to tens of seconds and needs a C++ compiler. Turn on with the environment variable
+#: ``SAVIGP_COMPILE=1`` or :func:`set_compile`; any compilation failure falls back to eager mode.
+_COMPILE = os.environ.get("SAVIGP_COMPILE", "").strip() not in ("", "0")
+_compiled_score_means = None
+
+
+def set_compile(enabled: bool = True) -> None:
+    """Use ``torch.compile`` for the score estimator's elementwise work (see ``_COMPILE``)."""
+    global _COMPILE
+    _COMPILE = bool(enabled)
+
+
+def _score_means_dispatch(g: Tensor, eps: Tensor, control: bool) -> tuple[Tensor, Tensor]:
+    global _COMPILE, _compiled_score_means
+    if _COMPILE:
+        try:
+            if _compiled_score_means is None:
+                _compiled_score_means = torch.compile(_score_means, dynamic=True)
+            return _compiled_score_means(g, eps, control)
+        except Exception as exc:  # no compiler, unsupported platform, ...: stay correct, eager
+            _COMPILE = False
+            warnings.warn(f"torch.compile of the score estimator failed ({type(exc).__name__}: {exc}); "
+                          "using eager mode", RuntimeWarning, stacklevel=2)
+    return _score_means(g, eps, control)
 
 
 def _leave_one_out_coefficient(G: Tensor, h: Tensor) -> Tensor:
