@@ -116,6 +116,9 @@ def _atomic_write(path: os.PathLike, text: str) -> None:
     try:
         with os.fdopen(fd, "w", newline="") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
