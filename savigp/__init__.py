@@ -10,7 +10,7 @@ from .expected_log_lik import ESTIMATORS
 from .kernels import RBF, Kernel, KernelList, Matern32, Matern52
 from .metrics import evaluate
 from .model import SAVIGP, ELBOTerms, Prediction
-from .posteriors import DiagonalMixture, FullGaussian, FullMixture, MixturePosterior
+from .posteriors import DiagonalMixture, FullGaussian, FullMixture, MixturePosterior, UDiagonalMixture
 from .training import TrainingDiverged, TrainingHistory, fit
 from .decoupled import OrthogonalMeanHead
 from .natural_gradients import fit_orthnat
@@ -19,6 +19,6 @@ from ._linalg import CholeskyError
 __all__ = [
     "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
     "CholeskyError", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
-    "FullGaussian", "DiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead", "fit_orthnat",
+    "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead", "fit_orthnat",
 ]
 __version__ = "0.1.0"

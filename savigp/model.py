@@ -181,6 +181,9 @@ class SAVIGP(nn.Module):
             self.posterior = posterior
         else:
             self.posterior = make_posterior(posterior, Q, M, num_components, generator=gen)
+            if not self.posterior.whitened:  # start the u-space variances at the prior's
+                with torch.no_grad():
+                    self.posterior.start_at_prior_variances(kernel(Z, Z))
 
         # ---- optional orthogonally decoupled mean head (seed 003)
         self.mean_head = None
@@ -194,7 +197,7 @@ class SAVIGP(nn.Module):
         self.register_buffer("train_y", Y, persistent=False)
         self.config = {
             "input_dim": D, "num_data": N, "num_latent": Q, "num_inducing": M, "dense": self.dense,
-            "learn_inducing": self.learn_inducing, "posterior": "diag" if self.posterior.diagonal else "full",
+            "learn_inducing": self.learn_inducing, "posterior": self.posterior.kind,
             "num_components": self.posterior.num_components, "learn_prior_mean": bool(learn_prior_mean),
             "mean_basis_size": int(mean_basis_size),
         }
@@ -290,7 +293,15 @@ class SAVIGP(nn.Module):
         gradient reaches the kernel through K_zz by the fused backward pass."""
         Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
         kxx = self.kernel.diag(X)  # (Q, B)
-        if not Lzz.requires_grad:
+        if not self.posterior.whitened:
+            # the paper's diagonal mixture over u: A = K_zz^-1 K_zx, autograd through L_zz
+            V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)  # (Q, M, B)
+            fmean, quad = self.posterior.u_space_moments(V, Lzz, scale)
+            mean = self.prior_mean[:, None] + fmean
+            if self.mean_head is not None:
+                mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, V)
+            var = kxx - (V * V).sum(-2) + quad  # (K, Q, B)
+        elif not Lzz.requires_grad:
             # fast path: one triangular solve forward, a hand-written backward (posteriors.whitened_moments)
             fmean, dvar = self.posterior.moments(Kzz, Kzx, Lzz, scale, jitter_rel)
             mean = self.prior_mean[:, None] + fmean  # (K, Q, B)
@@ -321,18 +332,23 @@ class SAVIGP(nn.Module):
             generator: torch.Generator for the Monte Carlo draws.
         """
         X, Y = (self.train_x, self.train_y) if batch is None else (self.train_x[batch], self.train_y[batch])
-        Kzz, Lzz, jitter_rel = self._prior_parts()
+        if self.posterior.whitened:
+            Kzz, Lzz, jitter_rel = self._prior_parts()
+        else:  # u-space posterior terms need L_zz with its graph
+            Kzz, Lzz, jitter_rel = None, self.prior_factor(), None
         post_scale = self.posterior.scale()  # computed once per step, shared by all terms
         mean, var = self._marginals(X, Lzz, Kzz, jitter_rel, post_scale)
         scale = self.num_data / X.shape[0]
         ell = expected_log_lik(self.likelihood, Y, mean, var, self.posterior.weights(), estimator=estimator,
                                num_samples=num_samples, scale=scale, generator=generator)
         ent = self.posterior.entropy(post_scale)
-        cross = self.posterior.cross_entropy(post_scale)
+        cross = (self.posterior.cross_entropy(post_scale) if self.posterior.whitened
+                 else self.posterior.cross_entropy(post_scale, Lzz))
         head_kl = (self.mean_head.kl(self.kernel, self.inducing, Lzz, Kzz=Kzz, jitter_rel=jitter_rel)
                    if self.mean_head is not None else ell.value.new_zeros(()))
         total = ell.value + ent + cross - head_kl
-        half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum())
+        # whitened terms -> the paper's u-space convention (the log|L_zz| terms cancel in the total)
+        half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum()) if self.posterior.whitened else 0.0
         return ELBOTerms(total, float(ell.value.detach()), float(ent.detach()) + half_logdet,
                          float(cross.detach()) - half_logdet, float(head_kl.detach()), ell.stderr)
 

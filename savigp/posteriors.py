@@ -16,7 +16,10 @@ Shapes: means m ``(K, Q, M)``; full covariances through lower Cholesky factors `
 with a positive diagonal (softplus); diagonal covariances ``(K, Q, M)``; logits ``(K,)``.
 
 * :class:`FullGaussian` -- K = 1, full S (the paper's "fg"), exact entropy.
-* :class:`DiagonalMixture` -- K >= 1 diagonal Gaussians ("mog1", "mog2", ...).
+* :class:`UDiagonalMixture` -- K >= 1 Gaussians diagonal over u (the paper's "mog1", "mog2"),
+  held in u-space (``posterior="diag"``).
+* :class:`DiagonalMixture` -- K >= 1 Gaussians diagonal in whitened coordinates
+  (``posterior="diag-whitened"``; full covariances over u, faster steps).
 * :class:`FullMixture` -- K > 1 full Gaussians (eq. (8) in its general form).
 """
 from __future__ import annotations
@@ -292,6 +295,12 @@ class MixturePosterior(nn.Module):
         generator: torch.Generator for the random initial means.
     """
 
+    #: True: the parameters describe q(v), v = L_zz^-1 (u - mu) (the default, see the module docstring).
+    #: False: they describe q(u - mu) directly (:class:`UDiagonalMixture`, the paper's "mog").
+    whitened: bool = True
+    #: the name :func:`make_posterior` builds this class from
+    kind: str = "full"
+
     def __init__(self, num_components: int, num_latent: int, num_inducing: int, diagonal: bool,
                  init_scale: float = 1.0, mean_spread: float = 0.1, generator: torch.Generator | None = None):
         super().__init__()
@@ -438,12 +447,18 @@ class MixturePosterior(nn.Module):
 class FullGaussian(MixturePosterior):
     """K = 1 Gaussian with full covariances S_j = L_j L_j^T (the paper's "fg")."""
 
+    kind = "full"
+
     def __init__(self, num_latent: int, num_inducing: int, init_scale: float = 1.0, **_):
         super().__init__(1, num_latent, num_inducing, diagonal=False, init_scale=init_scale)
 
 
 class DiagonalMixture(MixturePosterior):
-    """K >= 1 components with diagonal covariances (the paper's "mog1" for K = 1, "mog2" for K = 2)."""
+    """K >= 1 components with diagonal covariances *in whitened coordinates*: q(v) diagonal, so
+    q(u) has covariances L_zz S_kj L_zz^T (full). Cheaper steps than :class:`UDiagonalMixture`
+    (the fused whitened path) but not the paper's "mog" family; ``posterior="diag-whitened"``."""
+
+    kind = "diag-whitened"
 
     def __init__(self, num_latent: int, num_inducing: int, num_components: int = 1, init_scale: float = 1.0,
                  mean_spread: float = 0.1, generator: torch.Generator | None = None):
@@ -451,8 +466,69 @@ class DiagonalMixture(MixturePosterior):
                          mean_spread=mean_spread, generator=generator)
 
 
+class UDiagonalMixture(MixturePosterior):
+    """The paper's "mog1" / "mog2" (seed 004, §6.2): K >= 1 components, each a Gaussian over u with
+    *diagonal* covariance, q(u) = sum_k pi_k prod_j N(u_j; mu_j 1 + m_kj, diag(s_kj^2)).
+
+    ``mean`` holds m_kj = E_k[u_j] - mu_j ``(K, Q, M)`` and :meth:`scale` the standard deviations
+    s_kj ``(K, Q, M)``. With V = L_zz^-1 K_zx and A = L_zz^-T V = K_zz^-1 K_zx (eq. 22-23):
+
+        b_knj = mu_j + a_jn^T m_kj,     s2_knj = k_j(x_n, x_n) - v_jn^T v_jn + sum_m s_kjm^2 a_jnm^2,
+
+    the entropy (exact for K = 1, eq. (18) for K > 1) is that of the parameters themselves, and the
+    cross-entropy is eq. (19) with tr(K_zz^-1 diag(s^2)) = sum_m s_m^2 [K_zz^-1]_mm. ``posterior="diag"``.
+    """
+
+    whitened = False
+    kind = "diag"
+
+    def __init__(self, num_latent: int, num_inducing: int, num_components: int = 1, init_scale: float = 1.0,
+                 mean_spread: float = 0.1, generator: torch.Generator | None = None):
+        super().__init__(num_components, num_latent, num_inducing, diagonal=True, init_scale=init_scale,
+                         mean_spread=mean_spread, generator=generator)
+
+    def u_space_moments(self, V: Tensor, Lzz: Tensor, scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """a_n^T m_kj and sum_m s_kjm^2 a_nm^2 at B inputs, each ``(K, Q, B)``.
+
+        Args:
+            V: L_zz^-1 K_zx, ``(Q, M, B)``; Lzz: ``(Q, M, M)`` (both carrying their graphs).
+        """
+        A = torch.linalg.solve_triangular(Lzz.transpose(-1, -2), V, upper=True)  # K_zz^-1 K_zx, (Q, M, B)
+        sd = self.scale() if scale is None else scale
+        return (torch.einsum("kqm,qmb->kqb", self.mean, A),
+                torch.einsum("kqm,qmb->kqb", sd * sd, A * A))
+
+    def cross_entropy(self, scale: Tensor | None = None, Lzz: Tensor | None = None) -> Tensor:
+        """E_q[log p(u)] (seed 004, eq. (19)) in u-space:
+
+            -1/2 sum_k pi_k sum_j [M log 2 pi + log|K_zz^j| + m_kj^T (K_zz^j)^-1 m_kj + tr((K_zz^j)^-1 S_kj)].
+
+        Args:
+            Lzz: the prior factors ``(Q, M, M)`` (required: the term depends on the prior).
+        """
+        if Lzz is None:
+            raise ValueError("UDiagonalMixture.cross_entropy needs the prior factor Lzz (Q, M, M)")
+        M = self.num_inducing
+        sd = self.scale() if scale is None else scale
+        eye = torch.eye(M, dtype=Lzz.dtype, device=Lzz.device).expand_as(Lzz)
+        Linv = torch.linalg.solve_triangular(Lzz, eye, upper=False)  # L_zz^-1, for diag(K_zz^-1) only
+        kinv_diag = (Linv * Linv).sum(-2)  # (Q, M): [K_zz^-1]_mm = sum_i (L^-1)_im^2
+        alpha = torch.linalg.solve_triangular(Lzz, self.mean.unsqueeze(-1), upper=False).squeeze(-1)  # (K, Q, M)
+        logdet = 2.0 * torch.log(Lzz.diagonal(dim1=-2, dim2=-1)).sum(-1)  # (Q,)
+        per = M * LOG_2PI + logdet + (alpha * alpha).sum(-1) + (sd * sd * kinv_diag).sum(-1)  # (K, Q)
+        return -0.5 * (self.weights() * per.sum(-1)).sum()
+
+    @torch.no_grad()
+    def start_at_prior_variances(self, Kzz: Tensor) -> None:
+        """Set every s_kj^2 to the prior variances diag(K_zz^j) (``Kzz`` of shape ``(Q, M, M)``)."""
+        sd = Kzz.diagonal(dim1=-2, dim2=-1).clamp_min(1e-12).sqrt()
+        self.raw_scale.copy_(inverse_softplus(sd).expand_as(self.raw_scale))
+
+
 class FullMixture(MixturePosterior):
     """K > 1 components with full covariances (seed 004, eq. (8))."""
+
+    kind = "full"
 
     def __init__(self, num_latent: int, num_inducing: int, num_components: int = 2, init_scale: float = 1.0,
                  mean_spread: float = 0.1, generator: torch.Generator | None = None):
@@ -460,14 +536,23 @@ class FullMixture(MixturePosterior):
                          mean_spread=mean_spread, generator=generator)
 
 
+POSTERIOR_KINDS = ("full", "diag", "diag-whitened")
+
+
 def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components: int = 1,
                    generator: torch.Generator | None = None) -> MixturePosterior:
-    """Build a posterior by name: ``"full"`` (full covariances) or ``"diag"`` (diagonal)."""
+    """Build a posterior by name.
+
+    * ``"full"`` (or ``"fg"``): full covariances, whitened; K = 1 is :class:`FullGaussian`.
+    * ``"diag"`` (or ``"mog"``): the paper's diagonal mixture over u, :class:`UDiagonalMixture`.
+    * ``"diag-whitened"``: diagonal in whitened coordinates, :class:`DiagonalMixture`.
+    """
     if kind in ("full", "fg"):
         if num_components == 1:
             return FullGaussian(num_latent, num_inducing)
         return FullMixture(num_latent, num_inducing, num_components, generator=generator)
     if kind in ("diag", "diagonal", "mog"):
+        return UDiagonalMixture(num_latent, num_inducing, num_components, generator=generator)
+    if kind == "diag-whitened":
         return DiagonalMixture(num_latent, num_inducing, num_components, generator=generator)
-    raise ValueError(f"posterior must be 'full' or 'diag', got {kind!r}")
-
+    raise ValueError(f"posterior must be one of {POSTERIOR_KINDS}, got {kind!r}")

@@ -104,7 +104,7 @@ def _head_shift(model, X):
 
 
 # ---------------------------------------------------------------------- a_gamma = 0 is the coupled model
-@pytest.mark.parametrize("posterior,K,lik", [("full", 1, "gauss"), ("diag", 2, "logistic")])
+@pytest.mark.parametrize("posterior,K,lik", [("full", 1, "gauss"), ("diag-whitened", 2, "logistic")])
 def test_zero_head_equals_coupled_exactly(posterior, K, lik):
     X, Y = _data(80)
     if lik == "gauss":
@@ -144,7 +144,7 @@ def test_zero_head_equals_coupled_exactly(posterior, K, lik):
 
 
 # ---------------------------------------------------------------------- the KL against the joint Gaussian
-@pytest.mark.parametrize("posterior", ["full", "diag"])
+@pytest.mark.parametrize("posterior", ["full", "diag-whitened"])
 def test_kl_matches_explicit_joint_gaussian(posterior):
     X, Y = _data(40, seed=2, q=2)
     model = SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=4, posterior=posterior, mean_basis_size=6)
@@ -186,7 +186,7 @@ def test_head_kl_is_exact_for_each_mixture_component():
 def test_marginal_means_match_definition():
     """r(x) = (k(x, gamma) - k(x, Z) K_zz^-1 K(Z, gamma)) a, added to every component's mean."""
     X, Y = _data(50, seed=6, q=2)
-    model = SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag", num_components=2,
+    model = SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag-whitened", num_components=2,
                    mean_basis_size=9)
     _randomize(model, seed=8)
     Xs = torch.randn(17, 2, dtype=torch.float64)
@@ -204,7 +204,7 @@ def test_marginal_means_match_definition():
     assert float(r.abs().max()) > 1e-2
 
 
-@pytest.mark.parametrize("posterior,K", [("full", 1), ("diag", 2)])
+@pytest.mark.parametrize("posterior,K", [("full", 1), ("diag-whitened", 2)])
 def test_fused_and_reference_paths_agree(posterior, K):
     """The model's fused path (L_zz without graph, K_zz adjoint by hand) and autograd through L_zz
     give the same ELBO and the same gradients for every parameter, the head's included."""
@@ -307,7 +307,7 @@ def test_kernel_matvec_blocks_match_dense():
 # ---------------------------------------------------------------------- natural gradients
 def test_whitened_marginals_match_model():
     X, Y = _data(60, seed=14)
-    for posterior in ("full", "diag"):
+    for posterior in ("full", "diag-whitened"):
         model = _randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, posterior=posterior, mean_basis_size=8), seed=15)
         with torch.no_grad():
             L = model.posterior.scale()[0]
@@ -359,7 +359,7 @@ def test_natural_step_improves_nonconjugate_elbo():
     """Logistic likelihood, deterministic quadrature ELL: small natural steps increase the ELBO."""
     X, Y = _data(80, seed=19)
     Y = torch.sign(Y)
-    for posterior in ("full", "diag"):
+    for posterior in ("full", "diag-whitened"):
         model = SAVIGP(X, Y, Logistic(), num_inducing=8, posterior=posterior, mean_basis_size=10)
         values = [float(model.elbo(estimator="quadrature").elbo.detach())]
         for _ in range(5):
@@ -370,7 +370,7 @@ def test_natural_step_improves_nonconjugate_elbo():
 
 def test_natural_gradients_need_a_single_gaussian():
     X, Y = _data(30)
-    model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=4, posterior="diag", num_components=2)
+    model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=4, posterior="diag-whitened", num_components=2)
     with pytest.raises(ValueError, match="single Gaussian"):
         natural_gradient_step(model)
     with pytest.raises(ValueError, match="single Gaussian"):
