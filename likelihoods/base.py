@@ -15,6 +15,8 @@ Everything else is optional and has a sensible default:
   shape ``(..., B)``; when present (``has_closed_form_ell``) the engine uses it by default.
 * ``conditional_moments(f)`` -- E[y | f] and Var[y | f], each ``(..., B, P)``; this gives the
   predictive mean and variance of y by Monte Carlo over q(f) (law of total variance).
+* ``predictive_moments(mean, var)`` -- the same predictive moments without Monte Carlo, when the
+  likelihood can integrate over f itself (closed form or quadrature).
 * ``validate_targets(y)`` -- raise a ``ValueError`` naming the bad rows and values.
 * ``differentiable`` -- True when ``log_prob`` is a torch expression differentiable in f, which
   makes the reparameterization estimator available. Likelihood *parameters* (noise variances,
@@ -77,6 +79,13 @@ class Likelihood(nn.Module):
             shape ``(..., B)``.
         """
         raise NotImplementedError(f"{type(self).__name__} has no closed-form expected log-likelihood")
+
+    def predictive_moments(self, mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
+        """Optional: E[y] and Var[y] under f ~ N(mean, diag(var)) without Monte Carlo, each
+        ``(..., B, P)`` for mean, var of shape ``(..., B, Q)``. When a likelihood implements it
+        (Gaussian exactly, the warped Gaussian by quadrature), predictions use it instead of
+        sampling f and calling :meth:`conditional_moments`."""
+        raise NotImplementedError(f"{type(self).__name__} has no predictive_moments")
 
     def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
         """E[y | f] and Var[y | f], each of shape ``(..., B, P)``, for ``f`` of shape ``(..., B, Q)``.

@@ -42,6 +42,10 @@ class Gaussian(Likelihood):
         noise = self.variance()
         return -0.5 * (LOG_2PI + torch.log(noise)) - 0.5 * ((y[:, 0] - mean[..., 0]) ** 2 + var[..., 0]) / noise
 
+    def predictive_moments(self, mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
+        """E[y] = m and Var[y] = v + sigma^2 under f ~ N(m, v), exactly."""
+        return mean[..., :1], var[..., :1] + self.variance().to(var)
+
     def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
         return f[..., :1], self.variance().to(f).expand_as(f[..., :1])
 

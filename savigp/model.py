@@ -390,8 +390,9 @@ class SAVIGP(nn.Module):
     def predict(self, X, num_samples: int = 500, seed: int = 0) -> Prediction:
         """Predictive moments of y* (and class probabilities) at test inputs ``X (B, D)``.
 
-        Per component, E[y*] and Var[y*] come from Monte Carlo over q_k(f*) with the
-        likelihood's ``conditional_moments`` (law of total variance), then are mixed with pi.
+        Per component, E[y*] and Var[y*] come from the likelihood's ``predictive_moments`` when it
+        has them, else from Monte Carlo over q_k(f*) with its ``conditional_moments`` (law of total
+        variance); then they are mixed with pi.
         """
         X = self._as_model_tensor(X, "X")
         f, log_pi, mean, var = self._draws(X, num_samples, seed)
@@ -401,9 +402,13 @@ class SAVIGP(nn.Module):
         lik = self.likelihood
         y_mean = y_var = probs = None
         try:
-            cm, cv = lik.conditional_moments(f)  # (S, K, B, P)
-            m_k = cm.mean(0)
-            second = (cv + cm * cm).mean(0)
+            try:  # per component without Monte Carlo, when the likelihood can (closed form, quadrature)
+                m_k, v_k = lik.predictive_moments(mean, var)  # (K, B, P)
+                second = v_k + m_k * m_k
+            except NotImplementedError:
+                cm, cv = lik.conditional_moments(f)  # (S, K, B, P)
+                m_k = cm.mean(0)
+                second = (cv + cm * cm).mean(0)
             y_mean = torch.einsum("k,kbp->bp", pi, m_k)
             y_var = torch.einsum("k,kbp->bp", pi, second) - y_mean ** 2
         except NotImplementedError:
