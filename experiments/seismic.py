@@ -93,6 +93,9 @@ def build_model(Y, X, posterior: str = "full", num_components: int = 1, x_unit: 
     # their small random spread to break symmetry), covariances 0.1 % of the prior's
     K, Q, M = model.posterior.mean.shape
     chol = (init_var_frac ** 0.5) * torch.eye(M, dtype=torch.float64).expand(K, Q, M, M)
+    if not getattr(model.posterior, "whitened", True):
+        # a posterior over u itself (the paper's diagonal "mog"): scale by the prior std of each latent
+        chol = chol * torch.as_tensor(std / SCALE)[None, :, None, None]
     if model.posterior.diagonal:
         chol = chol.diagonal(dim1=-2, dim2=-1)
     m0 = model.posterior.mean.detach() if K > 1 else torch.zeros(K, Q, M, dtype=torch.float64)
