@@ -116,8 +116,7 @@ PAPER_NOTES = {
         "Paper, figure 5 (values not readable here: captions only). Text (§9.3.5): 'the fg model provides similar "
         "results across all sparsity factors, which is also comparable to the results provided by hmc and ess. "
         "mog1 and mog2 models provide the same mean as the fg models, but tend to underestimate the posterior "
-        "variance'. Note: savigp's diagonal posteriors are diagonal in whitened coordinates v (u = L_zz v), not in "
-        "u as in the paper, so their bands need not be narrower than fg's."
+        "variance'. mog1 / mog2 here are the paper's family, diagonal over u (posterior='diag')."
     ),
 }
 
