@@ -258,3 +258,19 @@ def test_a_rows_prediction_does_not_depend_on_the_other_rows():
     lpd_a = model.log_predictive_density(Xs[:5], Ys[:5], num_samples=200)
     lpd_b = model.log_predictive_density(Xs, Ys, num_samples=200, chunk_size=7)
     assert torch.allclose(lpd_a, lpd_b[:5], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("optimizer, lr, iterations", [("adadelta", 1.0, 150), ("lbfgs", 1.0, 4)])
+def test_adadelta_and_lbfgs_with_black_box_gradients(optimizer, lr, iterations):
+    """Both optimizers improve the ELBO through the score-function path (L-BFGS with the same
+    Monte Carlo draws within each outer step) and give a usable classifier."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(150, 2, generator=g)
+    Y = torch.where(X[:, :1] - X[:, 1:] > 0, 1.0, -1.0)
+    model = savigp.SAVIGP(X, Y, Logistic(), num_inducing=15)
+    before = float(model.elbo(estimator="score", num_samples=500, generator=torch.Generator().manual_seed(1)).elbo.detach())
+    savigp.fit(model, iterations=iterations, optimizer=optimizer, lr=lr, estimator="score", num_samples=100,
+               progress=False)
+    after = float(model.elbo(estimator="score", num_samples=500, generator=torch.Generator().manual_seed(1)).elbo.detach())
+    assert after > before + 10
+    assert savigp.evaluate(model, X, Y, num_samples=200)["error_rate"] < 0.1
