@@ -293,8 +293,17 @@ class SAVIGP(nn.Module):
         gradient reaches the kernel through K_zz by the fused backward pass."""
         Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
         kxx = self.kernel.diag(X)  # (Q, B)
-        if not self.posterior.whitened:
-            # the paper's diagonal mixture over u: A = K_zz^-1 K_zx, autograd through L_zz
+        if not self.posterior.whitened and not Lzz.requires_grad:
+            # the paper's diagonal mixture over u, A = K_zz^-1 K_zx: fused backward to K_zz
+            # (posteriors._USpaceMoments)
+            fmean, dvar = self.posterior.moments(Kzz, Kzx, Lzz, scale, jitter_rel)
+            mean = self.prior_mean[:, None] + fmean
+            if self.mean_head is not None:
+                mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, Kzx=Kzx, Kzz=Kzz,
+                                                        jitter_rel=jitter_rel)
+            var = kxx + dvar  # (K, Q, B)
+        elif not self.posterior.whitened:
+            # reference path for the diagonal mixture over u: autograd through L_zz
             V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)  # (Q, M, B)
             fmean, quad = self.posterior.u_space_moments(V, Lzz, scale)
             mean = self.prior_mean[:, None] + fmean
@@ -332,10 +341,7 @@ class SAVIGP(nn.Module):
             generator: torch.Generator for the Monte Carlo draws.
         """
         X, Y = (self.train_x, self.train_y) if batch is None else (self.train_x[batch], self.train_y[batch])
-        if self.posterior.whitened:
-            Kzz, Lzz, jitter_rel = self._prior_parts()
-        else:  # u-space posterior terms need L_zz with its graph
-            Kzz, Lzz, jitter_rel = None, self.prior_factor(), None
+        Kzz, Lzz, jitter_rel = self._prior_parts()  # L_zz without graph: the fused terms hand gradients to K_zz
         post_scale = self.posterior.scale()  # computed once per step, shared by all terms
         mean, var = self._marginals(X, Lzz, Kzz, jitter_rel, post_scale)
         scale = self.num_data / X.shape[0]
@@ -343,7 +349,7 @@ class SAVIGP(nn.Module):
                                num_samples=num_samples, scale=scale, generator=generator)
         ent = self.posterior.entropy(post_scale)
         cross = (self.posterior.cross_entropy(post_scale) if self.posterior.whitened
-                 else self.posterior.cross_entropy(post_scale, Lzz))
+                 else self.posterior.cross_entropy(post_scale, Lzz, Kzz=Kzz, jitter_rel=jitter_rel))
         head_kl = (self.mean_head.kl(self.kernel, self.inducing, Lzz, Kzz=Kzz, jitter_rel=jitter_rel)
                    if self.mean_head is not None else ell.value.new_zeros(()))
         total = ell.value + ent + cross - head_kl

@@ -212,7 +212,7 @@ class _WhitenedMoments(torch.autograd.Function):
                 X = _lower_of_product(P, dP, upper="any")
                 X = X.sum(0) if K > 1 else X[0]
                 # negated: the K_zz adjoint below is -L^-T Phi(Gbar V^T) L^-1
-                X = torch.baddbmm(X, mT, d_meanT.transpose(-1, -2), alpha=-1.0, beta=-2.0)
+                X = X.baddbmm_(mT, d_meanT.transpose(-1, -2), alpha=-1.0, beta=-2.0)
         else:
             dA = A * (2.0 * g_var).unsqueeze(-2)  # (K, Q, M, B)
             if need_scale:
@@ -260,6 +260,102 @@ def whitened_moments(Kzz, Kzx: Tensor, L: Tensor, mean: Tensor, scale: Tensor, d
         middle = use_middle_form(Kzx.shape[-2], Kzx.shape[-1], mean.shape[0])
     return _WhitenedMoments.apply(Kzz, Kzx, mean, scale, L.detach(), bool(diagonal), bool(middle) and not diagonal,
                                   jitter_rel)
+
+
+def _jitter_adjoint(d_kzz: Tensor, jitter_rel: Tensor | None) -> Tensor:
+    """Gradient of K_zz from that of J = K_zz + rel * mean(diag K_zz) I (the matrix factorized), in place."""
+    if jitter_rel is not None:
+        tr = d_kzz.diagonal(dim1=-2, dim2=-1).sum(-1)  # (Q,)
+        d_kzz.diagonal(dim1=-2, dim2=-1).add_((jitter_rel * tr / d_kzz.shape[-1]).unsqueeze(-1))
+    return d_kzz
+
+
+class _USpaceMoments(torch.autograd.Function):
+    """The u-space diagonal mixture's marginal terms (:class:`UDiagonalMixture`) with a hand-written
+    backward pass. With V = L^-1 K_zx and A = L^-T V = K_zz^-1 K_zx (two triangular solves):
+
+        mean_k = m_k^T a_n,        dvar_k = sum_m s_km^2 a_nm^2 - v_n^T v_n.
+
+    Every term depends on K_zz only through K_zz^-1 (not on the choice of factor), so the adjoints
+    need no Cholesky backward: with Abar = dF/dA, Atil = K_zz^-1 Abar (two solves), g = dF/d(v^T v)
+    and R = Atil + g A,
+
+        dF/dK_zx = R + g A,        dF/dK_zz = -R A^T,
+
+    against two solves, two M x B x M products and the Cholesky backward of autograd's path.
+    """
+
+    @staticmethod
+    def forward(ctx, Kzz, Kzx, mean, sd, L, jitter_rel):
+        V = _solve_lower(L, Kzx)  # (Q, M, B)
+        vv = (V * V).sum(-2)  # (Q, B)
+        A = _solve_lower(L, V, transpose=True)  # K_zz^-1 K_zx
+        del V
+        fmean = torch.matmul(mean.unsqueeze(-2), A).squeeze(-2)  # (K, Q, B)
+        AA = A * A
+        dvar = torch.matmul((sd * sd).unsqueeze(-2), AA).squeeze(-2).sub_(vv)  # (K, Q, B)
+        ctx.save_for_backward(A, AA, L, mean, sd, jitter_rel)
+        return fmean, dvar
+
+    @staticmethod
+    def backward(ctx, g_mean, g_var):
+        A, AA, L, mean, sd, jitter_rel = ctx.saved_tensors
+        need_kzz, need_kzx, need_mean, need_sd = ctx.needs_input_grad[:4]
+        d_kzz = d_kzx = d_mean = d_sd = None
+        gT, gmT = g_var.transpose(0, 1), g_mean.transpose(0, 1)  # (Q, K, B)
+        if need_mean:
+            d_mean = torch.matmul(A, gmT.transpose(-1, -2)).permute(2, 0, 1)  # (K, Q, M)
+        if need_sd:
+            d_sd = 2.0 * sd * torch.matmul(gT, AA.transpose(-1, -2)).transpose(0, 1)  # (K, Q, M)
+        if need_kzz or need_kzx:
+            s2 = sd * sd
+            # Abar = 2 A sum_k s2_k g_k + sum_k m_k g_mean_k^T
+            Abar = torch.matmul((2.0 * s2).permute(1, 2, 0), gT).mul_(A).baddbmm_(mean.permute(1, 2, 0), gmT)
+            R = _solve_lower(L, _solve_lower(L, Abar), transpose=True)  # K_zz^-1 Abar
+            del Abar
+            g_vv = -g_var.sum(0).unsqueeze(-2)  # (Q, 1, B): dvar_k carries -v^T v for every k
+            R.addcmul_(A, g_vv)
+            if need_kzz:
+                d_kzz = _jitter_adjoint(torch.matmul(R, A.transpose(-1, -2)).neg_(), jitter_rel)
+            if need_kzx:
+                d_kzx = R.addcmul_(A, g_vv)
+        return d_kzz, d_kzx, d_mean, d_sd, None, None
+
+
+class _UCrossEntropyTerms(torch.autograd.Function):
+    """Per (k, j): log|K_zz| + m_k^T K_zz^-1 m_k + sum_m s_km^2 [K_zz^-1]_mm, ``(K, Q)``, from the
+    factor L of K_zz (no graph), with the gradient handed to K_zz directly:
+
+        d/dK_zz = K_zz^-1 - beta_k beta_k^T - K_zz^-1 diag(s_k^2) K_zz^-1,    beta_k = K_zz^-1 m_k.
+    """
+
+    @staticmethod
+    def forward(ctx, Kzz, mean, sd, L, jitter_rel):
+        Kinv = torch.cholesky_inverse(L)  # (Q, M, M)
+        beta = torch.matmul(Kinv, mean.unsqueeze(-1)).squeeze(-1)  # (K, Q, M)
+        logdet = 2.0 * torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)  # (Q,)
+        kinv_diag = Kinv.diagonal(dim1=-2, dim2=-1)  # (Q, M)
+        per = logdet + (mean * beta).sum(-1) + (sd * sd * kinv_diag).sum(-1)  # (K, Q)
+        ctx.save_for_backward(Kinv, beta, sd, jitter_rel)
+        return per
+
+    @staticmethod
+    def backward(ctx, g):
+        Kinv, beta, sd, jitter_rel = ctx.saved_tensors
+        need_kzz, need_mean, need_sd = ctx.needs_input_grad[:3]
+        d_kzz = d_mean = d_sd = None
+        if need_mean:
+            d_mean = 2.0 * g.unsqueeze(-1) * beta
+        if need_sd:
+            d_sd = 2.0 * g.unsqueeze(-1) * sd * Kinv.diagonal(dim1=-2, dim2=-1)
+        if need_kzz:
+            gs = g.sum(0)  # (Q,)
+            w = (g.unsqueeze(-1) * sd * sd).sum(0)  # (Q, M): sum_k g_k s_k^2
+            d_kzz = Kinv * gs[:, None, None] - torch.matmul(Kinv * w.unsqueeze(-2), Kinv)
+            bT = (beta * g.unsqueeze(-1)).permute(1, 2, 0)  # (Q, M, K)
+            d_kzz = torch.baddbmm(d_kzz, bT, beta.permute(1, 0, 2), alpha=-1.0)
+            _jitter_adjoint(d_kzz, jitter_rel)
+        return d_kzz, d_mean, d_sd, None, None
 
 
 class _LowerFactor(torch.autograd.Function):
@@ -435,7 +531,8 @@ class MixturePosterior(nn.Module):
         """
         M = self.num_inducing
         L = self.scale() if scale is None else scale
-        trace = (L * L).sum(-1) if self.diagonal else (L * L).sum((-1, -2))  # (K, Q)
+        # ||L||^2 in one pass (and one pass back) instead of a product and a sum
+        trace = torch.linalg.vector_norm(L, dim=-1 if self.diagonal else (-2, -1)).square()  # (K, Q)
         per = M * LOG_2PI + (self.mean * self.mean).sum(-1) + trace  # (K, Q)
         return -0.5 * (self.weights() * per.sum(-1)).sum()
 
@@ -487,6 +584,16 @@ class UDiagonalMixture(MixturePosterior):
         super().__init__(num_components, num_latent, num_inducing, diagonal=True, init_scale=init_scale,
                          mean_spread=mean_spread, generator=generator)
 
+    def moments(self, Kzz, Kzx: Tensor, Lzz: Tensor, scale: Tensor | None = None,
+                jitter_rel: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``a_n^T m_kj`` and ``sum_m s_kjm^2 a_nm^2 - v_n^T v_n``, each ``(K, Q, B)``, with a fused
+        backward pass (:class:`_USpaceMoments`); ``Lzz`` carries no graph, ``Kzz`` (or None)
+        receives the gradient."""
+        sd = self.scale() if scale is None else scale
+        if Kzz is None:
+            Kzz = Lzz.new_zeros(())
+        return _USpaceMoments.apply(Kzz, Kzx, self.mean, sd, Lzz.detach(), jitter_rel)
+
     def u_space_moments(self, V: Tensor, Lzz: Tensor, scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """a_n^T m_kj and sum_m s_kjm^2 a_nm^2 at B inputs, each ``(K, Q, B)``.
 
@@ -498,18 +605,24 @@ class UDiagonalMixture(MixturePosterior):
         return (torch.einsum("kqm,qmb->kqb", self.mean, A),
                 torch.einsum("kqm,qmb->kqb", sd * sd, A * A))
 
-    def cross_entropy(self, scale: Tensor | None = None, Lzz: Tensor | None = None) -> Tensor:
+    def cross_entropy(self, scale: Tensor | None = None, Lzz: Tensor | None = None, Kzz: Tensor | None = None,
+                      jitter_rel: Tensor | None = None) -> Tensor:
         """E_q[log p(u)] (seed 004, eq. (19)) in u-space:
 
             -1/2 sum_k pi_k sum_j [M log 2 pi + log|K_zz^j| + m_kj^T (K_zz^j)^-1 m_kj + tr((K_zz^j)^-1 S_kj)].
 
         Args:
             Lzz: the prior factors ``(Q, M, M)`` (required: the term depends on the prior).
+            Kzz: with an ``Lzz`` that carries no graph, the matrix it factorizes (plus ``jitter_rel``):
+                the gradient is then handed to K_zz directly (:class:`_UCrossEntropyTerms`).
         """
         if Lzz is None:
             raise ValueError("UDiagonalMixture.cross_entropy needs the prior factor Lzz (Q, M, M)")
         M = self.num_inducing
         sd = self.scale() if scale is None else scale
+        if Kzz is not None and not Lzz.requires_grad:
+            per = M * LOG_2PI + _UCrossEntropyTerms.apply(Kzz, self.mean, sd, Lzz, jitter_rel)  # (K, Q)
+            return -0.5 * (self.weights() * per.sum(-1)).sum()
         eye = torch.eye(M, dtype=Lzz.dtype, device=Lzz.device).expand_as(Lzz)
         Linv = torch.linalg.solve_triangular(Lzz, eye, upper=False)  # L_zz^-1, for diag(K_zz^-1) only
         kinv_diag = (Linv * Linv).sum(-2)  # (Q, M): [K_zz^-1]_mm = sum_i (L^-1)_im^2
