@@ -25,7 +25,9 @@ Likelihoods:
 * ``softmax``: Q latent functions, savigp's likelihoods.Softmax (score estimator, S samples);
   GPyTorch's SoftmaxLikelihood (S Monte Carlo samples) over an
   IndependentMultitaskVariationalStrategy (Q independent SVGPs).
-* K = 2 diagonal mixtures (``posterior=diag``) are savigp only: GPyTorch has no mixture posterior.
+* Mixtures are savigp only (GPyTorch has no mixture posterior): ``posterior="diag"`` is the paper's
+  mog (diagonal over u), ``"diag-whitened"`` diagonal in whitened coordinates, ``"full"`` full
+  Cholesky factors (K = 2 full: eq. (8) in its general form).
 
 The *flop floor* of a step is ``Q (M^3 + 6 M^2 B)`` flops (Cholesky-related M^3 work plus
 forward and backward triangular products with the B cross-covariance columns); ``GFLOP/s`` is
@@ -88,7 +90,7 @@ class Config:
     S: int = 100
     K: int = 1
     Q: int = 1
-    posterior: str = "full"  # "full" | "diag"
+    posterior: str = "full"  # "full" | "diag" (the paper's mog, diagonal over u) | "diag-whitened"
     sweep: str = ""  # which plot panel(s) it belongs to: "M", "B", "S", "K", "Q"
 
     @property
@@ -126,6 +128,7 @@ def full_configs() -> list[Config]:
         cfg.append(Config("bernoulli", 500, 1000, S=S, sweep="S"))
     cfg.append(Config("bernoulli", 500, 1000, S=100, K=1, posterior="diag", sweep="K"))
     cfg.append(Config("bernoulli", 500, 1000, S=100, K=2, posterior="diag", sweep="K"))
+    cfg.append(Config("bernoulli", 500, 1000, S=100, K=2, posterior="diag-whitened", sweep="K"))
     cfg.append(Config("bernoulli", 500, 1000, S=100, K=2, posterior="full", sweep="K"))
     for Q in (3, 10):
         cfg.append(Config("softmax", 100, 1000, S=100, Q=Q, sweep="Q"))
