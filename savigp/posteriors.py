@@ -67,6 +67,9 @@ def _mm_into(out: Tensor, A: Tensor, B: Tensor) -> None:
     """``out[...] = A @ B`` written straight into ``out`` (a strided view of a larger matrix), with
     one batched BLAS call and no temporary; falls back to a product and a copy."""
     shape = out.shape
+    if torch.is_grad_enabled() and (A.requires_grad or B.requires_grad):  # out= does not record a graph
+        out.copy_(torch.matmul(A, B))
+        return
     try:
         o = out.view(-1, shape[-2], shape[-1])
         a = A.expand(*shape[:-2], *A.shape[-2:]).reshape(-1, *A.shape[-2:])
