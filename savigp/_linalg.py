@@ -16,13 +16,14 @@ def base_jitter(dtype: torch.dtype) -> float:
     return 1e-8 if dtype == torch.float64 else 1e-5
 
 
-def robust_cholesky(matrix: Tensor, name: str = "matrix", max_tries: int = 6) -> Tensor:
+def robust_cholesky(matrix: Tensor, name: str = "matrix", max_tries: int = 6, return_jitter: bool = False):
     """Lower Cholesky factor of a batch of symmetric positive (semi-)definite matrices.
 
     Args:
         matrix: shape ``(..., M, M)``.
         name: what the matrix is (used in warnings and errors, e.g. ``"K_zz"``).
         max_tries: how many times the jitter may grow tenfold after a failure.
+        return_jitter: also return the relative jitter that was added (a float).
 
     A relative jitter ``base_jitter(dtype) * mean(diag)`` is always added. If the factorization
     still fails, the jitter grows tenfold per try with a ``RuntimeWarning``; after ``max_tries``
@@ -44,7 +45,7 @@ def robust_cholesky(matrix: Tensor, name: str = "matrix", max_tries: int = 6) ->
                     RuntimeWarning,
                     stacklevel=3,
                 )
-            return chol
+            return (chol, rel) if return_jitter else chol
         rel *= 10.0
     raise CholeskyError(
         f"{name} of shape {tuple(matrix.shape)} is not positive definite even with relative jitter "

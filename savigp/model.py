@@ -245,13 +245,8 @@ class SAVIGP(nn.Module):
             if bool((info == 0).all()) and bool(torch.isfinite(L.diagonal(dim1=-2, dim2=-1)).all()):
                 return L.to(Kzz.dtype), torch.full(diag.shape[:-1], base, dtype=Kzz.dtype, device=Kzz.device)
         # larger jitter (with its warning), or the error that names the problem
-        L = robust_cholesky(Kzz, name="K_zz (inducing-point kernel matrix)")
-        with torch.no_grad():
-            d = Kzz.detach().diagonal(dim1=-2, dim2=-1)
-            added = ((L.detach() * L.detach()).sum(-1) - d).mean(-1) / d.mean(-1).abs().clamp_min(1e-30)
-            # the jitter is base_jitter * 10^tries: snap the estimate to that grid
-            tries = torch.round(torch.log10(added.clamp_min(base * 1e-3) / base)).clamp_min(0.0)
-            rel = base * torch.pow(10.0, tries)
+        L, rel = robust_cholesky(Kzz, name="K_zz (inducing-point kernel matrix)", return_jitter=True)
+        rel = torch.full(Kzz.shape[:-2], rel, dtype=Kzz.dtype, device=Kzz.device)
         return L, rel
 
     def _prior_parts(self) -> tuple[Tensor, Tensor, Tensor]:

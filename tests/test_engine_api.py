@@ -93,6 +93,10 @@ def test_jitter_grows_with_a_warning_then_fails_clearly():
     with pytest.warns(RuntimeWarning, match=r"K_zz of shape \(6, 6\) needed relative jitter"):
         L = robust_cholesky(A, name="K_zz")
     assert torch.allclose(L @ L.T, A, atol=1e-5)
+    L, rel = robust_cholesky(A, name="K_zz", return_jitter=True)
+    assert rel > 1e-8  # grew from the base jitter
+    shift = rel * A.diagonal().mean()
+    assert torch.allclose(L @ L.T, A + shift * torch.eye(6), rtol=0, atol=1e-12)
     eig[-1] = -1.0  # far from positive definite: no jitter helps
     with pytest.raises(savigp.CholeskyError, match=r"K_zz of shape \(6, 6\) is not positive definite even with relative jitter"):
         robust_cholesky(Qm @ torch.diag(eig) @ Qm.T, name="K_zz")
