@@ -567,17 +567,22 @@ def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
     return header, np.concatenate(blocks, axis=1)
 
 
-def cmd_predict(args) -> int:
-    """``savigp predict``: predictive means/variances (and class probabilities) per row."""
-    _check_samples(args.samples)
-    if args.out != "-":
-        _check_output_path(args.out)
+def _model_and_table(args):
+    """The model file and the CSV that ``savigp predict`` / ``evaluate`` read (clear errors for both)."""
     from .serialization import ModelFileError
 
     if not os.path.exists(args.model):
         raise ModelFileError(f"{args.model}: no such model file")
     table = read_csv(args.data, header=args.header, delimiter=args.delimiter)
-    saved = _load_for_use(args.model, args.device)
+    return table, _load_for_use(args.model, args.device)
+
+
+def cmd_predict(args) -> int:
+    """``savigp predict``: predictive means/variances (and class probabilities) per row."""
+    _check_samples(args.samples)
+    if args.out != "-":
+        _check_output_path(args.out)
+    table, saved = _model_and_table(args)
     icols = _select_inputs(table, saved.config, args.inputs)
     pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed)
     header, values = prediction_table(saved, pred, latent=args.latent)
@@ -603,12 +608,7 @@ def format_metrics(metrics: dict) -> str:
 def cmd_evaluate(args) -> int:
     """``savigp evaluate``: SSE and NLPD (regression) or error rate and NLP (classification)."""
     _check_samples(args.samples)
-    from .serialization import ModelFileError
-
-    if not os.path.exists(args.model):
-        raise ModelFileError(f"{args.model}: no such model file")
-    table = read_csv(args.data, header=args.header, delimiter=args.delimiter)
-    saved = _load_for_use(args.model, args.device)
+    table, saved = _model_and_table(args)
     tcols = _select_targets(table, saved.config, args.targets)
     icols = _select_inputs(table, saved.config, args.inputs, exclude=tcols)
     X, Y = table.values[:, icols], table.values[:, tcols]

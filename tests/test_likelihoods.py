@@ -41,13 +41,7 @@ from savigp.constraints import PositiveParameter
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
+# float64 by default: tests/conftest.py's autouse fixture
 
 # ====================================================================== references (numpy / scipy)
 def _norm(y, mean, var):
