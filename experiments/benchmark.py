@@ -189,6 +189,11 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
+#: Both libraries' steps use the same optimizer: Adam with PyTorch's fused kernel (what
+#: ``savigp.fit`` uses on the CPU and CUDA; GPyTorch users can pass the same flag).
+ADAM_OPTIONS = {"fused": True}
+
+
 class SavigpStep:
     """One savigp training step, as in :func:`savigp.training.fit`."""
 
@@ -208,7 +213,7 @@ class SavigpStep:
         # the model keeps X/Y as buffers; build it on the CPU copy then move (constructor validates targets)
         self.model = SAVIGP(data.X.cpu(), Y.cpu(), lik, kernel, inducing_inputs=Z.cpu(), posterior=cfg.posterior,
                             num_components=cfg.K, dtype=data.dtype, device=data.device, seed=seed)
-        self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=lr)
+        self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=lr, **ADAM_OPTIONS)
         self.gen = torch.Generator(device="cpu").manual_seed(seed)
         self.cfg = cfg
 
@@ -293,7 +298,8 @@ class GPyTorchStep:
         self.model = model.to(dtype=data.dtype, device=data.device)
         self.lik = lik.to(dtype=data.dtype, device=data.device)
         self.mll = gpytorch.mlls.VariationalELBO(self.lik, self.model, num_data=data.N)
-        self.opt = torch.optim.Adam(list(self.model.parameters()) + list(self.lik.parameters()), lr=lr)
+        self.opt = torch.optim.Adam(list(self.model.parameters()) + list(self.lik.parameters()), lr=lr,
+                                    **ADAM_OPTIONS)
         self.X = data.X
         self.cfg = cfg
         self._settings = gpytorch.settings.num_likelihood_samples(cfg.S)

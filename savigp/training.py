@@ -90,6 +90,25 @@ def _check_finite(model: SAVIGP, terms: ELBOTerms, step: int, last_good: _LastGo
         )
 
 
+
+def make_adam(params, lr: float) -> torch.optim.Adam:
+    """Adam with PyTorch's fused kernel where it applies (floating parameters on the CPU or CUDA):
+    the same update in one pass per tensor instead of about ten (measured 4x faster for a
+    500 x 500 covariance factor on the CPU, about 1 ms of a 35 ms training step). Falls back to the
+    default implementation elsewhere."""
+    flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
+    fusable = bool(flat) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in flat)
+    if fusable:
+        try:
+            opt = torch.optim.Adam(params, lr=lr, fused=True)
+        except (RuntimeError, ValueError):  # an unsupported dtype or device: the portable update
+            return torch.optim.Adam(params, lr=lr)
+        # the fused kernel writes the parameters without bumping their version counters, which
+        # caches keyed on them (the decoupled head's prediction cache) rely on: bump them here
+        opt.register_step_post_hook(lambda *_: torch.autograd.graph.increment_version(flat))
+        return opt
+    return torch.optim.Adam(params, lr=lr)
+
 def fit(
     model: SAVIGP,
     *,
@@ -154,7 +173,7 @@ def fit(
     if not params:
         raise ValueError(f"no trainable parameters in groups {groups}")
     if optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=lr)
+        opt = make_adam(params, lr)
     elif optimizer == "adadelta":
         opt = torch.optim.Adadelta(params, lr=lr)
     else:
