@@ -105,19 +105,26 @@ class _ScaledRBF(torch.autograd.Function):
     """k_ij = exp(log s - ||a_i - b_j||^2 / 2) for scaled inputs a = x1 / l ``(Q, N1, D)`` and
     b = x2 / l ``(Q, N2, D)``, in a few passes over the ``(Q, N1, N2)`` matrix.
 
-    Forward: one broadcast sum, one batched product a b^T accumulated in place, a clamp
-    (r^2 >= 0) and an exponential, all in place. Backward: with W = dF/dk * k (= dF/d log k),
+    Forward: one batched product of inputs augmented with two columns,
+
+        [a, log s - |a|^2 / 2, 1] [b, 1, -|b|^2 / 2]^T = log s - r^2 / 2,
+
+    so that the (Q, N1, N2) matrix is written once by BLAS, then a clamp (r^2 >= 0) and an
+    exponential in place. Backward: with W = dF/dk * k (= dF/d log k),
     dF/da_i = sum_j W_ij (b_j - a_i) = (W b)_i - rowsum(W)_i a_i, likewise for b, and
-    dF/d log s = sum W -- instead of autograd's chain through every intermediate.
+    dF/d log s = sum W; W [b, 1] gives W b and the row sums in one product (and W^T [a, 1] the
+    column sums): one pass over the (Q, N1, N2) matrix besides the two products, instead of
+    autograd's chain through every intermediate.
     """
 
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, log_var: Tensor) -> Tensor:
-        half_a2 = 0.5 * (a * a).sum(-1)  # (Q, N1)
-        half_b2 = 0.5 * (b * b).sum(-1)  # (Q, N2)
+        ones_a = a.new_ones(a.shape[:-1] + (1,))
+        ones_b = b.new_ones(b.shape[:-1] + (1,))
         lv = log_var.reshape(-1, 1, 1)
-        k = (lv - half_a2.unsqueeze(-1)) - half_b2.unsqueeze(-2)  # (Q, N1, N2)
-        k.baddbmm_(a, b.transpose(-1, -2))  # log s - r^2 / 2
+        a_aug = torch.cat([a, lv - 0.5 * (a * a).sum(-1, keepdim=True), ones_a], dim=-1)  # (Q, N1, D + 2)
+        b_aug = torch.cat([b, ones_b, -0.5 * (b * b).sum(-1, keepdim=True)], dim=-1)  # (Q, N2, D + 2)
+        k = torch.matmul(a_aug, b_aug.transpose(-1, -2))  # log s - r^2 / 2, (Q, N1, N2)
         torch.minimum(k, lv, out=k)  # r^2 >= 0
         k.exp_()
         ctx.save_for_backward(a, b, k)
@@ -127,14 +134,18 @@ class _ScaledRBF(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         a, b, k = ctx.saved_tensors
         W = grad * k  # (Q, N1, N2)
-        ra, rb = W.sum(-1), W.sum(-2)  # (Q, N1), (Q, N2)
-        da = db = dlv = None
-        if ctx.needs_input_grad[0]:
-            da = torch.baddbmm(a * -ra.unsqueeze(-1), W, b)
+        D = a.shape[-1]
+        da = db = dlv = ra = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[2]:
+            Wb = torch.matmul(W, torch.cat([b, b.new_ones(b.shape[:-1] + (1,))], dim=-1))  # [W b, rowsum W]
+            ra = Wb[..., D:]  # (Q, N1, 1)
+            if ctx.needs_input_grad[0]:
+                da = Wb[..., :D] - a * ra
         if ctx.needs_input_grad[1]:
-            db = torch.baddbmm(b * -rb.unsqueeze(-1), W.transpose(-1, -2), a)
+            Wa = torch.matmul(W.transpose(-1, -2), torch.cat([a, a.new_ones(a.shape[:-1] + (1,))], dim=-1))
+            db = Wa[..., :D] - b * Wa[..., D:]
         if ctx.needs_input_grad[2]:
-            dlv = ra.sum(-1)
+            dlv = ra.sum((-2, -1))
         return da, db, dlv
 
 

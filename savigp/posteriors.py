@@ -238,7 +238,7 @@ class _WhitenedMoments(torch.autograd.Function):
         if need_kzz:
             if X is None:
                 X = _lower_of_product(Gbar, V, upper="any").neg_()  # -(Gbar V^T), lower triangle
-            Phi = torch.tril(X)
+            Phi = X.tril_()  # X is a temporary of this pass
             Phi.diagonal(dim1=-2, dim2=-1).mul_(0.5)
             # -L^-T Phi(Gbar V^T) L^-1. Its symmetric part is the gradient; K_zz = k(Z, Z) is
             # symmetric in its two arguments, so the kernel's backward pass gives the same result for
