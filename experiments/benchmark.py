@@ -11,7 +11,10 @@ same RBF ARD kernel initialization, the same M inducing inputs (learned), the sa
 full-Cholesky whitened q(u) (K = 1) and the same dtype and device. Steps of the two libraries
 alternate inside one process (``--rounds`` rounds of ``--steps`` steps each, after
 ``--warmup`` warm-up steps); we report the median milliseconds per step over the rounds, so
-their ratio survives the noise of a shared machine.
+their ratio survives the noise of a shared machine. Both use Adam with PyTorch's fused kernel,
+and (``--allocator tuned``, the default) the process runs with :func:`savigp.tune_cpu_allocator`,
+as ``savigp.fit`` does: it is process-wide, so GPyTorch's steps get it too and the ratio compares
+the two steps' own work.
 
 Likelihoods:
 
@@ -489,7 +492,8 @@ def environment(args, peak: float) -> dict:
     env = {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
            "device": args.device, "dtype": args.dtype, "N": args.num_data, "D": args.input_dim,
            "matmul_peak_gflops": round(peak, 1), "machine": platform.processor() or platform.machine(),
-           "gpytorch_bernoulli": args.gpytorch_bernoulli, "savigp_compile": bool(args.compile)}
+           "gpytorch_bernoulli": args.gpytorch_bernoulli, "savigp_compile": bool(args.compile),
+           "cpu_allocator_tuned": bool(getattr(args, "allocator_tuned", False))}
     if HAVE_GPYTORCH:
         import gpytorch
 
@@ -605,12 +609,21 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p.add_argument("--gpytorch-bernoulli", default="mc", choices=["mc", "quadrature"],
                    help="GPyTorch's Bernoulli ELL: logistic link with S Monte Carlo samples (default, as savigp), "
                         "or its own BernoulliLikelihood (probit, Gauss-Hermite quadrature)")
+    p.add_argument("--allocator", choices=["tuned", "default"], default="tuned",
+                   help="tuned (default): savigp.tune_cpu_allocator(), as savigp.fit does on the CPU; it is "
+                        "process-wide, so both libraries' steps run with it. default: glibc's own settings")
     p.add_argument("--compile", action="store_true",
                    help="savigp: torch.compile the score estimator's elementwise work (savigp.expected_log_lik.set_compile)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
+    allocator_tuned = False
+    if args.allocator == "tuned" and not args.device.startswith("cuda"):
+        from savigp import tune_cpu_allocator
+
+        allocator_tuned = tune_cpu_allocator()
+    args.allocator_tuned = allocator_tuned
     if args.compile:
         from savigp.expected_log_lik import set_compile
 

@@ -15,10 +15,12 @@ from .training import TrainingDiverged, TrainingHistory, fit
 from .decoupled import OrthogonalMeanHead
 from .natural_gradients import fit_orthnat
 from ._linalg import CholeskyError
+from ._allocator import tune_cpu_allocator
 
 __all__ = [
     "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
     "CholeskyError", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
     "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead", "fit_orthnat",
+    "tune_cpu_allocator",
 ]
 __version__ = "0.1.0"
