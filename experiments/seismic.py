@@ -90,7 +90,8 @@ LATENT_NAMES = ["depth_1", "depth_2", "depth_3", "depth_4", "vel_1", "vel_2", "v
 # `lbfgs_max_iter` inner iterations with fixed draws; Adam iterations are full-batch steps.
 FULL = {"reparam": ("lbfgs", 500, 15, 1.0), "score": ("adam", 2000, 3000, 0.01)}
 QUICK = {"reparam": ("lbfgs", 100, 4, 1.0), "score": ("adam", 200, 400, 0.02)}
-POSTERIORS = {"full": ("full", 1), "mog1": ("diag", 1), "mog2": ("diag", 2), "fg2": ("full", 2)}
+POSTERIORS = {"full": ("full", 1), "mog1": ("diag", 1), "mog2": ("diag", 2), "fg2": ("full", 2),
+              "joint": ("joint", 1)}
 
 
 def load(data: Path):
@@ -242,7 +243,7 @@ def parse(argv=None):
     p.add_argument("--data-dir", default=None, help="folder holding seismic/ (default ../shared/data)")
     p.add_argument("--estimators", nargs="+", default=["reparam", "score"], choices=["reparam", "score"])
     p.add_argument("--posteriors", nargs="+", default=["full"], choices=sorted(POSTERIORS),
-                   help="full = full Gaussian (the paper's); mog1 / mog2 = diagonal mixtures of 1 / 2 components; fg2 = mixture of 2 full Gaussians")
+                   help="full = full Gaussian (the paper's); mog1 / mog2 = diagonal mixtures of 1 / 2 components; fg2 = mixture of 2 full Gaussians; joint = one Gaussian coupled across the 8 latent functions")
     p.add_argument("--x-unit", type=float, default=1000.0,
                    help="metres per unit of the GP input, for the unit length-scale (default 1000: x in km)")
     p.add_argument("--samples", type=int, default=None, help="Monte Carlo samples S (default per estimator)")

@@ -790,9 +790,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--inducing-init", choices=("kmeans", "subset"), default="kmeans", help="initial inducing inputs")
     g.add_argument("--dense", action="store_true", help="inducing inputs = all training inputs, fixed (small N only)")
     g.add_argument("--fixed-inducing", action="store_true", help="do not learn the inducing inputs")
-    g.add_argument("--posterior", choices=("full", "diag", "diag-whitened"), default="full",
+    g.add_argument("--posterior", choices=("full", "diag", "diag-whitened", "joint"), default="full",
                    help="full Gaussian components; diag: the paper's diagonal components over u (mog); "
-                        "diag-whitened: diagonal in whitened coordinates (faster steps)")
+                        "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
+                        "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
     g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
     g.add_argument("--prior-mean", metavar="MU", help="constant prior mean: one number or Q comma-separated")
     g.add_argument("--learn-prior-mean", action="store_true", help="learn the prior means")

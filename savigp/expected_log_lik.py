@@ -317,3 +317,84 @@ def _quadrature(likelihood, y, mean, var, weights, scale, n):
     surrogate = (mean * grad_b + var * grad_s2).sum(-1)
     per = (wv * values).sum(0) + (surrogate - surrogate.detach())
     return ELLEstimate(_weighted_sum(weights, per, scale), (wv * values).detach().sum(0), 0.0)
+
+
+def _joint_factor(cov: Tensor) -> Tensor:
+    """Lower Cholesky factors of the marginal covariances ``(B, Q, Q)``; a factorization that fails
+    (a point with a numerically singular covariance) is retried with jitter that grows from 1e-10
+    of the mean diagonal (silent: these are per-point sampling factors, not the model's K_zz)."""
+    L, info = torch.linalg.cholesky_ex(cov)
+    if bool((info == 0).all()):
+        return L
+    eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
+    base = cov.diagonal(dim1=-2, dim2=-1).mean(-1).abs().clamp_min(1e-300)[:, None, None]  # (B, 1, 1)
+    for rel in (1e-10, 1e-8, 1e-6, 1e-4):
+        L, info = torch.linalg.cholesky_ex(cov + rel * base * eye)
+        if bool((info == 0).all()):
+            return L
+    bad = torch.nonzero(info != 0).flatten()[:10].tolist()
+    raise ValueError(f"the marginal covariance of q(f_n) is not positive definite at batch rows {bad} "
+                     f"(even with jitter 1e-4 of its diagonal)")
+
+
+def expected_log_lik_joint(likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
+                           num_samples: int, scale: float = 1.0,
+                           generator: torch.Generator | None = None) -> ELLEstimate:
+    """L_ell for a posterior coupled across latent functions (:mod:`savigp.joint_posterior`):
+    q(f_n) = N(b_n, C_n) with a full Q x Q covariance, one component.
+
+    Args:
+        likelihood: a :class:`likelihoods.Likelihood`.
+        y: targets ``(B, P)``.
+        mean: ``(B, Q)``; cov: ``(B, Q, Q)`` (both carrying the graph to the posterior and kernel).
+        estimator: ``"reparam"`` (f = b + chol(C) eps, differentiable log p), ``"score"`` (values of
+            log p only: the score-function gradient E[(log p(y|f) - c_{-s}) d log q(f)] with the
+            leave-one-out mean c_{-s} of the other S - 1 values as baseline, which keeps it exactly
+            unbiased), ``"score-nocv"`` (no baseline) or ``"closed-form"`` (the likelihood's
+            ``expected_log_prob`` of the per-latent marginals: right for likelihoods whose
+            expectation depends on each f_nj's marginal only, e.g. independent Gaussian outputs);
+            ``"auto"`` resolves as for factorized posteriors.
+        num_samples: S draws per data point.
+        scale: N / B.
+        generator: torch.Generator for the draws.
+
+    Returns:
+        an :class:`ELLEstimate` with shapes as for :func:`expected_log_lik` (K = 1).
+    """
+    estimator = resolve_estimator(estimator, likelihood)
+    B, Q = mean.shape
+    if tuple(cov.shape) != (B, Q, Q):
+        raise ValueError(f"cov must be {(B, Q, Q)} for mean {(B, Q)}, got {tuple(cov.shape)}")
+    weights = mean.new_ones(1)
+    if estimator == "closed-form":
+        var = cov.diagonal(dim1=-2, dim2=-1)
+        return expected_log_lik(likelihood, y, mean[None], var[None], weights, estimator="closed-form",
+                                num_samples=num_samples, scale=scale)
+    if estimator not in ("reparam", "score", "score-nocv"):
+        raise ValueError(f"estimator={estimator!r} is not available with posterior='joint'; "
+                         "use 'reparam', 'score', 'score-nocv' or 'closed-form'")
+    S = int(num_samples)
+    if S < 2 or (estimator == "score" and S < 3):
+        raise ValueError(f"num_samples must be >= {3 if estimator == 'score' else 2} for estimator={estimator!r}, got {S}")
+    eps = _sample_eps((S, 1, B, Q), mean, generator)  # (S, 1, B, Q)
+    L = _joint_factor(cov)  # (B, Q, Q)
+    if estimator == "reparam":
+        f = mean + torch.matmul(L, eps.unsqueeze(-1)).squeeze(-1)  # (S, 1, B, Q)
+        values = checked_log_prob(likelihood, y, f)  # (S, 1, B)
+        per = values.mean(0)
+        return ELLEstimate(_weighted_sum(weights, per, scale), per.detach(), _stderr(values, weights, scale))
+    with torch.no_grad():
+        f = mean + torch.matmul(L, eps.unsqueeze(-1)).squeeze(-1)
+    values = checked_log_prob(likelihood, y, f, check_finite=False)  # may carry likelihood-parameter gradients
+    per_value = values.mean(0)  # (1, B)
+    if not bool(torch.isfinite(per_value.detach()).all()):
+        checked_log_prob(likelihood, y, f)  # raises the error naming the rows
+    g = values.detach()
+    if estimator == "score":
+        g = g - (g.sum(0, keepdim=True) - g) / (S - 1)  # leave-one-out baseline
+    # log q(f_s) up to a constant, differentiable in b and C: -log|L| - |L^-1 (f - b)|^2 / 2
+    z = torch.linalg.solve_triangular(L, (f.detach() - mean).unsqueeze(-1), upper=False).squeeze(-1)  # (S, 1, B, Q)
+    logq = -torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1) - 0.5 * (z * z).sum(-1)  # (S, 1, B)
+    surrogate = (g * logq).mean(0)  # (1, B)
+    per = per_value + (surrogate - surrogate.detach())
+    return ELLEstimate(_weighted_sum(weights, per, scale), per_value.detach(), _stderr(values, weights, scale))

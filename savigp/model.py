@@ -17,9 +17,10 @@ from torch import Tensor, nn
 
 from ._checks import as_inputs, as_targets
 from ._linalg import base_jitter, robust_cholesky
-from .expected_log_lik import checked_log_prob, expected_log_lik, resolve_estimator
+from .expected_log_lik import _joint_factor, checked_log_prob, expected_log_lik, expected_log_lik_joint, resolve_estimator
 from .inducing import initial_inducing_inputs
 from .kernels import KERNELS, Kernel, RBF
+from .joint_posterior import JointGaussian
 from .posteriors import MixturePosterior, make_posterior
 
 
@@ -175,7 +176,7 @@ class SAVIGP(nn.Module):
 
         # ---- posterior
         gen = torch.Generator().manual_seed(seed)
-        if isinstance(posterior, MixturePosterior):
+        if isinstance(posterior, (MixturePosterior, JointGaussian)):
             if (posterior.num_latent, posterior.num_inducing) != (Q, M):
                 raise ValueError(f"posterior has (Q, M) = {(posterior.num_latent, posterior.num_inducing)}, model needs {(Q, M)}")
             self.posterior = posterior
@@ -277,10 +278,24 @@ class SAVIGP(nn.Module):
         Returns:
             means b and variances s2, each ``(K, B, Q)``.
         """
+        if getattr(self.posterior, "joint", False):
+            mean, cov = self._joint_moments(X, self.prior_factor() if Lzz is None else Lzz)
+            return mean[None], cov.diagonal(dim1=-2, dim2=-1)[None]
         Kzz = jitter_rel = None
         if Lzz is None:
             Kzz, Lzz, jitter_rel = self._prior_parts()
         return self._marginals(X, Lzz, Kzz, jitter_rel)
+
+    def _joint_moments(self, X: Tensor, Lzz: Tensor, scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        """For ``posterior="joint"``: the mean ``(B, Q)`` and covariance ``(B, Q, Q)`` of q(f_n), with
+        autograd through ``Lzz`` (see :mod:`savigp.joint_posterior`)."""
+        Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
+        V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)
+        fmean, cov = self.posterior.joint_marginals(V, self.kernel.diag(X), scale)
+        mean = self.prior_mean[None, :] + fmean
+        if self.mean_head is not None:
+            mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, V).transpose(-1, -2)
+        return mean, cov
 
     def _marginals(self, X: Tensor, Lzz: Tensor, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
                    scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
@@ -336,6 +351,8 @@ class SAVIGP(nn.Module):
             generator: torch.Generator for the Monte Carlo draws.
         """
         X, Y = (self.train_x, self.train_y) if batch is None else (self.train_x[batch], self.train_y[batch])
+        if getattr(self.posterior, "joint", False):
+            return self._joint_elbo(X, Y, num_samples, estimator, generator)
         Kzz, Lzz, jitter_rel = self._prior_parts()  # L_zz without graph: the fused terms hand gradients to K_zz
         post_scale = self.posterior.scale()  # computed once per step, shared by all terms
         mean, var = self._marginals(X, Lzz, Kzz, jitter_rel, post_scale)
@@ -350,6 +367,22 @@ class SAVIGP(nn.Module):
         total = ell.value + ent + cross - head_kl
         # whitened terms -> the paper's u-space convention (the log|L_zz| terms cancel in the total)
         half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum()) if self.posterior.whitened else 0.0
+        return ELBOTerms(total, float(ell.value.detach()), float(ent.detach()) + half_logdet,
+                         float(cross.detach()) - half_logdet, float(head_kl.detach()), ell.stderr)
+
+    def _joint_elbo(self, X: Tensor, Y: Tensor, num_samples: int, estimator: str,
+                    generator: Optional[torch.Generator]) -> ELBOTerms:
+        """:meth:`elbo` for ``posterior="joint"``: the same terms, with q(f_n) a Q-variate Gaussian."""
+        Lzz = self.prior_factor()  # with graph
+        post_scale = self.posterior.scale()
+        mean, cov = self._joint_moments(X, Lzz, post_scale)
+        ell = expected_log_lik_joint(self.likelihood, Y, mean, cov, estimator=estimator, num_samples=num_samples,
+                                     scale=self.num_data / X.shape[0], generator=generator)
+        ent = self.posterior.entropy(post_scale)
+        cross = self.posterior.cross_entropy(post_scale)
+        head_kl = self.mean_head.kl(self.kernel, self.inducing, Lzz) if self.mean_head is not None else ell.value.new_zeros(())
+        total = ell.value + ent + cross - head_kl
+        half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum())
         return ELBOTerms(total, float(ell.value.detach()), float(ent.detach()) + half_logdet,
                          float(cross.detach()) - half_logdet, float(head_kl.detach()), ell.stderr)
 
@@ -381,8 +414,15 @@ class SAVIGP(nn.Module):
         The standard normal draws ``(S, K, 1, Q)`` are shared by all rows, so a row's prediction
         depends on its own input and the seed only, not on which other rows are predicted with it.
         """
-        mean, var, _ = self.predict_latent(X)
         gen = torch.Generator().manual_seed(seed)
+        if getattr(self.posterior, "joint", False):  # correlated across latent functions
+            Lzz = self.prior_factor()
+            mean, cov = self._joint_moments(X, Lzz)
+            Q = mean.shape[-1]
+            eps = torch.randn((num_samples, 1, 1, Q), dtype=mean.dtype, generator=gen).to(mean.device)
+            f = mean + torch.matmul(_joint_factor(cov), eps.unsqueeze(-1)).squeeze(-1)  # (S, 1, B, Q)
+            return f, self.posterior.log_weights().detach(), mean[None], cov.diagonal(dim1=-2, dim2=-1)[None]
+        mean, var, _ = self.predict_latent(X)
         K, _, Q = mean.shape
         eps = torch.randn((num_samples, K, 1, Q), dtype=mean.dtype, generator=gen).to(mean.device)
         return mean + var.sqrt() * eps, self.posterior.log_weights().detach(), mean, var

@@ -181,6 +181,9 @@ def _natural_update(mean, scale, g_m, g_S, tau, diagonal, max_halvings):
 
 def _check_natgrad_posterior(model: SAVIGP) -> None:
     post = model.posterior
+    if getattr(post, "joint", False):
+        raise ValueError("natural-gradient updates are derived for posteriors factorized over the latent functions; "
+                         "this model's posterior is 'joint' (coupled across them): use savigp.fit (Adam or L-BFGS)")
     if not post.whitened:
         raise ValueError(
             f"natural-gradient updates are derived for the whitened q(v); this model's posterior is "

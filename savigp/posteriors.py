@@ -661,7 +661,7 @@ class FullMixture(MixturePosterior):
                          mean_spread=mean_spread, generator=generator)
 
 
-POSTERIOR_KINDS = ("full", "diag", "diag-whitened")
+POSTERIOR_KINDS = ("full", "diag", "diag-whitened", "joint")
 
 
 def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components: int = 1,
@@ -671,6 +671,8 @@ def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components
     * ``"full"`` (or ``"fg"``): full covariances, whitened; K = 1 is :class:`FullGaussian`.
     * ``"diag"`` (or ``"mog"``): the paper's diagonal mixture over u, :class:`UDiagonalMixture`.
     * ``"diag-whitened"``: diagonal in whitened coordinates, :class:`DiagonalMixture`.
+    * ``"joint"``: one Gaussian over all Q * M whitened values, coupled across the latent
+      functions (:class:`savigp.joint_posterior.JointGaussian`; K = 1).
     """
     if kind in ("full", "fg"):
         if num_components == 1:
@@ -680,4 +682,10 @@ def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components
         return UDiagonalMixture(num_latent, num_inducing, num_components, generator=generator)
     if kind == "diag-whitened":
         return DiagonalMixture(num_latent, num_inducing, num_components, generator=generator)
+    if kind == "joint":
+        from .joint_posterior import JointGaussian
+
+        if num_components != 1:
+            raise ValueError(f"posterior='joint' has one component, got num_components={num_components}")
+        return JointGaussian(num_latent, num_inducing)
     raise ValueError(f"posterior must be one of {POSTERIOR_KINDS}, got {kind!r}")
