@@ -613,7 +613,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
                    help="tuned (default): savigp.tune_cpu_allocator(), as savigp.fit does on the CPU; it is "
                         "process-wide, so both libraries' steps run with it. default: glibc's own settings")
     p.add_argument("--compile", action="store_true",
-                   help="savigp: torch.compile the score estimator's elementwise work (savigp.expected_log_lik.set_compile)")
+                   help="savigp: torch.compile the step's elementwise chains: the score estimator's and the marginal variances' (savigp.expected_log_lik.set_compile, SAVIGP_COMPILE=1)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 

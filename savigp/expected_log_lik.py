@@ -34,13 +34,13 @@ declared differentiable in f, else ``"score"``.
 """
 from __future__ import annotations
 
-import os
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from . import _compile
 
 ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
 
@@ -252,33 +252,14 @@ def _score_means(g: Tensor, eps: Tensor, control: bool) -> tuple[Tensor, Tensor]
     return out[0], out[1]
 
 
-#: Run the score estimator's elementwise work (:func:`_score_means`) through ``torch.compile``:
-#: one fused loop instead of ~20 passes over the S x K x B x Q samples (measured ~10x faster for
-#: that part on CPU, S = 100, B = 1000 and 10000). Off by default: the first call compiles for
-#: seconds to tens of seconds and needs a C++ compiler. Turn on with the environment variable
-#: ``SAVIGP_COMPILE=1`` or :func:`set_compile`; any compilation failure falls back to eager mode.
-_COMPILE = os.environ.get("SAVIGP_COMPILE", "").strip() not in ("", "0")
-_compiled_score_means = None
-
-
 def set_compile(enabled: bool = True) -> None:
-    """Use ``torch.compile`` for the score estimator's elementwise work (see ``_COMPILE``)."""
-    global _COMPILE
-    _COMPILE = bool(enabled)
+    """Use ``torch.compile`` for the step's elementwise work, the score estimator's included (see
+    :mod:`savigp._compile`; also ``SAVIGP_COMPILE=1``)."""
+    _compile.set_compile(enabled)
 
 
 def _score_means_dispatch(g: Tensor, eps: Tensor, control: bool) -> tuple[Tensor, Tensor]:
-    global _COMPILE, _compiled_score_means
-    if _COMPILE:
-        try:
-            if _compiled_score_means is None:
-                _compiled_score_means = torch.compile(_score_means, dynamic=True)
-            return _compiled_score_means(g, eps, control)
-        except Exception as exc:  # no compiler, unsupported platform, ...: stay correct, eager
-            _COMPILE = False
-            warnings.warn(f"torch.compile of the score estimator failed ({type(exc).__name__}: {exc}); "
-                          "using eager mode", RuntimeWarning, stacklevel=2)
-    return _score_means(g, eps, control)
+    return _compile.call(_score_means, g, eps, control)
 
 
 def _leave_one_out_coefficient(G: Tensor, h: Tensor) -> Tensor:

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from . import _compile
 from .constraints import LOG_2PI, inverse_softplus
 
 
@@ -175,7 +176,7 @@ class _WhitenedMoments(torch.autograd.Function):
             # dF/dK_zx = L^-T Gbar = 2 (R V) g + (L^-T m) g_mean^T needs no solve over the batch
             R = _solve_lower(L, P, transpose=True)
             A = torch.matmul(R, V)  # (K, Q, M, B)
-            dvar = (Kzx * A).sum(-2)
+            dvar = _compile.call(_colsum_of_product, Kzx, A)
         else:
             A = _upper_t_mm(scale, V.unsqueeze(0).expand(scale.shape[0], *V.shape))  # L_k^T V, (K, Q, M, B)
             dvar = (A * A).sum(-2) - (V * V).sum(-2)
@@ -217,8 +218,7 @@ class _WhitenedMoments(torch.autograd.Function):
             if need_kzx:
                 # L^-T Gbar with Gbar = 2 sum_k W_k g_k + sum_k m_k g_mean_k^T
                 Lm = _solve_lower(L, mT, transpose=True)  # L^-T m, (Q, M, K)
-                RVg = (RV * g_var.unsqueeze(-2)).sum(0) if K > 1 else RV[0] * g_var[0].unsqueeze(-2)  # (Q, M, B)
-                d_kzx = RVg.baddbmm_(Lm, gmT, alpha=1.0, beta=2.0)
+                d_kzx = _compile.call(_middle_kzx_adjoint, RV, g_var, Lm, gmT)
             if need_kzz:
                 # only the lower triangle of Gbar V^T = sum_k 2 P_k dP_k + m_k (V g_mean_k)^T is used
                 X = _lower_of_product(P, dP, upper="any")
@@ -249,6 +249,18 @@ class _WhitenedMoments(torch.autograd.Function):
                 tr = d_kzz.diagonal(dim1=-2, dim2=-1).sum(-1)  # (Q,)
                 d_kzz.diagonal(dim1=-2, dim2=-1).add_((jitter_rel * tr / L.shape[-1]).unsqueeze(-1))
         return d_kzz, d_kzx, d_mean, d_scale, None, None, None, None
+
+
+def _colsum_of_product(X: Tensor, Y: Tensor) -> Tensor:
+    """sum over rows of X * Y: ``(..., M, B)`` -> ``(..., B)`` (one fused loop when compiled)."""
+    return (X * Y).sum(-2)
+
+
+def _middle_kzx_adjoint(RV: Tensor, g_var: Tensor, Lm: Tensor, gmT: Tensor) -> Tensor:
+    """2 sum_k RV_k diag(g_k) + sum_k (L^-T m_k) g_mean_k^T, ``(Q, M, B)``, for RV ``(K, Q, M, B)``,
+    g_var ``(K, Q, B)``, Lm ``(Q, M, K)`` and gmT ``(Q, K, B)`` (one fused loop when compiled)."""
+    RVg = (RV * g_var.unsqueeze(-2)).sum(0) if RV.shape[0] > 1 else RV[0] * g_var[0].unsqueeze(-2)
+    return RVg.baddbmm_(Lm, gmT, alpha=1.0, beta=2.0)
 
 
 def whitened_moments(Kzz, Kzx: Tensor, L: Tensor, mean: Tensor, scale: Tensor, diagonal: bool,
