@@ -6,6 +6,7 @@ repository root, or from ``--data-dir``.
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
@@ -113,3 +114,28 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def parser(doc: str, name: str, *, quick_help: Optional[str] = None, data_folder: Optional[str] = None,
+           epilog: bool = False) -> argparse.ArgumentParser:
+    """The flagship scripts' common options: ``--quick`` (when ``quick_help`` is given), ``--out``
+    (default ``results/<name>``) and ``--data-dir`` (when the script reads ``data_folder``)."""
+    parts = doc.split("\n\n", 1)
+    p = argparse.ArgumentParser(description=parts[0], epilog=parts[1] if epilog and len(parts) > 1 else None,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    if quick_help is not None:
+        p.add_argument("--quick", action="store_true", help=quick_help)
+    p.add_argument("--out", default=None, help=f"output folder (default results/{name})")
+    if data_folder is not None:
+        p.add_argument("--data-dir", default=None, help=f"folder holding {data_folder}/ (default ../shared/data)")
+    return p
+
+
+def save_figure(fig, path: Path, title: Optional[str] = None) -> Path:
+    """Optional suptitle, tight layout, a 120-dpi PNG at ``path``, and the figure closed."""
+    if title is not None:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
+    return path

@@ -20,7 +20,6 @@ same M, same split, same optimizer).
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -164,18 +163,12 @@ def figure(problem, joints, g, ind, path):
         if key == "sse":
             ax.set_yscale("log")
     axes[0].legend()
-    fig.suptitle(f"{problem}: 4449-row SARCOS file, 80/20 split", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    io.save_figure(fig, path, f"{problem}: 4449-row SARCOS file, 80/20 split")
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="a one-minute smoke run (sarcos-2, small M, few steps)")
-    p.add_argument("--out", default=None, help="output folder (default results/gprn_sarcos)")
-    p.add_argument("--data-dir", default=None, help="folder holding sarcos/ (default ../shared/data)")
+    p = io.parser(__doc__, "gprn_sarcos", quick_help="a one-minute smoke run (sarcos-2, small M, few steps)",
+                  data_folder="sarcos")
     p.add_argument("--problems", nargs="+", default=None, choices=sorted(PROBLEMS),
                    help="default: both (sarcos-2 only with --quick)")
     p.add_argument("--num-inducing", type=int, default=None, help="M (default 150; 20 with --quick)")

@@ -19,7 +19,6 @@ and says so in its output.
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import pickle
 import sys
@@ -89,10 +88,7 @@ def subsample(X, y, n, seed):
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="2k train / 1k test, M = 20, 150 steps (about a minute)")
-    p.add_argument("--out", default=None, help="output folder (default results/mnist)")
+    p = io.parser(__doc__, "mnist", quick_help="2k train / 1k test, M = 20, 150 steps (about a minute)")
     p.add_argument("--num-train", type=int, default=None, help="training images (default all 60k; 2000 quick)")
     p.add_argument("--num-test", type=int, default=None, help="test images (default all 10k; 1000 quick)")
     p.add_argument("--num-inducing", type=int, default=None, help="M (default 100; 20 quick)")
@@ -178,9 +174,7 @@ def main(argv=None) -> dict:
     lo = np.percentile(hist.elbo, 5) if hist.elbo else 0
     ax.set_ylim(bottom=lo)
     ax.set_title(f"MNIST: error {100 * ev['error_rate']:.2f} %, NLP {ev['nlp']:.3f}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "mnist_elbo.png", dpi=120)
-    plt.close(fig)
+    io.save_figure(fig, out / "mnist_elbo.png")
     result = {"row": row, "log": log, "environment": io.environment(), "out": str(out),
               "argv": list(argv) if argv is not None else sys.argv[1:]}
     io.write_json(result, out / "mnist_results.json")

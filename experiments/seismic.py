@@ -78,7 +78,6 @@ diagonal mixtures ("mog1", "mog2").
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -238,18 +237,11 @@ def figure(x, m, s, mcmc_mean, mcmc_std, path: Path, title: str, exact=None):
             ax.set_title("layer boundaries")
         else:
             ax.set_title("velocities")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    io.save_figure(fig, path, title)
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="a one-minute smoke run (few samples and steps)")
-    p.add_argument("--out", default=None, help="output folder (default results/seismic)")
-    p.add_argument("--data-dir", default=None, help="folder holding seismic/ (default ../shared/data)")
+    p = io.parser(__doc__, "seismic", quick_help="a one-minute smoke run (few samples and steps)", data_folder="seismic")
     p.add_argument("--estimators", nargs="+", default=["reparam", "score"], choices=["reparam", "score"])
     p.add_argument("--posteriors", nargs="+", default=["full"], choices=sorted(POSTERIORS),
                    help="full = full Gaussian (the paper's); mog1 / mog2 = diagonal mixtures of 1 / 2 components; fg2 = mixture of 2 full Gaussians; joint = one Gaussian coupled across the 8 latent functions")

@@ -57,7 +57,6 @@ warm-up, seed and a checksum of the data) match, and computes it otherwise.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -200,8 +199,10 @@ def factorized_std(log_lik: LogLik, draws: np.ndarray, prior_std, chol, max_draw
     L = torch.as_tensor(chol, dtype=torch.float64)
     Kinv = torch.cholesky_inverse(L)
     sd = torch.as_tensor(prior_std, dtype=torch.float64).reshape(-1)
-    out = torch.stack([torch.linalg.inv(Kinv / sd[q] ** 2 + torch.diag(W[:, q].detach())).diagonal()
-                       for q in range(Q)], -1)
+    # the precision of each factor, K^-1 / sd_q^2 + diag(W_q), batched over q; its inverse's
+    # diagonal through the Cholesky factor of the precision
+    prec = Kinv / (sd * sd)[:, None, None] + torch.diag_embed(W.detach().T)  # (Q, N, N)
+    out = torch.cholesky_inverse(torch.linalg.cholesky(prec)).diagonal(dim1=-2, dim2=-1).T  # (N, Q)
     return out.sqrt().numpy()
 
 
@@ -502,11 +503,8 @@ def load_reference(out: Path, x_unit: float, settings: dict) -> Optional[HMCResu
 
 # ------------------------------------------------------------------------------ CLI
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = io.parser(__doc__, "seismic", data_folder="seismic", epilog=True)
     p.add_argument("--x-unit", type=float, default=1000.0, help="metres per unit of the GP input (default 1000: km)")
-    p.add_argument("--out", default=None, help="output folder (default results/seismic)")
-    p.add_argument("--data-dir", default=None, help="folder holding seismic/ (default ../shared/data)")
     p.add_argument("--chains", type=int, default=FULL["chains"])
     p.add_argument("--draws", type=int, default=FULL["draws"], help="kept draws per chain")
     p.add_argument("--warmup", type=int, default=FULL["warmup"])

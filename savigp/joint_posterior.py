@@ -47,8 +47,8 @@ class JointGaussian(nn.Module):
         num_inducing: M.
         init_scale: initial standard deviation of every v (1.0 = the whitened prior).
 
-    Parameters: ``mean`` ``(1, Q, M)``, ``raw_scale`` ``(QM, QM)`` (strictly lower part and a
-    softplus diagonal give L_S), ``logits`` ``(1,)`` (kept for the mixture interface; constant).
+    Parameters: ``mean`` ``(1, Q, M)`` and ``raw_scale`` ``(QM, QM)`` (strictly lower part and a
+    softplus diagonal give L_S).
     """
 
     whitened: bool = True
@@ -63,7 +63,6 @@ class JointGaussian(nn.Module):
             raise ValueError(f"posterior sizes must be >= 1, got Q={Q}, M={M}")
         self.num_components, self.num_latent, self.num_inducing = 1, Q, M
         self.mean = nn.Parameter(torch.zeros(1, Q, M, dtype=torch.float64))
-        self.logits = nn.Parameter(torch.zeros(1, dtype=torch.float64), requires_grad=False)
         raw = torch.zeros(Q * M, Q * M, dtype=torch.float64)
         raw.diagonal().fill_(float(inverse_softplus(torch.tensor(float(init_scale), dtype=torch.float64))))
         self.raw_scale = nn.Parameter(raw)
@@ -71,10 +70,10 @@ class JointGaussian(nn.Module):
     # ------------------------------------------------------------------ parameters
     def weights(self) -> Tensor:
         """Mixture weights, ``(1,)`` (one component)."""
-        return torch.ones_like(self.logits)
+        return self.mean.new_ones(1)
 
     def log_weights(self) -> Tensor:
-        return torch.zeros_like(self.logits)
+        return self.mean.new_zeros(1)
 
     def scale(self) -> Tensor:
         """The lower Cholesky factor L_S of S, ``(QM, QM)``; rows and columns ordered (j, m)."""

@@ -359,13 +359,16 @@ class SAVIGP(nn.Module):
         scale = self.num_data / X.shape[0]
         ell = expected_log_lik(self.likelihood, Y, mean, var, self.posterior.weights(), estimator=estimator,
                                num_samples=num_samples, scale=scale, generator=generator)
-        ent = self.posterior.entropy(post_scale)
         cross = (self.posterior.cross_entropy(post_scale) if self.posterior.whitened
                  else self.posterior.cross_entropy(post_scale, Lzz, Kzz=Kzz, jitter_rel=jitter_rel))
         head_kl = (self.mean_head.kl(self.kernel, self.inducing, Lzz, Kzz=Kzz, jitter_rel=jitter_rel)
                    if self.mean_head is not None else ell.value.new_zeros(()))
+        return self._assemble(ell, self.posterior.entropy(post_scale), cross, head_kl, Lzz)
+
+    def _assemble(self, ell, ent: Tensor, cross: Tensor, head_kl: Tensor, Lzz: Tensor) -> ELBOTerms:
+        """The ELBO and its terms; whitened terms are reported in the paper's u-space convention
+        (their log|L_zz| parts cancel in the total)."""
         total = ell.value + ent + cross - head_kl
-        # whitened terms -> the paper's u-space convention (the log|L_zz| terms cancel in the total)
         half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum()) if self.posterior.whitened else 0.0
         return ELBOTerms(total, float(ell.value.detach()), float(ent.detach()) + half_logdet,
                          float(cross.detach()) - half_logdet, float(head_kl.detach()), ell.stderr)
@@ -378,13 +381,8 @@ class SAVIGP(nn.Module):
         mean, cov = self._joint_moments(X, Lzz, post_scale)
         ell = expected_log_lik_joint(self.likelihood, Y, mean, cov, estimator=estimator, num_samples=num_samples,
                                      scale=self.num_data / X.shape[0], generator=generator)
-        ent = self.posterior.entropy(post_scale)
-        cross = self.posterior.cross_entropy(post_scale)
         head_kl = self.mean_head.kl(self.kernel, self.inducing, Lzz) if self.mean_head is not None else ell.value.new_zeros(())
-        total = ell.value + ent + cross - head_kl
-        half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum())
-        return ELBOTerms(total, float(ell.value.detach()), float(ent.detach()) + half_logdet,
-                         float(cross.detach()) - half_logdet, float(head_kl.detach()), ell.stderr)
+        return self._assemble(ell, self.posterior.entropy(post_scale), self.posterior.cross_entropy(post_scale), head_kl, Lzz)
 
     def resolved_estimator(self, estimator: str = "auto") -> str:
         """The concrete estimator that ``estimator`` stands for with this model's likelihood."""

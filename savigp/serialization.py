@@ -60,13 +60,19 @@ def _is_file_spec(target: str) -> bool:
     return target.endswith(".py") or "/" in target or os.sep in target
 
 
-def canonical_import_path(spec: str) -> str:
-    """``spec`` with a file path made absolute (``/abs/file.py:fn``); module paths unchanged."""
+def _split_spec(spec: str, also: str = "") -> tuple[str, str]:
+    """``"target:function"`` -> (target, function), or a one-line error naming what was expected."""
     target, sep, name = spec.rpartition(":")
     if not sep or not target or not name:
         raise LikelihoodImportError(
-            f"likelihood {spec!r}: expected a built-in name, 'package.module:function' or 'path/to/file.py:function'"
+            f"likelihood {spec!r}: expected {also}'package.module:function' or 'path/to/file.py:function'"
         )
+    return target, name
+
+
+def canonical_import_path(spec: str) -> str:
+    """``spec`` with a file path made absolute (``/abs/file.py:fn``); module paths unchanged."""
+    target, name = _split_spec(spec, "a built-in name, ")
     if _is_file_spec(target):
         target = os.path.abspath(os.path.expanduser(target))
     return f"{target}:{name}"
@@ -80,11 +86,7 @@ def import_callable(spec: str) -> Callable:
     Raises:
         LikelihoodImportError: one line saying what is missing (file, module, function).
     """
-    target, sep, name = spec.rpartition(":")
-    if not sep or not target or not name:
-        raise LikelihoodImportError(
-            f"likelihood {spec!r}: expected 'package.module:function' or 'path/to/file.py:function'"
-        )
+    target, name = _split_spec(spec)
     if _is_file_spec(target):
         path = os.path.abspath(os.path.expanduser(target))
         if not os.path.isfile(path):
