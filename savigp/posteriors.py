@@ -31,98 +31,13 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from . import _compile
+from ._triangular import lower_factor_gram, lower_of_product, lower_of_sym_times_lower, lower_mm, solve_lower, upper_t_mm
 from .constraints import LOG_2PI, inverse_softplus
 
 
 #: The full-covariance moments switch to the "middle matrix" form P = S - I (see
 #: :class:`_WhitenedMoments`) when the batch has at least this many columns per inducing point.
 MIDDLE_FORM_MIN_RATIO = 1.5
-
-
-def _solve_lower(L: Tensor, B: Tensor, *, transpose: bool = False) -> Tensor:
-    """L^-1 B (or L^-T B with ``transpose``) for lower-triangular L and row-major B.
-
-    Written as the right-hand solve (B^T L^-T)^T: LAPACK then reads B^T, a column-major view of
-    B, without copying, and the result comes back row-major (the left-hand solve copies B in
-    and returns a column-major result, which slows every elementwise operation that follows).
-    """
-    if transpose:
-        return torch.linalg.solve_triangular(L, B.transpose(-1, -2), upper=False, left=False).transpose(-1, -2)
-    return torch.linalg.solve_triangular(L.transpose(-1, -2), B.transpose(-1, -2), upper=True,
-                                         left=False).transpose(-1, -2)
-
-
-#: Block size of the triangular and symmetric products (:func:`_lower_mm` and friends): rows of
-#: the output are formed in blocks of about this many so that the zero half of a triangular
-#: factor (or the redundant half of a symmetric result) is skipped: ~(nb + 1) / (2 nb) of the
-#: flops of a dense product with nb blocks. 0 disables blocking.
-TRIANGULAR_BLOCK = 128
-
-
-def _edges(M: int) -> list:
-    nb = max(1, min(8, round(M / TRIANGULAR_BLOCK))) if TRIANGULAR_BLOCK > 0 else 1
-    return [round(i * M / nb) for i in range(nb + 1)]
-
-
-def _mm_into(out: Tensor, A: Tensor, B: Tensor) -> None:
-    """``out[...] = A @ B`` written straight into ``out`` (a strided view of a larger matrix), with
-    one batched BLAS call and no temporary; falls back to a product and a copy."""
-    shape = out.shape
-    if torch.is_grad_enabled() and (A.requires_grad or B.requires_grad):  # out= does not record a graph
-        out.copy_(torch.matmul(A, B))
-        return
-    try:
-        o = out.view(-1, shape[-2], shape[-1])
-        a = A.expand(*shape[:-2], *A.shape[-2:]).reshape(-1, *A.shape[-2:])
-        b = B.expand(*shape[:-2], *B.shape[-2:]).reshape(-1, *B.shape[-2:])
-        torch.bmm(a, b, out=o)
-    except RuntimeError:
-        out.copy_(torch.matmul(A, B))
-
-
-def _lower_mm(L: Tensor, X: Tensor) -> Tensor:
-    """L X for lower-triangular L ``(..., M, M)`` and X ``(..., M, N)``, skipping L's zero blocks."""
-    e = _edges(L.shape[-1])
-    if len(e) == 2:
-        return torch.matmul(L, X)
-    out = X.new_empty(torch.broadcast_shapes(L.shape[:-2], X.shape[:-2]) + X.shape[-2:])
-    for a, b in zip(e[:-1], e[1:]):
-        _mm_into(out[..., a:b, :], L[..., a:b, :b], X[..., :b, :])
-    return out
-
-
-def _upper_t_mm(L: Tensor, X: Tensor) -> Tensor:
-    """L^T X for lower-triangular L ``(..., M, M)`` and X ``(..., M, N)``, skipping L's zero blocks."""
-    e = _edges(L.shape[-1])
-    if len(e) == 2:
-        return torch.matmul(L.transpose(-1, -2), X)
-    out = X.new_empty(torch.broadcast_shapes(L.shape[:-2], X.shape[:-2]) + X.shape[-2:])
-    for a, b in zip(e[:-1], e[1:]):
-        _mm_into(out[..., a:b, :], L[..., a:, a:b].transpose(-1, -2), X[..., a:, :])
-    return out
-
-
-def _lower_of_product(X: Tensor, Y: Tensor, *, symmetric: bool = False, upper: str = "zero") -> Tensor:
-    """The lower triangle of X Y^T for X, Y ``(..., M, N)``, skipping the blocks strictly above the
-    block diagonal.
-
-    ``symmetric``: X Y^T is symmetric; the result is all of it (mirrored). Else the part above the
-    diagonal is zero (``upper="zero"``) or left unspecified (``upper="any"``, for callers that
-    read only the lower triangle).
-    """
-    e = _edges(X.shape[-2])
-    if len(e) == 2:
-        out = torch.matmul(X, Y.transpose(-1, -2))
-        return out if (symmetric or upper == "any") else torch.tril(out)
-    M = X.shape[-2]
-    out = X.new_empty(torch.broadcast_shapes(X.shape[:-2], Y.shape[:-2]) + (M, M))
-    for a, b in zip(e[:-1], e[1:]):
-        _mm_into(out[..., a:, a:b], X[..., a:, :], Y[..., a:b, :].transpose(-1, -2))
-    if symmetric:
-        for a, b in zip(e[:-1], e[1:]):
-            out[..., a:b, b:] = out[..., b:, a:b].transpose(-1, -2)
-        return out
-    return torch.tril(out) if upper == "zero" else out
 
 
 def use_middle_form(num_inducing: int, batch: int, num_components: int = 1) -> bool:
@@ -161,7 +76,7 @@ class _WhitenedMoments(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Kzz, Kzx, mean, scale, L, diagonal: bool, middle: bool, jitter_rel):
-        V = _solve_lower(L, Kzx)  # (Q, M, B)
+        V = solve_lower(L, Kzx)  # (Q, M, B)
         fmean = torch.matmul(mean.unsqueeze(-2), V).squeeze(-2)  # (K, Q, B)
         A = P = None
         if diagonal:
@@ -169,16 +84,16 @@ class _WhitenedMoments(torch.autograd.Function):
             A = V * V  # kept for the backward pass
             dvar = torch.matmul(s2m1.unsqueeze(-2), A).squeeze(-2)  # (K, Q, B)
         elif middle:
-            P = _lower_of_product(scale, scale, symmetric=True)  # S_k = L_k L_k^T, (K, Q, M, M)
+            P = lower_factor_gram(scale)  # S_k = L_k L_k^T, (K, Q, M, M)
             P.diagonal(dim1=-2, dim2=-1).sub_(1.0)
             # R_k = L^-T P_k (an M x M solve); A = R_k V = L^-T W_k, so that
             # dvar = v^T P v = (L v)^T L^-T P v = sum(K_zx * R V) and, in the backward pass,
             # dF/dK_zx = L^-T Gbar = 2 (R V) g + (L^-T m) g_mean^T needs no solve over the batch
-            R = _solve_lower(L, P, transpose=True)
+            R = solve_lower(L, P, transpose=True)
             A = torch.matmul(R, V)  # (K, Q, M, B)
             dvar = _compile.call(_colsum_of_product, Kzx, A)
         else:
-            A = _upper_t_mm(scale, V.unsqueeze(0).expand(scale.shape[0], *V.shape))  # L_k^T V, (K, Q, M, B)
+            A = upper_t_mm(scale, V.unsqueeze(0).expand(scale.shape[0], *V.shape))  # L_k^T V, (K, Q, M, B)
             dvar = (A * A).sum(-2) - (V * V).sum(-2)
         ctx.diagonal, ctx.middle = diagonal, middle
         ctx.save_for_backward(V, A, P, L, mean, scale, jitter_rel)
@@ -210,40 +125,40 @@ class _WhitenedMoments(torch.autograd.Function):
         elif ctx.middle:
             RV = A  # L^-T W_k
             Vg = V.unsqueeze(0) * g_var.unsqueeze(-2)  # (K, Q, M, B)
-            dP = _lower_of_product(Vg, V.unsqueeze(0), symmetric=True)  # (K, Q, M, M) = V diag(g_k) V^T
+            dP = lower_of_product(Vg, V.unsqueeze(0), symmetric=True)  # (K, Q, M, M) = V diag(g_k) V^T
             del Vg
             if need_scale:
                 # d/dL_k tr(dP_k L_k L_k^T) = 2 dP_k L_k (dP_k symmetric), lower triangle
-                d_scale = _lower_of_product(dP, scale.transpose(-1, -2)).mul_(2.0)
+                d_scale = lower_of_sym_times_lower(dP, scale).mul_(2.0)
             if need_kzx:
                 # L^-T Gbar with Gbar = 2 sum_k W_k g_k + sum_k m_k g_mean_k^T
-                Lm = _solve_lower(L, mT, transpose=True)  # L^-T m, (Q, M, K)
+                Lm = solve_lower(L, mT, transpose=True)  # L^-T m, (Q, M, K)
                 d_kzx = _compile.call(_middle_kzx_adjoint, RV, g_var, Lm, gmT)
             if need_kzz:
                 # only the lower triangle of Gbar V^T = sum_k 2 P_k dP_k + m_k (V g_mean_k)^T is used
-                X = _lower_of_product(P, dP, upper="any")
+                X = lower_of_product(P, dP, upper="any")
                 X = X.sum(0) if K > 1 else X[0]
                 # negated: the K_zz adjoint below is -L^-T Phi(Gbar V^T) L^-1
                 X = X.baddbmm_(mT, d_meanT.transpose(-1, -2), alpha=-1.0, beta=-2.0)
         else:
             dA = A * (2.0 * g_var).unsqueeze(-2)  # (K, Q, M, B)
             if need_scale:
-                d_scale = _lower_of_product(V.unsqueeze(0), dA)  # tril(V dA_k^T), (K, Q, M, M)
-            LdA = _lower_mm(scale, dA)  # L_k dA_k, (K, Q, M, B)
+                d_scale = lower_of_product(V.unsqueeze(0), dA)  # tril(V dA_k^T), (K, Q, M, M)
+            LdA = lower_mm(scale, dA)  # L_k dA_k, (K, Q, M, B)
             LdA = LdA.sum(0) if K > 1 else LdA[0]
             LdA.addcmul_(V, g_var.sum(0).unsqueeze(-2), value=-2.0)
             Gbar = LdA.baddbmm_(mT, gmT)
         if need_kzx and d_kzx is None:
-            d_kzx = _solve_lower(L, Gbar, transpose=True)
+            d_kzx = solve_lower(L, Gbar, transpose=True)
         if need_kzz:
             if X is None:
-                X = _lower_of_product(Gbar, V, upper="any").neg_()  # -(Gbar V^T), lower triangle
+                X = lower_of_product(Gbar, V, upper="any").neg_()  # -(Gbar V^T), lower triangle
             Phi = X.tril_()  # X is a temporary of this pass
             Phi.diagonal(dim1=-2, dim2=-1).mul_(0.5)
             # -L^-T Phi(Gbar V^T) L^-1. Its symmetric part is the gradient; K_zz = k(Z, Z) is
             # symmetric in its two arguments, so the kernel's backward pass gives the same result for
             # it and for this unsymmetrized matrix (which saves two passes over M x M)
-            d_kzz = torch.linalg.solve_triangular(L, _solve_lower(L, Phi, transpose=True), upper=False, left=False)
+            d_kzz = torch.linalg.solve_triangular(L, solve_lower(L, Phi, transpose=True), upper=False, left=False)
             if jitter_rel is not None:
                 # K_zz + rel * mean(diag K_zz) I was factorized
                 tr = d_kzz.diagonal(dim1=-2, dim2=-1).sum(-1)  # (Q,)
@@ -311,9 +226,9 @@ class _USpaceMoments(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Kzz, Kzx, mean, sd, L, jitter_rel):
-        V = _solve_lower(L, Kzx)  # (Q, M, B)
+        V = solve_lower(L, Kzx)  # (Q, M, B)
         vv = (V * V).sum(-2)  # (Q, B)
-        A = _solve_lower(L, V, transpose=True)  # K_zz^-1 K_zx
+        A = solve_lower(L, V, transpose=True)  # K_zz^-1 K_zx
         del V
         fmean = torch.matmul(mean.unsqueeze(-2), A).squeeze(-2)  # (K, Q, B)
         AA = A * A
@@ -335,7 +250,7 @@ class _USpaceMoments(torch.autograd.Function):
             s2 = sd * sd
             # Abar = 2 A sum_k s2_k g_k + sum_k m_k g_mean_k^T
             Abar = torch.matmul((2.0 * s2).permute(1, 2, 0), gT).mul_(A).baddbmm_(mean.permute(1, 2, 0), gmT)
-            R = _solve_lower(L, _solve_lower(L, Abar), transpose=True)  # K_zz^-1 Abar
+            R = solve_lower(L, solve_lower(L, Abar), transpose=True)  # K_zz^-1 Abar
             del Abar
             g_vv = -g_var.sum(0).unsqueeze(-2)  # (Q, 1, B): dvar_k carries -v^T v for every k
             R.addcmul_(A, g_vv)
@@ -534,7 +449,7 @@ class MixturePosterior(nn.Module):
             logdet_self = M * math.log(2.0) + 2.0 * self._log_det_scale(L)  # (K, Q)
             log_n = torch.diag_embed(-0.5 * (M * LOG_2PI + logdet_self).sum(-1))  # (K, K)
             k, l = torch.triu_indices(K, K, offset=1, device=L.device)
-            S = _lower_of_product(L, L, symmetric=True)  # (K, Q, M, M)
+            S = lower_factor_gram(L)  # (K, Q, M, M)
             Lc = torch.linalg.cholesky(S[k] + S[l])  # (pairs, Q, M, M)
             d = (self.mean[k] - self.mean[l]).unsqueeze(-1)  # (pairs, Q, M, 1)
             alpha = torch.linalg.solve_triangular(Lc, d, upper=False).squeeze(-1)

@@ -6,6 +6,7 @@ import shutil
 import pytest
 import torch
 
+from savigp import _triangular
 from savigp.posteriors import whitened_moments
 
 DT = torch.float64
@@ -15,12 +16,16 @@ def _kernel(a, b, ls):
     return torch.exp(-0.5 * ((a.unsqueeze(-2) - b.unsqueeze(-3)) ** 2).sum(-1) / ls ** 2)
 
 
+@pytest.mark.parametrize("block", [0, 3])
 @pytest.mark.parametrize("K", [1, 2])
 @pytest.mark.parametrize("middle", [False, True])
 @pytest.mark.parametrize("diagonal", [False, True])
-def test_fused_moments_match_autograd_through_cholesky(K, middle, diagonal):
+def test_fused_moments_match_autograd_through_cholesky(monkeypatch, block, K, middle, diagonal):
+    """``block = 3`` splits the M = 13 rows into 4 blocks (the blocked triangular products);
+    ``block = 0`` disables blocking (dense products)."""
+    monkeypatch.setattr(_triangular, "TRIANGULAR_BLOCK", block)
     gen = torch.Generator().manual_seed(3 + 2 * K + int(middle))
-    Q, M, B = 2, 7, 11
+    Q, M, B = 2, 13, 17
     Z = torch.randn(Q, M, 3, dtype=DT, generator=gen)
     X = torch.randn(B, 3, dtype=DT, generator=gen)
     ls = torch.tensor(1.3, dtype=DT, requires_grad=True)
@@ -52,6 +57,36 @@ def test_fused_moments_match_autograd_through_cholesky(K, middle, diagonal):
     for name, a, b in zip(["value", "d_lengthscale", "d_mean", "d_scale"], run(True), run(False)):
         tol = 1e-10 * float(b.abs().max()) + 1e-300
         assert float((a - b).abs().max()) <= tol, (name, float((a - b).abs().max()), tol)
+
+
+@pytest.mark.parametrize("block", [0, 3, 5, 8])
+def test_blocked_triangular_products_match_dense_products(monkeypatch, block):
+    """Each blocked product of ``savigp._triangular`` against the dense expression it replaces,
+    for 1 to 8 blocks (M = 23) and a batch of two; the zero parts must be exactly zero."""
+    monkeypatch.setattr(_triangular, "TRIANGULAR_BLOCK", block)
+    gen = torch.Generator().manual_seed(11 + block)
+    M, N = 23, 9
+    L = torch.randn(2, M, M, dtype=DT, generator=gen).tril() + 3.0 * torch.eye(M, dtype=DT)
+    X = torch.randn(2, M, M, dtype=DT, generator=gen)
+    S = X + X.transpose(-1, -2)
+    Y = torch.randn(2, M, N, dtype=DT, generator=gen)
+    cases = {
+        "lower_factor_gram": (_triangular.lower_factor_gram(L), L @ L.transpose(-1, -2)),
+        "lower_of_sym_times_lower": (_triangular.lower_of_sym_times_lower(S, L), torch.tril(S @ L)),
+        "lower_mm": (_triangular.lower_mm(L, Y), L @ Y),
+        "upper_t_mm": (_triangular.upper_t_mm(L, Y), L.transpose(-1, -2) @ Y),
+        "lower_of_product": (_triangular.lower_of_product(X, S), torch.tril(X @ S.transpose(-1, -2))),
+        "lower_of_product symmetric": (_triangular.lower_of_product(X, X, symmetric=True), X @ X.transpose(-1, -2)),
+        "solve_lower": (_triangular.solve_lower(L, Y), torch.linalg.solve(L, Y)),
+        "solve_lower transpose": (_triangular.solve_lower(L, Y, transpose=True),
+                                  torch.linalg.solve(L.transpose(-1, -2), Y)),
+    }
+    for name, (got, want) in cases.items():
+        assert got.shape == want.shape, (name, got.shape, want.shape)
+        err = float((got - want).abs().max())
+        assert err <= 1e-12 * float(want.abs().max()), (name, err)
+        if name in ("lower_of_sym_times_lower", "lower_of_product"):
+            assert bool((got.triu(1) == 0).all()), f"{name}: nonzero entries above the diagonal"
 
 
 def test_rbf_hand_written_backward_matches_finite_differences():
