@@ -134,6 +134,8 @@ def lower_of_sym_times_lower(S: Tensor, L: Tensor) -> Tensor:
     for a, b in zip(e[:-1], e[1:]):
         mm_into(out[..., a:, a:b], S[..., a:, a:], L[..., a:, a:b])
         out[..., a:b, b:] = 0.0
-        out[..., a:b, a:b].tril_()
+        # the strict upper half of the diagonal block (masked_fill_: ~1/3 the time of tril_ on a strided view)
+        upper = torch.ones(b - a, b - a, dtype=torch.bool, device=out.device).triu_(1)
+        out[..., a:b, a:b].masked_fill_(upper, 0.0)
     return out
 

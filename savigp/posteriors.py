@@ -297,6 +297,22 @@ class _UCrossEntropyTerms(torch.autograd.Function):
         return d_kzz, d_mean, d_sd, None, None
 
 
+class _SquaredNorm(torch.autograd.Function):
+    """||X||^2 over the last ``ndim`` axes: one pass forward and one back (2 g X), where autograd's
+    ``vector_norm(X).square()`` takes three passes back (divide, mask the zero norm, multiply)."""
+
+    @staticmethod
+    def forward(ctx, X: Tensor, ndim: int) -> Tensor:
+        ctx.save_for_backward(X)
+        ctx.ndim = ndim
+        return torch.linalg.vector_norm(X, dim=tuple(range(-ndim, 0))).square()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (X,) = ctx.saved_tensors
+        return X * (2.0 * grad).reshape(grad.shape + (1,) * ctx.ndim), None
+
+
 class _LowerFactor(torch.autograd.Function):
     """tril(raw, -1) + diag(softplus(diag(raw)) + 1e-10): one pass over M x M each way."""
 
@@ -470,8 +486,7 @@ class MixturePosterior(nn.Module):
         """
         M = self.num_inducing
         L = self.scale() if scale is None else scale
-        # ||L||^2 in one pass (and one pass back) instead of a product and a sum
-        trace = torch.linalg.vector_norm(L, dim=-1 if self.diagonal else (-2, -1)).square()  # (K, Q)
+        trace = _SquaredNorm.apply(L, 1 if self.diagonal else 2)  # tr S_kj = ||L_kj||^2, (K, Q)
         per = M * LOG_2PI + (self.mean * self.mean).sum(-1) + trace  # (K, Q)
         return -0.5 * (self.weights() * per.sum(-1)).sum()
 
