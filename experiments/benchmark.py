@@ -36,6 +36,13 @@ The *flop floor* of a step is ``Q (M^3 + 6 M^2 B)`` flops (Cholesky-related M^3 
 forward and backward triangular products with the B cross-covariance columns); ``GFLOP/s`` is
 that count divided by the measured time and ``floor x`` is the time divided by the floor time
 at the float matmul peak measured in the same run (largest of several square GEMMs).
+The *dense* time (``DenseStep``, K = 1 full posteriors only) is savigp's own dense linear algebra
+for the step -- the Cholesky factorization, triangular solves and blocked products of the fused
+moments, forward and backward -- called back to back with nothing else, timed in the same
+alternating rounds as the two libraries. ``savigp_dense_x`` (savigp / dense) is what everything
+else costs (kernel, likelihood, elementwise passes, autograd and the optimizer);
+``dense_floor_x`` (dense / floor) is how far the BLAS and LAPACK calls themselves run from the
+matmul peak at these shapes.
 Peak memory is the largest amount of memory torch allocated during one step above what was
 allocated before it (torch profiler memory events on CPU; ``max_memory_allocated`` on CUDA).
 
@@ -317,6 +324,73 @@ class GPyTorchStep:
         return float(-loss.detach())
 
 
+class DenseStep:
+    """The dense linear algebra of one savigp step alone: what the step would cost with no kernel,
+    likelihood, elementwise or framework work at all (K = 1 full posterior, batched over Q), in the
+    form :class:`savigp.posteriors._WhitenedMoments` picks for M and B, called back to back with
+    savigp's own blocked helpers. Both forms: Cholesky of K_zz and V = L^-1 K_zx forward, and the
+    K_zz adjoint L^-T Phi L^-1 (two solves) backward; in between,
+
+    * P form (B large): P = L_s L_s^T - I, R = L^-T P, R V; backward dP = V diag(g) V^T,
+      tril(dP L_s), P dP;
+    * A form: A = L_s^T V; backward tril(V dA^T), L_s dA, L^-T Gbar, Gbar V^T.
+
+    The kernel matrices, the factor L_s and the weights g are fixed (the batch is ignored)."""
+
+    name = "dense"
+
+    def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, seed: int = 0):
+        from savigp.kernels import RBF as _RBF
+
+        g = torch.Generator().manual_seed(seed)
+        Q, M, B = cfg.Q, cfg.M, cfg.B
+        kern = _RBF(data.D, Q, lengthscale=data.lengthscale).to(dtype=data.dtype, device=data.device)
+        with torch.no_grad():
+            Kzz = kern(Z, Z)
+            self.Kzz = Kzz + 1e-6 * torch.eye(M, dtype=data.dtype, device=data.device)
+            self.Kzx = kern(Z, data.X[:B]).contiguous()
+        Ls = 0.1 * torch.randn(1, Q, M, M, dtype=torch.float64, generator=g).tril(-1) + torch.eye(M, dtype=torch.float64)
+        self.Ls = Ls.to(dtype=data.dtype, device=data.device)
+        self.g = torch.randn(1, Q, 1, B, dtype=torch.float64, generator=g).to(dtype=data.dtype, device=data.device)
+
+    @staticmethod
+    def applies(cfg: Config) -> bool:
+        return cfg.K == 1 and cfg.posterior == "full"
+
+    def __call__(self, batch: torch.Tensor) -> float:
+        from savigp import _triangular as T
+        from savigp.posteriors import use_middle_form
+
+        if not use_middle_form(self.Kzx.shape[-2], self.Kzx.shape[-1], 1):
+            return self._a_form()
+        with torch.no_grad():
+            L = torch.linalg.cholesky_ex(self.Kzz)[0]
+            V = T.solve_lower(L, self.Kzx)
+            P = T.lower_factor_gram(self.Ls)
+            P.diagonal(dim1=-2, dim2=-1).sub_(1.0)
+            RV = torch.matmul(T.solve_lower(L, P, transpose=True), V)
+            dP = T.lower_of_product(V * self.g, V.unsqueeze(0), symmetric=True)
+            d_scale = T.lower_of_sym_times_lower(dP, self.Ls)
+            X = T.lower_of_product(P, dP, upper="any")[0].tril_()
+            d_kzz = torch.linalg.solve_triangular(L, T.solve_lower(L, X, transpose=True), upper=False, left=False)
+        return float(RV[0, 0, 0, 0] + d_scale[0, 0, 0, 0] + d_kzz[0, 0, 0])
+
+    def _a_form(self) -> float:
+        from savigp import _triangular as T
+
+        with torch.no_grad():
+            L = torch.linalg.cholesky_ex(self.Kzz)[0]
+            V = T.solve_lower(L, self.Kzx)
+            A = T.upper_t_mm(self.Ls, V.unsqueeze(0))
+            dA = A * self.g
+            d_scale = T.lower_of_product(V.unsqueeze(0), dA)
+            Gbar = T.lower_mm(self.Ls, dA)[0]
+            d_kzx = T.solve_lower(L, Gbar, transpose=True)
+            X = T.lower_of_product(Gbar, V, upper="any").tril_()
+            d_kzz = torch.linalg.solve_triangular(L, T.solve_lower(L, X, transpose=True), upper=False, left=False)
+        return float(d_scale[0, 0, 0, 0] + d_kzx[0, 0, 0] + d_kzz[0, 0, 0])
+
+
 # ---------------------------------------------------------------------------------------- measuring
 def matmul_peak(dtype, device, sizes=(1000, 2000), repeats: int = 3) -> float:
     """Largest GFLOP/s of square float matmuls (the machine's practical peak)."""
@@ -402,6 +476,9 @@ class Result:
              "savigp_gflops": _r(flops / (ours * 1e-3) / 1e9 if ours else None),
              "gpytorch_gflops": _r(flops / (theirs * 1e-3) / 1e9 if theirs else None),
              "savigp_floor_x": _r(ours / (1e3 * flops / (peak_gflops * 1e9)) if ours else None, 3),
+             "dense_ms": _r(self.ms.get("dense")),
+             "savigp_dense_x": _r(ours / self.ms["dense"] if ours and self.ms.get("dense") else None, 3),
+             "dense_floor_x": _r(self.ms["dense"] / (1e3 * flops / (peak_gflops * 1e9)) if self.ms.get("dense") else None, 3),
              "savigp_mem_mib": _r(self.mem_mib.get("savigp")), "gpytorch_mem_mib": _r(self.mem_mib.get("gpytorch")),
              "note": "; ".join(f"{k}: {v}" for k, v in self.error.items())}
         return r
@@ -413,7 +490,8 @@ def _r(x, digits: int = 4):
 
 
 def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int, seed: int,
-               libraries: tuple[str, ...], measure_memory: bool = True, gpytorch_bernoulli: str = "mc") -> Result:
+               libraries: tuple[str, ...], measure_memory: bool = True, gpytorch_bernoulli: str = "mc",
+               dense: bool = True) -> Result:
     res = Result(cfg)
     Z = data.inducing(cfg.M, seed)
     runners: dict[str, Callable] = {}
@@ -427,6 +505,8 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
                 runners[lib] = GPyTorchStep(cfg, data, Z, seed=seed, bernoulli=gpytorch_bernoulli)
         except Exception as exc:  # report, keep going
             res.error[lib] = f"{type(exc).__name__}: {exc}"[:200]
+    if dense and "savigp" in runners and DenseStep.applies(cfg):
+        runners["dense"] = DenseStep(cfg, data, Z, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
 
     def batch():
@@ -458,6 +538,8 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
             res.cpu_ms[lib] = statistics.median(cpu[lib])
     if measure_memory:
         for lib, run in runners.items():
+            if lib == "dense":
+                continue
             try:
                 res.mem_mib[lib] = peak_step_memory(run, batch(), data.device)
             except Exception as exc:  # pragma: no cover - profiler quirks
@@ -467,10 +549,11 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
 
 # ---------------------------------------------------------------------------------------- output
 COLUMNS = ["likelihood", "Q", "M", "B", "S", "K", "posterior", "estimator", "savigp_ms", "gpytorch_ms", "ratio",
-           "savigp_cpu_ms", "gpytorch_cpu_ms", "cpu_ratio", "floor_ms", "savigp_floor_x", "savigp_gflops", "gpytorch_gflops", "savigp_mem_mib", "gpytorch_mem_mib",
-           "sweep", "note"]
+           "savigp_cpu_ms", "gpytorch_cpu_ms", "cpu_ratio", "floor_ms", "savigp_floor_x", "dense_ms", "savigp_dense_x", "dense_floor_x", "savigp_gflops",
+           "gpytorch_gflops", "savigp_mem_mib", "gpytorch_mem_mib", "sweep", "note"]
 SHOWN = ["likelihood", "Q", "M", "B", "S", "K", "posterior", "savigp_ms", "gpytorch_ms", "ratio", "cpu_ratio", "floor_ms",
-         "savigp_floor_x", "savigp_gflops", "savigp_mem_mib", "gpytorch_mem_mib"]
+         "savigp_floor_x", "dense_ms", "savigp_dense_x", "dense_floor_x", "savigp_gflops", "savigp_mem_mib",
+         "gpytorch_mem_mib"]
 
 
 def format_table(rows: list[dict], cols=SHOWN) -> str:
@@ -517,6 +600,10 @@ def write_outputs(out: Path, rows: list[dict], env: dict, command: str) -> None:
           "same run; `cpu_ratio` = the same with process CPU time (all threads), less sensitive to other processes "
           "on a shared machine; "
           "`floor_ms` = Q (M^3 + 6 M^2 B) flops at the measured matmul peak; `savigp_floor_x` = savigp_ms / floor_ms; "
+          "`dense_ms` = savigp's dense linear algebra for the step alone (Cholesky, triangular solves and products, "
+          "K = 1 full; `DenseStep`), timed in the same alternating rounds; `savigp_dense_x` = savigp_ms / "
+          "dense_ms (what the kernel, likelihood, elementwise and framework work add); `dense_floor_x` = dense_ms / "
+          "floor_ms (how far the BLAS and LAPACK calls themselves run from the matmul peak); "
           "memory = peak MiB torch allocated during one step. Bernoulli: logistic link, savigp's score estimator "
           "with S samples against GPyTorch's Monte Carlo ELL with S samples (unless `--gpytorch-bernoulli "
           "quadrature`: GPyTorch's probit BernoulliLikelihood with Gauss-Hermite quadrature). "
@@ -614,6 +701,8 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
                         "process-wide, so both libraries' steps run with it. default: glibc's own settings")
     p.add_argument("--compile", action="store_true",
                    help="savigp: torch.compile the step's elementwise chains: the score estimator's and the marginal variances' (savigp.expected_log_lik.set_compile, SAVIGP_COMPILE=1)")
+    p.add_argument("--no-dense", action="store_true",
+                   help="skip timing the step's dense linear algebra alone (the dense_ms column)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
@@ -659,7 +748,8 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     for cfg in configs:
         t = time.perf_counter()
         res = run_config(cfg, data, warmup=warmup, rounds=rounds, steps=steps, seed=args.seed, libraries=libraries,
-                         measure_memory=not args.no_memory, gpytorch_bernoulli=args.gpytorch_bernoulli)
+                         measure_memory=not args.no_memory, gpytorch_bernoulli=args.gpytorch_bernoulli,
+                         dense=not args.no_dense)
         results.append(res)
         if not args.smallest:  # the peak drifts with machine load: keep the best seen
             peak = max(peak, matmul_peak(dtype, args.device, sizes=(1000,), repeats=2))

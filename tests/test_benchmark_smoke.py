@@ -36,7 +36,8 @@ def test_smallest_configuration_savigp_only(bench, tmp_path):
     rows = bench.main(["--smallest", "--libraries", "savigp", "--out", str(tmp_path)])
     assert len(rows) == 1
     row = rows[0]
-    for key in ("savigp_ms", "savigp_cpu_ms", "floor_ms", "savigp_floor_x", "savigp_gflops", "savigp_mem_mib"):
+    for key in ("savigp_ms", "savigp_cpu_ms", "floor_ms", "savigp_floor_x", "dense_ms", "savigp_dense_x", "dense_floor_x",
+                "savigp_gflops", "savigp_mem_mib"):
         assert _positive(row[key]), (key, row[key])
     assert row["gpytorch_ms"] == "" and row["ratio"] == ""
     with open(tmp_path / "benchmark.csv") as fh:
