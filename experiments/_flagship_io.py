@@ -7,9 +7,7 @@ repository root, or from ``--data-dir``.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import math
 import os
 import platform
 import sys
@@ -22,6 +20,8 @@ DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(REPO_ROOT))
+
+from _common import write_csv_atomic, write_text_atomic  # noqa: E402  (experiments/ is on sys.path)
 
 
 def data_dir(arg: Optional[str]) -> Path:
@@ -59,26 +59,16 @@ def _fmt(v) -> str:
 
 def write_table(rows: Sequence[dict], stem: Path, columns: Optional[Sequence[str]] = None,
                 title: Optional[str] = None, notes: Iterable[str] = ()) -> tuple[Path, Path]:
-    """Write ``rows`` (a list of dicts) to ``stem.csv`` (full precision) and ``stem.md`` (rounded).
-
-    Returns the two paths.
-    """
+    """Write ``rows`` (a list of dicts) to ``stem.csv`` (full precision) and ``stem.md`` (rounded),
+    each atomically (:mod:`_common`'s writers). Returns the two paths."""
     stem = Path(stem)
     if columns is None:
         columns = []
         for r in rows:
-            for k in r:
-                if k not in columns:
-                    columns.append(k)
+            columns += [k for k in r if k not in columns]
     csv_path, md_path = stem.with_suffix(".csv"), stem.with_suffix(".md")
-    with open(csv_path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in columns})
-    lines = []
-    if title:
-        lines += [f"# {title}", ""]
+    write_csv_atomic(csv_path, rows, columns)
+    lines = [f"# {title}", ""] if title else []
     lines.append("| " + " | ".join(columns) + " |")
     lines.append("| " + " | ".join("---" for _ in columns) + " |")
     for r in rows:
@@ -87,13 +77,23 @@ def write_table(rows: Sequence[dict], stem: Path, columns: Optional[Sequence[str
     if notes:
         lines.append("")
         lines += [f"- {n}" for n in notes]
-    md_path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(md_path, "\n".join(lines) + "\n")
     return csv_path, md_path
 
 
 def write_json(obj, path: Path) -> Path:
-    Path(path).write_text(json.dumps(obj, indent=2, default=float) + "\n")
+    write_text_atomic(path, json.dumps(obj, indent=2, default=float) + "\n")
     return Path(path)
+
+
+def write_result(path: Path, argv: Optional[Sequence[str]], **fields) -> dict:
+    """An experiment's result record: ``fields`` plus the environment, the command-line arguments
+    and the output folder, written as JSON to ``path``; returns the record."""
+    result = dict(fields)
+    result.update(environment=environment(), argv=list(argv) if argv is not None else sys.argv[1:],
+                  out=str(Path(path).parent))
+    write_json(result, path)
+    return result
 
 
 def environment() -> dict:

@@ -213,11 +213,8 @@ def main(argv=None) -> dict:
         "CPU only (no GPU).",
     ]
     io.write_table(rows, out / "gprn_sarcos", title="GPRN on SARCOS (seed 004, §9.4) vs independent GPs", notes=notes)
-    result = {"rows": rows, "settings": settings, "seconds_total": time.perf_counter() - t0,
-              "environment": io.environment(), "argv": list(argv) if argv is not None else sys.argv[1:],
-              "out": str(out)}
-    io.write_json(result, out / "gprn_results.json")
-    return result
+    return io.write_result(out / "gprn_results.json", argv, rows=rows, settings=settings,
+                           seconds_total=time.perf_counter() - t0)
 
 
 if __name__ == "__main__":

@@ -175,9 +175,7 @@ def main(argv=None) -> dict:
     ax.set_ylim(bottom=lo)
     ax.set_title(f"MNIST: error {100 * ev['error_rate']:.2f} %, NLP {ev['nlp']:.3f}", fontsize=10)
     io.save_figure(fig, out / "mnist_elbo.png")
-    result = {"row": row, "log": log, "environment": io.environment(), "out": str(out),
-              "argv": list(argv) if argv is not None else sys.argv[1:]}
-    io.write_json(result, out / "mnist_results.json")
+    result = io.write_result(out / "mnist_results.json", argv, row=row, log=log)
     print(f"[mnist] error rate {100 * ev['error_rate']:.2f} %, NLP {ev['nlp']:.4f}, {hist.steps} steps, "
           f"{train_s:.0f} s training", flush=True)
     return result

@@ -366,11 +366,8 @@ def main(argv=None) -> dict:
         io.write_table([ref_row], out / "seismic_reference_vs_mcmc",
                        title="Seismic inversion: the exact posterior (HMC) vs the shipped MCMC reference",
                        notes=notes[:2] + notes[3:])
-    result = {"rows": rows, "reference": ref_row, "seconds_total": time.perf_counter() - t_all,
-              "environment": io.environment(), "argv": list(argv) if argv is not None else sys.argv[1:],
-              "out": str(out)}
-    io.write_json(result, out / "seismic_results.json")
-    return result
+    return io.write_result(out / "seismic_results.json", argv, rows=rows, reference=ref_row,
+                           seconds_total=time.perf_counter() - t_all)
 
 
 if __name__ == "__main__":

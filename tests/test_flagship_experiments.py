@@ -4,6 +4,7 @@ docs/custom_likelihood.md. The shared data must be at ``../shared/data`` (skippe
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import re
 import sys
@@ -70,6 +71,9 @@ def test_gprn_quick(tmp_path):
     res = gprn.main(["--quick", "--out", str(tmp_path), "--data-dir", str(DATA), "--iterations", "100"])
     for f in ("gprn_sarcos.csv", "gprn_sarcos.md", "gprn_sarcos-2.png", "gprn_results.json"):
         assert (tmp_path / f).is_file(), f
+    saved = json.loads((tmp_path / "gprn_results.json").read_text())
+    assert saved["out"] == str(tmp_path) and saved["argv"][0] == "--quick" and saved["environment"]["threads"] >= 1
+    assert len(saved["rows"]) == len(res["rows"]) and not list(tmp_path.glob(".*.tmp"))  # written atomically
     rows = res["rows"]
     assert {r["model"] for r in rows} == {"savigp-gprn", "independent-gp"}
     assert {r["joint"] for r in rows} == {4, 7}

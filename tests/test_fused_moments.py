@@ -81,6 +81,14 @@ def test_blocked_triangular_products_match_dense_products(monkeypatch, block):
         "solve_lower transpose": (_triangular.solve_lower(L, Y, transpose=True),
                                   torch.linalg.solve(L.transpose(-1, -2), Y)),
     }
+    # the mixture entropy (K > 1) differentiates through lower_factor_gram: its blocked copies must
+    # carry the graph
+    Lg = L.clone().requires_grad_()
+    W = torch.randn(2, M, M, dtype=DT, generator=gen)
+    got_grad, = torch.autograd.grad((_triangular.lower_factor_gram(Lg) * W).sum(), Lg)
+    want_grad, = torch.autograd.grad(((Lg @ Lg.transpose(-1, -2)) * W).sum(), Lg)
+    # (only the lower triangle is a gradient: the entries above the diagonal of L are not variables)
+    cases["lower_factor_gram gradient"] = (got_grad.tril(), want_grad.tril())
     for name, (got, want) in cases.items():
         assert got.shape == want.shape, (name, got.shape, want.shape)
         err = float((got - want).abs().max())
