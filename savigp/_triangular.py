@@ -54,15 +54,52 @@ def mm_into(out: Tensor, A: Tensor, B: Tensor) -> None:
         out.copy_(torch.matmul(A, B))
 
 
+class _Blocked:
+    """The operands of one blocked product as 3-D batches ``(prod(batch), rows, cols)``, broadcast
+    once, so that each block is one ``torch.bmm(..., out=...)`` on slices (a handful of dispatcher
+    calls per block instead of the expand/reshape of :func:`mm_into` every time: ~0.1 ms per product
+    at 4 blocks, several products per training step). With an autograd graph to record (``out=``
+    records none) every block goes through :func:`mm_into`'s copying path instead."""
+
+    def __init__(self, out_shape: tuple, *operands: Tensor):
+        batches = [x.shape[:-2] for x in operands]
+        self.batch = batches[0] if all(b == batches[0] for b in batches) else torch.broadcast_shapes(*batches)
+        self.graph = torch.is_grad_enabled() and any(x.requires_grad for x in operands)
+        self.ops = operands if self.graph else tuple(
+            x.expand(*self.batch, *x.shape[-2:]).reshape(-1, *x.shape[-2:]) for x in operands)
+        like = operands[0]
+        self.out = like.new_empty(self.batch + out_shape if self.graph else (self.ops[0].shape[0],) + out_shape)
+
+    def mm(self, rows: slice, cols: slice, a: Tensor, b: Tensor) -> None:
+        """out[..., rows, cols] = a @ b for ``a``, ``b`` taken from :attr:`ops` (same slicing in both modes)."""
+        if self.graph:
+            mm_into(self.out[..., rows, cols], a, b)
+        else:
+            torch.bmm(a, b, out=self.out[:, rows, cols])
+
+    def mirror(self, edges: list) -> None:
+        """Copy the blocks below the block diagonal to the blocks above it (a symmetric result)."""
+        out = self.out
+        for a, b in zip(edges[:-1], edges[1:]):
+            if self.graph:
+                out[..., a:b, b:] = out[..., b:, a:b].transpose(-1, -2)
+            else:
+                out[:, a:b, b:].copy_(out[:, b:, a:b].transpose(-1, -2))
+
+    def result(self) -> Tensor:
+        return self.out if self.graph else self.out.view(self.batch + self.out.shape[-2:])
+
+
 def lower_mm(L: Tensor, X: Tensor) -> Tensor:
     """L X for lower-triangular L ``(..., M, M)`` and X ``(..., M, N)``, skipping L's zero blocks."""
     e = block_edges(L.shape[-1])
     if len(e) == 2:
         return torch.matmul(L, X)
-    out = X.new_empty(torch.broadcast_shapes(L.shape[:-2], X.shape[:-2]) + X.shape[-2:])
+    op = _Blocked(X.shape[-2:], L, X)
+    l, x = op.ops
     for a, b in zip(e[:-1], e[1:]):
-        mm_into(out[..., a:b, :], L[..., a:b, :b], X[..., :b, :])
-    return out
+        op.mm(slice(a, b), slice(None), l[..., a:b, :b], x[..., :b, :])
+    return op.result()
 
 
 def upper_t_mm(L: Tensor, X: Tensor) -> Tensor:
@@ -70,10 +107,11 @@ def upper_t_mm(L: Tensor, X: Tensor) -> Tensor:
     e = block_edges(L.shape[-1])
     if len(e) == 2:
         return torch.matmul(L.transpose(-1, -2), X)
-    out = X.new_empty(torch.broadcast_shapes(L.shape[:-2], X.shape[:-2]) + X.shape[-2:])
+    op = _Blocked(X.shape[-2:], L, X)
+    l, x = op.ops
     for a, b in zip(e[:-1], e[1:]):
-        mm_into(out[..., a:b, :], L[..., a:, a:b].transpose(-1, -2), X[..., a:, :])
-    return out
+        op.mm(slice(a, b), slice(None), l[..., a:, a:b].transpose(-1, -2), x[..., a:, :])
+    return op.result()
 
 
 def lower_of_product(X: Tensor, Y: Tensor, *, symmetric: bool = False, upper: str = "zero") -> Tensor:
@@ -89,13 +127,14 @@ def lower_of_product(X: Tensor, Y: Tensor, *, symmetric: bool = False, upper: st
         out = torch.matmul(X, Y.transpose(-1, -2))
         return out if (symmetric or upper == "any") else torch.tril(out)
     M = X.shape[-2]
-    out = X.new_empty(torch.broadcast_shapes(X.shape[:-2], Y.shape[:-2]) + (M, M))
+    op = _Blocked((M, M), X, Y)
+    x, y = op.ops
     for a, b in zip(e[:-1], e[1:]):
-        mm_into(out[..., a:, a:b], X[..., a:, :], Y[..., a:b, :].transpose(-1, -2))
+        op.mm(slice(a, None), slice(a, b), x[..., a:, :], y[..., a:b, :].transpose(-1, -2))
     if symmetric:
-        for a, b in zip(e[:-1], e[1:]):
-            out[..., a:b, b:] = out[..., b:, a:b].transpose(-1, -2)
-        return out
+        op.mirror(e)
+        return op.result()
+    out = op.result()
     return torch.tril(out) if upper == "zero" else out
 
 
@@ -111,12 +150,24 @@ def lower_factor_gram(L: Tensor) -> Tensor:
     if len(e) == 2:
         return torch.matmul(L, L.transpose(-1, -2))
     M = L.shape[-1]
-    out = L.new_empty(L.shape[:-2] + (M, M))
+    op = _Blocked((M, M), L)
+    (l,) = op.ops
     for a, b in zip(e[:-1], e[1:]):
-        mm_into(out[..., a:, a:b], L[..., a:, :b], L[..., a:b, :b].transpose(-1, -2))
-    for a, b in zip(e[:-1], e[1:]):
-        out[..., a:b, b:] = out[..., b:, a:b].transpose(-1, -2)
-    return out
+        op.mm(slice(a, None), slice(a, b), l[..., a:, :b], l[..., a:b, :b].transpose(-1, -2))
+    op.mirror(e)
+    return op.result()
+
+
+_STRICT_UPPER: dict = {}
+
+
+def _strict_upper_mask(n: int, device: torch.device) -> Tensor:
+    """Boolean ``(n, n)`` mask of the strict upper triangle, cached per size and device."""
+    key = (n, str(device))
+    mask = _STRICT_UPPER.get(key)
+    if mask is None:
+        mask = _STRICT_UPPER[key] = torch.ones(n, n, dtype=torch.bool, device=device).triu_(1)
+    return mask
 
 
 def lower_of_sym_times_lower(S: Tensor, L: Tensor) -> Tensor:
@@ -130,12 +181,12 @@ def lower_of_sym_times_lower(S: Tensor, L: Tensor) -> Tensor:
     if len(e) == 2:
         return torch.tril(torch.matmul(S, L))
     M = L.shape[-1]
-    out = L.new_empty(torch.broadcast_shapes(S.shape[:-2], L.shape[:-2]) + (M, M))
+    op = _Blocked((M, M), S, L)
+    s, l = op.ops
+    out = op.out
     for a, b in zip(e[:-1], e[1:]):
-        mm_into(out[..., a:, a:b], S[..., a:, a:], L[..., a:, a:b])
-        out[..., a:b, b:] = 0.0
+        op.mm(slice(a, None), slice(a, b), s[..., a:, a:], l[..., a:, a:b])
+        out[..., a:b, b:].fill_(0.0)
         # the strict upper half of the diagonal block (masked_fill_: ~1/3 the time of tril_ on a strided view)
-        upper = torch.ones(b - a, b - a, dtype=torch.bool, device=out.device).triu_(1)
-        out[..., a:b, a:b].masked_fill_(upper, 0.0)
-    return out
-
+        out[..., a:b, a:b].masked_fill_(_strict_upper_mask(b - a, out.device), 0.0)
+    return op.result()

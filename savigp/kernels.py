@@ -142,7 +142,9 @@ class _ScaledRBF(torch.autograd.Function):
             if ctx.needs_input_grad[0]:
                 da = Wb[..., :D] - a * ra
         if ctx.needs_input_grad[1]:
-            Wa = torch.matmul(W.transpose(-1, -2), torch.cat([a, a.new_ones(a.shape[:-1] + (1,))], dim=-1))
+            # ([a, 1]^T W)^T: BLAS reads W row by row (W^T [a, 1] reads it transposed, ~2x slower)
+            Wa = torch.matmul(torch.cat([a, a.new_ones(a.shape[:-1] + (1,))], dim=-1).transpose(-1, -2), W)
+            Wa = Wa.transpose(-1, -2)  # (Q, N2, D + 1)
             db = Wa[..., :D] - b * Wa[..., D:]
         if ctx.needs_input_grad[2]:
             dlv = ra.sum((-2, -1))
