@@ -158,18 +158,6 @@ def lower_factor_gram(L: Tensor) -> Tensor:
     return op.result()
 
 
-_STRICT_UPPER: dict = {}
-
-
-def _strict_upper_mask(n: int, device: torch.device) -> Tensor:
-    """Boolean ``(n, n)`` mask of the strict upper triangle, cached per size and device."""
-    key = (n, str(device))
-    mask = _STRICT_UPPER.get(key)
-    if mask is None:
-        mask = _STRICT_UPPER[key] = torch.ones(n, n, dtype=torch.bool, device=device).triu_(1)
-    return mask
-
-
 def lower_of_sym_times_lower(S: Tensor, L: Tensor) -> Tensor:
     """tril(S L) for symmetric (or any) S and lower-triangular L, both ``(..., M, M)``; the part
     above the diagonal is zero.
@@ -187,6 +175,5 @@ def lower_of_sym_times_lower(S: Tensor, L: Tensor) -> Tensor:
     for a, b in zip(e[:-1], e[1:]):
         op.mm(slice(a, None), slice(a, b), s[..., a:, a:], l[..., a:, a:b])
         out[..., a:b, b:].fill_(0.0)
-        # the strict upper half of the diagonal block (masked_fill_: ~1/3 the time of tril_ on a strided view)
-        out[..., a:b, a:b].masked_fill_(_strict_upper_mask(b - a, out.device), 0.0)
+        out[..., a:b, a:b].tril_()  # the strict upper half of the diagonal block
     return op.result()

@@ -124,22 +124,22 @@ class _WhitenedMoments(torch.autograd.Function):
                 d_scale = 2.0 * scale * ds2
         elif ctx.middle:
             RV = A  # L^-T W_k
-            Vg = V.unsqueeze(0) * g_var.unsqueeze(-2)  # (K, Q, M, B)
-            dP = lower_of_product(Vg, V.unsqueeze(0), symmetric=True)  # (K, Q, M, M) = V diag(g_k) V^T
+            Vg = V.unsqueeze(0) * (2.0 * g_var).unsqueeze(-2)  # (K, Q, M, B)
+            dP2 = lower_of_product(Vg, V.unsqueeze(0), symmetric=True)  # (K, Q, M, M) = 2 dP_k = 2 V diag(g_k) V^T
             del Vg
             if need_scale:
                 # d/dL_k tr(dP_k L_k L_k^T) = 2 dP_k L_k (dP_k symmetric), lower triangle
-                d_scale = lower_of_sym_times_lower(dP, scale).mul_(2.0)
+                d_scale = lower_of_sym_times_lower(dP2, scale)
             if need_kzx:
                 # L^-T Gbar with Gbar = 2 sum_k W_k g_k + sum_k m_k g_mean_k^T
                 Lm = solve_lower(L, mT, transpose=True)  # L^-T m, (Q, M, K)
                 d_kzx = _compile.call(_middle_kzx_adjoint, RV, g_var, Lm, gmT)
             if need_kzz:
                 # only the lower triangle of Gbar V^T = sum_k 2 P_k dP_k + m_k (V g_mean_k)^T is used
-                X = lower_of_product(P, dP, upper="any")
+                X = lower_of_product(P, dP2, upper="any")
                 X = X.sum(0) if K > 1 else X[0]
                 # negated: the K_zz adjoint below is -L^-T Phi(Gbar V^T) L^-1
-                X = X.baddbmm_(mT, d_meanT.transpose(-1, -2), alpha=-1.0, beta=-2.0)
+                X = X.baddbmm_(mT, d_meanT.transpose(-1, -2), alpha=-1.0, beta=-1.0)
         else:
             dA = A * (2.0 * g_var).unsqueeze(-2)  # (K, Q, M, B)
             if need_scale:
