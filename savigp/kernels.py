@@ -105,7 +105,8 @@ class _ScaledRBF(torch.autograd.Function):
     """k_ij = exp(log s - ||a_i - b_j||^2 / 2) for scaled inputs a = x1 / l ``(Q, N1, D)`` and
     b = x2 / l ``(Q, N2, D)``, in a few passes over the ``(Q, N1, N2)`` matrix.
 
-    Forward: one batched product of inputs augmented with two columns,
+    Forward: one batched product (``torch.bmm``: a and b are both (Q, ., D), and ``matmul``'s
+    broadcasting costs a dozen dispatcher calls per product) of inputs augmented with two columns,
 
         [a, log s - |a|^2 / 2, 1] [b, 1, -|b|^2 / 2]^T = log s - r^2 / 2,
 
@@ -124,7 +125,7 @@ class _ScaledRBF(torch.autograd.Function):
         lv = log_var.reshape(-1, 1, 1)
         a_aug = torch.cat([a, lv - 0.5 * (a * a).sum(-1, keepdim=True), ones_a], dim=-1)  # (Q, N1, D + 2)
         b_aug = torch.cat([b, ones_b, -0.5 * (b * b).sum(-1, keepdim=True)], dim=-1)  # (Q, N2, D + 2)
-        k = torch.matmul(a_aug, b_aug.transpose(-1, -2))  # log s - r^2 / 2, (Q, N1, N2)
+        k = torch.bmm(a_aug, b_aug.transpose(-1, -2))  # log s - r^2 / 2, (Q, N1, N2)
         torch.minimum(k, lv, out=k)  # r^2 >= 0
         k.exp_()
         ctx.save_for_backward(a, b, k)
@@ -137,13 +138,13 @@ class _ScaledRBF(torch.autograd.Function):
         D = a.shape[-1]
         da = db = dlv = ra = None
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[2]:
-            Wb = torch.matmul(W, torch.cat([b, b.new_ones(b.shape[:-1] + (1,))], dim=-1))  # [W b, rowsum W]
+            Wb = torch.bmm(W, torch.cat([b, b.new_ones(b.shape[:-1] + (1,))], dim=-1))  # [W b, rowsum W]
             ra = Wb[..., D:]  # (Q, N1, 1)
             if ctx.needs_input_grad[0]:
                 da = Wb[..., :D] - a * ra
         if ctx.needs_input_grad[1]:
             # ([a, 1]^T W)^T: BLAS reads W row by row (W^T [a, 1] reads it transposed, ~2x slower)
-            Wa = torch.matmul(torch.cat([a, a.new_ones(a.shape[:-1] + (1,))], dim=-1).transpose(-1, -2), W)
+            Wa = torch.bmm(torch.cat([a, a.new_ones(a.shape[:-1] + (1,))], dim=-1).transpose(-1, -2), W)
             Wa = Wa.transpose(-1, -2)  # (Q, N2, D + 1)
             db = Wa[..., :D] - b * Wa[..., D:]
         if ctx.needs_input_grad[2]:
