@@ -44,7 +44,11 @@ import torch
 from .model import SAVIGP
 
 FORMAT = "savigp-model"
-VERSION = 1
+#: 2: ``posterior="diag"`` became the paper's diagonal mixture over u (:class:`UDiagonalMixture`);
+#: version-1 files meant the whitened one, read back as ``"diag-whitened"`` (see :func:`_upgrade`)
+VERSION = 2
+#: the names of the whitened diagonal mixture in version-1 files
+_V1_DIAGONAL_NAMES = ("diag", "diagonal", "mog")
 
 
 class ModelFileError(ValueError):
@@ -336,9 +340,24 @@ def read_model_file(path: str) -> dict:
             or payload["config"].get("format") != FORMAT:
         raise ModelFileError(f"{path}: not a savigp model file (no {FORMAT!r} configuration)")
     version = payload["config"].get("version")
-    if version != VERSION:
-        raise ModelFileError(f"{path}: model file format version {version} is not supported (this savigp reads version {VERSION})")
+    if version == 1:
+        _upgrade(payload["config"])
+    elif version != VERSION:
+        raise ModelFileError(f"{path}: model file format version {version} is not supported (this savigp reads "
+                             f"versions 1 and {VERSION})")
     return payload
+
+
+def _upgrade(config: dict) -> None:
+    """A version-1 configuration in version-2 terms, in place: its ``"diag"`` posterior (also
+    ``"diagonal"``, ``"mog"``) was the whitened diagonal mixture, now named ``"diag-whitened"``
+    (the parameters have the same names and shapes, so loading them as ``"diag"`` would silently
+    give another model)."""
+    for section in ("model", "model_options"):
+        part = config.get(section)
+        if isinstance(part, dict) and part.get("posterior") in _V1_DIAGONAL_NAMES:
+            part["posterior"] = "diag-whitened"
+    config["version"] = VERSION
 
 
 # ---------------------------------------------------------------------- a loaded model

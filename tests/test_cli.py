@@ -19,7 +19,7 @@ import torch
 
 from savigp.cli import TEST_SIGINT_ENV, _available_likelihoods, main
 from savigp.csv_data import DataError, read_csv, resolve_columns, split_columns, write_csv
-from savigp.serialization import SavedModel, build_model, load_model, save_model
+from savigp.serialization import ModelFileError, SavedModel, build_model, load_model, save_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
@@ -146,6 +146,33 @@ def _minimal_config(lik=("gaussian", "Gaussian", {}), example=(0.0,), standardiz
                               "prior_mean": None},
             "likelihood": {"name": lik[0], "class": lik[1], "kwargs": lik[2]},
             "standardize": standardize or {"inputs": None, "targets": None}, "example_target": list(example)}
+
+
+def test_version_1_diag_files_load_as_the_whitened_mixture_they_were(tmp_path):
+    """Version-1 files called the whitened diagonal mixture "diag"; in version 2 that name is the
+    paper's mixture over u, with parameters of the same names and shapes. A version-1 "diag" file
+    must come back as "diag-whitened", with the same predictions; an unknown version is refused."""
+    from savigp.posteriors import DiagonalMixture
+
+    X = np.linspace(-1, 1, 30)[:, None]
+    model = build_model(X, np.sin(3 * X), _lik("Gaussian"), {"num_inducing": 5, "posterior": "diag-whitened",
+                                                               "num_components": 2})
+    with torch.no_grad():
+        model.posterior.mean.normal_(generator=torch.Generator().manual_seed(0))
+    target = tmp_path / "m.pt"
+    save_model(str(target), model, _minimal_config())
+    payload = load_payload(target)
+    payload["config"]["version"] = 1
+    payload["config"]["model"]["posterior"] = "diag"
+    torch.save(payload, str(target))
+    loaded, _ = load_model(str(target))
+    assert isinstance(loaded.model.posterior, DiagonalMixture)
+    Xt = torch.linspace(-1, 1, 7, dtype=torch.float64)[:, None]
+    assert torch.equal(loaded.model.predict(Xt).latent_mean, model.predict(Xt).latent_mean)
+    payload["config"]["version"] = 99
+    torch.save(payload, str(target))
+    with pytest.raises(ModelFileError, match="version 99 is not supported"):
+        load_model(str(target))
 
 
 # ---------------------------------------------------------------------------- round trip (in-process)
