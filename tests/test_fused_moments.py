@@ -81,8 +81,8 @@ def test_blocked_triangular_products_match_dense_products(monkeypatch, block):
         "solve_lower transpose": (_triangular.solve_lower(L, Y, transpose=True),
                                   torch.linalg.solve(L.transpose(-1, -2), Y)),
     }
-    # the mixture entropy (K > 1) differentiates through lower_factor_gram: its blocked copies must
-    # carry the graph
+    # the mixture entropy (K > 1) differentiates through lower_factor_gram: with a graph to record
+    # it must take a path that records one (bmm(out=...) does not)
     Lg = L.clone().requires_grad_()
     W = torch.randn(2, M, M, dtype=DT, generator=gen)
     got_grad, = torch.autograd.grad((_triangular.lower_factor_gram(Lg) * W).sum(), Lg)
