@@ -214,31 +214,6 @@ def test_kernels_are_positive_definite_and_match_their_formula(kernel):
     assert torch.allclose(k.diag(X), torch.diagonal(K, dim1=-2, dim2=-1))
 
 
-@pytest.mark.parametrize("same_inputs", [False, True])
-def test_rbf_hand_written_backward_matches_autograd_of_its_formula(same_inputs):
-    """The RBF kernel's fused backward (kernels._ScaledRBF) against autograd through
-    s exp(-||(x - x') / l||^2 / 2), for inputs, ARD length-scales and variances of Q = 2 latent
-    functions, with a random upstream gradient; ``same_inputs`` is the K_zz case k(Z, Z)."""
-    g = torch.Generator().manual_seed(5)
-    Q, D = 2, 3
-    k = savigp.RBF(D, Q, lengthscale=torch.tensor([[0.5, 1.0, 2.0], [1.3, 0.8, 1.1]], dtype=torch.float64),
-                   variance=torch.tensor([1.5, 0.7], dtype=torch.float64))
-    X1 = torch.randn(Q, 7, D, dtype=torch.float64, generator=g).requires_grad_()
-    X2 = X1 if same_inputs else torch.randn(11, D, dtype=torch.float64, generator=g).requires_grad_()
-    params = [X1] + ([] if same_inputs else [X2]) + list(k.parameters())
-    W = torch.randn(Q, 7, 7 if same_inputs else 11, dtype=torch.float64, generator=g)
-
-    def reference():
-        ls = k.lengthscales().unsqueeze(-2)
-        diff = (X1.unsqueeze(-2) - X2.unsqueeze(-3)) / ls.unsqueeze(-2)  # (Q, N1, N2, D)
-        return k.variance()[:, None, None] * torch.exp(-0.5 * (diff * diff).sum(-1))
-
-    got = torch.autograd.grad((W * k(X1, X2)).sum(), params)
-    want = torch.autograd.grad((W * reference()).sum(), params)
-    for a, b in zip(got, want):
-        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12), float((a - b).abs().max())
-
-
 def test_kernel_list_mixes_families():
     X = torch.randn(10, 2)
     k = savigp.KernelList([savigp.RBF(2), savigp.Matern32(2, 2)])

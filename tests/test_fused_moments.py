@@ -110,7 +110,9 @@ def test_rbf_hand_written_backward_matches_finite_differences():
     ref = torch.exp(log_var[:, None, None] - 0.5 * ((a[:, :, None, :] - b[:, None, :, :]) ** 2).sum(-1))
     assert torch.allclose(k, ref, rtol=1e-13, atol=0)
     assert torch.autograd.gradcheck(_ScaledRBF.apply, (a, b, log_var))
-    # at coincident inputs the value is exactly the variance (r^2 clamped at 0)
+    # K_zz = k(Z, Z): the same tensor as both arguments, its gradient the sum of both
+    assert torch.autograd.gradcheck(lambda z, lv: _ScaledRBF.apply(z, z, lv), (a, log_var))
+    # at coincident inputs the value is never above the variance (r^2 clamped at 0)
     kk = _ScaledRBF.apply(a, a, log_var).detach()
     assert bool((kk.diagonal(dim1=-2, dim2=-1) <= log_var.detach().exp()[:, None]).all())
 
