@@ -58,7 +58,7 @@ import argparse
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -242,12 +242,6 @@ def train(model, args, estimator: str, num_samples: int, seed: int, groups=None)
             "estimator_used": hist.estimator, "early_stopped": stop.stopped_at is not None}
 
 
-def evaluate(model, X: np.ndarray, Y: np.ndarray, seed: int = 0, num_samples: int = 1000) -> dict:
-    """The paper's test metrics (:func:`savigp.evaluate`; for the warped Gaussian its predictions use
-    the likelihood's ``predictive_moments``: one quadrature per mixture component)."""
-    return savigp.evaluate(model, X, Y, num_samples=num_samples, seed=seed)
-
-
 # ======================================================================================= exact baselines
 def exact_gp_baseline(kernel, Xtr, ytr, Xte, yte, warped: bool, max_iter: int = 300, lr: float = 1.0) -> dict:
     """Exact GP regression (``warped=False``) or Snelson et al.'s exact warped GP (``warped=True``)
@@ -366,6 +360,7 @@ def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
                     res = exact_gp_baseline(make_kernel(spec, Xtr, 1), Xtr, ytr, Xte, yte, warped=(b == "exact_wgp"),
                                             max_iter=60 if args.quick else 300, lr=lr)
                     row["baseline_lr"] = lr
+                    row.pop("diverged", None)  # an earlier step size failed, this one did not
                     break
                 except (FloatingPointError, RuntimeError) as e:  # e.g. a failed Cholesky: record it
                     row.update(diverged=f"L-BFGS lr {lr}: {str(e)[:200]}")
@@ -399,7 +394,7 @@ def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
                             row.update(train(model, args, est, num_samples, seed))
                         except savigp.TrainingDiverged as e:  # keep the last good parameters, note it
                             row.update(diverged=str(e)[:200])
-                        metrics = evaluate(model, Xte, yte, seed=split)
+                        metrics = savigp.evaluate(model, Xte, yte, seed=split)
                         row["num_samples"] = num_samples
                         if spec.task == "regression":
                             sd = float(np.exp(log_sd))

@@ -101,3 +101,23 @@ def test_mixture_quantiles_match_normal():
     m2, s2, w = np.array([[0.0], [3.0]]), np.array([[1.0], [0.5]]), np.array([0.3, 0.7])
     (q2,) = mixture_normal_quantiles(m2, s2, w, [0.4])
     assert 0.3 * norm.cdf(q2[0], 0, 1) + 0.7 * norm.cdf(q2[0], 3, 0.5) == pytest.approx(0.4, abs=1e-9)
+
+
+@needs_data
+def test_exact_baseline_retried_at_a_smaller_step_is_not_reported_diverged(tmp_path, monkeypatch):
+    """The exact baseline retries L-BFGS with step 0.1 when step 1.0 fails; a retry that succeeds
+    must not leave the first failure's note on the row (the summary would list it as diverged)."""
+    from experiments import small_scale
+
+    real = small_scale.exact_gp_baseline
+
+    def fails_at_unit_step(*args, lr=1.0, **kwargs):
+        if lr == 1.0:
+            raise RuntimeError("cholesky failed (simulated)")
+        return real(*args, lr=lr, **kwargs)
+
+    monkeypatch.setattr(small_scale, "exact_gp_baseline", fails_at_unit_step)
+    _, base = _run_quick("boston", tmp_path)
+    (gp,) = base
+    assert float(gp["baseline_lr"]) == 0.1 and not gp.get("diverged")
+    assert "diverged" not in (tmp_path / "boston" / "summary.md").read_text()
