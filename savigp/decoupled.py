@@ -42,8 +42,10 @@ unbiased in value and, being linear in the inclusion indicators, in gradient. Tw
   Same mean, much smaller variance when gamma lies where Z already explains the prior (the
   Nystrom part is handled exactly by b^T w instead of being sampled).
 
-Predictions: when autograd is off, (b, w) are cached, keyed on the identity, storage and version
-counter of every tensor they depend on (a, gamma, Z and every kernel parameter and buffer), so
+Predictions: when autograd is off, (b, w) are cached, keyed on the identity, storage, version
+counter and a random projection of the values of every tensor they depend on (a, gamma, Z and every
+kernel parameter and buffer; the values because fused optimizers write parameters in place without
+bumping their version counters), so
 that a prediction costs O(G + M^2) per point (k(x, gamma) a plus the coupled model's work) and
 (b, w) are recomputed only after a parameter changed (optimizer steps, ``load_state_dict``,
 ``.to()``).
@@ -134,6 +136,21 @@ def initial_mean_basis(X: Tensor, num_latent: int, size: int, seed: int = 0) -> 
     return torch.stack(out).clone()
 
 
+_PROJECTIONS: dict = {}
+
+
+def _fingerprint(ts) -> float:
+    """<r, concat(ts)> for a fixed random r (per length, dtype and device): changes whenever any
+    value changes, except on a measure-zero set of updates (one scalar and, on a GPU, one sync)."""
+    flat = torch.cat([t.detach().reshape(-1).to(ts[0].dtype) for t in ts])
+    key = (flat.numel(), flat.dtype, str(flat.device))
+    r = _PROJECTIONS.get(key)
+    if r is None:
+        gen = torch.Generator().manual_seed(0)
+        r = _PROJECTIONS[key] = torch.randn(flat.numel(), generator=gen, dtype=torch.float64).to(flat)
+    return float(flat @ r)
+
+
 class OrthogonalMeanHead(nn.Module):
     """The orthogonally decoupled mean basis of seed 003 for Q latent functions.
 
@@ -209,7 +226,8 @@ class OrthogonalMeanHead(nn.Module):
     # ------------------------------------------------------------------ the shared vectors b, w
     def _key(self, kernel, Z: Tensor) -> tuple:
         ts = [self.a, self.gamma, Z, *kernel.parameters(), *kernel.buffers()]
-        return tuple((id(t), t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape)) for t in ts)
+        layout = tuple((id(t), t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape)) for t in ts)
+        return layout + (_fingerprint(ts),)
 
     def basis_terms(self, kernel, Z: Tensor, Lzz: Tensor, Kzz: Optional[Tensor] = None,
                     jitter_rel: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:

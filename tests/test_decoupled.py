@@ -550,6 +550,14 @@ def test_prediction_cache_is_used_and_invalidated():
     model.predict_latent(Xs)
     model.load_state_dict(state)
     assert same(model.predict_latent(Xs)[0], before)
+    # a user's own fused optimizer writes the parameters without bumping their version counters
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.1, fused=True)
+    (-model.elbo().elbo).backward()
+    versions = [p._version for p in model.parameters()]
+    opt.step()
+    assert [p._version for p in model.parameters()] == versions  # (what makes the values part of the key)
+    stepped = model.predict_latent(Xs)[0]
+    assert same(stepped, fresh()) and not torch.allclose(stepped, before, rtol=1e-4)
 
 
 def test_float32_training_step():
