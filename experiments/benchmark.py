@@ -79,6 +79,7 @@ if str(ROOT) not in sys.path:
 
 from savigp import SAVIGP  # noqa: E402
 from savigp.kernels import RBF  # noqa: E402
+from savigp.training import make_adam  # noqa: E402
 import likelihoods as L  # noqa: E402
 
 try:  # GPyTorch is only in the ``benchmark`` extra
@@ -199,15 +200,13 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
-#: Both libraries' steps use the same optimizer: Adam with PyTorch's fused kernel (what
-#: ``savigp.fit`` uses on the CPU and CUDA; GPyTorch users can pass the same flag).
+#: Both libraries' steps use the same optimizer: Adam with PyTorch's fused kernel (savigp's side is
+#: ``savigp.training.make_adam``, what ``fit`` uses; GPyTorch's gets the same flag).
 ADAM_OPTIONS = {"fused": True}
 
 
 class SavigpStep:
     """One savigp training step, as in :func:`savigp.training.fit`."""
-
-    name = "savigp"
 
     def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, lr: float = 0.01, seed: int = 0):
         D = data.D
@@ -223,7 +222,7 @@ class SavigpStep:
         # the model keeps X/Y as buffers; build it on the CPU copy then move (constructor validates targets)
         self.model = SAVIGP(data.X.cpu(), Y.cpu(), lik, kernel, inducing_inputs=Z.cpu(), posterior=cfg.posterior,
                             num_components=cfg.K, dtype=data.dtype, device=data.device, seed=seed)
-        self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=lr, **ADAM_OPTIONS)
+        self.opt = make_adam([p for p in self.model.parameters() if p.requires_grad], lr)
         self.gen = torch.Generator(device="cpu").manual_seed(seed)
         self.cfg = cfg
 
@@ -264,8 +263,6 @@ def _softmax_likelihood(Q: int):
 
 class GPyTorchStep:
     """One GPyTorch SVGP training step (VariationalELBO, Adam), on the same data and initialization."""
-
-    name = "gpytorch"
 
     def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, lr: float = 0.01, seed: int = 0,
                  bernoulli: str = "mc"):
@@ -336,8 +333,6 @@ class DenseStep:
     * A form: A = L_s^T V; backward tril(V dA^T), L_s dA, L^-T Gbar, Gbar V^T.
 
     The kernel matrices, the factor L_s and the weights g are fixed (the batch is ignored)."""
-
-    name = "dense"
 
     def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, seed: int = 0):
         from savigp.kernels import RBF as _RBF
@@ -576,7 +571,7 @@ def environment(args, peak: float) -> dict:
            "device": args.device, "dtype": args.dtype, "N": args.num_data, "D": args.input_dim,
            "matmul_peak_gflops": round(peak, 1), "machine": platform.processor() or platform.machine(),
            "gpytorch_bernoulli": args.gpytorch_bernoulli, "savigp_compile": bool(args.compile),
-           "cpu_allocator_tuned": bool(getattr(args, "allocator_tuned", False))}
+           "cpu_allocator_tuned": bool(args.allocator_tuned)}
     if HAVE_GPYTORCH:
         import gpytorch
 

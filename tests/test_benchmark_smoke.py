@@ -58,3 +58,17 @@ def test_smallest_configuration_against_gpytorch(bench, tmp_path):
 def test_flop_floor_formula(bench):
     cfg = bench.Config("bernoulli", M=500, B=1000, Q=2)
     assert bench.floor_flops(cfg) == 2 * (500 ** 3 + 6 * 500 ** 2 * 1000)
+
+
+@pytest.mark.parametrize("B", [8, 64])
+def test_dense_step_runs_in_both_forms(bench, B):
+    """DenseStep times whichever form the engine picks for M and B: M = 20 takes the A form at
+    B = 8 and the P form at B = 64 (the smoke configuration above only reaches the P form)."""
+    import torch
+    from savigp.posteriors import use_middle_form
+
+    assert use_middle_form(20, B) == (B == 64)
+    cfg = bench.Config("bernoulli", M=20, B=B)
+    data = bench.Data(100, 3, 2, 0, torch.float64, "cpu")
+    step = bench.DenseStep(cfg, data, data.inducing(20, 0))
+    assert math.isfinite(step(None))
