@@ -7,7 +7,6 @@ import importlib.util
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -47,17 +46,19 @@ def test_seismic_quick_matches_mcmc(tmp_path):
         assert (tmp_path / f).is_file(), f
     rows = {r["estimator"]: r for r in res["rows"]}
     assert set(rows) == {"reparam", "score"}
+    ref = res["reference"]
     for est, r in rows.items():
         for n in seismic.LATENT_NAMES:
             assert math.isfinite(r[f"err_{n}"]) and math.isfinite(r[f"ratio_{n}"])
-            # sane accuracy even in the quick run: every function within 1 MCMC std on average,
-            # posterior stds within a factor 2.5 of MCMC's; the same against the exact posterior (HMC)
+            # against the shipped MCMC: every function within 1 MCMC std on average, stds within 2.5x
             assert r[f"err_{n}"] < 1.0, (est, n, r[f"err_{n}"])
             assert 0.4 < r[f"ratio_{n}"] < 2.5, (est, n, r[f"ratio_{n}"])
-            assert r[f"xerr_{n}"] < 1.0, (est, n, r[f"xerr_{n}"])
-            assert 0.3 < r[f"xratio_{n}"] < 2.5, (est, n, r[f"xratio_{n}"])
+            # against the exact posterior (HMC): means within 0.3 exact stds (measured <= 0.16 in the
+            # quick run), and the stds of the best factorized Gaussian, which a factorized q can at most
+            # reach (measured within 0.016 of it; a factorized q is narrower than the exact posterior)
+            assert r[f"xerr_{n}"] < 0.3, (est, n, r[f"xerr_{n}"])
+            assert abs(r[f"xratio_{n}"] - ref[f"factorized_ratio_{n}"]) < 0.05, (est, n, r[f"xratio_{n}"])
     # the exact posterior of the stated model is wider than the shipped MCMC reference (1.6x at x in km)
-    ref = res["reference"]
     assert ref["divergences"] == 0 and ref["rhat_max"] < 1.2, ref
     assert 1.3 < ref["min_ratio"] <= ref["max_ratio"] < 2.0, ref
     # a second run loads the cached reference
@@ -73,7 +74,7 @@ def test_gprn_quick(tmp_path):
         assert (tmp_path / f).is_file(), f
     saved = json.loads((tmp_path / "gprn_results.json").read_text())
     assert saved["out"] == str(tmp_path) and saved["argv"][0] == "--quick" and saved["environment"]["threads"] >= 1
-    assert len(saved["rows"]) == len(res["rows"]) and not list(tmp_path.glob(".*.tmp"))  # written atomically
+    assert len(saved["rows"]) == len(res["rows"])
     rows = res["rows"]
     assert {r["model"] for r in rows} == {"savigp-gprn", "independent-gp"}
     assert {r["joint"] for r in rows} == {4, 7}
