@@ -303,38 +303,25 @@ class SAVIGP(nn.Module):
         gradient reaches the kernel through K_zz by the fused backward pass."""
         Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
         kxx = self.kernel.diag(X)  # (Q, B)
-        if not self.posterior.whitened and not Lzz.requires_grad:
-            # the paper's diagonal mixture over u, A = K_zz^-1 K_zx: fused backward to K_zz
-            # (posteriors._USpaceMoments)
+        if not Lzz.requires_grad:
+            # fast path: a hand-written backward hands the gradient to K_zz (posteriors.whitened_moments,
+            # or posteriors._USpaceMoments for the paper's diagonal mixture over u)
             fmean, dvar = self.posterior.moments(Kzz, Kzx, Lzz, scale, jitter_rel)
-            mean = self.prior_mean[:, None] + fmean
-            if self.mean_head is not None:
-                mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, Kzx=Kzx, Kzz=Kzz,
-                                                        jitter_rel=jitter_rel)
-            var = kxx + dvar  # (K, Q, B)
-        elif not self.posterior.whitened:
-            # reference path for the diagonal mixture over u: autograd through L_zz
-            V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)  # (Q, M, B)
-            fmean, quad = self.posterior.u_space_moments(V, Lzz, scale)
-            mean = self.prior_mean[:, None] + fmean
-            if self.mean_head is not None:
-                mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, V)
-            var = kxx - (V * V).sum(-2) + quad  # (K, Q, B)
-        elif not Lzz.requires_grad:
-            # fast path: one triangular solve forward, a hand-written backward (posteriors.whitened_moments)
-            fmean, dvar = self.posterior.moments(Kzz, Kzx, Lzz, scale, jitter_rel)
-            mean = self.prior_mean[:, None] + fmean  # (K, Q, B)
-            if self.mean_head is not None:  # seed 003: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a (fused K_zz adjoint)
-                mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, Kzx=Kzx, Kzz=Kzz,
-                                                        jitter_rel=jitter_rel)
             var = kxx + dvar  # (K, Q, B): k_nn - v^T v + v^T S_k v
+            head = dict(Kzx=Kzx, Kzz=Kzz, jitter_rel=jitter_rel)
         else:
             # reference path: autograd through L_zz
             V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)  # (Q, M, B)
-            mean = self.prior_mean[:, None] + torch.einsum("kqm,qmb->kqb", self.posterior.mean, V)  # (K, Q, B)
-            if self.mean_head is not None:
-                mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, V)
-            var = kxx - (V * V).sum(-2) + self.posterior.marginal_quadratic(V)  # (K, Q, B)
+            if self.posterior.whitened:
+                fmean = torch.einsum("kqm,qmb->kqb", self.posterior.mean, V)  # (K, Q, B)
+                quad = self.posterior.marginal_quadratic(V)
+            else:
+                fmean, quad = self.posterior.u_space_moments(V, Lzz, scale)
+            var = kxx - (V * V).sum(-2) + quad  # (K, Q, B)
+            head = dict(V=V)
+        mean = self.prior_mean[:, None] + fmean  # (K, Q, B)
+        if self.mean_head is not None:  # seed 003: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a
+            mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, **head)
         var = var.clamp_min(1e-12 * float(kxx.detach().max()) + 1e-30)
         return mean.transpose(-1, -2), var.transpose(-1, -2)
 
