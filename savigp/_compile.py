@@ -3,12 +3,13 @@
 Eager PyTorch makes one pass over memory per elementwise operation; a few chains of them run on
 every training step over arrays of S x K x B x Q samples (the score estimator's control variates)
 or M x B entries (the variance terms of the marginals). Compiled, each chain is one fused loop.
-Measured on the 2-core development machine (float64, S = 100, B = 1000, K = Q = 1): the score
-estimator's part took 0.18 ms compiled against 0.94 ms eager. On a whole step at M = 500
-(``python experiments/benchmark.py --targets --only bernoulli --compile``, 7 runs, 5 of them with the
-moments' chains compiled too, against 6 without,
-interleaved) the savigp/GPyTorch ratio was 0.60-0.66 compiled and 0.62-0.71 eager: a gain of about
-a millisecond, of the order of the machine's run-to-run noise.
+Measured on the 2-core development machine (float64, S = 100, B = 1000, K = Q = 1, 2 threads, the
+allocator tuned, torch 2.13): the score estimator's chain takes 0.21 ms compiled against 0.92 ms
+eager. On the
+whole step it has made no measurable difference since the fused moments took most of the elementwise
+work (ratios to GPyTorch 0.590 and 0.605 compiled against 0.603 and 0.612 eager at M = 500,
+``python experiments/benchmark.py --targets --only "M=500 B=1000 S=100" --rounds 21 [--compile]``,
+torch 2.13, 2026-11-21).
 
 Off by default: the first call of each compiled function compiles for a few seconds (3-4 s here,
 again for each new pattern of shapes) and needs a C++ compiler, which only long runs repay. Turn it
