@@ -144,6 +144,33 @@ def test_monte_carlo_predictive_density_matches_the_closed_form():
     assert torch.allclose(pred.variance[:, 0], var[0, :, 0] + lik.variance(), rtol=1e-12)
 
 
+def test_predictive_moments_by_monte_carlo_match_the_lognormal_closed_form():
+    """A likelihood without ``predictive_moments`` (Poisson, rate exp(f)) goes through Monte Carlo
+    over q(f*) and ``conditional_moments``: E[y] = exp(m + v/2) and Var[y] = E[exp f] + Var[exp f]
+    (law of total variance), within 4 standard errors of the estimator (its spread over 100
+    independent replicates of the same computation)."""
+    from likelihoods import Poisson
+
+    g = torch.Generator().manual_seed(7)
+    X = torch.rand(40, 1, generator=g, dtype=torch.float64) * 4 - 2
+    Y = torch.poisson(torch.exp(torch.sin(2 * X)), generator=g)
+    model = savigp.SAVIGP(X, Y, Poisson(learn_offset=False), num_inducing=6)
+    savigp.fit(model, iterations=30, optimizer="lbfgs", lr=1.0, progress=False)
+    Xs = torch.linspace(-2, 2, 9, dtype=torch.float64)[:, None]
+    S = 40000
+    pred = model.predict(Xs, num_samples=S, seed=3)
+    mean, var, _ = model.predict_latent(Xs)
+    m, v = mean[0, :, 0], var[0, :, 0]
+    exact_mean = torch.exp(m + v / 2)
+    exact_var = exact_mean + (torch.exp(v) - 1) * torch.exp(2 * m + v)
+    f = m + v.sqrt() * torch.randn(100, S, 9, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    rate = torch.exp(f)
+    se_mean = rate.mean(1).std(0)
+    se_var = (rate.mean(1) + rate.var(1)).std(0)
+    assert bool(((pred.mean[:, 0] - exact_mean).abs() < 4 * se_mean).all())
+    assert bool(((pred.variance[:, 0] - exact_var).abs() < 4 * se_var).all())
+
+
 def test_mixture_predictive_moments_follow_the_law_of_total_variance():
     X, Y = _data()
     model = savigp.SAVIGP(X, Y, Gaussian(0.1), num_inducing=8, posterior="diag", num_components=2)
