@@ -118,3 +118,29 @@ def test_control_variates_cut_the_variance(gaussian_case, capsys, num_samples, l
         print(f"\n[control variates] variance reduction (no CV / CV), S={num_samples}: Gaussian median "
               f"{med_g:.2f}x (min {min_g:.2f}x); logistic median {med_l:.2f}x (min {min_l:.2f}x)")
     assert med_g > least and med_l > least
+
+
+def test_score_means_match_brute_force_leave_one_out():
+    """The score estimator's control-variate algebra (expected_log_lik._score_means, from sums over
+    the samples) against the definition: for each sample s, a_{-s} = Cov(G, h) / Var(h) over the
+    other S - 1 samples (unbiased sample moments), for h_b = eps and h_s2 = eps^2 - 1."""
+    from savigp.expected_log_lik import _score_means
+
+    gen = torch.Generator().manual_seed(4)
+    S_, K_, B_, Q_ = 7, 2, 5, 3
+    eps = torch.randn(S_, K_, B_, Q_, generator=gen, dtype=torch.float64)
+    g = torch.randn(S_, K_, B_, 1, generator=gen, dtype=torch.float64) + 2.0
+    got = _score_means(g, eps, True)
+    for h, out in ((eps, got[0]), (eps * eps - 1.0, got[1])):
+        G = g * h
+        terms = []
+        for s in range(S_):
+            rest = torch.cat([torch.arange(s), torch.arange(s + 1, S_)])
+            Gr, hr = G[rest], h[rest]
+            cov = ((Gr - Gr.mean(0)) * (hr - hr.mean(0))).sum(0) / (S_ - 2)
+            a = cov / hr.var(0)
+            terms.append(G[s] - a * h[s])
+        want = torch.stack(terms).mean(0)
+        assert torch.allclose(out, want, rtol=1e-10, atol=1e-12), float((out - want).abs().max())
+    plain = _score_means(g, eps, False)
+    assert torch.allclose(plain[0], (g * eps).mean(0)) and torch.allclose(plain[1], (g * (eps * eps - 1)).mean(0))
