@@ -63,6 +63,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
+from io import StringIO
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -70,6 +71,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _flagship_io as io  # noqa: E402
+from _common import write_text_atomic  # noqa: E402
 import seismic  # noqa: E402  (the model's definition: prior, noise, latent names, data loader)
 
 LogLik = Callable[["torch.Tensor"], "torch.Tensor"]  # noqa: F821
@@ -476,8 +478,10 @@ def write_reference(res: HMCResult, X, out: Path) -> Path:
     d = res.diagnostics
     stem = reference_stem(out, d["x_unit"], d["chains"], d["draws"], d["warmup"], d["seed"])
     cols = [f"{k}_{n}" for k in SUMMARIES for n in seismic.LATENT_NAMES]
-    np.savetxt(stem.with_suffix(".csv"), np.hstack([np.reshape(X, (-1, 1))] + [getattr(res, k) for k in SUMMARIES]),
+    buf = StringIO()  # written atomically: the next run reads it back as its cached reference
+    np.savetxt(buf, np.hstack([np.reshape(X, (-1, 1))] + [getattr(res, k) for k in SUMMARIES]),
                delimiter=",", header="x," + ",".join(cols), comments="")
+    write_text_atomic(stem.with_suffix(".csv"), buf.getvalue())
     io.write_json(res.diagnostics, stem.with_suffix(".json"))
     return stem.with_suffix(".csv")
 
