@@ -15,24 +15,11 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+# experiments/ is on sys.path; resolve_data_dir is re-exported for the experiments (io.resolve_data_dir)
+from _common import REPO_ROOT, markdown_table, resolve_data_dir, write_csv_atomic, write_text_atomic  # noqa: F401
 
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(REPO_ROOT))
-
-from _common import write_csv_atomic, write_text_atomic  # noqa: E402  (experiments/ is on sys.path)
-
-
-def data_dir(arg: Optional[str]) -> Path:
-    """The data folder: ``arg`` if given, else ``../shared/data`` next to the repository."""
-    path = Path(arg) if arg else DEFAULT_DATA_DIR
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"data folder {path} not found; pass --data-dir pointing at the shared SAVIGP data "
-            "(the folder holding seismic/, sarcos/, ...)"
-        )
-    return path
 
 
 def out_dir(arg: Optional[str], name: str) -> Path:
@@ -51,12 +38,6 @@ def set_threads(quick: bool, threads: Optional[int]) -> int:
     return int(n)
 
 
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.3e}"
-    return str(v)
-
-
 def write_table(rows: Sequence[dict], stem: Path, columns: Optional[Sequence[str]] = None,
                 title: Optional[str] = None, notes: Iterable[str] = ()) -> tuple[Path, Path]:
     """Write ``rows`` (a list of dicts) to ``stem.csv`` (full precision) and ``stem.md`` (rounded),
@@ -69,10 +50,7 @@ def write_table(rows: Sequence[dict], stem: Path, columns: Optional[Sequence[str
     csv_path, md_path = stem.with_suffix(".csv"), stem.with_suffix(".md")
     write_csv_atomic(csv_path, rows, columns)
     lines = [f"# {title}", ""] if title else []
-    lines.append("| " + " | ".join(columns) + " |")
-    lines.append("| " + " | ".join("---" for _ in columns) + " |")
-    for r in rows:
-        lines.append("| " + " | ".join(_fmt(r.get(k, "")) for k in columns) + " |")
+    lines.append(markdown_table(rows, columns).rstrip("\n"))
     notes = list(notes)
     if notes:
         lines.append("")

@@ -191,7 +191,7 @@ def main(argv=None) -> dict:
     args = parse(argv)
     io.set_threads(args.quick, args.threads)
     out = io.out_dir(args.out, "gprn_sarcos")
-    data = io.data_dir(args.data_dir)
+    data = io.resolve_data_dir(args.data_dir)
     q = args.quick
     settings = {"M": args.num_inducing or (20 if q else 150), "iterations": args.iterations or (150 if q else 3000),
                 "batch": args.batch_size or (128 if q else 256), "samples": args.samples or (20 if q else 100),

@@ -297,7 +297,7 @@ def main(argv=None) -> dict:
     args = parse(argv)
     io.set_threads(args.quick, args.threads)
     out = io.out_dir(args.out, "seismic")
-    Y, X, mcmc_mean, mcmc_std = load(io.data_dir(args.data_dir))
+    Y, X, mcmc_mean, mcmc_std = load(io.resolve_data_dir(args.data_dir))
     settings = QUICK if args.quick else FULL
     rows = []
     t_all = time.perf_counter()

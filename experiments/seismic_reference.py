@@ -524,7 +524,7 @@ def main(argv=None) -> HMCResult:
     args = parse(argv)
     torch.set_num_threads(args.threads)
     out = io.out_dir(args.out, "seismic")
-    Y, X, mcmc_mean, mcmc_std = seismic.load(io.data_dir(args.data_dir))
+    Y, X, mcmc_mean, mcmc_std = seismic.load(io.resolve_data_dir(args.data_dir))
     res = hmc_reference(Y, X, x_unit=args.x_unit, chains=args.chains, draws=args.draws, warmup=args.warmup,
                         seed=args.seed, progress=args.progress)
     err, ratio = seismic.agreement(res.mean, res.std, mcmc_mean, mcmc_std)
