@@ -39,9 +39,9 @@ Stan model (Karl-Krauth/Sparse-GP, experiments/seismic_stan) is this model with 
 1 m length-scale (sites independent); its exact posterior has stds 1.66-2.11 x the reference's for
 all 8 functions (HMC here; per-site importance sampling from the prior agrees at the sites checked in
 ``tests/test_seismic_reference.py``), and with x in km 1.63-1.67 x. A floor shows this is not a
-sampler artefact: y_1 identifies only the ratio c = d_1 / v_1 (about 0.0955 s), so even with c known
-exactly sd(d_1) >= (1 / 30^2 + 1 / (195 c)^2)^(-1/2) = 15.8 m (prior sds 30 m and 195 m/s) at any
-length-scale, since neighbouring sites share nearly the same c and pooling cannot shrink it; the
+sampler artefact: y_1 identifies only the ratio c = d_1 / v_1 (0.099 s at the median site), so
+even with c known exactly sd(d_1) >= (1 / 30^2 + 1 / (195 c)^2)^(-1/2) = 16.3 m at the median site
+(15.2-17.8 m across sites; prior sds 30 m and 195 m/s) at any length-scale, since neighbouring sites share nearly the same c and pooling cannot shrink it; the
 reference reports 11.3 m (median), the exact posterior 18.5 m (km) and 21.7 m (metres). So no
 correct inference of the stated model can meet the target against the shipped reference.
 
@@ -71,7 +71,7 @@ black-box estimator: only values of log p(y | f) are used) and the reparameteriz
 (what ``estimator="auto"`` picks, since the seismic likelihood is a torch expression). Optionally
 diagonal mixtures ("mog1", "mog2").
 
-    python experiments/seismic.py --quick            # about 15 s, the smoke test
+    python experiments/seismic.py --quick            # 13-26 s here, the smoke test
     python experiments/seismic.py                    # full: reparam (L-BFGS) and score (Adam)
     python experiments/seismic.py --estimators reparam --x-unit 1 --out results/seismic_x_metres
     python experiments/seismic.py --posteriors full mog1 mog2 --reference none
@@ -241,7 +241,7 @@ def figure(x, m, s, mcmc_mean, mcmc_std, path: Path, title: str, exact=None):
 
 
 def parse(argv=None):
-    p = io.parser(__doc__, "seismic", quick_help="a one-minute smoke run (few samples and steps)", data_folder="seismic")
+    p = io.parser(__doc__, "seismic", quick_help="a smoke run of well under a minute (few samples and steps)", data_folder="seismic")
     p.add_argument("--estimators", nargs="+", default=["reparam", "score"], choices=["reparam", "score"])
     p.add_argument("--posteriors", nargs="+", default=["full"], choices=sorted(POSTERIORS),
                    help="full = full Gaussian (the paper's); mog1 / mog2 = diagonal mixtures of 1 / 2 components; fg2 = mixture of 2 full Gaussians; joint = one Gaussian coupled across the 8 latent functions")
