@@ -13,6 +13,7 @@ from .model import SAVIGP, ELBOTerms, Prediction
 from .posteriors import DiagonalMixture, FullGaussian, FullMixture, MixturePosterior, UDiagonalMixture
 from .training import TrainingDiverged, TrainingHistory, fit
 from .decoupled import OrthogonalMeanHead
+from .mean_bases import DecoupledMeanHead, HybridMeanHead
 from .natural_gradients import fit_orthnat
 from ._linalg import CholeskyError
 from ._allocator import tune_cpu_allocator
@@ -20,7 +21,8 @@ from ._allocator import tune_cpu_allocator
 __all__ = [
     "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
     "CholeskyError", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
-    "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead", "fit_orthnat",
+    "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead", "DecoupledMeanHead", "HybridMeanHead",
+    "fit_orthnat",
     "tune_cpu_allocator",
 ]
 __version__ = "0.1.0"

@@ -71,7 +71,7 @@ RESUME_KEYS = (
     "likelihood", "num_latent", "num_classes", "one_hot", "num_outputs", "num_nodes",
     "num_layers", "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "kernel", "num_inducing",
     "inducing_init", "dense", "fixed_inducing", "posterior", "components", "prior_mean", "learn_prior_mean",
-    "mean_basis_size", "standardize_inputs", "standardize_targets", "dtype", "seed", "batch_size", "optimizer",
+    "mean_basis_size", "mean_basis", "standardize_inputs", "standardize_targets", "dtype", "seed", "batch_size", "optimizer",
     "lr", "samples", "estimator",
 )
 DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
@@ -398,7 +398,7 @@ def cmd_train(args) -> int:
         "dense": args.dense, "learn_inducing": not args.fixed_inducing, "posterior": args.posterior,
         "num_components": args.components, "prior_mean": _parse_floats(args.prior_mean, "--prior-mean"),
         "learn_prior_mean": args.learn_prior_mean, "mean_basis_size": args.mean_basis_size or 0,
-        "dtype": args.dtype, "device": args.device, "seed": args.seed,
+        "mean_basis": args.mean_basis, "dtype": args.dtype, "device": args.device, "seed": args.seed,
     }
     if likelihood.task == "classification":
         if spec["name"] == "logistic":
@@ -799,6 +799,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--learn-prior-mean", action="store_true", help="learn the prior means")
     g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",
                    help="orthogonally decoupled mean basis per latent function (seed 003; 0 = off)")
+    g.add_argument("--mean-basis", choices=("orthogonal", "decoupled", "hybrid"), default="orthogonal",
+                   help="how the mean basis of --mean-basis-size enters (savigp.mean_bases): orthogonal (seed 003), "
+                        "decoupled (Cheng & Boots 2017) or hybrid (seed 003, eq. (10))")
     g.add_argument("--standardize-inputs", action="store_true", help="train on standardized inputs (undone at prediction)")
     g.add_argument("--standardize-targets", action="store_true",
                    help="train on standardized targets; means, variances and densities are reported in the original units")

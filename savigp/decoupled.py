@@ -166,7 +166,14 @@ class OrthogonalMeanHead(nn.Module):
 
     Parameters: ``gamma`` ``(Q, G, D)`` and ``a`` ``(Q, G)`` (the seed's a_gamma, zero-initialized,
     so a fresh head leaves the coupled model exactly unchanged).
+
+    The DECOUPLED and HYBRID bases (:mod:`savigp.mean_bases`) subclass this head without the
+    projection; ``orthogonal`` and ``coupled_mean`` (whether the posterior's own mean m is part of
+    the mean) tell the training loops which one they have.
     """
+
+    orthogonal = True
+    coupled_mean = True
 
     def __init__(self, X: Tensor, num_latent: int, size: int, seed: int = 0, *, learn_inputs: bool = True,
                  gamma_inputs=None, kl_columns: Optional[int] = None, kl_sampling: str = "residual"):
@@ -306,13 +313,16 @@ class OrthogonalMeanHead(nn.Module):
 
     # ------------------------------------------------------------------ KL
     def kl(self, kernel, Z: Tensor, Lzz: Tensor, *, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
-           columns: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:
+           columns: Optional[int] = None, generator: Optional[torch.Generator] = None, posterior=None,
+           mean: Optional[Tensor] = None) -> Tensor:
         """The extra KL term sum_j 1/2 a_j^T (K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma) a_j (a scalar).
 
         Args:
             Kzz, jitter_rel: as in :meth:`basis_terms` (the model's fused path).
             columns: sampled columns (default ``self.kl_columns``; None or >= G means exact).
             generator: CPU torch.Generator for the column draws (default the head's own).
+            posterior, mean: the coupled means, unused here (by orthogonality the KL does not
+                depend on them; the HYBRID head of :mod:`savigp.mean_bases` needs them).
         """
         bw = None
         if self._stash is not None:

@@ -83,8 +83,10 @@ class SAVIGP(nn.Module):
         num_components: K, mixture components.
         prior_mean: constant prior mean mu_j per latent function: a float or a sequence of Q floats.
         learn_prior_mean: learn mu_j.
-        mean_basis_size: size of the orthogonally decoupled mean basis per latent function
-            (seed 003); 0 disables it.
+        mean_basis_size: size of the mean basis gamma per latent function (seed 003); 0 disables it.
+        mean_basis: ``"orthogonal"`` (seed 003's orthogonally decoupled basis), ``"decoupled"``
+            (Cheng & Boots 2017: mean from gamma alone, the posterior mean fixed at 0) or
+            ``"hybrid"`` (Salimbeni et al. 2018, eq. (10)); see :mod:`savigp.mean_bases`.
         dtype, device: of every parameter and buffer (float64 on CPU by default).
         seed: seeds k-means and random initial means of mixture components.
     """
@@ -106,6 +108,7 @@ class SAVIGP(nn.Module):
         prior_mean: Union[float, Sequence[float]] = 0.0,
         learn_prior_mean: bool = False,
         mean_basis_size: int = 0,
+        mean_basis: str = "orthogonal",
         dtype: torch.dtype = torch.float64,
         device: Union[str, torch.device, None] = None,
         seed: int = 0,
@@ -188,10 +191,12 @@ class SAVIGP(nn.Module):
 
         # ---- optional orthogonally decoupled mean head (seed 003)
         self.mean_head = None
+        if mean_basis != "orthogonal" and not mean_basis_size:
+            raise ValueError(f"mean_basis={mean_basis!r} needs mean_basis_size > 0 (the size G of the basis)")
         if mean_basis_size:
-            from .decoupled import OrthogonalMeanHead
+            from .mean_bases import make_mean_head
 
-            self.mean_head = OrthogonalMeanHead(X, Q, int(mean_basis_size), seed=seed)
+            self.mean_head = make_mean_head(mean_basis, X, Q, int(mean_basis_size), seed=seed, posterior=self.posterior)
 
         # ---- training data (not saved in state_dict)
         self.register_buffer("train_x", X, persistent=False)
@@ -200,7 +205,7 @@ class SAVIGP(nn.Module):
             "input_dim": D, "num_data": N, "num_latent": Q, "num_inducing": M, "dense": self.dense,
             "learn_inducing": self.learn_inducing, "posterior": self.posterior.kind,
             "num_components": self.posterior.num_components, "learn_prior_mean": bool(learn_prior_mean),
-            "mean_basis_size": int(mean_basis_size),
+            "mean_basis_size": int(mean_basis_size), "mean_basis": mean_basis,
         }
         self.to(dtype=dtype, device=device)
 
@@ -348,7 +353,7 @@ class SAVIGP(nn.Module):
                                num_samples=num_samples, scale=scale, generator=generator)
         cross = (self.posterior.cross_entropy(post_scale) if self.posterior.whitened
                  else self.posterior.cross_entropy(post_scale, Lzz, Kzz=Kzz, jitter_rel=jitter_rel))
-        head_kl = (self.mean_head.kl(self.kernel, self.inducing, Lzz, Kzz=Kzz, jitter_rel=jitter_rel)
+        head_kl = (self.mean_head.kl(self.kernel, self.inducing, Lzz, Kzz=Kzz, jitter_rel=jitter_rel, posterior=self.posterior)
                    if self.mean_head is not None else ell.value.new_zeros(()))
         return self._assemble(ell, self.posterior.entropy(post_scale), cross, head_kl, Lzz)
 
@@ -368,7 +373,8 @@ class SAVIGP(nn.Module):
         mean, cov = self._joint_moments(X, Lzz, post_scale)
         ell = expected_log_lik_joint(self.likelihood, Y, mean, cov, estimator=estimator, num_samples=num_samples,
                                      scale=self.num_data / X.shape[0], generator=generator)
-        head_kl = self.mean_head.kl(self.kernel, self.inducing, Lzz) if self.mean_head is not None else ell.value.new_zeros(())
+        head_kl = (self.mean_head.kl(self.kernel, self.inducing, Lzz, posterior=self.posterior) if self.mean_head
+                   is not None else ell.value.new_zeros(()))
         return self._assemble(ell, self.posterior.entropy(post_scale), self.posterior.cross_entropy(post_scale), head_kl, Lzz)
 
     def resolved_estimator(self, estimator: str = "auto") -> str:

@@ -119,6 +119,23 @@ def whitened_marginals(model: SAVIGP, X: Tensor, Lzz: Tensor, mean: Tensor, cov:
     return b.transpose(-1, -2).unsqueeze(0), var.transpose(-1, -2).unsqueeze(0)
 
 
+# ---------------------------------------------------------------------- the mean bases
+def _mean_coupling(model: SAVIGP, Lzz: Tensor, mean: Tensor) -> Tensor:
+    """The part of the head's KL that depends on the coupled mean ``mean (Q, M)``: HYBRID's
+    cross term sum_j <h_j, mu_j>_H (linear in m, so its gradient is exact in the natural step);
+    zero for the orthogonal head (orthogonality) and DECOUPLED (m = 0)."""
+    head = model.mean_head
+    if head is None or head.orthogonal or not head.coupled_mean:
+        return mean.new_zeros(())
+    return head.coupling(model.kernel, model.inducing, Lzz, mean)
+
+
+def _coupled_mean(model: SAVIGP, new_mean: Tensor) -> Tensor:
+    """DECOUPLED keeps the coupled mean at zero (the natural step then acts on S alone)."""
+    head = model.mean_head
+    return torch.zeros_like(new_mean) if head is not None and not head.coupled_mean else new_mean
+
+
 # ---------------------------------------------------------------------- the natural step
 def natural_update(mean: Tensor, scale: Tensor, g_m: Tensor, g_S: Tensor, step: float, diagonal: bool,
                    max_halvings: int = 20) -> tuple[Tensor, Tensor, float]:
@@ -217,10 +234,11 @@ def natural_gradient_step(model: SAVIGP, *, step: float = 1.0, batch: Optional[T
     mean, var = whitened_marginals(model, X, Lzz, m, S)
     ell = expected_log_lik(model.likelihood, Y, mean, var, post.weights().detach(), estimator=estimator,
                            num_samples=num_samples, scale=model.num_data / X.shape[0], generator=generator)
-    g_m, g_S = torch.autograd.grad(ell.value, [m, S])
+    g_m, g_S = torch.autograd.grad(ell.value - _mean_coupling(model, Lzz, m), [m, S])
     if not post.diagonal:
         g_S = 0.5 * (g_S + g_S.transpose(-1, -2))
     new_m, new_L, tau = natural_update(m0, L0, g_m, g_S, step, post.diagonal)
+    new_m = _coupled_mean(model, new_m)
     post.set_full(new_m.unsqueeze(0), new_L.unsqueeze(0))
     if model.mean_head is not None:
         model.mean_head.clear_cache()
@@ -258,6 +276,8 @@ def gamma_preconditioner(model: SAVIGP, Lzz: Tensor, *, jitter: float = 1e-3, ki
     for s in range(0, G, block):
         g = head.gamma[:, s:s + block]
         W = torch.linalg.solve_triangular(Lzz, kernel(Z, g), upper=False)  # (Q, M, g)
+        if not head.orthogonal:  # DECOUPLED / HYBRID: no projection, R = K_gamma and R(x, gamma) = k(x, gamma)
+            W = torch.zeros_like(W)
         Ws.append(W)
         parts.append((kernel.diag(g) - (W * W).sum(-2)).clamp_min(0.0))
     D = torch.cat(parts, dim=-1)  # diag(K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma)
@@ -395,7 +415,7 @@ def fit_orthnat(
         mean, var = whitened_marginals(model, X, Lzz, m, S)
         ell = expected_log_lik(model.likelihood, Y, mean, var, post.weights().detach(), estimator=estimator,
                                num_samples=num_samples, scale=N / X.shape[0], generator=gen)
-        head_kl = head.kl(model.kernel, model.inducing, Lzz) if head is not None else ell.value.new_zeros(())
+        head_kl = head.kl(model.kernel, model.inducing, Lzz, mean=m) if head is not None else ell.value.new_zeros(())
         objective = ell.value - head_kl
         wrt = [m, S] + hypers + ([head.a] if head is not None else []) + [var]
         grads = torch.autograd.grad(objective, wrt, allow_unused=True)
@@ -415,6 +435,7 @@ def fit_orthnat(
                 if not post.diagonal:
                     g_S = 0.5 * (g_S + g_S.transpose(-1, -2))
                 new_m, new_L, _ = natural_update(m0, L0, g_m, g_S, tau, post.diagonal)
+                new_m = _coupled_mean(model, new_m)
                 # 2. a_gamma
                 if head is not None and g_a is not None:
                     if gamma_opt is not None:

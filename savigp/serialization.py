@@ -13,7 +13,7 @@ with ``torch.load(path, weights_only=True)``::
 ``config`` holds everything needed to rebuild the module around the state dict and to use it:
 
 * ``"model"``: SAVIGP's own ``config`` (input_dim D, num_data N, num_latent Q, num_inducing M,
-  dense, learn_inducing, posterior, num_components, learn_prior_mean, mean_basis_size);
+  dense, learn_inducing, posterior, num_components, learn_prior_mean, mean_basis_size, mean_basis);
 * ``"model_options"``: kernel name, inducing_init, seed, dtype name, prior_mean;
 * ``"likelihood"``: ``{"name", "class", "kwargs"}`` for a class of :mod:`likelihoods`, or
   ``{"name": "callable", "import_path", "kwargs"}`` for a user function (re-imported on load);
@@ -168,7 +168,7 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
     ``options`` keys (all optional): ``kernel``, ``num_inducing``, ``inducing_inputs``
     (``(M, D)`` or ``(Q, M, D)``), ``inducing_init``, ``dense``,
     ``learn_inducing``, ``posterior``, ``num_components``, ``prior_mean``, ``learn_prior_mean``,
-    ``mean_basis_size``, ``dtype`` (a name: ``"float32"``/``"float64"``), ``device``, ``seed``.
+    ``mean_basis_size``, ``mean_basis``, ``dtype`` (a name: ``"float32"``/``"float64"``), ``device``, ``seed``.
     """
     o = dict(options)
     return SAVIGP(
@@ -179,7 +179,7 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
         posterior=o.get("posterior") or "full", num_components=int(o.get("num_components") or 1),
         prior_mean=o["prior_mean"] if o.get("prior_mean") is not None else 0.0,
         learn_prior_mean=bool(o.get("learn_prior_mean", False)),
-        mean_basis_size=int(o.get("mean_basis_size") or 0), dtype=_dtype(o.get("dtype") or "float64"),
+        mean_basis_size=int(o.get("mean_basis_size") or 0), mean_basis=o.get("mean_basis") or "orthogonal", dtype=_dtype(o.get("dtype") or "float64"),
         device=o.get("device"), seed=int(o.get("seed") or 0),
     )
 
@@ -207,7 +207,7 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None) -
         "dtype": mo.get("dtype", "float64"), "prior_mean": mo.get("prior_mean", 0.0),
         "dense": mc["dense"], "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
         "num_components": mc["num_components"], "learn_prior_mean": mc["learn_prior_mean"],
-        "mean_basis_size": mc.get("mean_basis_size", 0), "device": device,
+        "mean_basis_size": mc.get("mean_basis_size", 0), "mean_basis": mc.get("mean_basis"), "device": device,
     }
     if not mc["dense"]:
         options["inducing_inputs"] = torch.zeros(Q, M, D, dtype=torch.float64)

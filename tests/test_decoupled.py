@@ -47,38 +47,41 @@ def _randomize(model, seed=1, head_scale=1.0):
     return model
 
 
-def _explicit_component_kl(model, k):
-    """KL(q_k || p) of component k built from the joint Gaussian over [Z_j, gamma_j] (seed 003, App. A).
+def _explicit_component_kl(model, k, basis="orthogonal"):
+    """KL(q_k || p) from the joint Gaussian over P = [Z_j; gamma_j], summed over j.
 
-    q_k's mean is mu + K_PZ K_zz^-1 (L_zz m_k) + (K_P,gamma - K_PZ K_zz^-1 K_Z,gamma) a and its
-    covariance K_PP - K_PZ K_zz^-1 K_ZP + K_PZ K_zz^-1 (L_zz S_k L_zz^T) K_zz^-1 K_ZP at the
-    M + G points P = [Z; gamma]; p = N(mu, K_PP). K_zz is the jittered L_zz L_zz^T the model uses.
-    Returns the sum over latent functions. (With a = 0 pass a model whose head is zeroed.)
+    q_k's mean at P is mu + K_PZ K_zz^-1 u_k + h(P), with u_k = L_zz m_k (whitened) or m_k
+    (u-space), and h(P) = K_P,gamma a (HYBRID, DECOUPLED) or (K_P,gamma - K_PZ K_zz^-1 K_Z,gamma) a
+    (orthogonal); its covariance K_PP - K_PZ K_zz^-1 K_ZP + K_PZ K_zz^-1 S_u K_zz^-1 K_ZP;
+    p = N(mu, K_PP) (seed 003, App. A). K_zz is the jittered L_zz L_zz^T the model uses. (With
+    a = 0 pass a model whose head is zeroed.)
     """
     with torch.no_grad():
-        kern, Z, head = model.kernel, model.inducing, model.mean_head
+        kern, Z, head, post = model.kernel, model.inducing, model.mean_head, model.posterior
         Lzz = model.prior_factor()
         Kzz = Lzz @ Lzz.transpose(-1, -2)
         P = torch.cat([Z, head.gamma], 1)
         KPP = kern(P, P).clone()
         M = Z.shape[1]
         KPP[:, :M, :M] = Kzz
-        KPZ = KPP[:, :, :M]
-        KPg = KPP[:, :, M:]
-        L = model.posterior.scale()[k]
-        S = torch.diag_embed(L * L) if model.posterior.diagonal else L @ L.transpose(-1, -2)
-        Su = Lzz @ S @ Lzz.transpose(-1, -2)
+        KPZ, KPg = KPP[:, :, :M], KPP[:, :, M:]
+        sc = post.scale()[k]
+        S = torch.diag_embed(sc * sc) if post.diagonal else sc @ sc.transpose(-1, -2)
+        if post.whitened:
+            Su = Lzz @ S @ Lzz.transpose(-1, -2)
+            um = (Lzz @ post.mean[k].unsqueeze(-1)).squeeze(-1)
+        else:
+            Su, um = S, post.mean[k]
         A = torch.linalg.solve(Kzz, KPZ.transpose(-1, -2)).transpose(-1, -2)  # K_PZ K_zz^-1
-        um = (Lzz @ model.posterior.mean[k].unsqueeze(-1)).squeeze(-1)
-        mean = (A @ um.unsqueeze(-1)).squeeze(-1) + ((KPg - A @ KPg[:, :M, :]) @ head.a.unsqueeze(-1)).squeeze(-1)
+        hP = KPg - A @ KPg[:, :M, :] if basis == "orthogonal" else KPg
+        mean = (A @ um.unsqueeze(-1)).squeeze(-1) + (hP @ head.a.unsqueeze(-1)).squeeze(-1)
         cov = KPP - A @ KPZ.transpose(-1, -2) + A @ Su @ A.transpose(-1, -2)
-        n = P.shape[1]
         Lp = torch.linalg.cholesky(KPP)
         Lq = torch.linalg.cholesky(0.5 * (cov + cov.transpose(-1, -2)))
         tr = torch.cholesky_solve(cov, Lp).diagonal(dim1=-2, dim2=-1).sum(-1)
         maha = (torch.cholesky_solve(mean.unsqueeze(-1), Lp).squeeze(-1) * mean).sum(-1)
         logdet = 2 * (torch.log(Lp.diagonal(dim1=-2, dim2=-1)).sum(-1) - torch.log(Lq.diagonal(dim1=-2, dim2=-1)).sum(-1))
-        return float((0.5 * (tr + maha - n + logdet)).sum())
+        return float((0.5 * (tr + maha - P.shape[1] + logdet)).sum())
 
 
 def _collapsed_bound(model, y):
@@ -183,12 +186,17 @@ def test_head_kl_is_exact_for_each_mixture_component():
         assert with_head[k] - without[k] == pytest.approx(head_kl, rel=1e-8)
 
 
-def test_marginal_means_match_definition():
-    """r(x) = (k(x, gamma) - k(x, Z) K_zz^-1 K(Z, gamma)) a, added to every component's mean."""
+@pytest.mark.parametrize("basis", ["orthogonal", "decoupled", "hybrid"])
+def test_marginal_means_match_definition(basis):
+    """r(x) = (k(x, gamma) - k(x, Z) K_zz^-1 K(Z, gamma)) a (orthogonal) or k(x, gamma) a (HYBRID,
+    DECOUPLED, savigp.mean_bases), added to every component's mean (DECOUPLED: coupled mean 0)."""
     X, Y = _data(50, seed=6, q=2)
     model = SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag-whitened", num_components=2,
-                   mean_basis_size=9)
+                   mean_basis_size=9, mean_basis=basis)
     _randomize(model, seed=8)
+    if basis == "decoupled":
+        with torch.no_grad():
+            model.posterior.mean.zero_()
     Xs = torch.randn(17, 2, dtype=torch.float64)
     with torch.no_grad():
         mean, var = model.marginals(Xs)
@@ -196,12 +204,16 @@ def test_marginal_means_match_definition():
         Lzz = model.prior_factor()
         Kzz = Lzz @ Lzz.transpose(-1, -2)
         Kxz = k(Xs, model.inducing)
-        r = ((k(Xs, h.gamma) - Kxz @ torch.linalg.solve(Kzz, k(model.inducing, h.gamma))) @ h.a.unsqueeze(-1)).squeeze(-1)
+        Kxg = k(Xs, h.gamma)
+        if basis == "orthogonal":
+            Kxg = Kxg - Kxz @ torch.linalg.solve(Kzz, k(model.inducing, h.gamma))
+        r = (Kxg @ h.a.unsqueeze(-1)).squeeze(-1)
         u = (Lzz.unsqueeze(0) @ model.posterior.mean.unsqueeze(-1)).squeeze(-1)  # (K, Q, M)
         coupled = (Kxz.unsqueeze(0) @ torch.linalg.solve(Kzz, u.unsqueeze(-1))).squeeze(-1)  # (K, Q, B)
         expected = (coupled + r).transpose(-1, -2)
     assert torch.allclose(mean, expected, rtol=1e-9, atol=1e-10)
     assert float(r.abs().max()) > 1e-2
+    assert (float(coupled.abs().max()) == 0.0) == (basis == "decoupled")
 
 
 @pytest.mark.parametrize("posterior,K", [("full", 1), ("diag-whitened", 2), ("diag", 2)])
