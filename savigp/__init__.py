@@ -14,6 +14,7 @@ from .posteriors import DiagonalMixture, FullGaussian, FullMixture, MixturePoste
 from .training import TrainingDiverged, TrainingHistory, fit
 from .decoupled import OrthogonalMeanHead
 from .mean_bases import DecoupledMeanHead, HybridMeanHead
+from .fourier_features import AdditiveMatern, FourierFeatureKernel, odvff_model
 from .natural_gradients import fit_orthnat
 from ._linalg import CholeskyError
 from ._allocator import tune_cpu_allocator
@@ -22,6 +23,7 @@ __all__ = [
     "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
     "CholeskyError", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
     "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead", "DecoupledMeanHead", "HybridMeanHead",
+    "AdditiveMatern", "FourierFeatureKernel", "odvff_model",
     "fit_orthnat",
     "tune_cpu_allocator",
 ]
