@@ -15,7 +15,8 @@ Regression with a Gaussian likelihood on
 * ``gp-matern``: seed 002 §5.1's kind of data (its sizes and hyper-parameters are lost in the
   text extraction, so these are ours): a draw from a zero-mean GP with an ARD Matern-3/2 kernel
   (length-scales 0.3, 0.6, variance 1) on [0, 1]^2 plus noise of variance 0.01, 4000 points
-  (3000 train / 1000 test), mini-batches of 512, models with a Matern-3/2 kernel;
+  (3000 train / 1000 test), mini-batches of 512; as in seed 002, every model here has an
+  additive Matern-3/2 kernel (one variance and length-scale per input), which ODVFF needs;
 * ``synthetic``: generated points (D = 3, f(x) = sin(3 x1) + 0.6 cos(4 x2 + x3) + 0.4 sin(5 x1 x3),
   noise sd 0.1, x ~ U[-2, 2]^3), 90 % train, mini-batches of 512.
 
@@ -29,11 +30,14 @@ orth           orthogonally decoupled basis (seed 003, eq. (11)), Adam on everyt
 orthnat        natural steps on q(v), Adam on a_gamma and the rest (the seed's practical ORTHNAT)
 hybrid         the hybrid basis (seed 003, eq. (10)), Adam on everything (HYBRID)
 decoupled      the decoupled basis (Cheng & Boots 2017; seed 003, eq. (9)), Adam (DECOUPLED)
+odvff          seed 002: Fourier features as the covariance basis (F = the largest with
+               D (2F + 1) <= M), the orthogonal inducing-point mean basis, trained as orthnat;
+               on the Matern set only (``savigp.fourier_features``)
 orthnat-gn     natural steps on q(v), the Gauss-Newton-bounded preconditioned step for a_gamma
 orthnat-eq16   natural steps on q(v), seed 003 eq. (16) for a_gamma with a fixed step (``--eq16-step``)
 =============  ======================================================================
 
-(The last two are not in the default set.) Targets are standardized with training statistics;
+(The last two are not in the default set; ``odvff`` runs only where the kernel is Matern.) Targets are standardized with training statistics;
 the Gaussian noise variance starts at 0.1 (seed 003, App. E). Metrics on the test set, on the
 original target scale: MAE, test log-likelihood per point (``test_ll``, the exact Gaussian
 predictive density log N(y; mu*, s*^2 + sigma^2) with the log-Jacobian of the target scaling)
@@ -75,6 +79,7 @@ from experiments._common import (  # noqa: E402
     Standardizer,
     markdown_table,
     read_csv_matrix,
+    read_csv_rows,
     read_split,
     resolve_data_dir,
     summarize,
@@ -83,14 +88,18 @@ from experiments._common import (  # noqa: E402
 )
 from likelihoods import Gaussian  # noqa: E402
 from savigp import SAVIGP, TrainingDiverged, TrainingHistory, fit  # noqa: E402
+from savigp.fourier_features import AdditiveMatern, odvff_model  # noqa: E402
 from savigp.natural_gradients import fit_orthnat  # noqa: E402
 
-CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled", "orthnat-gn", "orthnat-eq16")
-DEFAULT_CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled")
+CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled", "odvff", "orthnat-gn", "orthnat-eq16")
+DEFAULT_CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled", "odvff")
+#: configurations that need a Matern kernel (skipped elsewhere; ranked separately)
+MATERN_ONLY = ("odvff",)
 DATASETS = ("boston", "creep", "abalone", "sarcos", "gp-matern", "synthetic")
 #: the mean basis each configuration uses (None: coupled, no gamma)
 BASIS = {"coupled": None, "coupled-nat": None, "orth": "orthogonal", "orthnat": "orthogonal",
-         "orthnat-gn": "orthogonal", "orthnat-eq16": "orthogonal", "hybrid": "hybrid", "decoupled": "decoupled"}
+         "orthnat-gn": "orthogonal", "orthnat-eq16": "orthogonal", "hybrid": "hybrid", "decoupled": "decoupled",
+         "odvff": "orthogonal"}
 
 #: seed 003, Table 3 (test log-likelihood, higher is better) and Table 4 (test RMSE), the columns
 #: that correspond to ours (COUPLED-dagger and COUPLEDNAT-dagger: the coupled bases with the same
@@ -183,7 +192,7 @@ def settings(name: str, quick: bool) -> dict:
          "creep": dict(M=20, batch=None, iters=400),
          "abalone": dict(M=20, batch=None, iters=400),
          "sarcos": dict(M=30, batch=512, iters=500),
-         "gp-matern": dict(M=20, batch=512, iters=500, kernel="matern32"),
+         "gp-matern": dict(M=20, batch=512, iters=500, kernel="additive-matern32"),
          "synthetic": dict(M=30, batch=512, iters=500)}[name]
     s["gamma_factor"] = 5
     s.setdefault("kernel", "rbf")
@@ -193,7 +202,17 @@ def settings(name: str, quick: bool) -> dict:
 
 
 # ---------------------------------------------------------------------------------- one run
-def build(Xtr, ytr, M: int, G: int, seed: int, basis=None, kernel: str = "rbf", dtype=torch.float64) -> SAVIGP:
+def build(Xtr, ytr, M: int, G: int, seed: int, basis=None, kernel: str = "rbf", dtype=torch.float64,
+          config: str = "") -> SAVIGP:
+    """The model of one configuration; ``kernel`` a savigp kernel name or ``"additive-matern32"``."""
+    if kernel == "additive-matern32":
+        D = Xtr.shape[1]
+        std = np.maximum(Xtr.std(0), 1e-6)
+        if config == "odvff":  # F: the largest with D (2F + 1) <= M
+            return odvff_model(Xtr, ytr, Gaussian(0.1), nu=1.5, num_frequencies=max(0, (M // D - 1) // 2),
+                               mean_basis_size=G, lengthscale=torch.as_tensor(std), variance=1.0 / D, seed=seed,
+                               dtype=dtype)
+        kernel = AdditiveMatern(D, 1, 1.5, lengthscale=torch.as_tensor(std), variance=1.0 / D)
     return SAVIGP(Xtr, ytr, Gaussian(0.1), kernel, num_inducing=M, mean_basis_size=G if basis else 0,
                   mean_basis=basis or "orthogonal", inducing_init="kmeans", seed=seed, dtype=dtype)
 
@@ -206,7 +225,7 @@ def train(model: SAVIGP, config: str, iters: int, batch, lr: float, eq16_step: f
     common = dict(batch_size=batch, natgrad_step=nat_step, hyper_lr=lr, seed=seed)
     if config == "coupled-nat":
         return fit_orthnat(model, iters, **common)
-    if config == "orthnat":
+    if config in ("orthnat", "odvff"):
         return fit_orthnat(model, iters, gamma_update="adam", gamma_lr=lr, **common)
     if config == "orthnat-gn":
         return fit_orthnat(model, iters, gamma_update="precond", gamma_precond="gauss-newton", gamma_step=1.0, **common)
@@ -229,7 +248,10 @@ def test_metrics(model: SAVIGP, Xte, Yte, ys: Standardizer) -> dict:
             "sse": float((err ** 2).mean() / Yte[:, 0].var())}
 
 
-def run_dataset(name: str, configs, seeds, args) -> list[dict]:
+def run_dataset(name: str, configs, seeds, args, done=None) -> list[dict]:
+    """One row per configuration and seed; rows in ``done`` (keyed by (dataset, config, seed), from
+    ``--reuse``) are taken as they are instead of being run again."""
+    done = done or {}
     Xtr, Ytr, Xte, Yte = load(name, args.data_dir, args.quick)
     ys = Standardizer(Ytr)
     ytr = ys(Ytr)
@@ -239,9 +261,14 @@ def run_dataset(name: str, configs, seeds, args) -> list[dict]:
     rows = []
     for seed in seeds:
         for config in configs:
+            if config in MATERN_ONLY and "matern" not in st["kernel"]:
+                continue
+            if (name, config, seed) in done:
+                rows.append(done[(name, config, seed)])
+                continue
             basis = BASIS[config]
             torch.manual_seed(seed)
-            model = build(Xtr, ytr, M, G, seed, basis, st["kernel"])
+            model = build(Xtr, ytr, M, G, seed, basis, st["kernel"], config=config)
             c0, w0 = time.process_time(), time.perf_counter()
             try:
                 hist = train(model, config, iters, batch, args.lr, args.eq16_step, seed)
@@ -252,7 +279,7 @@ def run_dataset(name: str, configs, seeds, args) -> list[dict]:
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
             tail = hist.elbo[-min(50, len(hist.elbo)):]
             row = {"dataset": name, "config": config, "seed": seed, "N": int(Xtr.shape[0]), "D": int(Xtr.shape[1]),
-                   "M": M, "G": G if basis else 0, "kernel": st["kernel"], "batch": batch or int(Xtr.shape[0]),
+                   "M": model.num_inducing, "G": G if basis else 0, "kernel": st["kernel"], "batch": batch or int(Xtr.shape[0]),
                    "steps": hist.steps, "elbo_per_n": float(np.mean(tail)) / Xtr.shape[0],
                    **test_metrics(model, Xte, Yte, ys),
                    "noise_var": float(model.likelihood.variance().detach()), "status": status,
@@ -285,7 +312,7 @@ def rank_table(summary: list[dict], configs) -> list[dict]:
     with the standard error over datasets, and the ranks the seed gives the same configurations."""
     per = {c: {"mae": [], "test_ll": []} for c in configs}
     for ds in dict.fromkeys(r["dataset"] for r in summary):
-        rows = {r["config"]: r for r in summary if r["dataset"] == ds}
+        rows = {r["config"]: r for r in summary if r["dataset"] == ds and r["config"] in configs}
         for metric, hib in (("mae", False), ("test_ll", True)):
             for c, rk in _ranks({c: rows[c].get(f"{metric}_mean", float("nan")) for c in rows}, hib).items():
                 per[c][metric].append(rk)
@@ -314,7 +341,8 @@ def warm_up(configs, args) -> None:
     first kernel launches, allocator growth) are not charged to the first timed run."""
     X, Y = synthetic(200, seed=9)
     for config in configs:
-        model = build(X, Y, 10, 20, 0, BASIS[config])
+        model = build(X, Y, 10, 20, 0, BASIS[config], "additive-matern32" if config in MATERN_ONLY else "rbf",
+                      config=config)
         train(model, config, 3, None, args.lr, args.eq16_step, 0)
 
 
@@ -385,7 +413,7 @@ def prediction_cache_table(quick: bool, seed: int) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------- report
-def report(out: Path, rows, summary, ranks, timing, cache, args, seconds: float) -> None:
+def report(out: Path, rows, summary, ranks, matern_ranks, timing, cache, args, seconds: float) -> None:
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("n/a",)
     lines = ["# Bases of the decoupled GP papers in SAVIGP (seed 003 table 1, seed 002)", "",
              f"Command: `python experiments/decoupled_comparison.py {' '.join(sys.argv[1:])}`  ",
@@ -408,6 +436,11 @@ def report(out: Path, rows, summary, ranks, timing, cache, args, seconds: float)
                   "COUPLED and COUPLEDNAT with the same beta as the decoupled bases).", "",
                   markdown_table(ranks, ["config", "mae_rank", "mae_rank_se", "test_ll_rank", "test_ll_rank_se",
                                          "paper_test_ll_rank", "paper_rmse_rank"]), ""]
+    if matern_ranks:
+        lines += ["## The Matern set with ODVFF (seed 002)", "",
+                  "The same ranks on the datasets with a Matern kernel only, ODVFF included (seed 002 ranks ODVFF "
+                  "first on its synthetic data for small |gamma|).", "",
+                  markdown_table(matern_ranks, ["config", "mae_rank", "test_ll_rank"]), ""]
     if rows:
         cols = ["dataset", "config", "seed", "N", "M", "G", "kernel", "batch", "steps", "mae", "test_ll", "sse",
                 "elbo_per_n", "noise_var", "cpu_ms_per_step", "status"]
@@ -424,7 +457,7 @@ def report(out: Path, rows, summary, ranks, timing, cache, args, seconds: float)
 
 def summarize_runs(rows: list[dict]) -> list[dict]:
     """Per dataset and configuration: seed means and standard errors of the metrics."""
-    out = summarize(rows, ["dataset", "config"], ["mae", "test_ll", "elbo_per_n", "cpu_ms_per_step"])
+    out = summarize(rows, ["dataset", "config", "kernel"], ["mae", "test_ll", "elbo_per_n", "cpu_ms_per_step"])
     for s in out:
         for m in ("mae", "test_ll"):
             if f"{m}_std" in s:
@@ -445,6 +478,9 @@ def main(argv=None) -> int:
     p.add_argument("--eq16-step", type=float, default=1e-3, help="step of seed 003 eq. (16) for orthnat-eq16")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: reproducible CPU ms)")
     p.add_argument("--no-timing", action="store_true", help="skip the timing and prediction-cache tables")
+    p.add_argument("--reuse", default=None, metavar="CSV",
+                   help="a comparison.csv of an earlier (interrupted) run with the same settings: its rows are kept "
+                        "and only the missing (dataset, configuration, seed) runs are made")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     configs = [c for c in args.configs.split(",") if c]
@@ -462,13 +498,18 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    done = {}
+    if args.reuse:
+        done = {(r["dataset"], r["config"], int(r["seed"])): r for r in read_csv_rows(args.reuse)}
     warm_up(configs, args)
     rows = []
     for name in datasets:
-        rows += run_dataset(name, configs, seeds, args)
+        rows += run_dataset(name, configs, seeds, args, done)
         write_csv_atomic(out / "comparison.csv", rows)
     summary = summarize_runs(rows)
-    ranks = rank_table(summary, configs)
+    ranks = rank_table(summary, [c for c in configs if c not in MATERN_ONLY])
+    matern = [r for r in summary if "matern" in str(r["kernel"])]
+    matern_ranks = rank_table(matern, configs) if matern and set(configs) & set(MATERN_ONLY) else []
     write_csv_atomic(out / "summary.csv", summary)
     write_csv_atomic(out / "ranks.csv", ranks)
     for r in ranks:
@@ -480,7 +521,7 @@ def main(argv=None) -> int:
         write_csv_atomic(out / "prediction_cache.csv", cache)
         timing = timing_table(args.quick, seeds[0])
         write_csv_atomic(out / "timing.csv", timing)
-    report(out, rows, summary, ranks, timing, cache, args, time.perf_counter() - t0)
+    report(out, rows, summary, ranks, matern_ranks, timing, cache, args, time.perf_counter() - t0)
     print(f"wrote {out}/README.md")
     return 0
 

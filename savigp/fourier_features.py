@@ -42,6 +42,13 @@ whole real line: there the Fourier features are not in the RKHS (seed 002, §4; 
 2018), and no closed forms are implemented for other kernels here. For D > 1 the features need the
 additive kernel (a product kernel would need Kronecker features; not implemented).
 
+The harmonic features span only functions that are periodic on [a, b] (with their first p
+derivatives), so the Nystrom approximation K_fu K_uu^-1 K_uf does not reach K_ff as F grows:
+measured for Matern 3/2, l = 0.7 on [-1, 2], variance 1.3, the residual variance is 0.021 at the
+centre and 0.65 at the ends for F = 5, 30 and 100 alike. Choose the interval a few length-scales
+wider than the data (for l = 0.3 and data on [0, 1], F = 8: mean residual variance 0.150 with a
+margin of 0.1 on each side, 0.012 with 0.5), as :func:`odvff_model` does by default.
+
 ODVFF (seed 002) is the orthogonally decoupled basis of :mod:`savigp.decoupled` with these
 features as the covariance basis beta and inducing points gamma as the mean basis:
 :func:`odvff_model` builds it as a :class:`savigp.SAVIGP` whose inducing "inputs" are a
@@ -266,7 +273,7 @@ class FourierFeatureKernel(AdditiveMatern):
 
 
 def odvff_model(X, Y, likelihood, *, nu: float = 1.5, num_frequencies: int, mean_basis_size: int,
-                interval: Optional[Sequence] = None, margin: float = 0.1, lengthscale=None, variance=None,
+                interval: Optional[Sequence] = None, margin: float = 0.5, lengthscale=None, variance=None,
                 **model_options):
     """ODVFF (seed 002): a :class:`savigp.SAVIGP` with Fourier features as the covariance basis and the
     orthogonally decoupled inducing-point mean basis of size G = ``mean_basis_size``.

@@ -12,13 +12,25 @@ def test_quick_comparison_writes_tables(tmp_path):
     out = tmp_path / "dec"
     assert dc.main(["--quick", "--no-timing", "--datasets", "boston,gp-matern", "--seeds", "0", "--out", str(out)]) == 0
     rows = list(csv.DictReader(open(out / "comparison.csv")))
-    assert {(r["dataset"], r["config"]) for r in rows} == {(d, c) for d in ("boston", "gp-matern") for c in dc.DEFAULT_CONFIGS}
+    expected = {(d, c) for d in ("boston", "gp-matern") for c in dc.DEFAULT_CONFIGS}
+    assert {(r["dataset"], r["config"]) for r in rows} == expected - {("boston", "odvff")}  # ODVFF: Matern only
     assert all(r["status"] == "ok" and math.isfinite(float(r["mae"])) and math.isfinite(float(r["test_ll"])) for r in rows)
     assert {r["G"] for r in rows if r["config"] in ("coupled", "coupled-nat")} == {"0"}
+    odvff = [r for r in rows if r["config"] == "odvff"][0]
+    assert int(odvff["M"]) == 2 * (2 * 1 + 1)  # D = 2, F = 1: D (2F + 1) <= M = 8
     ranks = list(csv.DictReader(open(out / "ranks.csv")))
-    assert sum(float(r["mae_rank"]) for r in ranks) == sum(range(1, len(dc.DEFAULT_CONFIGS) + 1))
+    n = len(dc.DEFAULT_CONFIGS) - len(dc.MATERN_ONLY)
+    assert len(ranks) == n and sum(float(r["mae_rank"]) for r in ranks) == sum(range(1, n + 1))
     text = (out / "README.md").read_text()
-    assert "Average ranks" in text and "hybrid" in text and "decoupled" in text
+    assert "Average ranks" in text and "hybrid" in text and "decoupled" in text and "ODVFF" in text
+    # --reuse keeps the earlier rows and runs nothing again
+    again = tmp_path / "again"
+    dc.main(["--quick", "--no-timing", "--datasets", "boston,gp-matern", "--seeds", "0", "--out", str(again),
+             "--reuse", str(out / "comparison.csv")])
+    def key(rs):
+        return [(r["dataset"], r["config"], float(r["seed"]), float(r["mae"]), float(r["test_ll"])) for r in rs]
+
+    assert key(csv.DictReader(open(again / "comparison.csv"))) == key(rows)
 
 
 def test_ranks_average_ties_and_paper_ranks():
