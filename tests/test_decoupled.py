@@ -60,10 +60,9 @@ def _explicit_component_kl(model, k, basis="orthogonal"):
         kern, Z, head, post = model.kernel, model.inducing, model.mean_head, model.posterior
         Lzz = model.prior_factor()
         Kzz = Lzz @ Lzz.transpose(-1, -2)
-        P = torch.cat([Z, head.gamma], 1)
-        KPP = kern(P, P).clone()
+        Kzg = kern(Z, head.gamma)  # blockwise, so that Z may be inducing features (savigp.fourier_features)
+        KPP = torch.cat([torch.cat([Kzz, Kzg], -1), torch.cat([Kzg.transpose(-1, -2), kern(head.gamma, head.gamma)], -1)], -2)
         M = Z.shape[1]
-        KPP[:, :M, :M] = Kzz
         KPZ, KPg = KPP[:, :, :M], KPP[:, :, M:]
         sc = post.scale()[k]
         S = torch.diag_embed(sc * sc) if post.diagonal else sc @ sc.transpose(-1, -2)
@@ -81,7 +80,7 @@ def _explicit_component_kl(model, k, basis="orthogonal"):
         tr = torch.cholesky_solve(cov, Lp).diagonal(dim1=-2, dim2=-1).sum(-1)
         maha = (torch.cholesky_solve(mean.unsqueeze(-1), Lp).squeeze(-1) * mean).sum(-1)
         logdet = 2 * (torch.log(Lp.diagonal(dim1=-2, dim2=-1)).sum(-1) - torch.log(Lq.diagonal(dim1=-2, dim2=-1)).sum(-1))
-        return float((0.5 * (tr + maha - P.shape[1] + logdet)).sum())
+        return float((0.5 * (tr + maha - KPP.shape[-1] + logdet)).sum())
 
 
 def _collapsed_bound(model, y):

@@ -174,6 +174,21 @@ def test_odvff_optimal_q_is_titsias_bound_below_the_evidence():
     assert titsias < exact
 
 
+@pytest.mark.parametrize("basis", ["orthogonal", "hybrid"])
+def test_odvff_kl_matches_explicit_joint_gaussian(basis):
+    """The mean head's KL with Fourier features as the covariance basis, against the joint Gaussian
+    over [u, f(gamma)] (u the features)."""
+    from test_decoupled import _explicit_component_kl, _randomize
+    from test_mean_bases import _model_kl
+
+    X, Y = _gp_data(60, seed=5)
+    model = _randomize(odvff_model(X, Y, Gaussian(0.1), nu=1.5, num_frequencies=2, mean_basis_size=7,
+                                   mean_basis=basis), seed=6)
+    total, head_kl = _model_kl(model)
+    assert abs(head_kl) > 1e-2
+    assert total == pytest.approx(_explicit_component_kl(model, 0, basis), rel=1e-7)
+
+
 def test_odvff_trains_and_predicts():
     X, Y = _gp_data(200, seed=4)
     model = odvff_model(X, Y, Gaussian(0.1), nu=2.5, num_frequencies=3, mean_basis_size=30)
