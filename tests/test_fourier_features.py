@@ -202,3 +202,14 @@ def test_odvff_trains_and_predicts():
                       mean_basis="hybrid")
     assert isinstance(m32.inducing, FeatureIndices) and m32.inducing.dtype == torch.float32
     assert math.isfinite(float(m32.elbo().elbo.detach()))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_odvff_cuda_matches_cpu():
+    X, Y = _gp_data(80, seed=7)
+    cpu = odvff_model(X, Y, Gaussian(0.1), nu=2.5, num_frequencies=2, mean_basis_size=6)
+    gpu = odvff_model(X, Y, Gaussian(0.1), nu=2.5, num_frequencies=2, mean_basis_size=6, device="cuda")
+    gpu.load_state_dict(cpu.state_dict())
+    assert isinstance(gpu.inducing, FeatureIndices) and gpu.inducing.device.type == "cuda"
+    assert float(gpu.elbo().elbo.detach()) == pytest.approx(float(cpu.elbo().elbo.detach()), rel=1e-10)
