@@ -194,6 +194,8 @@ def test_mnist8m_quick_resume_is_exact(tmp_path):
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
     assert straight["row"]["error_rate"] == chained["row"]["error_rate"]
+    with pytest.raises(SystemExit, match="rotate"):  # a resumed run with another stream is refused
+        m8.main(common + ["--out", str(tmp_path / "b"), "--max-steps", "9", "--resume", "--rotate", "3"])
     for f in ("mnist8m.csv", "mnist8m.md", "mnist8m_curve.csv", "mnist8m_curve.png", "mnist8m_results.json"):
         assert (tmp_path / "b" / f).is_file(), f
 
