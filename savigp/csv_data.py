@@ -229,6 +229,27 @@ def split_columns(table: Table, targets: str, inputs: Optional[str] = None) -> t
     return icols, tcols
 
 
+def columns_by_name(table: Table, names: Sequence[str], role: str, option: str) -> list:
+    """Indices of the columns called ``names`` (a model's training column names) in ``table``.
+
+    Raises:
+        DataError: the file has no header, or lacks some of the names; the message lists the
+            expected and the found names, and how to choose columns explicitly (``option``, or
+            ``--positional``).
+    """
+    expected = ", ".join(map(repr, names))
+    if table.header is None:
+        raise DataError(f"{table.path}: has no header row, but the model's {role} columns are named ({expected}); "
+                        f"add the header, name the columns with {option} (0-based indices), or pass --positional "
+                        "to take them by position")
+    missing = [n for n in names if n not in table.header]
+    if missing:
+        raise DataError(f"{table.path}: the model's {role} column(s) {', '.join(map(repr, missing))} are missing: "
+                        f"expected {expected}, found {', '.join(map(repr, table.header))}; name the columns with "
+                        f"{option} or pass --positional to take them by position")
+    return [table.header.index(n) for n in names]
+
+
 def data_checksum(X: np.ndarray, Y: np.ndarray) -> str:
     """SHA-256 of the float64 contents and shapes of ``X (N, D)`` and ``Y (N, P)``."""
     h = hashlib.sha256()

@@ -462,6 +462,18 @@ class SAVIGP(nn.Module):
             out.append(lse - torch.log(torch.tensor(float(num_samples), dtype=lse.dtype)))
         return torch.cat(out)
 
+    def save(self, path: str) -> None:
+        """Write the model to ``path`` atomically (a model file: parameters, configuration and the
+        likelihood's description, not the training data); read it back with :func:`savigp.load`.
+
+        A user likelihood (:class:`likelihoods.CallableLikelihood`) is recorded by where its
+        function is defined (its ``import_path``, or the module/file of a top-level function) and
+        the SHA-256 of that file; loading runs it only when asked to.
+        """
+        from .serialization import save_model
+
+        save_model(path, self, {})
+
     def extra_repr(self) -> str:
         return (f"N={self.num_data}, D={self.input_dim}, Q={self.num_latent}, M={self.num_inducing}, "
                 f"dense={self.dense}, learn_inducing={self.learn_inducing}")
