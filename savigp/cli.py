@@ -83,6 +83,11 @@ class CLIError(ValueError):
     """A bad command line or input; reported as one line, exit status 2."""
 
 
+class UserCodeExit(RuntimeError):
+    """User code (a likelihood function) called ``sys.exit`` or raised ``KeyboardInterrupt`` itself:
+    a failure of that function (exit status 1), not the end of the command."""
+
+
 # ====================================================================== helpers
 def _one_line(err: BaseException) -> str:
     msg = " ".join(str(err).split()) or type(err).__name__
@@ -134,6 +139,12 @@ def _output_path(path: str, inputs: list, quiet: bool, allow_stdout: bool = Fals
 def _check_device(device: Optional[str]) -> None:
     import torch
 
+    if device:
+        try:
+            torch.device(device)
+        except (RuntimeError, ValueError) as err:
+            raise CLIError(f"--device {device!r}: not a device ({_one_line(err).split(':')[0]}); use cpu, cuda, "
+                           "cuda:1, ...") from None
     if device and str(device).startswith("cuda") and not torch.cuda.is_available():
         raise CLIError(f"--device {device}: CUDA is not available on this machine")
 
@@ -257,7 +268,7 @@ def _probe_callable(likelihood, Y, spec: dict) -> None:
         out = likelihood.log_prob(y, f)
     except ValueError as err:
         raise CLIError(f"--likelihood {spec['import_path']}: {_one_line(err)}") from None
-    except Exception as err:
+    except (Exception, SystemExit) as err:  # (sys.exit in the function is its failure too)
         raise CLIError(f"--likelihood {spec['import_path']}: the function failed when called with y of shape "
                        f"{tuple(y.shape)} and f of shape {tuple(f.shape)} (Q = --num-latent {Q}): "
                        f"{type(err).__name__}: {_one_line(err)}") from None
@@ -485,8 +496,10 @@ def cmd_train(args) -> int:
     hook_step = int(hook) if hook and hook.strip().isdigit() else None
 
     def snapshot() -> dict:
+        gen = last.get("generator") if last.get("generator_step") == state.get("step") else None
         return {"optimizer": state["optimizer"].state_dict(),
-                "generator": state["generator"].get_state(), "perm": state["perm"], "pos": int(state["pos"])}
+                "generator": gen if gen is not None else state["generator"].get_state(),
+                "perm": state["perm"], "pos": int(state["pos"])}
 
     def write_checkpoint(path: str, step: int, complete: bool, elbo: Optional[float]) -> None:
         saved.config = dict(config, step=int(step), complete=bool(complete), elbo=elbo)
@@ -508,6 +521,8 @@ def cmd_train(args) -> int:
             time.sleep(0.01)  # let the handler run
         every = args.checkpoint_every
         last["elbo"] = float(terms.elbo.detach())
+        if spec["name"] == "callable":  # the draws' state after this step, should user code stop the next one
+            last["generator"], last["generator_step"] = state["generator"].get_state(), done
         if (interrupted["flag"] and done < total) or (every and done % every == 0 and done < total):
             write_checkpoint(ckpt, done, False, last["elbo"])
             last["checkpoint"] = done
@@ -524,6 +539,21 @@ def cmd_train(args) -> int:
         history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=optimizer, lr=lr,
                       num_samples=args.samples, estimator=args.estimator, seed=args.seed, progress=not quiet,
                       callback=callback, state=state)
+    except (SystemExit, KeyboardInterrupt) as err:
+        if isinstance(err, KeyboardInterrupt) and (interrupted["flag"] or previous is None):
+            raise  # Ctrl-C pressed twice: stop at once
+        # raised by user code (our handler turns a first Ctrl-C into a flag): a failure of that code
+        done = int(state.get("step", 0))
+        kept = ""
+        if "optimizer" in state and last["checkpoint"] != done:
+            write_checkpoint(ckpt, done, False, last["elbo"])
+            last["checkpoint"] = done
+        if last["checkpoint"] is not None or os.path.exists(ckpt):
+            kept = f"; checkpoint {ckpt} at step {last['checkpoint'] if last['checkpoint'] is not None else '?'} " \
+                   "(continue with --resume once it is fixed)"
+        what = f"called sys.exit({err.code!r})" if isinstance(err, SystemExit) else "raised KeyboardInterrupt"
+        raise UserCodeExit(f"the likelihood {spec.get('import_path') or spec['name']} {what} during step {done + 1} "
+                           f"of {total}; no model written{kept}") from None
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -621,7 +651,13 @@ def format_metrics(metrics: dict) -> str:
     """A two-column text table of :func:`savigp.metrics.evaluate`'s dict."""
     rows = [("metric", "value")]
     for k, v in metrics.items():
-        rows.append((METRIC_NAMES.get(k, k), str(v) if isinstance(v, int) else f"{v:.6g}"))
+        if k == "sse_note":
+            continue
+        if v is None:
+            text = "undefined" + (f" ({metrics['sse_note'].split(': ', 1)[-1]})" if k == "sse" and "sse_note" in metrics else "")
+        else:
+            text = str(v) if isinstance(v, int) else f"{v:.6g}"
+        rows.append((METRIC_NAMES.get(k, k), text))
     w = max(len(r[0]) for r in rows)
     return "\n".join(f"{a:<{w}}  {b}" for a, b in rows)
 
@@ -935,8 +971,14 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"\nsavigp {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (TrainingDiverged, CholeskyError) as err:
+    except (TrainingDiverged, CholeskyError, UserCodeExit) as err:
         print(prefix + _one_line(err), file=sys.stderr)
+        return EXIT_FAILURE
+    except MemoryError:
+        print(prefix + "out of memory (fewer --samples, or a smaller --batch-size for train, needs less)", file=sys.stderr)
+        return EXIT_FAILURE
+    except SystemExit as err:  # user code (a likelihood) called sys.exit: its failure, not a result
+        print(prefix + f"a user function called sys.exit({err.code!r})", file=sys.stderr)
         return EXIT_FAILURE
     except (ValueError, TypeError) as err:  # DataError, CLIError, ModelFileError, LikelihoodImportError, engine checks
         print(prefix + _one_line(err), file=sys.stderr)

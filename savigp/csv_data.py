@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import os
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
+
+
+#: the largest magnitude a cell may have: squares (variances, standardization, Gaussian
+#: log-densities) of values up to 1e150 stay finite in float64 (max 1.8e308)
+MAX_ABS_VALUE = 1e150
 
 
 class DataError(ValueError):
@@ -102,19 +108,31 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
     rows: list = []
     lines: list = []
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.reader(fh, delimiter=delimiter)
-            for row in reader:
-                if not row or all(not c.strip() for c in row):
-                    continue  # blank line
-                rows.append([c.strip() for c in row])
-                lines.append(reader.line_num)
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from None
-    except csv.Error as err:
-        raise DataError(f"{path}: malformed CSV: {err}") from None
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except OSError as err:
         raise DataError(f"{path}: cannot read: {err.strerror or err}") from None
+    bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        text = raw[bom:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        at = bom + err.start  # the offset in the whole file (decoded in one piece)
+        newline = b"\n"
+        line, line_start = raw.count(newline, 0, at) + 1, raw.rfind(newline, 0, at) + 1
+        raise DataError(f"{path}, line {line}, byte {at - line_start + 1} of the line: not UTF-8 "
+                        f"text ({err.reason}: byte 0x{raw[at]:02x} at file offset {at})") from None
+    del raw
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        for row in reader:
+            if not row or all(not c.strip() for c in row):
+                continue  # blank line
+            rows.append([c.strip() for c in row])
+            lines.append(reader.line_num)
+    except csv.Error as err:
+        raise DataError(f"{path}, line {reader.line_num}: "
+                        f"malformed CSV: {err}") from None
+    del text
     if not rows:
         raise DataError(f"{path}: the file is empty (no rows)")
 
@@ -160,6 +178,11 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
     if bad.any():
         r, j = np.argwhere(bad)[0]
         raise DataError(f"{table.where(int(r), [int(j)])}: {rows[r][j]!r} is not a finite number (NaN and inf are not allowed)")
+    big = np.abs(values) > MAX_ABS_VALUE
+    if big.any():
+        r, j = np.argwhere(big)[0]
+        raise DataError(f"{table.where(int(r), [int(j)])}: {rows[r][j]!r} is too large (|value| must be at most "
+                        f"{MAX_ABS_VALUE:g}, so that squares and sums of squares stay finite in float64)")
     table.values = values
     return table
 

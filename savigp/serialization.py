@@ -756,7 +756,7 @@ class SavedModel:
             when the likelihood has predictive means), ``{"n", "error_rate", "nlp"}`` for
             classification.
         """
-        from .metrics import evaluate, standardized_squared_error
+        from .metrics import evaluate, sse_entries
 
         self._need_likelihood("evaluate")
         lik = self.model.likelihood
@@ -769,7 +769,7 @@ class SavedModel:
         mean = self.predict(X, num_samples=num_samples, seed=seed)["mean"]
         if mean is not None:
             y, m = torch.as_tensor(Y), torch.as_tensor(mean)
-            out.update(sse=standardized_squared_error(y, m), mse=float(((y - m) ** 2).mean()),
+            out.update(**sse_entries(y, m), mse=float(((y - m) ** 2).mean()),
                        mae=float((y - m).abs().mean()))
         return out
 
