@@ -194,12 +194,36 @@ def _short(value) -> str:
 _STATS = Dict({"mean": List(Float(), 1, MAX_OUTPUTS), "std": List(Positive(), 1, MAX_OUTPUTS)})
 #: a reference to user code: where it is and the SHA-256 of its file when it was trained
 CODE_REFERENCE = Dict({"import_path": Str(), "sha256": Opt(Str(pattern=r"[0-9a-f]{64}"))})
+class BoundedPlain(Plain):
+    """A plain value whose integers are at most ``MAX_KWARG_INT`` in magnitude and whose lists hold
+    at most ``MAX_OUTPUTS`` items: constructor arguments cannot ask for huge allocations."""
+
+    def check(self, value, where, depth: int = 0):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_KWARG_INT:
+            raise SchemaError(f"{where} must be at most {MAX_KWARG_INT} in magnitude, got {value}")
+        if isinstance(value, (list, dict)) and len(value) > MAX_OUTPUTS:
+            raise SchemaError(f"{where}: {len(value)} items (at most {MAX_OUTPUTS})")
+        if isinstance(value, (list, dict)):
+            for k, v in (value.items() if isinstance(value, dict) else enumerate(value)):
+                self.check(v, f"{where}[{k!r}]", depth + 1)
+            return
+        super().check(value, where, depth)
+
+
+MAX_KWARG_INT = 1_000_000
+#: constructor arguments of the likelihoods that size something, with their limits; any other
+#: argument is a bounded plain value
+LIKELIHOOD_KWARGS = {
+    "num_latent": Int(1, MAX_LATENT), "output_dim": Int(1, MAX_OUTPUTS), "num_classes": Int(1, MAX_CLASSES),
+    "num_outputs": Int(1, MAX_OUTPUTS), "num_nodes": Int(1, MAX_LATENT), "num_layers": Int(1, MAX_OUTPUTS),
+    "num_tanh": Int(0, 1000), "quadrature_points": Int(2, 1000),
+}
 #: likelihood fields; ``import_path``/``sha256`` name the user function (``name == "callable"``),
 #: ``code_kwargs`` further functions given to its constructor (e.g. a mean function)
 LIKELIHOOD_FIELDS = {
     "name": Str(max_len=200),
     "class": Opt(Str(pattern=r"[A-Za-z_][A-Za-z0-9_]*", max_len=200)),
-    "kwargs": Opt(Dict(extra=Plain())),
+    "kwargs": Opt(Dict({k: Opt(v) for k, v in LIKELIHOOD_KWARGS.items()}, extra=BoundedPlain())),
     "import_path": Opt(Str()),
     "sha256": Opt(Str(pattern=r"[0-9a-f]{64}")),
     "code_kwargs": Opt(Dict(extra=CODE_REFERENCE)),

@@ -109,6 +109,7 @@ def _bad_file(tmp_path, good, edit):
     (lambda p: p["config"].update(example_target=[float("inf")]), "config.example_target[0] must be finite"),
     (lambda p: p["config"]["standardize"].update(inputs={"mean": [0.0], "std": [1.0]}), "standardize.inputs has 1 mean"),
     (lambda p: p["config"]["likelihood"]["kwargs"].update(command="rm"), "Gaussian takes no argument 'command'"),
+    (lambda p: p["config"]["likelihood"]["kwargs"].update(num_tanh=10 ** 9), "kwargs.num_tanh must be between 0 and 1000"),
     (lambda p: p["config"].update(version=True), "version True is not supported"),
     (lambda p: p.update(training_state={"optimizer": {}, "perm": torch.zeros(3, dtype=torch.long), "pos": 9,
                                         "generator": torch.zeros(2, dtype=torch.uint8)}), "training_state.pos"),
