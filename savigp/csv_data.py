@@ -16,6 +16,7 @@ import csv
 import hashlib
 import io
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -122,6 +123,9 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
         raise DataError(f"{path}, line {line}, byte {at - line_start + 1} of the line: not UTF-8 "
                         f"text ({err.reason}: byte 0x{raw[at]:02x} at file offset {at})") from None
     del raw
+    fast = _plain_table(path, text, header, delimiter)
+    if fast is not None:
+        return fast
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
         for row in reader:
@@ -185,6 +189,50 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
                         f"{MAX_ABS_VALUE:g}, so that squares and sums of squares stay finite in float64)")
     table.values = values
     return table
+
+
+def _plain_table(path: str, text: str, header: Optional[bool], delimiter: str) -> Optional[Table]:
+    """The table of a plain, valid file, parsed by numpy in one pass, or None.
+
+    Plain: no quotes, no carriage returns, no blank lines, a one-character delimiter, rows of equal
+    width, every cell a finite number within :data:`MAX_ABS_VALUE` and a header (if any) of distinct,
+    non-empty names. Anything else returns None and the general reader, which holds every cell as a
+    string (about 0.6 GiB for a million rows of three columns against 0.15 GiB here), reads the
+    file and reports what is wrong with its line and column.
+    """
+    if len(delimiter) != 1 or delimiter in "\n\r\"" or '"' in text or "\r" in text:
+        return None
+    body = text[:-1] if text.endswith("\n") else text
+    if not body.strip() or "\n\n" in body or body.startswith("\n"):
+        return None
+    nl = body.find("\n")
+    first = [c.strip() for c in (body if nl < 0 else body[:nl]).split(delimiter)]
+    if header is None:
+        header = any(not _is_number(c) for c in first)
+    if header and (nl < 0 or not all(first) or len(set(first)) != len(first)):
+        return None
+    rest = body[nl + 1:] if header else body
+    width = len(first)
+    data = np.frombuffer(rest.encode("utf-8"), dtype=np.uint8)
+    ends = np.flatnonzero(data == 10)
+    delims = np.flatnonzero(data == ord(delimiter))
+    per_line = np.diff(np.searchsorted(delims, np.concatenate([[0], ends, [data.size]])))
+    if not bool((per_line == width - 1).all()):
+        return None
+    del data, delims
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            values = np.fromstring(rest.replace("\n", delimiter), dtype=np.float64, sep=delimiter)
+        except ValueError:
+            return None
+    rows = ends.size + 1
+    if values.size != rows * width or not bool(np.isfinite(values).all()) or \
+            bool((np.abs(values) > MAX_ABS_VALUE).any()):
+        return None
+    first_line = 2 if header else 1
+    return Table(path, first if header else None, values.reshape(rows, width),
+                 np.arange(first_line, first_line + rows, dtype=np.int64))
 
 
 def resolve_columns(spec: str, table: Table, option: str = "--targets") -> list:

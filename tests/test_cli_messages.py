@@ -96,3 +96,29 @@ def test_user_code_that_exits_is_a_failure_with_a_checkpoint(tmp_path, capsys, s
     saved, tstate = load_model(ckpt, trust_code=True)  # a usable checkpoint at the last completed step
     step = saved.config["step"]
     assert 1 <= step < 20 and f"during step {step + 1} of 20" in err and tstate["pos"] == 0
+
+
+@pytest.mark.parametrize("text", [
+    "a,b\n1,2\n3,4\n", "1,2\n3,4", "a\n1e-3\n-2.5E+4\n", " a , b \n 1 , 2 \n", "a;b\n1;2\n", "x,y\r\n1,2\r\n",
+    "a,b\n1,2\n\n3,4\n", "a,b\n1,2\n3,4,5\n5\n", "a,b\n1,nan\n", "a,b\n1,\n", "a,a\n1,2\n", '"a",b\n1,2\n',
+    "a,b\n1,2e200\n", "1\n", "a,b\n",
+])
+def test_plain_files_read_as_the_general_reader_reads_them(tmp_path, monkeypatch, text):
+    """The numpy fast path (plain files) gives the same table, or leaves the file to the general
+    reader, which reports what is wrong: same values, header, line numbers and errors."""
+    import savigp.csv_data as cd
+
+    path = tmp_path / "f.csv"
+    path.write_bytes(text.encode())
+    delimiter = ";" if ";" in text else ","
+
+    def read():
+        try:
+            t = read_csv(str(path), delimiter=delimiter)
+            return t.header, t.values.tolist(), t.lines.tolist()
+        except DataError as err:
+            return str(err)
+
+    fast = read()
+    monkeypatch.setattr(cd, "_plain_table", lambda *a: None)
+    assert fast == read()
