@@ -454,7 +454,7 @@ def cmd_train(args) -> int:
         if source is None:
             raise CLIError(f"--resume: there is no checkpoint {ckpt} nor model {out} to resume from")
         # the user's own --likelihood is the consent to run it (never the file's record of it)
-        saved, tstate = load_model(source, device=args.device, X=Xm, Y=Ym,
+        saved, tstate = load_model(source, device=args.device, X=Xm, Y=Ym, trust_code=args.trust_code,
                                    likelihood=args.likelihood if spec["name"] == "callable" else None)
         old = saved.config
         if {k: old["likelihood"].get(k) for k in ("name", "import_path")} != {k: spec.get(k) for k in ("name", "import_path")}:
@@ -889,6 +889,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="expected log-likelihood estimator (default auto: closed form, else reparam, else score)")
     g.add_argument("--checkpoint-every", type=int, metavar="N", help="write OUT.ckpt every N steps")
     g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (or OUT) with the same options")
+    g.add_argument("--trust-code", action="store_true",
+                   help="with --resume: run the --likelihood file even though it changed since the checkpoint")
     g.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     _add_threads_option(g)
     t.set_defaults(func=cmd_train)

@@ -96,6 +96,12 @@ def test_user_code_that_exits_is_a_failure_with_a_checkpoint(tmp_path, capsys, s
     saved, tstate = load_model(ckpt, trust_code=True)  # a usable checkpoint at the last completed step
     step = saved.config["step"]
     assert 1 <= step < 20 and f"during step {step + 1} of 20" in err and tstate["pos"] == 0
+    # once the function is fixed, training resumes from the checkpoint (the changed file needs --trust-code)
+    lik.write_text(EXITING.format(stop="pass"))
+    again = ["train", data, "--targets", "y", "--likelihood", f"{lik}:log_lik", "--iterations", "20",
+             "--checkpoint-every", "100", "--out", str(out), *FAST, "--resume"]
+    assert main(again) == 2 and "has changed since the model was trained" in _err(capsys)
+    assert main(again + ["--trust-code"]) == 0 and out.exists()
 
 
 @pytest.mark.parametrize("text", [
