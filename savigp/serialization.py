@@ -399,11 +399,14 @@ def resolve_likelihood(config: dict, likelihood=None, trust_code: bool = False, 
         return likelihood
     if likelihood is None and not trust_code:
         return _latent_only_likelihood(Q, P, _consent_message(spec["import_path"], "likelihood", source))
+    used = spec["import_path"]  # where the function was imported from (recorded again if the model is saved)
     if callable(likelihood):
         fn, where = likelihood, None
     else:
         fn = authorized_import(spec, likelihood, trust_code, source=source)
-        where = None if likelihood is None else _split_spec(_with_function(str(likelihood), spec["import_path"]))[0]
+        if likelihood is not None:
+            used = canonical_import_path(_with_function(str(likelihood), spec["import_path"]))
+        where = None if likelihood is None else _split_spec(used)[0]
     main_target = _split_spec(spec["import_path"])[0]
     extra = {}
     for name, ref in (spec.get("code_kwargs") or {}).items():
@@ -411,8 +414,7 @@ def resolve_likelihood(config: dict, likelihood=None, trust_code: bool = False, 
         # a function from the same file as the likelihood moves with it (the user named that file)
         override = f"{where}:{fname}" if where is not None and target == main_target else None
         extra[name] = authorized_import(ref, override, trust_code, what=f"likelihood {name}", source=source)
-    lik = make_likelihood({**spec, "kwargs": {**(spec.get("kwargs") or {}), **extra}}, fn=fn)
-    return lik
+    return make_likelihood({**spec, "import_path": used, "kwargs": {**(spec.get("kwargs") or {}), **extra}}, fn=fn)
 
 
 # ---------------------------------------------------------------------- building models

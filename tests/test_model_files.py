@@ -180,6 +180,14 @@ def test_python_user_likelihood_consent_hash_and_moved_file(tmp_path, capsys):
     for kw in ({"likelihood": str(src)}, {"likelihood": f"{src}:log_lik"}, {"likelihood": fn}, {"trust_code": True}):
         assert np.array_equal(savigp.load(path, **kw).log_predictive_density(X[:4], Y[:4], num_samples=50), lpd), kw
 
+    # the file moved: the new place is named, and a model saved again records it
+    moved = tmp_path / "moved.py"
+    src.rename(moved)
+    again = savigp.load(path, likelihood=str(moved))
+    again.model.save(str(tmp_path / "again.pt"))
+    assert _payload(tmp_path / "again.pt")["config"]["likelihood"]["import_path"] == f"{moved}:log_lik"
+    moved.rename(src)
+
     src.write_text(src.read_text() + "# edited\n")
     with pytest.raises(LikelihoodImportError, match="has changed since the model was trained"):
         savigp.load(path, likelihood=str(src))
