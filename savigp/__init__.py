@@ -5,6 +5,7 @@ likelihoods (SAVIGP, Bonilla, Krauth & Dezfouli, JMLR 2019), in PyTorch.
     model = SAVIGP(X, Y, likelihood, num_inducing=50)
     fit(model, iterations=2000, batch_size=256, lr=0.01)
     print(evaluate(model, X_test, Y_test))
+    model.save("model.pt"); saved = savigp.load("model.pt")
 """
 from .expected_log_lik import ESTIMATORS
 from .kernels import RBF, Kernel, KernelList, Matern32, Matern52
@@ -18,13 +19,13 @@ from .fourier_features import AdditiveMatern, FourierFeatureKernel, odvff_model
 from .natural_gradients import fit_orthnat
 from ._linalg import CholeskyError
 from ._allocator import tune_cpu_allocator
+from .serialization import load
 
 __all__ = [
     "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
     "CholeskyError", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
-    "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead", "DecoupledMeanHead", "HybridMeanHead",
-    "AdditiveMatern", "FourierFeatureKernel", "odvff_model",
-    "fit_orthnat",
-    "tune_cpu_allocator",
+    "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead",
+    "DecoupledMeanHead", "HybridMeanHead", "AdditiveMatern", "FourierFeatureKernel", "odvff_model",
+    "fit_orthnat", "tune_cpu_allocator", "load",
 ]
 __version__ = "0.1.0"

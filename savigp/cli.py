@@ -31,7 +31,9 @@ from typing import Optional
 
 import numpy as np
 
-from .csv_data import DataError, Table, data_checksum, read_csv, resolve_columns, split_columns, write_csv
+from .output_paths import check_output_path, remove_orphaned_temporaries
+from .csv_data import (DataError, Table, columns_by_name, data_checksum, read_csv, resolve_columns, split_columns,
+                       write_csv)
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -81,6 +83,11 @@ class CLIError(ValueError):
     """A bad command line or input; reported as one line, exit status 2."""
 
 
+class UserCodeExit(RuntimeError):
+    """User code (a likelihood function) called ``sys.exit`` or raised ``KeyboardInterrupt`` itself:
+    a failure of that function (exit status 1), not the end of the command."""
+
+
 # ====================================================================== helpers
 def _one_line(err: BaseException) -> str:
     msg = " ".join(str(err).split()) or type(err).__name__
@@ -121,19 +128,23 @@ def _parse_lik_options(items) -> dict:
     return out
 
 
-def _check_output_path(path: str, option: str = "--out") -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise CLIError(f"{option} {path}: is a directory")
-    if not os.path.isdir(folder):
-        raise CLIError(f"{option} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise CLIError(f"{option} {path}: the folder {folder} is not writable")
+def _output_path(path: str, inputs: list, quiet: bool, allow_stdout: bool = False) -> str:
+    """``--out`` checked (see :mod:`savigp.output_paths`); a symlink's target, said on stderr."""
+    target = check_output_path(path, "--out", inputs=inputs, allow_stdout=allow_stdout)
+    if target != "-" and os.path.islink(path) and not quiet:
+        print(f"note: --out {path} is a symbolic link; writing to its target {target}", file=sys.stderr)
+    return target
 
 
 def _check_device(device: Optional[str]) -> None:
     import torch
 
+    if device:
+        try:
+            torch.device(device)
+        except (RuntimeError, ValueError) as err:
+            raise CLIError(f"--device {device!r}: not a device ({_one_line(err).split(':')[0]}); use cpu, cuda, "
+                           "cuda:1, ...") from None
     if device and str(device).startswith("cuda") and not torch.cuda.is_available():
         raise CLIError(f"--device {device}: CUDA is not available on this machine")
 
@@ -149,7 +160,7 @@ def _is_builtin(name: str) -> bool:
 
 def _likelihood_spec(args, Y: np.ndarray) -> dict:
     """The ``config["likelihood"]`` entry for ``--likelihood`` and its options (plain values)."""
-    from .serialization import canonical_import_path
+    from .serialization import code_reference
 
     name = args.likelihood
     is_callable = not _is_builtin(name)
@@ -165,12 +176,12 @@ def _likelihood_spec(args, Y: np.ndarray) -> dict:
     P = Y.shape[1]
     extra = _parse_lik_options(args.lik_option)
     if is_callable:
-        path = canonical_import_path(name)
+        ref = code_reference(name)  # the import path and the SHA-256 of its file, checked before a later import
         kwargs = {"num_latent": int(args.num_latent or 1), "output_dim": P, "backend": "auto"}
         if kwargs["num_latent"] < 1:
             raise CLIError(f"--num-latent must be >= 1, got {args.num_latent}")
         kwargs.update(extra)
-        return {"name": "callable", "class": "CallableLikelihood", "import_path": path, "kwargs": kwargs}
+        return {"name": "callable", "class": "CallableLikelihood", **ref, "kwargs": kwargs}
     cls_name = LIKELIHOODS[name][0]
     kwargs: dict = {}
     if args.noise_variance is not None:
@@ -257,7 +268,7 @@ def _probe_callable(likelihood, Y, spec: dict) -> None:
         out = likelihood.log_prob(y, f)
     except ValueError as err:
         raise CLIError(f"--likelihood {spec['import_path']}: {_one_line(err)}") from None
-    except Exception as err:
+    except (Exception, SystemExit) as err:  # (sys.exit in the function is its failure too)
         raise CLIError(f"--likelihood {spec['import_path']}: the function failed when called with y of shape "
                        f"{tuple(y.shape)} and f of shape {tuple(f.shape)} (Q = --num-latent {Q}): "
                        f"{type(err).__name__}: {_one_line(err)}") from None
@@ -266,45 +277,56 @@ def _probe_callable(likelihood, Y, spec: dict) -> None:
                        f"{tuple(y.shape)} and f of shape {tuple(f.shape)}")
 
 
-def _select_inputs(table: Table, config: dict, inputs: Optional[str], exclude=()) -> list:
-    """Input columns of a predict/evaluate file for a model trained on ``config["columns"]``."""
+def _select_inputs(table: Table, config: dict, inputs: Optional[str], exclude=(), positional: bool = False) -> list:
+    """Input columns of a predict/evaluate file for a model trained on ``config["columns"]``:
+    ``--inputs`` if given; else by the training header's names (every one must be there); a model
+    trained without a header reads the same column indices from a file of the same width; by
+    position (the recorded indices, or every non-target column) only with ``--positional``."""
     D = int(config["model"]["input_dim"])
     cols = config.get("columns") or {}
+    trained = cols.get("inputs") or []
     if inputs is not None:
         icols = resolve_columns(inputs, table, "--inputs")
         bad = [j for j in icols if j in exclude]
         if bad:
             raise DataError(f"column {table.column_label(bad[0])} of {table.path} is both an input and a target")
-    elif table.header is not None and cols.get("header") and all(n in table.header for n in cols.get("inputs", [])):
-        icols = [table.header.index(n) for n in cols["inputs"]]
+    elif cols.get("header") and not positional:
+        icols = columns_by_name(table, trained, "input", "--inputs")
+    elif cols and not cols.get("header") and table.header is not None and not positional:
+        raise DataError(f"{table.path}: has a header ({', '.join(map(repr, table.header))}) but the model was trained "
+                        f"on a file without one (input columns {cols.get('input_indices')}); name the columns with "
+                        "--inputs, or pass --positional to take them by position")
+    elif cols and (positional or not cols.get("header")) and table.num_columns == cols.get("num_columns") \
+            and not set(cols.get("input_indices", [])) & set(exclude):
+        icols = list(cols["input_indices"])
+    elif positional:
+        icols = [j for j in range(table.num_columns) if j not in exclude]
     else:
-        rest = [j for j in range(table.num_columns) if j not in exclude]
-        if len(rest) == D:
-            icols = rest
-        elif table.num_columns == cols.get("num_columns") and not set(cols.get("input_indices", [])) & set(exclude):
-            icols = list(cols["input_indices"])
-        else:
-            trained = ", ".join(map(str, cols.get("inputs", []))) or "?"
-            raise DataError(f"{table.path}: cannot tell which of its {table.num_columns} column(s) are the model's "
-                            f"{D} input(s) (trained on columns {trained}); name them with --inputs")
+        raise DataError(f"{table.path}: cannot tell which of its {table.num_columns} column(s) are the model's "
+                        f"{D} input(s) ({'trained on columns ' + ', '.join(map(str, trained)) if trained else 'the model records no column names'}); "
+                        "name them with --inputs, or pass --positional to take them by position")
     if len(icols) != D:
         raise DataError(f"{table.path}: {len(icols)} input column(s) selected but the model takes {D} "
-                        f"(trained on columns {', '.join(map(str, cols.get('inputs', [])))})")
+                        f"(trained on columns {', '.join(map(str, trained)) or '?'})")
     return icols
 
 
-def _select_targets(table: Table, config: dict, targets: Optional[str]) -> list:
+def _select_targets(table: Table, config: dict, targets: Optional[str], positional: bool = False) -> list:
     cols = config.get("columns") or {}
     P = len(config.get("example_target") or [0])
     if targets is not None:
         tcols = resolve_columns(targets, table, "--targets")
-    elif table.header is not None and cols.get("header") and all(n in table.header for n in cols.get("targets", [])):
-        tcols = [table.header.index(n) for n in cols["targets"]]
-    elif table.num_columns == cols.get("num_columns"):
+    elif cols.get("header") and not positional:
+        tcols = columns_by_name(table, cols.get("targets") or [], "target", "--targets")
+    elif cols and not cols.get("header") and table.header is not None and not positional:
+        raise DataError(f"{table.path}: has a header ({', '.join(map(repr, table.header))}) but the model was trained "
+                        f"on a file without one (target columns {cols.get('target_indices')}); name them with "
+                        "--targets, or pass --positional")
+    elif cols and table.num_columns == cols.get("num_columns"):
         tcols = list(cols["target_indices"])
     else:
-        raise DataError(f"{table.path}: give the target column(s) with --targets (the model was trained on "
-                        f"{', '.join(map(str, cols.get('targets', [])))})")
+        trained = ", ".join(map(str, cols.get("targets") or [])) or "no names recorded"
+        raise DataError(f"{table.path}: give the target column(s) with --targets (the model was trained on {trained})")
     if len(tcols) != P:
         raise DataError(f"{table.path}: --targets selects {len(tcols)} column(s) but the model predicts {P}")
     return tcols
@@ -341,8 +363,11 @@ def cmd_train(args) -> int:
         raise CLIError(f"--epochs must be > 0, got {args.epochs}")
     if args.lr is not None and not args.lr > 0:
         raise CLIError(f"--lr must be > 0, got {args.lr}")
-    out, ckpt = args.out, args.out + ".ckpt"
-    _check_output_path(out)
+    out = _output_path(args.out, [args.data], args.quiet)
+    ckpt = check_output_path(out + ".ckpt", "--out (its checkpoint)", inputs=[args.data])
+    for stale in remove_orphaned_temporaries(out) + remove_orphaned_temporaries(ckpt):
+        if not quiet:
+            print(f"removed {stale}, a temporary file left by an interrupted write", file=sys.stderr)
     if args.mean_basis_size and importlib.util.find_spec("savigp.decoupled") is None:
         raise CLIError("--mean-basis-size needs savigp.decoupled (the orthogonally decoupled mean head), "
                        "which this installation does not have")
@@ -428,8 +453,14 @@ def cmd_train(args) -> int:
         source = _resume_source(out, ckpt)
         if source is None:
             raise CLIError(f"--resume: there is no checkpoint {ckpt} nor model {out} to resume from")
-        saved, tstate = load_model(source, device=args.device, X=Xm, Y=Ym)
+        # the user's own --likelihood is the consent to run it (never the file's record of it)
+        saved, tstate = load_model(source, device=args.device, X=Xm, Y=Ym, trust_code=args.trust_code,
+                                   likelihood=args.likelihood if spec["name"] == "callable" else None)
         old = saved.config
+        if {k: old["likelihood"].get(k) for k in ("name", "import_path")} != {k: spec.get(k) for k in ("name", "import_path")}:
+            raise CLIError(f"--resume: {source} was trained with likelihood "
+                           f"{old['likelihood'].get('import_path') or old['likelihood'].get('name')}, not --likelihood "
+                           f"{spec.get('import_path') or spec['name']}")
         ot = old.get("training", {})
         if ot.get("data_checksum") != config["training"]["data_checksum"]:
             raise CLIError(f"--resume: {args.data} is not the data {source} was trained on "
@@ -465,8 +496,10 @@ def cmd_train(args) -> int:
     hook_step = int(hook) if hook and hook.strip().isdigit() else None
 
     def snapshot() -> dict:
+        gen = last.get("generator") if last.get("generator_step") == state.get("step") else None
         return {"optimizer": state["optimizer"].state_dict(),
-                "generator": state["generator"].get_state(), "perm": state["perm"], "pos": int(state["pos"])}
+                "generator": gen if gen is not None else state["generator"].get_state(),
+                "perm": state["perm"], "pos": int(state["pos"])}
 
     def write_checkpoint(path: str, step: int, complete: bool, elbo: Optional[float]) -> None:
         saved.config = dict(config, step=int(step), complete=bool(complete), elbo=elbo)
@@ -488,6 +521,8 @@ def cmd_train(args) -> int:
             time.sleep(0.01)  # let the handler run
         every = args.checkpoint_every
         last["elbo"] = float(terms.elbo.detach())
+        if spec["name"] == "callable":  # the draws' state after this step, should user code stop the next one
+            last["generator"], last["generator_step"] = state["generator"].get_state(), done
         if (interrupted["flag"] and done < total) or (every and done % every == 0 and done < total):
             write_checkpoint(ckpt, done, False, last["elbo"])
             last["checkpoint"] = done
@@ -504,6 +539,21 @@ def cmd_train(args) -> int:
         history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=optimizer, lr=lr,
                       num_samples=args.samples, estimator=args.estimator, seed=args.seed, progress=not quiet,
                       callback=callback, state=state)
+    except (SystemExit, KeyboardInterrupt) as err:
+        if isinstance(err, KeyboardInterrupt) and (interrupted["flag"] or previous is None):
+            raise  # Ctrl-C pressed twice: stop at once
+        # raised by user code (our handler turns a first Ctrl-C into a flag): a failure of that code
+        done = int(state.get("step", 0))
+        kept = ""
+        if "optimizer" in state and last["checkpoint"] != done:
+            write_checkpoint(ckpt, done, False, last["elbo"])
+            last["checkpoint"] = done
+        if last["checkpoint"] is not None or os.path.exists(ckpt):
+            kept = f"; checkpoint {ckpt} at step {last['checkpoint'] if last['checkpoint'] is not None else '?'} " \
+                   "(continue with --resume once it is fixed)"
+        what = f"called sys.exit({err.code!r})" if isinstance(err, SystemExit) else "raised KeyboardInterrupt"
+        raise UserCodeExit(f"the likelihood {spec.get('import_path') or spec['name']} {what} during step {done + 1} "
+                           f"of {total}; no model written{kept}") from None
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -527,13 +577,13 @@ def cmd_train(args) -> int:
 
 
 # ====================================================================== predict / evaluate
-def _load_for_use(model_path: str, device):
+def _load_for_use(model_path: str, device, likelihood=None, trust_code: bool = False):
     from .serialization import ModelFileError, load_model
 
     if not os.path.exists(model_path):
         raise ModelFileError(f"{model_path}: no such model file")
     _check_device(device)
-    saved, _ = load_model(model_path, device=device)
+    saved, _ = load_model(model_path, device=device, likelihood=likelihood, trust_code=trust_code)
     return saved
 
 
@@ -574,21 +624,22 @@ def _model_and_table(args):
     if not os.path.exists(args.model):
         raise ModelFileError(f"{args.model}: no such model file")
     table = read_csv(args.data, header=args.header, delimiter=args.delimiter)
-    return table, _load_for_use(args.model, args.device)
+    return table, _load_for_use(args.model, args.device, args.likelihood, args.trust_code)
 
 
 def cmd_predict(args) -> int:
     """``savigp predict``: predictive means/variances (and class probabilities) per row."""
     _check_samples(args.samples)
-    if args.out != "-":
-        _check_output_path(args.out)
+    out = _output_path(args.out, [args.model, args.data], args.quiet, allow_stdout=True)
     table, saved = _model_and_table(args)
-    icols = _select_inputs(table, saved.config, args.inputs)
+    icols = _select_inputs(table, saved.config, args.inputs, positional=args.positional)
+    if not saved.likelihood_loaded and not args.quiet:
+        print(f"savigp predict: note: latent predictions only ({saved.model.likelihood.note})", file=sys.stderr)
     pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed)
     header, values = prediction_table(saved, pred, latent=args.latent)
-    write_csv(args.out, header, values)
-    if args.out != "-" and not args.quiet:
-        print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {args.out}", file=sys.stderr)
+    write_csv(out, header, values)
+    if out != "-" and not args.quiet:
+        print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {out}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -600,7 +651,13 @@ def format_metrics(metrics: dict) -> str:
     """A two-column text table of :func:`savigp.metrics.evaluate`'s dict."""
     rows = [("metric", "value")]
     for k, v in metrics.items():
-        rows.append((METRIC_NAMES.get(k, k), str(v) if isinstance(v, int) else f"{v:.6g}"))
+        if k == "sse_note":
+            continue
+        if v is None:
+            text = "undefined" + (f" ({metrics['sse_note'].split(': ', 1)[-1]})" if k == "sse" and "sse_note" in metrics else "")
+        else:
+            text = str(v) if isinstance(v, int) else f"{v:.6g}"
+        rows.append((METRIC_NAMES.get(k, k), text))
     w = max(len(r[0]) for r in rows)
     return "\n".join(f"{a:<{w}}  {b}" for a, b in rows)
 
@@ -609,8 +666,8 @@ def cmd_evaluate(args) -> int:
     """``savigp evaluate``: SSE and NLPD (regression) or error rate and NLP (classification)."""
     _check_samples(args.samples)
     table, saved = _model_and_table(args)
-    tcols = _select_targets(table, saved.config, args.targets)
-    icols = _select_inputs(table, saved.config, args.inputs, exclude=tcols)
+    tcols = _select_targets(table, saved.config, args.targets, positional=args.positional)
+    icols = _select_inputs(table, saved.config, args.inputs, exclude=tcols, positional=args.positional)
     X, Y = table.values[:, icols], table.values[:, tcols]
     import torch
 
@@ -743,6 +800,20 @@ def _add_csv_options(p) -> None:
     p.add_argument("--delimiter", default=",", help="field separator (default ',')")
 
 
+def _add_column_options(p) -> None:
+    p.add_argument("--positional", action="store_true",
+                   help="take the model's columns by position when the file's names differ or it has no header "
+                        "(default: by the training column names; a missing name is an error)")
+
+
+def _add_trust_options(p) -> None:
+    p.add_argument("--likelihood", metavar="FILE.py[:FN]",
+                   help="for a model trained with your own likelihood: run this file's function (also where the file "
+                        "is now, if it moved; without :FN the recorded name). A model file never runs code by itself")
+    p.add_argument("--trust-code", action="store_true",
+                   help="run the user likelihood the model file names (and a likelihood file changed since training)")
+
+
 def _add_threads_option(p, default=None) -> None:
     p.add_argument("--threads", type=int, default=default, metavar="T",
                    help="CPU threads for torch (default: torch's choice" + (f"; demo: {default})" if default else ")"))
@@ -821,6 +892,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="expected log-likelihood estimator (default auto: closed form, else reparam, else score)")
     g.add_argument("--checkpoint-every", type=int, metavar="N", help="write OUT.ckpt every N steps")
     g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (or OUT) with the same options")
+    g.add_argument("--trust-code", action="store_true",
+                   help="with --resume: run the --likelihood file even though it changed since the checkpoint")
     g.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     _add_threads_option(g)
     t.set_defaults(func=cmd_train)
@@ -831,13 +904,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL.pt")
     p.add_argument("data", metavar="DATA.csv")
     p.add_argument("--out", default="-", metavar="PRED.csv", help="output CSV (default '-': standard output)")
-    p.add_argument("--inputs", metavar="COLS", help="input columns (default: by the training header names, or all)")
+    p.add_argument("--inputs", metavar="COLS", help="input columns (default: the training header names)")
+    _add_column_options(p)
     _add_csv_options(p)
     p.add_argument("--latent", action="store_true", help="also write the latent functions' means and variances")
     p.add_argument("--samples", type=int, default=500, help="Monte Carlo samples (default 500)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
     p.add_argument("--quiet", action="store_true")
+    _add_trust_options(p)
     _add_threads_option(p)
     p.set_defaults(func=cmd_predict)
 
@@ -847,12 +922,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("model", metavar="MODEL.pt")
     e.add_argument("data", metavar="DATA.csv")
     e.add_argument("--targets", metavar="COLS", help="target column(s) (default: the training target names)")
-    e.add_argument("--inputs", metavar="COLS", help="input columns (default: the other columns)")
+    e.add_argument("--inputs", metavar="COLS", help="input columns (default: the training header names)")
+    _add_column_options(e)
     _add_csv_options(e)
     e.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
     e.add_argument("--samples", type=int, default=1000, help="Monte Carlo samples (default 1000)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default=None)
+    _add_trust_options(e)
     _add_threads_option(e)
     e.set_defaults(func=cmd_evaluate)
 
@@ -899,8 +976,14 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"\nsavigp {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (TrainingDiverged, CholeskyError) as err:
+    except (TrainingDiverged, CholeskyError, UserCodeExit) as err:
         print(prefix + _one_line(err), file=sys.stderr)
+        return EXIT_FAILURE
+    except MemoryError:
+        print(prefix + "out of memory (fewer --samples, or a smaller --batch-size for train, needs less)", file=sys.stderr)
+        return EXIT_FAILURE
+    except SystemExit as err:  # user code (a likelihood) called sys.exit: its failure, not a result
+        print(prefix + f"a user function called sys.exit({err.code!r})", file=sys.stderr)
         return EXIT_FAILURE
     except (ValueError, TypeError) as err:  # DataError, CLIError, ModelFileError, LikelihoodImportError, engine checks
         print(prefix + _one_line(err), file=sys.stderr)

@@ -14,11 +14,18 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
+
+
+#: the largest magnitude a cell may have: squares (variances, standardization, Gaussian
+#: log-densities) of values up to 1e150 stay finite in float64 (max 1.8e308)
+MAX_ABS_VALUE = 1e150
 
 
 class DataError(ValueError):
@@ -102,19 +109,34 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
     rows: list = []
     lines: list = []
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.reader(fh, delimiter=delimiter)
-            for row in reader:
-                if not row or all(not c.strip() for c in row):
-                    continue  # blank line
-                rows.append([c.strip() for c in row])
-                lines.append(reader.line_num)
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from None
-    except csv.Error as err:
-        raise DataError(f"{path}: malformed CSV: {err}") from None
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except OSError as err:
         raise DataError(f"{path}: cannot read: {err.strerror or err}") from None
+    bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        text = raw[bom:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        at = bom + err.start  # the offset in the whole file (decoded in one piece)
+        newline = b"\n"
+        line, line_start = raw.count(newline, 0, at) + 1, raw.rfind(newline, 0, at) + 1
+        raise DataError(f"{path}, line {line}, byte {at - line_start + 1} of the line: not UTF-8 "
+                        f"text ({err.reason}: byte 0x{raw[at]:02x} at file offset {at})") from None
+    del raw
+    fast = _plain_table(path, text, header, delimiter)
+    if fast is not None:
+        return fast
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        for row in reader:
+            if not row or all(not c.strip() for c in row):
+                continue  # blank line
+            rows.append([c.strip() for c in row])
+            lines.append(reader.line_num)
+    except csv.Error as err:
+        raise DataError(f"{path}, line {reader.line_num}: "
+                        f"malformed CSV: {err}") from None
+    del text
     if not rows:
         raise DataError(f"{path}: the file is empty (no rows)")
 
@@ -160,8 +182,57 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
     if bad.any():
         r, j = np.argwhere(bad)[0]
         raise DataError(f"{table.where(int(r), [int(j)])}: {rows[r][j]!r} is not a finite number (NaN and inf are not allowed)")
+    big = np.abs(values) > MAX_ABS_VALUE
+    if big.any():
+        r, j = np.argwhere(big)[0]
+        raise DataError(f"{table.where(int(r), [int(j)])}: {rows[r][j]!r} is too large (|value| must be at most "
+                        f"{MAX_ABS_VALUE:g}, so that squares and sums of squares stay finite in float64)")
     table.values = values
     return table
+
+
+def _plain_table(path: str, text: str, header: Optional[bool], delimiter: str) -> Optional[Table]:
+    """The table of a plain, valid file, parsed by numpy in one pass, or None.
+
+    Plain: no quotes, no carriage returns, no blank lines, a one-character delimiter, rows of equal
+    width, every cell a finite number within :data:`MAX_ABS_VALUE` and a header (if any) of distinct,
+    non-empty names. Anything else returns None and the general reader, which holds every cell as a
+    string (about 0.6 GiB for a million rows of three columns against 0.15 GiB here), reads the
+    file and reports what is wrong with its line and column.
+    """
+    if len(delimiter) != 1 or delimiter in "\n\r\"" or '"' in text or "\r" in text:
+        return None
+    body = text[:-1] if text.endswith("\n") else text
+    if not body.strip() or "\n\n" in body or body.startswith("\n"):
+        return None
+    nl = body.find("\n")
+    first = [c.strip() for c in (body if nl < 0 else body[:nl]).split(delimiter)]
+    if header is None:
+        header = any(not _is_number(c) for c in first)
+    if header and (nl < 0 or not all(first) or len(set(first)) != len(first)):
+        return None
+    rest = body[nl + 1:] if header else body
+    width = len(first)
+    data = np.frombuffer(rest.encode("utf-8"), dtype=np.uint8)
+    ends = np.flatnonzero(data == 10)
+    delims = np.flatnonzero(data == ord(delimiter))
+    per_line = np.diff(np.searchsorted(delims, np.concatenate([[0], ends, [data.size]])))
+    if not bool((per_line == width - 1).all()):
+        return None
+    del data, delims
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            values = np.fromstring(rest.replace("\n", delimiter), dtype=np.float64, sep=delimiter)
+        except ValueError:
+            return None
+    rows = ends.size + 1
+    if values.size != rows * width or not bool(np.isfinite(values).all()) or \
+            bool((np.abs(values) > MAX_ABS_VALUE).any()):
+        return None
+    first_line = 2 if header else 1
+    return Table(path, first if header else None, values.reshape(rows, width),
+                 np.arange(first_line, first_line + rows, dtype=np.int64))
 
 
 def resolve_columns(spec: str, table: Table, option: str = "--targets") -> list:
@@ -227,6 +298,27 @@ def split_columns(table: Table, targets: str, inputs: Optional[str] = None) -> t
     if not icols:
         raise DataError(f"{table.path}: no input columns left (all {table.num_columns} column(s) are targets)")
     return icols, tcols
+
+
+def columns_by_name(table: Table, names: Sequence[str], role: str, option: str) -> list:
+    """Indices of the columns called ``names`` (a model's training column names) in ``table``.
+
+    Raises:
+        DataError: the file has no header, or lacks some of the names; the message lists the
+            expected and the found names, and how to choose columns explicitly (``option``, or
+            ``--positional``).
+    """
+    expected = ", ".join(map(repr, names))
+    if table.header is None:
+        raise DataError(f"{table.path}: has no header row, but the model's {role} columns are named ({expected}); "
+                        f"add the header, name the columns with {option} (0-based indices), or pass --positional "
+                        "to take them by position")
+    missing = [n for n in names if n not in table.header]
+    if missing:
+        raise DataError(f"{table.path}: the model's {role} column(s) {', '.join(map(repr, missing))} are missing: "
+                        f"expected {expected}, found {', '.join(map(repr, table.header))}; name the columns with "
+                        f"{option} or pass --positional to take them by position")
+    return [table.header.index(n) for n in names]
 
 
 def data_checksum(X: np.ndarray, Y: np.ndarray) -> str:

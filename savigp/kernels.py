@@ -13,6 +13,13 @@ Stationary kernels are written in terms of the scaled distance r = ||(x - x') / 
 * Matern 5/2: k = s (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)
 
 Latent functions with kernels of different families are combined with :class:`KernelList`.
+
+Distances are computed after centring both sets of inputs on the mean of the first, c = mean_i x1_i,
+and then scaling: r^2 = |a|^2 - 2 a.b + |b|^2 with a = (x1 - c) / l, b = (x2 - c) / l. The terms of the
+expansion are then of the size of the spread of the inputs, not of their offset, so inputs with a
+large common offset (x = 10^4 + U(-3, 3) in float32, 10^8 in float64) give the kernel matrices of
+the centred inputs (the uncentred expansion loses every digit of r^2 to cancellation there, and
+even scaling before centring loses the digits that x / l rounds away).
 """
 from __future__ import annotations
 
@@ -66,10 +73,10 @@ class Stationary(Kernel):
         self.variance = PositiveParameter(var.clone(), floor=1e-8, learnable=learn)
 
     def _scaled_sqdist(self, x1: Tensor, x2: Tensor) -> Tensor:
-        """Squared scaled distances, shape (Q, N1, N2)."""
+        """Squared scaled distances, shape (Q, N1, N2), from inputs centred on the mean of x1."""
         ls = self.lengthscales().unsqueeze(-2)  # (Q, 1, D or 1)
-        a = x1 / ls
-        b = x2 / ls
+        x1, x2 = _centred(x1, x2)
+        a, b = x1 / ls, x2 / ls
         a2 = (a * a).sum(-1, keepdim=True)
         b2 = (b * b).sum(-1, keepdim=True)
         sq = a2 - 2.0 * a @ b.transpose(-1, -2) + b2.transpose(-1, -2)
@@ -101,11 +108,18 @@ class Stationary(Kernel):
         return f"input_dim={self.input_dim}, num_latent={self.num_latent}, ard={self.ard}"
 
 
+def _centred(x1: Tensor, x2: Tensor) -> tuple[Tensor, Tensor]:
+    """``x1 - c`` and ``x2 - c`` for ``c`` the mean of the rows of ``x1`` (a constant: distances do not
+    depend on it, so no gradient flows through it). Rows near c are subtracted exactly."""
+    c = x1.detach().mean(-2, keepdim=True)
+    return x1 - c, x2 - c
+
+
 class _ScaledRBF(torch.autograd.Function):
     """k_ij = exp(log s - ||a_i - b_j||^2 / 2) for scaled inputs a = x1 / l ``(Q, N1, D)`` and
     b = x2 / l ``(Q, N2, D)``, in a few passes over the ``(Q, N1, N2)`` matrix.
 
-    Forward: one batched product (``torch.bmm``: a and b are both (Q, ., D), and ``matmul``'s
+    The inputs arrive centred (see the module docstring). Forward: one batched product (``torch.bmm``: a and b are both (Q, ., D), and ``matmul``'s
     broadcasting costs a dozen dispatcher calls per product) of inputs augmented with two columns,
 
         [a, log s - |a|^2 / 2, 1] [b, 1, -|b|^2 / 2]^T = log s - r^2 / 2,
@@ -162,6 +176,7 @@ class RBF(Stationary):
         self._check(x1, "x1")
         self._check(x2, "x2")
         ls = self.lengthscales().unsqueeze(-2)  # (Q, 1, D or 1)
+        x1, x2 = _centred(x1, x2)  # distances of inputs with a large common offset stay accurate
         a, b = x1 / ls, x2 / ls  # (Q, N1, D), (Q, N2, D)
         return _ScaledRBF.apply(a, b, torch.log(self.variance()))
 

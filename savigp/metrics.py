@@ -12,18 +12,33 @@ from torch import Tensor
 from ._checks import as_targets
 
 
+#: why SSE is missing from :func:`evaluate`'s results when the test targets have no variance
+SSE_UNDEFINED = "SSE is undefined: a test target has no variance (one row, or a constant column)"
+
+
 def standardized_squared_error(y: Tensor, mean: Tensor) -> float:
-    """mean_n (y_n - mean_n)^2 / var(y), averaged over the P outputs; y, mean ``(B, P)``."""
+    """mean_n (y_n - mean_n)^2 / var(y), averaged over the P outputs; y, mean ``(B, P)``.
+
+    NaN when an output's test targets have no variance (SSE is undefined there)."""
     mse = ((y - mean) ** 2).mean(0)
-    var = y.var(0, unbiased=False).clamp_min(1e-300)
+    var = y.var(0, unbiased=False)
+    if not bool((var > 0).all()):
+        return float("nan")
     return float((mse / var).mean())
+
+
+def sse_entries(y: Tensor, mean: Tensor) -> dict:
+    """``{"sse": value}``, or ``{"sse": None, "sse_note": SSE_UNDEFINED}`` when it is undefined."""
+    sse = standardized_squared_error(y, mean)
+    return {"sse": None, "sse_note": SSE_UNDEFINED} if sse != sse else {"sse": sse}
 
 
 def evaluate(model, X, Y, num_samples: int = 1000, seed: int = 0) -> dict:
     """The paper's metrics for ``model`` on test data ``X (B, D)``, ``Y (B, P)``.
 
     Returns a dict: ``{"sse", "nlpd", "mse", "mae"}`` for regression likelihoods, ``{"error_rate",
-    "nlp"}`` for classification ones (NLP = NLPD of the labels), plus ``"n"``.
+    "nlp"}`` for classification ones (NLP = NLPD of the labels), plus ``"n"``. When the test
+    targets have no variance SSE is undefined: ``"sse"`` is None and ``"sse_note"`` says why.
     """
     X = model._as_model_tensor(X, "X")
     Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=model.dtype, device=model.device)
@@ -38,6 +53,6 @@ def evaluate(model, X, Y, num_samples: int = 1000, seed: int = 0) -> dict:
     else:
         out.update(nlpd=float(-lpd.mean()))
         if pred.mean is not None:
-            out.update(sse=standardized_squared_error(Y, pred.mean), mse=float(((Y - pred.mean) ** 2).mean()),
+            out.update(**sse_entries(Y, pred.mean), mse=float(((Y - pred.mean) ** 2).mean()),
                        mae=float((Y - pred.mean).abs().mean()))
     return out

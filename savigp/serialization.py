@@ -16,7 +16,9 @@ with ``torch.load(path, weights_only=True)``::
   dense, learn_inducing, posterior, num_components, learn_prior_mean, mean_basis_size, mean_basis);
 * ``"model_options"``: kernel name, inducing_init, seed, dtype name, prior_mean;
 * ``"likelihood"``: ``{"name", "class", "kwargs"}`` for a class of :mod:`likelihoods`, or
-  ``{"name": "callable", "import_path", "kwargs"}`` for a user function (re-imported on load);
+  ``{"name": "callable", "import_path", "sha256", "kwargs"}`` for a user function: where it was
+  and the SHA-256 of its file at training (``"code_kwargs"``: the same for further functions
+  given to its constructor);
 * ``"standardize"``: ``{"inputs": None | {"mean": [D floats], "std": [D floats]},
   "targets": None | {"mean": [P floats], "std": [P floats]}}``, undone at prediction;
 * ``"example_target"``: one valid target row (P floats), used to build the placeholder data;
@@ -25,12 +27,25 @@ with ``torch.load(path, weights_only=True)``::
 
 The training data are not stored (``train_x``/``train_y`` are non-persistent buffers): a model
 rebuilt by :func:`rebuild_model` without data holds placeholders and can predict, not train.
+
+**Trust model.** A model file is data: loading one never imports or runs anything it names.
+Built-in likelihoods are found by class name among the classes :mod:`likelihoods` exports, with
+keyword arguments checked against the constructor. A user function is imported only when the
+caller says so: ``load(path, likelihood="my_lik.py:log_lik")`` (``--likelihood`` on the command
+line; the file may have moved: a path without ``:function`` keeps the recorded function name) or
+``load(path, trust_code=True)`` (``--trust-code``: import what the file names). Either way, when
+a SHA-256 was recorded at training and the file now differs, it is refused before it is imported
+(``trust_code=True`` overrides that too). Without either, the model loads with its latent
+functions only: ``predict`` gives latent means and variances, and evaluation says what to pass.
+Every configuration field is checked (type, range, size against the state dict, memory needed;
+:mod:`savigp._model_schema`) before a tensor is allocated.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import math
 import os
 import sys
@@ -41,12 +56,16 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from ._model_schema import SchemaError, check_config
 from .model import SAVIGP
 
 FORMAT = "savigp-model"
 #: 2: ``posterior="diag"`` became the paper's diagonal mixture over u (:class:`UDiagonalMixture`);
-#: version-1 files meant the whitened one, read back as ``"diag-whitened"`` (see :func:`_upgrade`)
-VERSION = 2
+#: version-1 files meant the whitened one, read back as ``"diag-whitened"`` (see :func:`_upgrade`).
+#: 3: a user likelihood's SHA-256 is recorded (``"sha256"``), and the file is never imported unless
+#: the caller says so; versions 1 and 2 read the same way (without a hash to check)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 #: the names of the whitened diagonal mixture in version-1 files
 _V1_DIAGONAL_NAMES = ("diag", "diagonal", "mog")
 
@@ -95,7 +114,8 @@ def import_callable(spec: str) -> Callable:
         path = os.path.abspath(os.path.expanduser(target))
         if not os.path.isfile(path):
             raise LikelihoodImportError(f"likelihood {spec!r}: no such file {path}")
-        modname = "savigp_user_likelihood_" + hashlib.sha1(path.encode()).hexdigest()[:12]
+        # keyed by path and contents: an edited file is imported afresh, not served from the cache
+        modname = "savigp_user_likelihood_" + hashlib.sha1((path + file_sha256(path)).encode()).hexdigest()[:12]
         if modname in sys.modules:
             module = sys.modules[modname]
         else:
@@ -135,23 +155,266 @@ def import_callable(spec: str) -> Callable:
     return fn
 
 
-def make_likelihood(spec: dict):
+def make_likelihood(spec: dict, fn: Optional[Callable] = None):
     """Construct the likelihood that ``config["likelihood"]`` describes.
 
+    For a user function (``spec["name"] == "callable"``) ``fn`` is the function; without it the
+    recorded ``import_path`` is imported, which only callers that were told to may do (the
+    command line's ``train``, whose ``--likelihood`` names it; see :func:`authorized_import`).
+
     Raises:
-        LikelihoodImportError: a user function that cannot be re-imported.
-        ModelFileError: a likelihood class that this installation does not have.
+        LikelihoodImportError: a user function that cannot be imported.
+        ModelFileError: a likelihood class that is not one of :mod:`likelihoods`' own, or
+            keyword arguments its constructor does not take.
     """
     import likelihoods
 
     kwargs = dict(spec.get("kwargs") or {})
     if spec.get("name") == "callable":
-        fn = import_callable(spec["import_path"])
-        return likelihoods.CallableLikelihood(fn, import_path=spec["import_path"], **kwargs)
-    cls = getattr(likelihoods, str(spec.get("class")), None)
-    if cls is None:
-        raise ModelFileError(f"likelihood {spec.get('name')!r} (class {spec.get('class')!r}) is not available in this installation")
+        if fn is None:
+            fn = import_callable(spec["import_path"])
+        _check_kwargs(likelihoods.CallableLikelihood, kwargs, skip=("log_lik", "import_path"))
+        return likelihoods.CallableLikelihood(fn, import_path=spec.get("import_path"), **kwargs)
+    cls = builtin_likelihood_class(spec.get("class"))
+    _check_kwargs(cls, kwargs)
     return cls(**kwargs)
+
+
+def builtin_likelihood_class(name):
+    """The class ``name`` among those :mod:`likelihoods` exports (the registry; nothing is imported
+    by name from anywhere else)."""
+    import likelihoods
+
+    builtin = [n for n in likelihoods.__all__ if n not in ("Likelihood", "CallableLikelihood")]
+    cls = getattr(likelihoods, name, None) if name in builtin else None
+    if not (isinstance(cls, type) and issubclass(cls, likelihoods.Likelihood)):
+        raise ModelFileError(f"likelihood class {name!r} is not a built-in likelihood of this installation "
+                             f"({', '.join(builtin)})")
+    return cls
+
+
+def _check_kwargs(cls, kwargs: dict, skip=()) -> None:
+    params = inspect.signature(cls.__init__).parameters
+    names = [n for n, p in params.items() if n != "self" and n not in skip
+             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in kwargs:
+        if key not in names:
+            raise ModelFileError(f"likelihood {cls.__name__} takes no argument {key!r} (it takes {', '.join(names)})")
+
+
+# ---------------------------------------------------------------------- user code: consent and hashes
+class CodeNotAuthorized(LikelihoodImportError):
+    """A model file names user code that the caller did not allow to run."""
+
+
+def file_sha256(path: str) -> str:
+    """SHA-256 of a file's bytes (hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _code_file(target: str) -> Optional[str]:
+    """The file that defines ``target`` (a ``.py`` path, or a module found on ``sys.path``) or None.
+
+    For a dotted module name ``find_spec`` imports its parent packages: call this only for code
+    the user named."""
+    if _is_file_spec(target):
+        return os.path.abspath(os.path.expanduser(target))
+    try:
+        found = importlib.util.find_spec(target)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(found, "origin", None) if found is not None else None
+    return origin if origin and os.path.isfile(origin) else None
+
+
+def code_reference(spec: str) -> dict:
+    """``{"import_path", "sha256"}`` for a user function the user named (at training): the
+    canonical import path and the SHA-256 of the file that defines it (None if there is none)."""
+    path = canonical_import_path(spec)
+    target, _ = _split_spec(path)
+    origin = _code_file(target)
+    return {"import_path": path, "sha256": file_sha256(origin) if origin and os.path.isfile(origin) else None}
+
+
+def authorized_import(ref: dict, override=None, trust_code: bool = False, what: str = "likelihood",
+                      source: str = "the model file") -> Callable:
+    """Import the user function a model file records, but only with the caller's consent.
+
+    Args:
+        ref: ``{"import_path", "sha256"}`` from the file.
+        override: where the function is now: ``"file.py:function"``, ``"package.module:function"``,
+            or a file path alone (the recorded function name is kept); the caller's consent.
+        trust_code: import ``ref["import_path"]`` itself (consent), and run a file whose SHA-256
+            differs from the recorded one.
+
+    Raises:
+        CodeNotAuthorized: neither ``override`` nor ``trust_code``.
+        LikelihoodImportError: the file changed since training (without ``trust_code``), or the
+            import failed.
+    """
+    recorded = ref["import_path"]
+    if override is None and not trust_code:
+        raise CodeNotAuthorized(_consent_message(recorded, what, source))
+    spec = recorded if override is None else _with_function(str(override), recorded)
+    target, _ = _split_spec(spec)
+    digest = ref.get("sha256")
+    if digest:
+        origin = _code_file(target)
+        if origin is not None and os.path.isfile(origin):
+            now = file_sha256(origin)
+            if now != digest and not trust_code:
+                raise LikelihoodImportError(
+                    f"{what} {spec}: {origin} has changed since the model was trained (SHA-256 {now[:16]}..., recorded "
+                    f"{digest[:16]}...); refusing to run it: pass --trust-code (trust_code=True) to run it anyway")
+    return import_callable(spec)
+
+
+def _consent_message(recorded: str, what: str, source: str) -> str:
+    return (f"{source} names user code as its {what} ({recorded}); loading a model file never runs code it names: "
+            f"pass --likelihood FILE.py[:FUNCTION] (likelihood=...) to say which file to run, or --trust-code "
+            f"(trust_code=True) to run {recorded}")
+
+
+def _with_function(spec: str, recorded: str) -> str:
+    """``spec`` as ``target:function``: a bare file path or module keeps the recorded function name."""
+    target, sep, name = spec.rpartition(":")
+    if sep and target and name.isidentifier():
+        return spec
+    return f"{spec}:{_split_spec(recorded)[1]}"
+
+
+def _function_path(fn) -> str:
+    """Where a function defined at the top level of a module or script can be imported from again."""
+    qual = getattr(fn, "__qualname__", "") or ""
+    modname = getattr(fn, "__module__", None)
+    if not qual.isidentifier() or modname is None:
+        raise TypeError(f"cannot record where {fn!r} is defined (a lambda, a local function or a method): define it at "
+                        "the top level of a file and pass import_path='file.py:function' to CallableLikelihood")
+    module = sys.modules.get(modname)
+    file = getattr(module, "__file__", None)
+    if modname == "__main__" or modname.startswith("savigp_user_likelihood_"):
+        if not file:
+            raise TypeError(f"cannot record where {qual} is defined (interactive session): define it in a file and pass "
+                            "import_path='file.py:function' to CallableLikelihood")
+        return f"{os.path.abspath(file)}:{qual}"
+    return f"{modname}:{qual}"
+
+
+def likelihood_spec(lik) -> dict:
+    """The ``config["likelihood"]`` entry that rebuilds ``lik``: its class (built-in) or its
+    function's import path and SHA-256 (:class:`CallableLikelihood`), and the constructor's
+    arguments read back from the object's attributes (checked by rebuilding it).
+
+    Raises:
+        TypeError: a likelihood this cannot describe (a user class, a lambda), saying what to do.
+    """
+    import likelihoods
+
+    cls = type(lik)
+    callable_lik = cls is likelihoods.CallableLikelihood
+    if not callable_lik:
+        try:
+            builtin_likelihood_class(cls.__name__)
+        except ModelFileError:
+            raise TypeError(f"cannot save a model with likelihood {cls.__name__}: model files hold built-in likelihoods "
+                            "(likelihoods.*) and user functions (likelihoods.CallableLikelihood)") from None
+    skip = ("log_lik", "import_path") if callable_lik else ()
+    kwargs, code = {}, {}
+    for name, param in inspect.signature(cls.__init__).parameters.items():
+        if name == "self" or name in skip or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            continue
+        if name.startswith("learn_") and isinstance(getattr(lik, name[6:], None), torch.nn.Module):
+            kwargs[name] = any(p.requires_grad for p in getattr(lik, name[6:]).parameters())
+            continue
+        value = getattr(lik, name, None)
+        if callable_lik and callable(value) and not isinstance(value, torch.nn.Module):
+            code[name] = code_reference(_function_path(value))
+        elif isinstance(value, (bool, int, float, str)):
+            kwargs[name] = value
+    if callable_lik:
+        spec = {"name": "callable", "class": "CallableLikelihood",
+                **code_reference(lik.import_path or _function_path(lik.fn)), "kwargs": kwargs}
+        if code:
+            spec["code_kwargs"] = code
+        rebuilt = likelihoods.CallableLikelihood(lik.fn, **kwargs, **{k: getattr(lik, k) for k in code})
+    else:
+        spec = {"name": cls.__name__.lower(), "class": cls.__name__, "kwargs": kwargs}
+        rebuilt = cls(**kwargs)
+    shapes = {k: tuple(v.shape) for k, v in lik.state_dict().items()}
+    if shapes != {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()} or \
+            (lik.num_latent, lik.output_dim) != (rebuilt.num_latent, rebuilt.output_dim):
+        raise TypeError(f"cannot describe this {cls.__name__} by its constructor arguments {kwargs} (rebuilding it gives "
+                        "other parameters); save it with an explicit config={'likelihood': {...}}")
+    return spec
+
+
+class _LatentOnly:
+    """Stands in for a user likelihood that was not loaded: the latent functions can be predicted,
+    nothing that needs log p(y | f)."""
+
+
+def _latent_only_likelihood(Q: int, P: int, message: str):
+    import likelihoods
+
+    class LatentOnly(likelihoods.Likelihood, _LatentOnly):
+        """A user likelihood that was not loaded (see the message)."""
+
+        def __init__(self):
+            super().__init__()
+            self.num_latent, self.output_dim, self.note = Q, P, message
+
+        def log_prob(self, y, f):
+            raise CodeNotAuthorized(self.note)
+
+    return LatentOnly()
+
+
+def resolve_likelihood(config: dict, likelihood=None, trust_code: bool = False, source: str = "the model file"):
+    """The likelihood of a (checked) configuration, honouring the trust model.
+
+    Args:
+        likelihood: None; for a model with a user function: where it is now (a spec string, see
+            :func:`authorized_import`), the function itself, or a :class:`likelihoods.Likelihood`.
+        trust_code: import the function the file names.
+
+    Returns:
+        the likelihood, or a latent-only stand-in when a user function was not allowed to run.
+    """
+    import likelihoods
+
+    spec = config["likelihood"]
+    Q, P = config["model"]["num_latent"], len(config["example_target"])
+    if spec.get("name") != "callable":
+        if likelihood is not None:
+            raise ModelFileError(f"the model's likelihood is the built-in {spec.get('class')}; a likelihood is given only "
+                                 "for a model trained with a user function")
+        return make_likelihood(spec)
+    if not isinstance(spec.get("import_path"), str):
+        raise ModelFileError("config.likelihood.import_path: a user likelihood without an import path")
+    if isinstance(likelihood, likelihoods.Likelihood):
+        return likelihood
+    if likelihood is None and not trust_code:
+        return _latent_only_likelihood(Q, P, _consent_message(spec["import_path"], "likelihood", source))
+    used = spec["import_path"]  # where the function was imported from (recorded again if the model is saved)
+    if callable(likelihood):
+        fn, where = likelihood, None
+    else:
+        fn = authorized_import(spec, likelihood, trust_code, source=source)
+        if likelihood is not None:
+            used = canonical_import_path(_with_function(str(likelihood), spec["import_path"]))
+        where = None if likelihood is None else _split_spec(used)[0]
+    main_target = _split_spec(spec["import_path"])[0]
+    extra = {}
+    for name, ref in (spec.get("code_kwargs") or {}).items():
+        target, fname = _split_spec(ref["import_path"])
+        # a function from the same file as the likelihood moves with it (the user named that file)
+        override = f"{where}:{fname}" if where is not None and target == main_target else None
+        extra[name] = authorized_import(ref, override, trust_code, what=f"likelihood {name}", source=source)
+    return make_likelihood({**spec, "import_path": used, "kwargs": {**(spec.get("kwargs") or {}), **extra}}, fn=fn)
 
 
 # ---------------------------------------------------------------------- building models
@@ -184,17 +447,28 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
     )
 
 
-def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None) -> SAVIGP:
-    """The model a file describes, with its parameters loaded from ``state_dict``.
+def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, likelihood=None) -> SAVIGP:
+    """The model a (checked, see :func:`read_model_file`) file describes, with its parameters
+    loaded from ``state_dict``.
 
     Without ``X``/``Y`` the module is built around placeholder data of the recorded shapes (it
     can predict but not train); with them (``X (N, D)``, ``Y (N, P)``, e.g. to resume training)
     they become its training data. Inducing inputs are placeholders in both cases (no k-means
     is run) and are then overwritten by the state dict.
+
+    Args:
+        likelihood: the likelihood object (see :func:`resolve_likelihood`); default: the built-in
+            class from the registry, or for a user function a latent-only stand-in (nothing is
+            imported).
     """
-    mc, mo = config["model"], config.get("model_options", {})
-    likelihood = make_likelihood(config["likelihood"])
+    mc, mo = config["model"], config.get("model_options") or {}
+    if likelihood is None:
+        likelihood = resolve_likelihood(config)
     D, N, Q, M = int(mc["input_dim"]), int(mc["num_data"]), int(mc["num_latent"]), int(mc["num_inducing"])
+    P = len(config["example_target"])
+    if (int(likelihood.num_latent), int(likelihood.output_dim)) != (Q, P):
+        raise ModelFileError(f"the likelihood {type(likelihood).__name__} reads Q={likelihood.num_latent} latent "
+                             f"function(s) and P={likelihood.output_dim} target(s), but the model has Q={Q}, P={P}")
     with_data = X is not None
     if not with_data:
         n = N if mc["dense"] else max(2, int(mc.get("mean_basis_size") or 0))
@@ -211,6 +485,8 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None) -
     }
     if not mc["dense"]:
         options["inducing_inputs"] = torch.zeros(Q, M, D, dtype=torch.float64)
+    if isinstance(likelihood, _LatentOnly):  # its parameters were not built: leave theirs out
+        state_dict = {k: v for k, v in state_dict.items() if not k.startswith("likelihood.")}
     model = build_model(X, Y, likelihood, options)
     if not with_data:
         model.num_data = N
@@ -293,12 +569,20 @@ def save_model(path: str, model: SAVIGP, config: dict, training_state: Optional[
 
     Args:
         model: the trained model.
-        config: the plain configuration dict; ``config["model"]`` is refreshed from ``model.config``.
+        config: the plain configuration dict; ``config["model"]`` is refreshed from ``model.config``;
+            ``"likelihood"`` and ``"example_target"`` are read from the model when absent
+            (:func:`likelihood_spec`), so ``{}`` describes a model built in Python.
         training_state: ``{"optimizer": state_dict, "generator": ByteTensor, "perm": LongTensor (N,),
             "pos": int}`` to allow resuming, or None.
     """
     config = plain(dict(config))
     config["format"], config["version"] = FORMAT, VERSION
+    if "likelihood" not in config:  # a model built in Python: describe its likelihood
+        config["likelihood"] = likelihood_spec(model.likelihood)
+    if "example_target" not in config:
+        config["example_target"] = [float(v) for v in model.train_y[0].detach().cpu().double()]
+    config.setdefault("standardize", {"inputs": None, "targets": None})
+    config.setdefault("class_labels", None)
     config["model"] = plain(dict(model.config))
     # what the module itself is, whatever the caller's config says
     from .kernels import KERNELS
@@ -318,11 +602,14 @@ def save_model(path: str, model: SAVIGP, config: dict, training_state: Optional[
     atomic_torch_save(payload, path)
 
 
-def read_model_file(path: str) -> dict:
-    """The raw contents of a model file, loaded with ``weights_only=True`` onto the CPU.
+def read_model_file(path: str, max_bytes: Optional[int] = None) -> dict:
+    """The contents of a model file, loaded with ``weights_only=True`` onto the CPU, every
+    configuration field checked (types, ranges, sizes against the state dict, memory needed to
+    build the model: at most ``max_bytes``, default ``SAVIGP_MAX_MODEL_BYTES`` or 8 GiB).
 
     Raises:
-        ModelFileError: a missing file, or one that is not a savigp model file.
+        ModelFileError: a missing file, one that is not a savigp model file, or a bad field
+            (one line naming the file and the field).
     """
     path = str(path)
     if not os.path.exists(path):
@@ -340,12 +627,37 @@ def read_model_file(path: str) -> dict:
             or payload["config"].get("format") != FORMAT:
         raise ModelFileError(f"{path}: not a savigp model file (no {FORMAT!r} configuration)")
     version = payload["config"].get("version")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        raise ModelFileError(f"{path}: model file format version {version!r} is not supported (this savigp reads "
+                             f"versions {', '.join(map(str, READABLE_VERSIONS))})")
     if version == 1:
         _upgrade(payload["config"])
-    elif version != VERSION:
-        raise ModelFileError(f"{path}: model file format version {version} is not supported (this savigp reads "
-                             f"versions 1 and {VERSION})")
+    if max_bytes is None and os.environ.get("SAVIGP_MAX_MODEL_BYTES"):
+        try:
+            max_bytes = int(float(os.environ["SAVIGP_MAX_MODEL_BYTES"]))
+        except ValueError:
+            raise ModelFileError(f"SAVIGP_MAX_MODEL_BYTES={os.environ['SAVIGP_MAX_MODEL_BYTES']!r} is not a number "
+                                 "of bytes") from None
+    try:
+        check_config(payload["config"], payload.get("state_dict"), max_bytes)
+        _check_training_state(payload.get("training_state"))
+    except SchemaError as err:
+        raise ModelFileError(f"{path}: bad model file: {err}") from None
     return payload
+
+
+def _check_training_state(ts) -> None:
+    if ts is None:
+        return
+    if not isinstance(ts, dict) or not isinstance(ts.get("optimizer"), dict):
+        raise SchemaError("training_state must be None or a dict with an optimizer state")
+    perm, pos, gen = ts.get("perm"), ts.get("pos"), ts.get("generator")
+    if not (isinstance(perm, torch.Tensor) and perm.dim() == 1 and perm.dtype == torch.int64):
+        raise SchemaError("training_state.perm must be a 1-D LongTensor")
+    if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= perm.numel():
+        raise SchemaError(f"training_state.pos must be an integer between 0 and {perm.numel()}, got {pos!r}")
+    if not (isinstance(gen, torch.Tensor) and gen.dtype == torch.uint8):
+        raise SchemaError("training_state.generator must be a ByteTensor (a torch.Generator state)")
 
 
 def _upgrade(config: dict) -> None:
@@ -357,7 +669,7 @@ def _upgrade(config: dict) -> None:
         part = config.get(section)
         if isinstance(part, dict) and part.get("posterior") in _V1_DIAGONAL_NAMES:
             part["posterior"] = "diag-whitened"
-    config["version"] = VERSION
+    config["version"] = 2
 
 
 # ---------------------------------------------------------------------- a loaded model
@@ -375,6 +687,15 @@ class SavedModel:
         st = config.get("standardize") or {}
         self.input_stats = st.get("inputs")
         self.target_stats = st.get("targets")
+
+    @property
+    def likelihood_loaded(self) -> bool:
+        """False when the model's user likelihood was not allowed to run (latent predictions only)."""
+        return not isinstance(self.model.likelihood, _LatentOnly)
+
+    def _need_likelihood(self, what: str) -> None:
+        if not self.likelihood_loaded:
+            raise CodeNotAuthorized(f"{what} needs the likelihood: {self.model.likelihood.note}")
 
     # ------------------------------------------------------------ transforms
     def transform_inputs(self, X) -> np.ndarray:
@@ -424,6 +745,7 @@ class SavedModel:
         With standardized targets this is the density of the standardized targets minus the
         log-Jacobian sum_p log std_p, i.e. a density in the targets' original units.
         """
+        self._need_likelihood("log_predictive_density")
         lpd = self.model.log_predictive_density(self.transform_inputs(X), self.transform_targets(Y),
                                                 num_samples=num_samples, seed=seed)
         return lpd.detach().cpu().to(torch.float64).numpy() - self.log_jacobian()
@@ -436,8 +758,9 @@ class SavedModel:
             when the likelihood has predictive means), ``{"n", "error_rate", "nlp"}`` for
             classification.
         """
-        from .metrics import evaluate, standardized_squared_error
+        from .metrics import evaluate, sse_entries
 
+        self._need_likelihood("evaluate")
         lik = self.model.likelihood
         if lik.task == "classification" or self.target_stats is None:
             return evaluate(self.model, self.transform_inputs(X), np.asarray(Y, dtype=np.float64),
@@ -448,7 +771,7 @@ class SavedModel:
         mean = self.predict(X, num_samples=num_samples, seed=seed)["mean"]
         if mean is not None:
             y, m = torch.as_tensor(Y), torch.as_tensor(mean)
-            out.update(sse=standardized_squared_error(y, m), mse=float(((y - m) ** 2).mean()),
+            out.update(**sse_entries(y, m), mse=float(((y - m) ** 2).mean()),
                        mae=float((y - m).abs().mean()))
         return out
 
@@ -458,14 +781,18 @@ class SavedModel:
         save_model(path, self.model, self.config, training_state)
 
 
-def load_model(path: str, device=None, X=None, Y=None) -> tuple:
-    """Load a model file.
+def load_model(path: str, device=None, X=None, Y=None, likelihood=None, trust_code: bool = False,
+               max_bytes: Optional[int] = None) -> tuple:
+    """Load a model file (see the module docstring for what is checked and what may run).
 
     Args:
         path: the file.
         device: where to put the model (default the CPU).
         X, Y: optional training data ``(N, D)``, ``(N, P)`` in the model's (standardized) units,
             to continue training; without them the model can predict only.
+        likelihood, trust_code: for a model trained with a user function, the consent to run it
+            (see :func:`resolve_likelihood`); without either, latent predictions only.
+        max_bytes: the most memory building the model may need (see :func:`read_model_file`).
 
     Returns:
         ``(SavedModel, training_state)``; ``training_state`` is the file's dict or None.
@@ -473,17 +800,32 @@ def load_model(path: str, device=None, X=None, Y=None) -> tuple:
     Raises:
         ModelFileError, LikelihoodImportError: with one-line messages naming the file.
     """
-    payload = read_model_file(path)
+    payload = read_model_file(path, max_bytes=max_bytes)
     config = payload["config"]
     try:
-        model = rebuild_model(config, payload["state_dict"], X=X, Y=Y, device=device)
+        lik = resolve_likelihood(config, likelihood, trust_code, source=str(path))
+        model = rebuild_model(config, payload["state_dict"], X=X, Y=Y, device=device, likelihood=lik)
     except LikelihoodImportError as err:
-        raise LikelihoodImportError(f"{path}: the model's likelihood cannot be re-imported: {err}") from None
+        msg = str(err)
+        raise type(err)(msg if msg.startswith(str(path)) else f"{path}: the model's likelihood cannot be imported: {msg}") from None
     except ModelFileError as err:
         raise ModelFileError(f"{path}: {err}") from None
-    except (KeyError, TypeError) as err:
-        raise ModelFileError(f"{path}: incomplete model configuration ({type(err).__name__}: {err})") from None
+    except (KeyError, TypeError, ValueError) as err:
+        raise ModelFileError(f"{path}: the model cannot be built from this file ({type(err).__name__}: {err})") from None
     return SavedModel(model, config), payload.get("training_state")
+
+
+def load(path: str, likelihood=None, trust_code: bool = False, device=None) -> SavedModel:
+    """Load a model file written by :meth:`SAVIGP.save` or ``savigp train``.
+
+    Predictions of the returned :class:`SavedModel` take raw inputs and are in the targets'
+    original units. A model file never runs code by itself: for a model trained with a user
+    likelihood pass ``likelihood="my_lik.py:log_lik"`` (also where the file is now, if it moved;
+    a path without ``:function`` keeps the recorded name), the function itself, or
+    ``trust_code=True`` to import the recorded one; without them only the latent functions can be
+    predicted. A file changed since training (SHA-256) is refused unless ``trust_code=True``.
+    """
+    return load_model(path, device=device, likelihood=likelihood, trust_code=trust_code)[0]
 
 
 def standardization_stats(A: np.ndarray) -> dict:

@@ -402,7 +402,9 @@ def test_user_likelihood_numpy_file(tmp_path, capsys):
     spec = load_payload(model)["config"]["likelihood"]
     assert spec["name"] == "callable" and spec["import_path"] == f"{lik}:log_lik"  # absolute path recorded
     capsys.readouterr()
-    assert main(["evaluate", str(model), data, "--json"]) == 0
+    assert main(["evaluate", str(model), data, "--json"]) == 2  # the model file alone never runs the function
+    assert "never runs code it names" in capsys.readouterr().err
+    assert main(["evaluate", str(model), data, "--json", "--likelihood", str(lik)]) == 0
     m = json.loads(capsys.readouterr().out)
     assert set(m) == {"n", "nlpd"} and math.isfinite(m["nlpd"])  # no predictive mean without mean_fn
     assert main(["predict", str(model), data, "--quiet"]) == 0
@@ -476,11 +478,18 @@ def test_model_whose_user_likelihood_is_gone(tmp_path, capsys):
     model = str(tmp_path / "g.pt")
     assert main(["train", data, "--targets", "y", "--likelihood", f"{lik}:log_lik", "--iterations", "2",
                  "--out", model, *FAST]) == 0
-    lik.unlink()
+    moved = tmp_path / "moved.py"
+    lik.rename(moved)
     capsys.readouterr()
-    assert main(["predict", model, data]) == 2
+    assert main(["predict", model, data, "--trust-code"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "cannot be re-imported" in err and "gone.py" in err and len(err.splitlines()) == 1
+    assert "cannot be imported" in err and "gone.py" in err and len(err.splitlines()) == 1
+    # latent predictions need no likelihood; --likelihood says where the file is now
+    assert main(["predict", model, data]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines()[0] == "latent_mean_0,latent_var_0" and "latent predictions only" in out.err
+    assert main(["evaluate", model, data, "--likelihood", str(moved), "--json"]) == 0
+    assert math.isfinite(json.loads(capsys.readouterr().out)["nlpd"])
 
 
 # ---------------------------------------------------------------------------- demo

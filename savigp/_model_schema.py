@@ -1,0 +1,330 @@
+"""Validation of a model file's configuration before anything is built from it.
+
+A model file is data from somewhere else: every field is checked for its type, range and size,
+and the sizes are checked against the tensors of the state dict, before one tensor is allocated
+for the model. The checks are a table (:data:`CONFIG_SCHEMA`): a new configuration field is one
+entry, e.g. ``"task": Str(choices=("regression", "classification"))`` in the likelihood section.
+
+The limits bound what a small file can make the loader allocate: the sizes D, Q, M, K, G must
+equal those of the tensors actually stored (so a 17 KB file cannot claim M = 10^6), a dense model's
+N must equal its M (its placeholder inputs are N rows), and the memory that building and using the
+model needs (dominated by the Q kernel matrices K_zz of M x M, and K full covariances) must stay
+under ``max_bytes``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+import torch
+
+#: limits on sizes a model file may declare (each far above any model the engine can train)
+MAX_INPUT_DIM = 100_000
+MAX_LATENT = 10_000
+MAX_INDUCING = 100_000
+MAX_COMPONENTS = 1_000
+MAX_OUTPUTS = 100_000
+MAX_CLASSES = 100_000
+MAX_NUM_DATA = 10 ** 13
+#: plain (non-tensor) values in a model file: nesting depth, items per container, characters per string
+MAX_DEPTH, MAX_ITEMS, MAX_STRING = 12, 1_000_000, 65_536
+#: default memory a loaded model may need to be built and used (bytes); ``SAVIGP_MAX_MODEL_BYTES`` overrides
+DEFAULT_MAX_BYTES = 8 * 2 ** 30
+
+
+class SchemaError(ValueError):
+    """A configuration field of the wrong type, range or size; the message names the field."""
+
+
+# ---------------------------------------------------------------------- field types
+class Field:
+    """A field's check; ``check(value, where)`` raises :class:`SchemaError` naming ``where``."""
+
+    optional = False
+
+    def check(self, value, where: str) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Opt(Field):
+    """``None`` or the wrapped field (an absent key reads as None)."""
+
+    optional = True
+
+    def __init__(self, inner: Field):
+        self.inner = inner
+
+    def check(self, value, where):
+        if value is not None:
+            self.inner.check(value, where)
+
+
+class Int(Field):
+    def __init__(self, lo: int, hi: int):
+        self.lo, self.hi = lo, hi
+
+    def check(self, value, where):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SchemaError(f"{where} must be an integer, got {type(value).__name__} {_short(value)}")
+        if not self.lo <= value <= self.hi:
+            raise SchemaError(f"{where} must be between {self.lo} and {self.hi}, got {value}")
+
+
+class Float(Field):
+    def check(self, value, where):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SchemaError(f"{where} must be a number, got {type(value).__name__} {_short(value)}")
+        if not math.isfinite(value):
+            raise SchemaError(f"{where} must be finite, got {value}")
+
+
+class Positive(Float):
+    def check(self, value, where):
+        super().check(value, where)
+        if not value > 0:
+            raise SchemaError(f"{where} must be > 0, got {value}")
+
+
+class Bool(Field):
+    def check(self, value, where):
+        if not isinstance(value, bool):
+            raise SchemaError(f"{where} must be true or false, got {type(value).__name__} {_short(value)}")
+
+
+class Str(Field):
+    def __init__(self, choices=None, pattern: Optional[str] = None, max_len: int = 4096):
+        self.choices, self.pattern, self.max_len = choices, pattern, max_len
+
+    def check(self, value, where):
+        if not isinstance(value, str):
+            raise SchemaError(f"{where} must be a string, got {type(value).__name__} {_short(value)}")
+        if len(value) > self.max_len:
+            raise SchemaError(f"{where} is {len(value)} characters long (at most {self.max_len})")
+        if self.choices is not None and value not in self.choices:
+            raise SchemaError(f"{where} must be one of {', '.join(map(repr, self.choices))}, got {_short(value)}")
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            raise SchemaError(f"{where} is not of the expected form ({self.pattern}): {_short(value)}")
+
+
+class List(Field):
+    def __init__(self, item: Field, min_len: int = 0, max_len: int = MAX_ITEMS):
+        self.item, self.min_len, self.max_len = item, min_len, max_len
+
+    def check(self, value, where):
+        if not isinstance(value, list):
+            raise SchemaError(f"{where} must be a list, got {type(value).__name__} {_short(value)}")
+        if not self.min_len <= len(value) <= self.max_len:
+            raise SchemaError(f"{where} has {len(value)} item(s); expected {self.min_len} to {self.max_len}")
+        for i, v in enumerate(value):
+            self.item.check(v, f"{where}[{i}]")
+
+
+class OneOf(Field):
+    """The first of several fields that accepts the value (e.g. a number or a list of numbers)."""
+
+    def __init__(self, *options: Field):
+        self.options = options
+
+    def check(self, value, where):
+        errors = []
+        for opt in self.options:
+            try:
+                opt.check(value, where)
+                return
+            except SchemaError as err:
+                errors.append(str(err))
+        raise SchemaError(" or ".join(errors))
+
+
+class Plain(Field):
+    """Any plain value (dict with string keys, list, str, int, float, bool, None), bounded in size."""
+
+    def check(self, value, where, depth: int = 0):
+        if depth > MAX_DEPTH:
+            raise SchemaError(f"{where}: nested more than {MAX_DEPTH} levels deep")
+        if value is None or isinstance(value, (bool, int)):
+            return
+        if isinstance(value, float):
+            return  # non-finite values are refused where a field needs a number
+        if isinstance(value, str):
+            if len(value) > MAX_STRING:
+                raise SchemaError(f"{where}: a string of {len(value)} characters (at most {MAX_STRING})")
+            return
+        if isinstance(value, (list, dict)):
+            if len(value) > MAX_ITEMS:
+                raise SchemaError(f"{where}: {len(value)} items (at most {MAX_ITEMS})")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for k, v in items:
+                if isinstance(value, dict) and not isinstance(k, str):
+                    raise SchemaError(f"{where}: key {_short(k)} is not a string")
+                self.check(v, f"{where}[{k!r}]", depth + 1)
+            return
+        raise SchemaError(f"{where}: a {type(value).__name__} is not a plain value")
+
+
+class Dict(Field):
+    """A dict with the given fields (required unless :class:`Opt`); other keys must be plain values."""
+
+    def __init__(self, fields: Optional[dict] = None, extra: Field = Plain()):
+        self.fields, self.extra = fields or {}, extra
+
+    def check(self, value, where):
+        if not isinstance(value, dict):
+            raise SchemaError(f"{where} must be a dict, got {type(value).__name__} {_short(value)}")
+        for key, field in self.fields.items():
+            if key not in value:
+                if not field.optional:
+                    raise SchemaError(f"{where} has no field {key!r}")
+                continue
+            field.check(value[key], f"{where}.{key}")
+        for key, v in value.items():
+            if not isinstance(key, str):
+                raise SchemaError(f"{where}: key {_short(key)} is not a string")
+            if key not in self.fields:
+                self.extra.check(v, f"{where}.{key}")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---------------------------------------------------------------------- the table
+_STATS = Dict({"mean": List(Float(), 1, MAX_OUTPUTS), "std": List(Positive(), 1, MAX_OUTPUTS)})
+#: a reference to user code: where it is and the SHA-256 of its file when it was trained
+CODE_REFERENCE = Dict({"import_path": Str(), "sha256": Opt(Str(pattern=r"[0-9a-f]{64}"))})
+class BoundedPlain(Plain):
+    """A plain value whose integers are at most ``MAX_KWARG_INT`` in magnitude and whose lists hold
+    at most ``MAX_OUTPUTS`` items: constructor arguments cannot ask for huge allocations."""
+
+    def check(self, value, where, depth: int = 0):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_KWARG_INT:
+            raise SchemaError(f"{where} must be at most {MAX_KWARG_INT} in magnitude, got {value}")
+        if isinstance(value, (list, dict)) and len(value) > MAX_OUTPUTS:
+            raise SchemaError(f"{where}: {len(value)} items (at most {MAX_OUTPUTS})")
+        if isinstance(value, (list, dict)):
+            for k, v in (value.items() if isinstance(value, dict) else enumerate(value)):
+                self.check(v, f"{where}[{k!r}]", depth + 1)
+            return
+        super().check(value, where, depth)
+
+
+MAX_KWARG_INT = 1_000_000
+#: constructor arguments of the likelihoods that size something, with their limits; any other
+#: argument is a bounded plain value
+LIKELIHOOD_KWARGS = {
+    "num_latent": Int(1, MAX_LATENT), "output_dim": Int(1, MAX_OUTPUTS), "num_classes": Int(1, MAX_CLASSES),
+    "num_outputs": Int(1, MAX_OUTPUTS), "num_nodes": Int(1, MAX_LATENT), "num_layers": Int(1, MAX_OUTPUTS),
+    "num_tanh": Int(0, 1000), "quadrature_points": Int(2, 1000),
+}
+#: likelihood fields; ``import_path``/``sha256`` name the user function (``name == "callable"``),
+#: ``code_kwargs`` further functions given to its constructor (e.g. a mean function)
+LIKELIHOOD_FIELDS = {
+    "name": Str(max_len=200),
+    "class": Opt(Str(pattern=r"[A-Za-z_][A-Za-z0-9_]*", max_len=200)),
+    "kwargs": Opt(Dict({k: Opt(v) for k, v in LIKELIHOOD_KWARGS.items()}, extra=BoundedPlain())),
+    "import_path": Opt(Str()),
+    "sha256": Opt(Str(pattern=r"[0-9a-f]{64}")),
+    "code_kwargs": Opt(Dict(extra=CODE_REFERENCE)),
+}
+MODEL_FIELDS = {
+    "input_dim": Int(1, MAX_INPUT_DIM),
+    "num_data": Int(1, MAX_NUM_DATA),
+    "num_latent": Int(1, MAX_LATENT),
+    "num_inducing": Int(1, MAX_INDUCING),
+    "dense": Bool(),
+    "learn_inducing": Bool(),
+    "posterior": Str(choices=("full", "diag", "diag-whitened", "joint")),
+    "num_components": Int(1, MAX_COMPONENTS),
+    "learn_prior_mean": Bool(),
+    "mean_basis_size": Opt(Int(0, MAX_INDUCING)),
+}
+MODEL_OPTION_FIELDS = {
+    "kernel": Opt(Str(choices=("rbf", "matern32", "matern52"))),
+    "dtype": Opt(Str(choices=("float32", "float64"))),
+    "inducing_init": Opt(Str(choices=("kmeans", "subset"))),
+    "seed": Opt(Int(-2 ** 63, 2 ** 64 - 1)),
+    "prior_mean": Opt(OneOf(Float(), List(Float(), 1, MAX_LATENT))),
+}
+CONFIG_SCHEMA = Dict({
+    "format": Str(),
+    "version": Int(1, 1000),
+    "model": Dict(MODEL_FIELDS),
+    "model_options": Opt(Dict(MODEL_OPTION_FIELDS)),
+    "likelihood": Dict(LIKELIHOOD_FIELDS),
+    "standardize": Opt(Dict({"inputs": Opt(_STATS), "targets": Opt(_STATS)})),
+    "example_target": List(Float(), 1, MAX_OUTPUTS),
+    "class_labels": Opt(List(Float(), 1, MAX_CLASSES)),
+    "columns": Opt(Dict({"inputs": Opt(List(Str(max_len=MAX_STRING), 1, MAX_INPUT_DIM)),
+                         "targets": Opt(List(Str(max_len=MAX_STRING), 1, MAX_OUTPUTS))})),
+    "training": Opt(Dict()),
+    "step": Opt(Int(0, 2 ** 62)),
+    "complete": Opt(Bool()),
+    "elbo": Opt(Float()),
+})
+
+
+# ---------------------------------------------------------------------- against the state dict
+def _shape(state: dict, key: str):
+    t = state.get(key)
+    return None if t is None else tuple(t.shape)
+
+
+def build_bytes(config: dict) -> int:
+    """Bytes that building the model and predicting with it need, to within a small factor:
+    K_zz, its factor and a work copy (3 Q M^2), the K covariance factors of a full or joint
+    posterior (K Q M^2, (QM)^2 for joint), and the placeholder inputs (n D)."""
+    mc = config["model"]
+    Q, M, D, K = mc["num_latent"], mc["num_inducing"], mc["input_dim"], mc["num_components"]
+    item = 4 if (config.get("model_options") or {}).get("dtype") == "float32" else 8
+    cov = {"full": K * Q * M * M, "joint": (Q * M) ** 2}.get(mc["posterior"], K * Q * M)
+    n = mc["num_data"] if mc["dense"] else max(2, mc.get("mean_basis_size") or 0)
+    return 8 * (3 * Q * M * M + n * D) + item * cov
+
+
+def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> None:
+    """Check every field of ``config`` (:data:`CONFIG_SCHEMA`) and its sizes against ``state``.
+
+    Raises:
+        SchemaError: one line naming the field, what it holds and what was expected.
+    """
+    CONFIG_SCHEMA.check(config, "config")
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise SchemaError("state_dict must map parameter names to tensors")
+    mc = config["model"]
+    Q, M, D, K = mc["num_latent"], mc["num_inducing"], mc["input_dim"], mc["num_components"]
+    G = mc.get("mean_basis_size") or 0
+    expect = {"inducing": (Q, M, D), "prior_mean": (Q,),
+              "posterior.mean": (1 if mc["posterior"] == "joint" else K, Q, M)}
+    if G:
+        expect["mean_head.gamma"] = (Q, G, D)
+    for key, shape in expect.items():
+        if _shape(state, key) != shape:
+            raise SchemaError(f"config.model says {key} has shape {shape} (Q={Q}, M={M}, D={D}, K={K}"
+                              f"{f', G={G}' if G else ''}) but the state dict holds "
+                              f"{_shape(state, key) if key in state else 'no such tensor'}")
+    if mc["posterior"] == "joint" and K != 1:
+        raise SchemaError(f"config.model.num_components must be 1 for the joint posterior, got {K}")
+    if mc["dense"] and mc["num_data"] != M:
+        raise SchemaError(f"config.model.num_data is {mc['num_data']} but a dense model has one inducing input "
+                          f"per data point (M = {M})")
+    P = len(config["example_target"])
+    st = config.get("standardize") or {}
+    for part, size, what in (("inputs", D, "input_dim"), ("targets", P, "the length of example_target")):
+        stats = st.get(part)
+        if stats is not None and not len(stats["mean"]) == len(stats["std"]) == size:
+            raise SchemaError(f"config.standardize.{part} has {len(stats['mean'])} mean(s) and {len(stats['std'])} "
+                              f"std(s); expected {size} ({what})")
+    prior = (config.get("model_options") or {}).get("prior_mean")
+    if isinstance(prior, list) and len(prior) not in (1, Q):
+        raise SchemaError(f"config.model_options.prior_mean has {len(prior)} values; expected 1 or Q = {Q}")
+    cols = config.get("columns") or {}
+    if cols.get("inputs") is not None and len(cols["inputs"]) != D:
+        raise SchemaError(f"config.columns.inputs names {len(cols['inputs'])} column(s) but the model has D = {D} inputs")
+    limit = max_bytes if max_bytes is not None else DEFAULT_MAX_BYTES
+    need = build_bytes(config)
+    if need > limit:
+        raise SchemaError(f"the model would need about {need / 2 ** 30:.1f} GiB to be built (Q={Q}, M={M}, K={K}, "
+                          f"posterior {mc['posterior']!r}), more than the limit of {limit / 2 ** 30:.1f} GiB "
+                          "(raise it with max_bytes= or SAVIGP_MAX_MODEL_BYTES)")

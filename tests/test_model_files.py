@@ -1,0 +1,222 @@
+"""Model files as untrusted data (savigp/serialization.py, savigp/_model_schema.py): nothing a file
+names is imported unless the caller says so; every field is checked before anything is built;
+one save/load path for models built in Python and on the command line."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import likelihoods
+import savigp
+from savigp.cli import main
+from savigp.csv_data import write_csv
+from savigp.serialization import LikelihoodImportError, ModelFileError, load_model
+
+FAST = ["--num-inducing", "6", "--samples", "10", "--threads", "1", "--quiet", "--iterations", "3"]
+
+
+def _data(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, (n, 2))
+    y = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.standard_normal(n)
+    return X, y[:, None]
+
+
+def _csv(path, n=30):
+    X, Y = _data(n)
+    write_csv(str(path), ["x1", "x2", "y"], np.column_stack([X, Y]))
+    return str(path)
+
+
+def _payload(path):
+    return torch.load(str(path), weights_only=True)
+
+
+PAYLOAD = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\ndef f(y, f):\n    return f[..., 0]\n"
+
+
+def test_a_crafted_import_path_never_runs(tmp_path, capsys):
+    """A downloaded model file edited to name a payload: predict, evaluate and train --resume run
+    nothing (the marker file never appears), whichever way the likelihood entry is forged."""
+    data = _csv(tmp_path / "d.csv")
+    good = str(tmp_path / "good.pt")
+    assert main(["train", data, "--targets", "y", "--out", good, "--checkpoint-every", "1", *FAST]) == 0
+    marker = tmp_path / "marker"
+    payload_py = tmp_path / "payload.py"
+    payload_py.write_text(PAYLOAD.format(marker=str(marker)))
+    base = _payload(good)
+    forged = {
+        "callable": {"name": "callable", "class": "CallableLikelihood", "import_path": f"{payload_py}:f", "kwargs": {}},
+        "callable-relative": {"name": "callable", "import_path": "payload.py:f", "kwargs": {}},
+        "builtin-pointing-at-payload": {**base["config"]["likelihood"], "import_path": f"{payload_py}:f"},
+        "class-outside-registry": {"name": "gaussian", "class": "Likelihood", "kwargs": {}},
+        "zen": {"name": "callable", "import_path": "this:s", "kwargs": {}},
+        "module-class": {"name": "x", "class": "payload", "kwargs": {}},
+    }
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # a relative import_path would resolve here
+    try:
+        for name, spec in forged.items():
+            bad = tmp_path / f"{name}.pt"
+            p = _payload(good)
+            p["config"]["likelihood"] = spec
+            torch.save(p, str(bad))
+            codes = [main(["predict", str(bad), data, "--quiet"]), main(["evaluate", str(bad), data])]
+            os.replace(bad, tmp_path / "resume.pt")
+            codes.append(main(["train", data, "--targets", "y", "--out", str(tmp_path / "resume.pt"), "--resume", *FAST]))
+            out = capsys.readouterr()
+            assert not marker.exists(), name
+            assert "Beautiful is better than ugly" not in out.out + out.err, name
+            # the built-in entry is used as what it says (its import_path is never read; resuming refuses the
+            # mismatch with the command line); a user function is
+            # not run: latent predictions only, evaluating and resuming fail with exit 2; a class outside the
+            # registry is refused
+            expected = {"builtin-pointing-at-payload": [0, 0, 2], "class-outside-registry": [2, 2, 2],
+                        "module-class": [2, 2, 2]}.get(name, [0, 2, 2])
+            assert codes == expected, (name, codes, out.err)
+            assert "Traceback" not in out.err and "internal error" not in out.err, (name, out.err)
+    finally:
+        os.chdir(cwd)
+    # the user's explicit consent does run it (so the test above could fail)
+    p = _payload(good)
+    p["config"]["likelihood"] = forged["callable"]
+    torch.save(p, str(tmp_path / "consent.pt"))
+    with pytest.raises(ModelFileError, match="Unexpected key"):  # it runs, then its parameters do not fit
+        load_model(str(tmp_path / "consent.pt"), trust_code=True)
+    assert marker.exists()
+
+
+def _bad_file(tmp_path, good, edit):
+    p = _payload(good)
+    edit(p)
+    path = tmp_path / "bad.pt"
+    torch.save(p, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda p: p["config"]["model"].update(dense=True, num_data=10 ** 9), "num_data is 1000000000 but a dense model"),
+    (lambda p: p["config"]["model"].update(num_inducing=-3), "config.model.num_inducing must be between 1"),
+    (lambda p: p["config"]["model"].update(num_inducing=5000), "inducing has shape (1, 5000, 2)"),
+    (lambda p: p["config"]["model"].update(num_components=10 ** 8), "num_components must be between 1 and 1000"),
+    (lambda p: p["config"]["model"].update(input_dim="2"), "config.model.input_dim must be an integer"),
+    (lambda p: p["config"]["model"].pop("posterior"), "config.model has no field 'posterior'"),
+    (lambda p: p["config"]["model_options"].update(kernel="os.system"), "config.model_options.kernel must be one of"),
+    (lambda p: p["config"].update(example_target=[float("inf")]), "config.example_target[0] must be finite"),
+    (lambda p: p["config"]["standardize"].update(inputs={"mean": [0.0], "std": [1.0]}), "standardize.inputs has 1 mean"),
+    (lambda p: p["config"]["likelihood"]["kwargs"].update(command="rm"), "Gaussian takes no argument 'command'"),
+    (lambda p: p["config"]["likelihood"]["kwargs"].update(num_tanh=10 ** 9), "kwargs.num_tanh must be between 0 and 1000"),
+    (lambda p: p["config"].update(version=True), "version True is not supported"),
+    (lambda p: p.update(training_state={"optimizer": {}, "perm": torch.zeros(3, dtype=torch.long), "pos": 9,
+                                        "generator": torch.zeros(2, dtype=torch.uint8)}), "training_state.pos"),
+])
+def test_every_field_is_checked_before_anything_is_built(tmp_path, capsys, edit, needle):
+    data = _csv(tmp_path / "d.csv")
+    good = str(tmp_path / "good.pt")
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, likelihoods.Gaussian(), num_inducing=6)
+    model.save(good)
+    bad = _bad_file(tmp_path, good, edit)
+    with pytest.raises(ModelFileError) as err:
+        load_model(bad)
+    assert str(err.value).startswith(bad) and needle in str(err.value), str(err.value)
+    capsys.readouterr()
+    assert main(["predict", bad, data]) == 2
+    msg = capsys.readouterr().err.strip()
+    assert bad in msg and needle in msg and len(msg.splitlines()) == 1 and "internal error" not in msg
+
+
+def test_memory_limit_on_building(tmp_path):
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, likelihoods.Gaussian(), num_inducing=20)
+    path = str(tmp_path / "m.pt")
+    model.save(path)
+    with pytest.raises(ModelFileError, match=r"would need about .* GiB .* more than the limit"):
+        load_model(path, max_bytes=10_000)  # 3 Q M^2 doubles alone are 9600 bytes
+    assert load_model(path, max_bytes=100_000)[0].model.num_inducing == 20
+
+
+def test_python_save_and_load_round_trip_builtin(tmp_path):
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, likelihoods.StudentT(df=5.0, learn_df=True), num_inducing=6, posterior="diag",
+                          num_components=2)
+    savigp.fit(model, iterations=3, num_samples=5, progress=False)
+    path = str(tmp_path / "m.pt")
+    model.save(path)
+    loaded = savigp.load(path)
+    assert loaded.config["likelihood"]["kwargs"]["learn_df"] is True
+    assert loaded.model.likelihood.df().item() == pytest.approx(model.likelihood.df().item())
+    Xt = X[:5]
+    a, b = model.predict(Xt, num_samples=30), loaded.predict(Xt, num_samples=30)
+    assert np.array_equal(a.latent_mean.numpy(), b["latent_mean"]) and np.array_equal(a.mean.numpy(), b["mean"])
+
+
+def test_python_user_likelihood_consent_hash_and_moved_file(tmp_path, capsys):
+    """A user function saved from Python: loading without consent gives latent predictions only;
+    ``likelihood=`` / ``trust_code=True`` run it; a changed file is refused unless trusted; the
+    command line loads the same file (one path)."""
+    src = tmp_path / "userlik.py"
+    src.write_text("import torch\n\ndef log_lik(y, f):\n    return -0.5 * (y[:, 0] - f[..., 0]) ** 2 / 0.04\n")
+    fn = __import__("savigp.serialization", fromlist=["import_callable"]).import_callable(f"{src}:log_lik")
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, likelihoods.CallableLikelihood(fn), num_inducing=6)
+    savigp.fit(model, iterations=3, num_samples=5, progress=False)
+    path = str(tmp_path / "u.pt")
+    model.save(path)
+    spec = _payload(path)["config"]["likelihood"]
+    assert spec["import_path"] == f"{src}:log_lik" and len(spec["sha256"]) == 64 and _payload(path)["config"]["version"] == 3
+
+    latent = savigp.load(path)
+    assert not latent.likelihood_loaded
+    ref = model.predict(X[:4], num_samples=20)
+    assert np.array_equal(latent.predict(X[:4])["latent_mean"], ref.latent_mean.numpy())
+    with pytest.raises(LikelihoodImportError, match="never runs code it names"):
+        latent.log_predictive_density(X[:4], Y[:4])
+    lpd = model.log_predictive_density(X[:4], Y[:4], num_samples=50).numpy()
+    for kw in ({"likelihood": str(src)}, {"likelihood": f"{src}:log_lik"}, {"likelihood": fn}, {"trust_code": True}):
+        assert np.array_equal(savigp.load(path, **kw).log_predictive_density(X[:4], Y[:4], num_samples=50), lpd), kw
+
+    # the file moved: the new place is named, and a model saved again records it
+    moved = tmp_path / "moved.py"
+    src.rename(moved)
+    again = savigp.load(path, likelihood=str(moved))
+    again.model.save(str(tmp_path / "again.pt"))
+    assert _payload(tmp_path / "again.pt")["config"]["likelihood"]["import_path"] == f"{moved}:log_lik"
+    moved.rename(src)
+
+    src.write_text(src.read_text() + "# edited\n")
+    with pytest.raises(LikelihoodImportError, match="has changed since the model was trained"):
+        savigp.load(path, likelihood=str(src))
+    assert savigp.load(path, likelihood=str(src), trust_code=True).likelihood_loaded
+
+    data = _csv(tmp_path / "d.csv")
+    capsys.readouterr()
+    cols = ["--inputs", "x1,x2", "--targets", "y"]  # a model built in Python has no column names
+    assert main(["evaluate", path, data, *cols, "--likelihood", str(src)]) == 2
+    assert "has changed since the model was trained" in capsys.readouterr().err
+    assert main(["evaluate", path, data, *cols, "--likelihood", str(src), "--trust-code", "--json"]) == 0
+    assert np.isfinite(json.loads(capsys.readouterr().out)["nlpd"])
+
+
+def test_lambdas_and_user_classes_cannot_be_saved_silently(tmp_path):
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, likelihoods.CallableLikelihood(lambda y, f: -(y[:, 0] - f[..., 0]) ** 2), num_inducing=4)
+    with pytest.raises(TypeError, match="a lambda, a local function"):
+        model.save(str(tmp_path / "l.pt"))
+    assert not (tmp_path / "l.pt").exists()
+
+
+def test_version_2_files_still_load(tmp_path, capsys):
+    data = _csv(tmp_path / "d.csv")
+    path = str(tmp_path / "m.pt")
+    assert main(["train", data, "--targets", "y", "--out", path, *FAST]) == 0
+    p = _payload(path)
+    p["config"]["version"] = 2
+    torch.save(p, path)
+    capsys.readouterr()
+    assert main(["evaluate", path, data, "--json"]) == 0
+    assert np.isfinite(json.loads(capsys.readouterr().out)["nlpd"])
