@@ -564,7 +564,7 @@ def cmd_train(args) -> int:
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
     done = int(state.get("step", 0))
-    if interrupted["flag"] and done < total:  # (interrupted after the last step: just finish)
+    if done < total:  # interrupted here or on another rank (interrupted after the last step: just finish)
         if last["checkpoint"] != done:  # Ctrl-C came after the last callback
             write_checkpoint(ckpt, done, False, last["elbo"])
         if rank == 0:

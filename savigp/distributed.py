@@ -124,10 +124,14 @@ class DataParallel:
         self._layout()
         self._ddp = None
         if sync == "ddp":
+            import warnings
+
             from torch.nn.parallel import DistributedDataParallel
 
-            self._ddp = DistributedDataParallel(_Objective(model), broadcast_buffers=False,
-                                                device_ids=[model.device] if model.device.type == "cuda" else None)
+            with warnings.catch_warnings():  # torch 2.13 deprecates broadcast_buffers; its successor still syncs
+                warnings.simplefilter("ignore", FutureWarning)  # buffers at init, which is all we want here
+                self._ddp = DistributedDataParallel(_Objective(model), broadcast_buffers=False,
+                                                    device_ids=[model.device] if model.device.type == "cuda" else None)
 
     # ------------------------------------------------------------------ collectives with clear failures
     def _collective(self, fn: Callable, what: str):
@@ -225,7 +229,10 @@ class DataParallel:
 
     @torch.no_grad()
     def _allreduce_grads(self, extras: torch.Tensor) -> torch.Tensor:
-        """Sum the gradients (zeros where ``.grad`` is None) and ``extras`` over the ranks, bucket by bucket."""
+        """Sum the gradients (zeros where ``.grad`` is None) and ``extras`` over the ranks, bucket by bucket
+        (nothing to do for one rank)."""
+        if self.world == 1:
+            return extras
         for j, bucket in enumerate(self.buckets):
             ps = [self.params[i] for i in bucket]
             parts = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps]
