@@ -141,7 +141,7 @@ def plot(rows: list, path: Path) -> None:
     ax.axhline(1.0, color="k", lw=1, ls=":")
     ax.set_xlabel("ranks")
     ax.set_ylabel("CPU efficiency vs 1 process")
-    ax.set_title("work added by the split (insensitive to CPU share)")
+    ax.set_title("work added by the split (less sensitive to CPU share)")
     ax.set_xticks(sorted({r["ranks"] for r in rows}))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

@@ -350,7 +350,16 @@ def _launch_ranks(args) -> int:
     env = dict(os.environ)
     if args.threads is None and "OMP_NUM_THREADS" not in env:  # torchrun would set 1 and warn
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc))
-    return subprocess.call(cmd, env=env)
+    proc = subprocess.Popen(cmd, env=env)
+    # A terminal's Ctrl-C reaches torchrun too, which then stops the ranks with SIGTERM (each checkpoints
+    # as after Ctrl-C): wait for it rather than die first; a SIGTERM sent to this process is passed on.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous_term = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signal.SIGTERM))
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
 
 
 def _join_ranks(args) -> int:
@@ -530,8 +539,9 @@ def cmd_train(args) -> int:
         if interrupted["flag"]:
             raise KeyboardInterrupt
         interrupted["flag"] = True
-        print("\nsavigp: interrupted; saving a checkpoint after this step (Ctrl-C again to stop at once)",
-              file=sys.stderr)
+        if rank == 0:
+            print("\nsavigp: interrupted; saving a checkpoint after this step (Ctrl-C again to stop at once)",
+                  file=sys.stderr)
 
     def callback(step: int, terms) -> bool:
         done = step + 1
