@@ -970,7 +970,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"\nsavigp {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (TrainingDiverged, CholeskyError, DistributedError) as err:
+    except DistributedError as err:  # another rank died or hung; its checkpoint (rank 0's) is intact
+        print(prefix + _one_line(err), file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_FAILURE)  # not sys.exit: gloo's threads abort the interpreter's exit after a failed collective
+    except (TrainingDiverged, CholeskyError) as err:
         print(prefix + _one_line(err), file=sys.stderr)
         return EXIT_FAILURE
     except (ValueError, TypeError) as err:  # DataError, CLIError, ModelFileError, LikelihoodImportError, engine checks

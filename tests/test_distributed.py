@@ -139,11 +139,24 @@ def _fit_parameters(world):
     return {n: p.detach() for n, p in model.named_parameters()}, all(torch.equal(g, gathered[0]) for g in gathered)
 
 
+def _disagreement(rank):
+    """Rank 1 holds different targets: every rank must refuse to train, naming what differs."""
+    model = _model()
+    if rank == 1:
+        model.train_y.add_(1.0)
+    try:
+        DataParallel(model, list(model.parameters()), seed=0, check={"N": 64})
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def _task(rank, world, out):
     errors = _step_errors(rank, world)
     params, identical = _fit_parameters(world)
+    refused = _disagreement(rank)
     if rank == 0:
-        torch.save({"errors": errors, "params": params, "identical": identical}, out)
+        torch.save({"errors": errors, "params": params, "identical": identical, "refused": refused}, out)
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +173,10 @@ def test_two_rank_step_equals_one_process_step_on_the_union_batch(two_ranks):
     assert any("numpy" in k for k in errors) and any("ddp" in k for k in errors)
     worst = max(errors, key=errors.get)
     assert errors[worst] < 1e-10, (worst, errors[worst])
+
+
+def test_ranks_with_different_data_refuse_to_train(two_ranks):
+    assert two_ranks["refused"] is not None and "training data" in two_ranks["refused"], two_ranks["refused"]
 
 
 def _split_order_elbo(model):
