@@ -158,7 +158,8 @@ def plot(rows: list, path: Path) -> None:
             ax.plot([1], [one], "k*", ms=10, label="1 process")
         ax.set_xlabel("ranks")
         ax.set_ylabel("training points / s")
-        ax.set_title(f"{mode} scaling (B = {'%d global' % mine[0]['batch'] if mode == 'strong' else '%d per rank' % (mine[0]['batch'] // mine[0]['ranks'])})")
+        size = mine[0]["batch"] if mode == "strong" else mine[0]["batch"] // mine[0]["ranks"]
+        ax.set_title(f"{mode} scaling (B = {size} {'global' if mode == 'strong' else 'per rank'})")
         ax.set_xticks(sorted({r["ranks"] for r in mine}))
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)

@@ -114,10 +114,9 @@ class DataParallel:
     """
 
     def __init__(self, model, params: Sequence[torch.Tensor], seed: int, check: dict):
-        self.group = None
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.model, self.params, self.seed = model, list(params), int(seed)
-        self.timeout = _timeout_used if _timeout_used is not None else timeout_seconds()
+        self.timeout = _timeout_used  # None: the group was created by the caller, with its own timeout
         self.step = None
         sync = os.environ.get("SAVIGP_GRAD_SYNC", "allreduce")
         if sync not in GRAD_SYNCS:
@@ -144,9 +143,11 @@ class DataParallel:
         except RuntimeError as err:  # DistBackendError and the gloo / NCCL errors are RuntimeErrors
             at = f" at step {self.step}" if self.step is not None else ""
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            limit = ("the process group's timeout" if self.timeout is None
+                     else f"the {self.timeout:g} s process-group timeout")
             raise DistributedError(
                 f"rank {self.rank} of {self.world}: {what}{at} failed: another rank stopped or did not answer "
-                f"within the {self.timeout:g} s process-group timeout ({first[:200]}). The last checkpoint is "
+                f"within {limit} ({first[:200]}). The last checkpoint is "
                 "intact: run again with --resume (with any number of ranks)") from err
 
     def _agree(self, check: dict) -> None:
