@@ -350,8 +350,65 @@ def _resume_source(out: str, ckpt: str) -> Optional[str]:
     return None
 
 
+def _launch_ranks(args) -> int:
+    """``train --nproc N``: run this same command as N ranks on this machine under ``torchrun``
+    (static rendezvous on the loopback address, a free port), and return its exit status."""
+    import socket
+    import subprocess
+
+    argv, rest = [], list(args.argv)
+    while rest:
+        a = rest.pop(0)
+        if a == "--nproc":
+            rest.pop(0)
+        elif not a.startswith("--nproc="):
+            argv.append(a)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0",
+           "--nproc-per-node", str(args.nproc), "--master-addr", "127.0.0.1", "--master-port", str(port),
+           "-m", "savigp", *argv]
+    env = dict(os.environ)
+    if args.threads is None and "OMP_NUM_THREADS" not in env:  # torchrun would set 1 and warn
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc))
+    proc = subprocess.Popen(cmd, env=env)
+    # A terminal's Ctrl-C reaches torchrun too, which then stops the ranks with SIGTERM (each checkpoints
+    # as after Ctrl-C): wait for it rather than die first; a SIGTERM sent to this process is passed on.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous_term = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signal.SIGTERM))
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+
+
+def _join_ranks(args) -> int:
+    """Under ``torchrun``: join the process group (gloo, or NCCL for ``--device cuda``, which then
+    means ``cuda:LOCAL_RANK``) and return this rank; 0 in one process."""
+    from . import distributed
+
+    if not distributed.launched():
+        return 0
+    if args.device and args.device == "cuda":
+        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    distributed.init_from_env(args.device or "cpu", timeout=args.dist_timeout)
+    return distributed.rank()
+
+
 def cmd_train(args) -> int:
-    """``savigp train``: read, validate, build, fit (with checkpoints), write the model atomically."""
+    """``savigp train``: read, validate, build, fit (with checkpoints), write the model atomically.
+    Under ``torchrun`` every rank trains its share of each mini-batch and rank 0 alone prints and
+    writes checkpoints and the model."""
+    if args.nproc is not None and args.nproc < 1:
+        raise CLIError(f"--nproc must be >= 1, got {args.nproc}")
+    if args.dist_timeout is not None and not args.dist_timeout > 0:
+        raise CLIError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
+    from .distributed import finish, launched
+
+    if args.nproc is not None and args.nproc > 1 and not launched():
+        return _launch_ranks(args)
     quiet = args.quiet
     if args.iterations is not None and args.epochs is not None:
         raise CLIError("give --iterations or --epochs, not both")
@@ -389,6 +446,8 @@ def cmd_train(args) -> int:
     from .training import fit
 
     _check_device(args.device)
+    rank = _join_ranks(args)
+    quiet = quiet or rank != 0
 
     # ---- likelihood and targets
     spec = _likelihood_spec(args, Y)
@@ -502,6 +561,8 @@ def cmd_train(args) -> int:
                 "perm": state["perm"], "pos": int(state["pos"])}
 
     def write_checkpoint(path: str, step: int, complete: bool, elbo: Optional[float]) -> None:
+        if rank != 0:
+            return
         saved.config = dict(config, step=int(step), complete=bool(complete), elbo=elbo)
         saved.save(path, snapshot() if "optimizer" in state else (
             {"optimizer": state["optimizer_state"], "generator": state["generator_state"], "perm": state["perm"],
@@ -511,8 +572,9 @@ def cmd_train(args) -> int:
         if interrupted["flag"]:
             raise KeyboardInterrupt
         interrupted["flag"] = True
-        print("\nsavigp: interrupted; saving a checkpoint after this step (Ctrl-C again to stop at once)",
-              file=sys.stderr)
+        if rank == 0:
+            print("\nsavigp: interrupted; saving a checkpoint after this step (Ctrl-C again to stop at once)",
+                  file=sys.stderr)
 
     def callback(step: int, terms) -> bool:
         done = step + 1
@@ -532,8 +594,10 @@ def cmd_train(args) -> int:
     remaining = total - int(state.get("step", 0))
     try:
         previous = signal.signal(signal.SIGINT, on_sigint)
+        # torchrun stops its workers with SIGTERM (after Ctrl-C): checkpoint first, as for Ctrl-C
+        previous_term = signal.signal(signal.SIGTERM, on_sigint) if launched() else None
     except ValueError:  # not the main thread: no handler, Ctrl-C cannot reach us anyway
-        previous = None
+        previous = previous_term = None
     t0 = time.perf_counter()
     try:
         history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=optimizer, lr=lr,
@@ -557,19 +621,23 @@ def cmd_train(args) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
     done = int(state.get("step", 0))
-    if interrupted["flag"] and done < total:  # (interrupted after the last step: just finish)
+    if done < total:  # interrupted here or on another rank (interrupted after the last step: just finish)
         if last["checkpoint"] != done:  # Ctrl-C came after the last callback
             write_checkpoint(ckpt, done, False, last["elbo"])
-        print(f"savigp train: interrupted at step {done} of {total}; checkpoint written to {ckpt}; "
-              f"run the same command with --resume to continue", file=sys.stderr)
+        if rank == 0:
+            print(f"savigp train: interrupted at step {done} of {total}; checkpoint written to {ckpt}; "
+                  f"run the same command with --resume to continue", file=sys.stderr)
         return EXIT_INTERRUPTED
     elbo = history.elbo[-1] if history.elbo else config.get("elbo")
     elbo_text = f"{elbo:.6g}" if elbo is not None else "n/a"
     config["training"]["estimator_used"] = history.estimator
     write_checkpoint(out, done, True, elbo)
-    if os.path.exists(ckpt):
+    if rank == 0 and os.path.exists(ckpt):
         os.unlink(ckpt)
+    finish()
     if not quiet:
         print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s), "
               f"final ELBO {elbo_text}; wrote {out}")
@@ -894,6 +962,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (or OUT) with the same options")
     g.add_argument("--trust-code", action="store_true",
                    help="with --resume: run the --likelihood file even though it changed since the checkpoint")
+    g.add_argument("--nproc", type=int, metavar="R",
+                   help="train data-parallel on R processes of this machine (runs torchrun; see docs/cli.md)")
+    g.add_argument("--dist-timeout", type=float, metavar="SEC",
+                   help="data-parallel: seconds a rank waits for the others before failing (default 300)")
     g.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     _add_threads_option(g)
     t.set_defaults(func=cmd_train)
@@ -958,6 +1030,7 @@ def main(argv=None) -> int:
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     prefix = f"savigp {args.command}: error: "
     if getattr(args, "threads", None) is not None:
         if args.threads < 1:
@@ -969,6 +1042,7 @@ def main(argv=None) -> int:
     if os.environ.get("SAVIGP_DEBUG"):
         return args.func(args)
     from ._linalg import CholeskyError
+    from .distributed import DistributedError
     from .training import TrainingDiverged
 
     try:
@@ -976,6 +1050,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"\nsavigp {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except DistributedError as err:  # another rank died or hung; its checkpoint (rank 0's) is intact
+        print(prefix + _one_line(err), file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_FAILURE)  # not sys.exit: gloo's threads abort the interpreter's exit after a failed collective
     except (TrainingDiverged, CholeskyError, UserCodeExit) as err:
         print(prefix + _one_line(err), file=sys.stderr)
         return EXIT_FAILURE

@@ -88,6 +88,7 @@ from tqdm.auto import tqdm
 
 from .expected_log_lik import expected_log_lik
 from .model import SAVIGP, ELBOTerms
+from . import distributed
 from .training import TrainingHistory, _check_finite, _LastGood
 
 GAMMA_UPDATES = ("precond", "adam")
@@ -375,6 +376,7 @@ def fit_orthnat(
         raise ValueError(f"gamma_precond must be one of {GAMMA_PRECONDITIONERS}, got {gamma_precond!r}")
     if not 0.0 < natgrad_step <= 1.0:
         raise ValueError(f"natgrad_step must be in (0, 1], got {natgrad_step}")
+    distributed.refuse("fit_orthnat (natural-gradient training)")
     N = model.num_data
     B = N if batch_size is None else int(batch_size)
     if not 1 <= B <= N:

@@ -15,6 +15,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from . import distributed
 from ._allocator import tune_cpu_allocator
 from .model import SAVIGP, ELBOTerms
 
@@ -154,6 +155,17 @@ def fit(
             fit stores the live ``"optimizer"`` and ``"generator"`` objects and the current
             ``"perm"``, ``"pos"`` and ``"step"`` in it, so that a callback can checkpoint exactly.
 
+    Data-parallel: under ``torchrun`` (or any initialized ``torch.distributed`` process group), fit
+    joins the group described by the environment if it is not yet joined (gloo for a CPU model,
+    NCCL for CUDA), broadcasts rank 0's parameters, and every rank evaluates its disjoint share of
+    each global mini-batch of ``batch_size`` points (the same seeded order on every rank), weighted
+    so that the summed ELBO and gradient are the one-process ones on the union batch (Bonilla et al.
+    2019, eq. (33); the KL terms count once). Gradients are summed by an all-reduce, so every rank
+    takes the same step; Monte Carlo draws differ per rank (seeded by seed, rank and step). Only
+    rank 0 shows the progress bar; ``callback`` runs on every rank with the global terms, and a stop
+    on any rank stops all. A failed or silent rank raises :class:`savigp.distributed.DistributedError`
+    after the process-group timeout at most. See :mod:`savigp.distributed`.
+
     Returns:
         :class:`TrainingHistory`.
     """
@@ -199,6 +211,10 @@ def fit(
         if state.get("perm") is not None:
             perm, pos = state["perm"].clone(), int(state.get("pos", 0))
         start = int(state.get("step", 0))
+    # under torch.distributed (torchrun): this rank's share of every global batch, gradients summed
+    ddp = distributed.setup(model, params, seed, {"N": N, "batch_size": B, "iterations": iterations,
+                                                  "start step": start, "seed": seed, "batch position": pos})
+    progress = progress and (ddp is None or ddp.rank == 0)
     bar = tqdm(range(start, start + iterations), initial=start, total=start + iterations, disable=not progress,
                desc="savigp", dynamic_ncols=True, leave=False, mininterval=0.5)
     t0 = time.perf_counter()
@@ -209,6 +225,10 @@ def fit(
 
             def closure():
                 opt.zero_grad()
+                if ddp is not None:  # the same draws at every evaluation, per rank
+                    terms = ddp.elbo_and_grad(None, num_samples=num_samples, estimator=estimator,
+                                              generator=ddp.draws(step), step=step)
+                    return -terms.elbo
                 g = torch.Generator().manual_seed(draw_seed)  # the same draws at every evaluation
                 terms = model.elbo(None, num_samples=num_samples, estimator=estimator, generator=g)
                 loss = -terms.elbo
@@ -218,8 +238,12 @@ def fit(
                 return loss
 
             opt.step(closure)
-            terms = model.elbo(None, num_samples=num_samples, estimator=estimator,
-                               generator=torch.Generator().manual_seed(draw_seed))
+            if ddp is not None:
+                terms = ddp.elbo_and_grad(None, num_samples=num_samples, estimator=estimator,
+                                          generator=ddp.draws(step), step=step, backward=False)
+            else:
+                terms = model.elbo(None, num_samples=num_samples, estimator=estimator,
+                                   generator=torch.Generator().manual_seed(draw_seed))
         else:
             if B == N:
                 batch = None
@@ -229,10 +253,16 @@ def fit(
                 batch = perm[pos:pos + B].to(model.device)
                 pos += B
             opt.zero_grad()
-            terms = model.elbo(batch, num_samples=num_samples, estimator=estimator, generator=gen)
-            if torch.isfinite(terms.elbo):
-                (-terms.elbo).backward()
-                opt.step()
+            if ddp is not None:
+                terms = ddp.elbo_and_grad(batch, num_samples=num_samples, estimator=estimator,
+                                          generator=ddp.draws(step), step=step)
+                if torch.isfinite(terms.elbo):
+                    opt.step()
+            else:
+                terms = model.elbo(batch, num_samples=num_samples, estimator=estimator, generator=gen)
+                if torch.isfinite(terms.elbo):
+                    (-terms.elbo).backward()
+                    opt.step()
         _check_finite(model, terms, step, last_good)
         last_good.save()
         history.elbo.append(float(terms.elbo.detach()))
@@ -243,7 +273,7 @@ def fit(
         if progress:
             # redraw at tqdm's interval, and on the last step however short the run
             bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}", refresh=history.steps == iterations)
-        if callback is not None and callback(step, terms):
+        if callback is not None and (callback(step, terms) if ddp is None else ddp.any(bool(callback(step, terms)))):
             break
     bar.close()
     history.seconds = time.perf_counter() - t0
