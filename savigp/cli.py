@@ -6,8 +6,10 @@
     savigp demo
 
 Exit status: 0 success; 2 bad input (files, columns, labels, options; one line on stderr naming
-the file, line and column); 1 a failure while running (e.g. training diverged); 130 interrupted
-(Ctrl-C; ``train`` first writes a checkpoint that ``--resume`` continues from).
+the file, line and column); 1 a failure while running (e.g. training diverged); 3 the likelihood
+returned NaN or inf (a model problem: the line names the function, the data file's lines and the
+f values); 130 interrupted (Ctrl-C; ``train`` first writes a checkpoint that ``--resume``
+continues from).
 
 Model files are written atomically (a temporary file in the same folder, fsync, ``os.replace``),
 so a failed or interrupted run never truncates or overwrites an existing model. Checkpoints go to
@@ -32,8 +34,12 @@ from typing import Optional
 import numpy as np
 
 from .csv_data import DataError, Table, data_checksum, read_csv, resolve_columns, split_columns, write_csv
+from .cli_user import file_lines_in_errors
+from .user_likelihood import USER_KINDS
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: the likelihood returned NaN or inf (a model problem, not bad input)
+EXIT_NON_FINITE = 3
 
 #: environment variable (tests only): after this many completed steps, ``train`` sends itself
 #: SIGINT, exactly as a Ctrl-C would.
@@ -52,11 +58,15 @@ LIKELIHOODS = {
     "multi-gaussian": ("MultiGaussian", "multi_gaussian"),
 }
 #: likelihoods whose targets may be standardized (real-valued, location-scale)
-STANDARDIZABLE = ("gaussian", "student-t", "warped", "multi-gaussian", "gprn", "callable")
+STANDARDIZABLE = ("gaussian", "student-t", "warped", "multi-gaussian", "gprn")
 #: likelihood-specific options -> the likelihoods they apply to
 LIKELIHOOD_OPTIONS = {
     "num_latent": ("callable",),
-    "num_classes": ("softmax",),
+    "num_classes": ("softmax", "callable"),
+    "task": ("callable",),
+    "mean_function": ("callable",),
+    "lik_param": ("callable",),
+    "min_log_prob": ("callable",),
     "one_hot": ("softmax",),
     "num_outputs": ("multi-gaussian", "gprn"),
     "num_nodes": ("gprn",),
@@ -69,12 +79,21 @@ LIKELIHOOD_OPTIONS = {
 #: options of ``train`` that a resumed run must repeat unchanged (iterations/epochs may grow)
 RESUME_KEYS = (
     "likelihood", "num_latent", "num_classes", "one_hot", "num_outputs", "num_nodes",
-    "num_layers", "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "kernel", "num_inducing",
+    "num_layers", "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "task", "mean_function",
+    "lik_param", "min_log_prob", "kernel", "num_inducing",
     "inducing_init", "dense", "fixed_inducing", "posterior", "components", "prior_mean", "learn_prior_mean",
     "mean_basis_size", "standardize_inputs", "standardize_targets", "dtype", "seed", "batch_size", "optimizer",
     "lr", "samples", "estimator",
 )
 DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
+#: why ``train`` used an estimator (printed with its name)
+ESTIMATOR_WHY = {
+    "closed-form": "the likelihood's exact expected log-likelihood",
+    "reparam": "gradients through f: the likelihood is differentiable",
+    "score": "values of the likelihood only, with control variates",
+    "score-nocv": "values of the likelihood only, no control variates",
+    "quadrature": "Gauss-Hermite quadrature of the likelihood's values",
+}
 
 
 class CLIError(ValueError):
@@ -131,6 +150,19 @@ def _check_output_path(path: str, option: str = "--out") -> None:
         raise CLIError(f"{option} {path}: the folder {folder} is not writable")
 
 
+def _check_plot_option(path: Optional[str]) -> None:
+    """``--plot PATH``: a writable place, and matplotlib installed (checked before any long work)."""
+    if not path:
+        return
+    _check_output_path(path, "--plot")
+    from .plotting import MissingExtra, require_matplotlib
+
+    try:
+        require_matplotlib()
+    except MissingExtra as err:
+        raise CLIError(f"--plot: {err}") from None
+
+
 def _check_device(device: Optional[str]) -> None:
     import torch
 
@@ -165,12 +197,9 @@ def _likelihood_spec(args, Y: np.ndarray) -> dict:
     P = Y.shape[1]
     extra = _parse_lik_options(args.lik_option)
     if is_callable:
-        path = canonical_import_path(name)
-        kwargs = {"num_latent": int(args.num_latent or 1), "output_dim": P, "backend": "auto"}
-        if kwargs["num_latent"] < 1:
-            raise CLIError(f"--num-latent must be >= 1, got {args.num_latent}")
-        kwargs.update(extra)
-        return {"name": "callable", "class": "CallableLikelihood", "import_path": path, "kwargs": kwargs}
+        from .cli_user import user_likelihood_spec
+
+        return user_likelihood_spec(args, Y, canonical_import_path(name), extra)
     cls_name = LIKELIHOODS[name][0]
     kwargs: dict = {}
     if args.noise_variance is not None:
@@ -207,7 +236,7 @@ def _make_likelihood(spec: dict):
 
     from .serialization import make_likelihood
 
-    if spec["name"] != "callable" and getattr(likelihoods, spec["class"], None) is None:
+    if spec["name"] not in USER_KINDS and getattr(likelihoods, spec["class"], None) is None:
         raise CLIError(f"--likelihood {spec['name']}: class likelihoods.{spec['class']} is not available in this "
                        f"installation (available: {', '.join(_available_likelihoods())})")
     try:
@@ -261,9 +290,10 @@ def _probe_callable(likelihood, Y, spec: dict) -> None:
         raise CLIError(f"--likelihood {spec['import_path']}: the function failed when called with y of shape "
                        f"{tuple(y.shape)} and f of shape {tuple(f.shape)} (Q = --num-latent {Q}): "
                        f"{type(err).__name__}: {_one_line(err)}") from None
-    if not bool(torch.isfinite(out).any()) and bool(torch.isnan(out).all()):
-        raise CLIError(f"--likelihood {spec['import_path']}: the function returned only NaN for y of shape "
-                       f"{tuple(y.shape)} and f of shape {tuple(f.shape)}")
+    if not bool(torch.isfinite(out).all()):  # exit 3 with the rows and f values (see cmd_train)
+        from .nonfinite import non_finite_error
+
+        raise non_finite_error(likelihood, y, f, out)
 
 
 def _select_inputs(table: Table, config: dict, inputs: Optional[str], exclude=()) -> list:
@@ -343,6 +373,7 @@ def cmd_train(args) -> int:
         raise CLIError(f"--lr must be > 0, got {args.lr}")
     out, ckpt = args.out, args.out + ".ckpt"
     _check_output_path(out)
+    _check_plot_option(args.plot)
     if args.mean_basis_size and importlib.util.find_spec("savigp.decoupled") is None:
         raise CLIError("--mean-basis-size needs savigp.decoupled (the orthogonally decoupled mean head), "
                        "which this installation does not have")
@@ -371,6 +402,11 @@ def cmd_train(args) -> int:
     if likelihood.output_dim != Y.shape[1]:
         raise DataError(f"{table.where(None, tcols)}: --targets selects {Y.shape[1]} column(s) but the "
                         f"{args.likelihood} likelihood takes {likelihood.output_dim}")
+    if args.standardize_targets and spec["name"] in USER_KINDS:
+        raise CLIError(f"--standardize-targets does not apply to a user likelihood ({args.likelihood}): it "
+                       "receives y in the file's units and its f means what it says in those units (standardized "
+                       "targets would leave every latent function in standardized units); scale inside the "
+                       "function, or set --prior-mean")
     if args.standardize_targets and spec["name"] not in STANDARDIZABLE:
         raise CLIError(f"--standardize-targets applies to real-valued targets ({', '.join(STANDARDIZABLE)}), "
                        f"not to --likelihood {args.likelihood}")
@@ -381,7 +417,12 @@ def cmd_train(args) -> int:
     Yt = torch.as_tensor(Ym, dtype=torch.float64)
     _validate_targets(likelihood, Yt, table, tcols)
     if spec["name"] == "callable":
-        _probe_callable(likelihood, Yt, spec)
+        with file_lines_in_errors(table):
+            _probe_callable(likelihood, Yt, spec)
+    if spec["name"] in USER_KINDS:
+        from .cli_user import warn_unused_latents
+
+        warn_unused_latents(likelihood, Yt, spec)
 
     # ---- options and configuration
     optimizer = args.optimizer
@@ -403,8 +444,12 @@ def cmd_train(args) -> int:
     if likelihood.task == "classification":
         if spec["name"] == "logistic":
             class_labels = [-1.0 if bool((Y == -1).any()) else 0.0, 1.0]
-        else:
+        elif getattr(likelihood, "classes", None) is not None:  # a user function's label set
+            class_labels = [float(c) for c in likelihood.classes]
+        elif "num_classes" in spec["kwargs"]:
             class_labels = [float(c) for c in range(int(spec["kwargs"]["num_classes"]))]
+        else:  # a user Likelihood subclass: classes 0..C-1 in its own order
+            class_labels = None
     else:
         class_labels = None
     config = {
@@ -500,10 +545,14 @@ def cmd_train(args) -> int:
     except ValueError:  # not the main thread: no handler, Ctrl-C cannot reach us anyway
         previous = None
     t0 = time.perf_counter()
+    estimator = model.resolved_estimator(args.estimator)  # an impossible choice: one line, exit 2
+    if not quiet:
+        print(f"estimator: {estimator} ({ESTIMATOR_WHY[estimator]})", file=sys.stderr)
     try:
-        history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=optimizer, lr=lr,
-                      num_samples=args.samples, estimator=args.estimator, seed=args.seed, progress=not quiet,
-                      callback=callback, state=state)
+        with file_lines_in_errors(table):
+            history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=optimizer, lr=lr,
+                          num_samples=args.samples, estimator=args.estimator, seed=args.seed, progress=not quiet,
+                          callback=callback, state=state)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -520,9 +569,15 @@ def cmd_train(args) -> int:
     write_checkpoint(out, done, True, elbo)
     if os.path.exists(ckpt):
         os.unlink(ckpt)
-    if not quiet:
-        print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s), "
-              f"final ELBO {elbo_text}; wrote {out}")
+    # the one-line summary is printed even with --quiet (which silences progress only)
+    print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s, "
+          f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
+    if args.plot:
+        from .plotting import save_elbo_plot
+
+        save_elbo_plot(history.elbo, args.plot, start=done - history.steps,
+                       title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
+        print(f"wrote {args.plot}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -582,14 +637,36 @@ def cmd_predict(args) -> int:
     _check_samples(args.samples)
     if args.out != "-":
         _check_output_path(args.out)
+    _check_plot_option(args.plot)
     table, saved = _model_and_table(args)
+    if args.plot and int(saved.config["model"]["input_dim"]) > 2:
+        raise CLIError(f"--plot draws models of 1 or 2 inputs; {args.model} has {saved.config['model']['input_dim']}")
     icols = _select_inputs(table, saved.config, args.inputs)
-    pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed)
+    with file_lines_in_errors(table):
+        pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed).numpy()
     header, values = prediction_table(saved, pred, latent=args.latent)
     write_csv(args.out, header, values)
     if args.out != "-" and not args.quiet:
         print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {args.out}", file=sys.stderr)
+    if args.plot:
+        from .plotting import save_fit_plot
+
+        with file_lines_in_errors(table):
+            save_fit_plot(saved, table.values[:, icols], args.plot, Y=_targets_if_present(table, saved.config, icols),
+                          num_samples=args.samples, seed=args.seed, input_names=table.names(icols))
+        if not args.quiet:
+            print(f"wrote {args.plot}", file=sys.stderr)
     return EXIT_OK
+
+
+def _targets_if_present(table: Table, config: dict, icols: list):
+    """The training targets' columns of a predict file when it has them (by name), else None."""
+    cols = config.get("columns") or {}
+    names = cols.get("targets") or []
+    if table.header is None or not names or not all(n in table.header for n in names):
+        return None
+    tcols = [table.header.index(n) for n in names]
+    return None if set(tcols) & set(icols) else table.values[:, tcols]
 
 
 METRIC_NAMES = {"n": "N", "sse": "SSE", "nlpd": "NLPD", "mse": "MSE", "mae": "MAE",
@@ -615,7 +692,8 @@ def cmd_evaluate(args) -> int:
     import torch
 
     _validate_targets(saved.model.likelihood, torch.as_tensor(saved.transform_targets(Y)), table, tcols)
-    metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
+    with file_lines_in_errors(table):
+        metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
     if args.json:
         print(json.dumps(metrics))
     else:
@@ -691,7 +769,8 @@ examples:
   savigp predict model.pt test.csv --out predictions.csv
   savigp evaluate model.pt test.csv --targets y --json
 
-exit status: 0 ok, 2 bad input (one line on stderr), 1 failure while running, 130 interrupted.
+exit status: 0 ok, 2 bad input (one line on stderr), 1 failure while running, 3 the likelihood
+returned NaN or inf (the line names the function, the file lines and the f values), 130 interrupted.
 run 'savigp COMMAND --help' for the options of each command.
 """
 
@@ -707,6 +786,14 @@ examples:
       --posterior diag --components 2 --out usps.pt
   # your own log-likelihood log_lik(y, f) in numpy or torch, with Q = 2 latent functions
   savigp train data.csv --targets 3 --likelihood my_lik.py:log_lik --num-latent 2 --out m.pt
+  # ... with a learned keyword parameter log_lik(y, f, r=...) and predictive means from mean(f)
+  savigp train counts.csv --targets n --likelihood nb.py:log_lik --lik-param r=3.0:positive \
+      --mean-function nb.py:mean --out nb.pt
+  # ... a classifier: class probabilities from log_lik at each label 0..3
+  savigp train grades.csv --targets g --likelihood ordinal.py:log_lik --task classification \
+      --num-classes 4 --lik-param cut=-1,0,1 --out ord.pt
+  # ... or a Likelihood subclass, constructor arguments as --lik-option
+  savigp train data.csv --targets y --likelihood my_lik.py:MyLikelihood --lik-option scale=2 --out m.pt
   # checkpoint every 100 steps; after a crash or Ctrl-C continue with --resume
   savigp train big.csv --targets y --iterations 5000 --checkpoint-every 100 --out big.pt
   savigp train big.csv --targets y --iterations 5000 --checkpoint-every 100 --out big.pt --resume
@@ -773,7 +860,8 @@ def build_parser() -> argparse.ArgumentParser:
                    + "; or a function log_lik(y, f) as package.module:function or path/to/file.py:function "
                      "(default gaussian)")
     g.add_argument("--num-latent", type=int, metavar="Q", help="latent functions read by a user function (default 1)")
-    g.add_argument("--num-classes", type=int, metavar="C", help="softmax: classes (default: largest label + 1)")
+    g.add_argument("--num-classes", type=int, metavar="C", help="softmax, or a user function with --task classification: classes, labels 0..C-1 "
+                        "(default: softmax: largest label + 1; user function: the distinct target values)")
     g.add_argument("--one-hot", action="store_true", help="softmax: targets are C one-hot columns")
     g.add_argument("--num-outputs", type=int, metavar="P", help="multi-gaussian, gprn: outputs (default: target columns)")
     g.add_argument("--num-nodes", type=int, metavar="Q'", help="gprn: latent node functions (default 1)")
@@ -783,7 +871,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bin-width", type=float, help="poisson: width of each count's bin (default 1)")
     g.add_argument("--noise-variance", type=float, help="initial noise variance (gaussian, multi-gaussian, gprn, warped)")
     g.add_argument("--lik-option", action="append", metavar="KEY=VALUE",
-                   help="any other constructor argument of the likelihood, e.g. depth_scale=10 (repeatable)")
+                   help="any other constructor argument of the likelihood, e.g. depth_scale=10, or "
+                        "differentiable=True for a torch user function (repeatable)")
+    g.add_argument("--task", choices=("regression", "classification"),
+                   help="user function: regression (default) or classification (labels: --num-classes C gives "
+                        "0..C-1, else the distinct target values; class probabilities from the function)")
+    g.add_argument("--mean-function", metavar="FILE.py:FN",
+                   help="user function: E[y | f] as mean(f) (or the pair E[y | f], Var[y | f]) for predictive "
+                        "means, SSE and MSE")
+    g.add_argument("--lik-param", action="append", metavar="NAME=VALUE[:positive|:fixed]",
+                   help="user function: a keyword parameter of log_lik learned with the model (VALUE: a number or "
+                        "comma-separated numbers; :positive keeps it > 0, :fixed holds it) (repeatable)")
+    g.add_argument("--min-log-prob", type=float, metavar="L",
+                   help="user function: replace -inf and values below L by L (for simulators whose density underflows)")
     g = t.add_argument_group("model")
     g.add_argument("--kernel", choices=("rbf", "matern32", "matern52"), default="rbf", help="covariance (default rbf, ARD)")
     g.add_argument("--num-inducing", type=int, metavar="M", help="inducing points per latent function (default min(N, 100))")
@@ -818,7 +918,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="expected log-likelihood estimator (default auto: closed form, else reparam, else score)")
     g.add_argument("--checkpoint-every", type=int, metavar="N", help="write OUT.ckpt every N steps")
     g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (or OUT) with the same options")
-    g.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    g.add_argument("--quiet", action="store_true", help="no progress bar (the one-line summary is still printed)")
+    g.add_argument("--plot", metavar="ELBO.png", help="draw the ELBO per step to this image (needs matplotlib)")
     _add_threads_option(g)
     t.set_defaults(func=cmd_train)
 
@@ -835,6 +936,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--plot", metavar="FIT.png",
+                   help="draw the fit (1-D or 2-D inputs; the file's targets overlaid when it has them; needs matplotlib)")
     _add_threads_option(p)
     p.set_defaults(func=cmd_predict)
 
@@ -889,6 +992,7 @@ def main(argv=None) -> int:
     if os.environ.get("SAVIGP_DEBUG"):
         return args.func(args)
     from ._linalg import CholeskyError
+    from .nonfinite import NonFiniteLogProb
     from .training import TrainingDiverged
 
     try:
@@ -899,6 +1003,9 @@ def main(argv=None) -> int:
     except (TrainingDiverged, CholeskyError) as err:
         print(prefix + _one_line(err), file=sys.stderr)
         return EXIT_FAILURE
+    except NonFiniteLogProb as err:  # a model problem, not bad input
+        print(prefix + _one_line(err), file=sys.stderr)
+        return EXIT_NON_FINITE
     except (ValueError, TypeError) as err:  # DataError, CLIError, ModelFileError, LikelihoodImportError, engine checks
         print(prefix + _one_line(err), file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -16,7 +16,8 @@ with ``torch.load(path, weights_only=True)``::
   dense, learn_inducing, posterior, num_components, learn_prior_mean, mean_basis_size);
 * ``"model_options"``: kernel name, inducing_init, seed, dtype name, prior_mean;
 * ``"likelihood"``: ``{"name", "class", "kwargs"}`` for a class of :mod:`likelihoods`, or
-  ``{"name": "callable", "import_path", "kwargs"}`` for a user function (re-imported on load);
+  ``{"name": "callable" | "user-class", "import_path", "kwargs"}`` for a user function or
+  ``Likelihood`` subclass (re-imported on load; see :mod:`savigp.user_likelihood`);
 * ``"standardize"``: ``{"inputs": None | {"mean": [D floats], "std": [D floats]},
   "targets": None | {"mean": [P floats], "std": [P floats]}}``, undone at prediction;
 * ``"example_target"``: one valid target row (P floats), used to build the placeholder data;
@@ -145,9 +146,13 @@ def make_likelihood(spec: dict):
     import likelihoods
 
     kwargs = dict(spec.get("kwargs") or {})
-    if spec.get("name") == "callable":
-        fn = import_callable(spec["import_path"])
-        return likelihoods.CallableLikelihood(fn, import_path=spec["import_path"], **kwargs)
+    # ---- user likelihoods (functions and Likelihood subclasses in user code): every field of
+    # their spec (task, classes, params, constraints, min_log_prob, mean_import_path, ...) is
+    # read back by build_user_likelihood; CallableLikelihood.spec() writes them
+    from .user_likelihood import USER_KINDS, build_user_likelihood
+
+    if spec.get("name") in USER_KINDS:
+        return build_user_likelihood(spec, import_callable)
     cls = getattr(likelihoods, str(spec.get("class")), None)
     if cls is None:
         raise ModelFileError(f"likelihood {spec.get('name')!r} (class {spec.get('class')!r}) is not available in this installation")
@@ -398,25 +403,26 @@ class SavedModel:
         return float(np.sum(np.log(np.asarray(self.target_stats["std"], dtype=np.float64))))
 
     # ------------------------------------------------------------ predictions
-    def predict(self, X, num_samples: int = 500, seed: int = 0) -> dict:
+    def predict(self, X, num_samples: int = 500, seed: int = 0):
         """Predictions at raw inputs ``X (B, D)`` in the targets' original units.
 
         Returns:
-            dict of float64 arrays: ``"mean"`` and ``"variance"`` ``(B, P)`` (None when the
-            likelihood has no predictive moments), ``"probabilities"`` ``(B, C)`` (classification,
-            else None), ``"latent_mean"`` and ``"latent_var"`` ``(B, Q)`` (model units).
+            a :class:`~savigp.model.Prediction`, as :meth:`SAVIGP.predict` gives, with float64
+            CPU tensors: ``mean`` and ``variance`` ``(B, P)`` (None when the likelihood has no
+            predictive moments; ``variance`` also when it has E[y | f] only), ``probabilities``
+            ``(B, C)`` (classification, else None), ``latent_mean`` and ``latent_var`` ``(B, Q)``
+            (model units). ``.numpy()`` gives a dict of arrays with the same keys.
         """
         pred = self.model.predict(self.transform_inputs(X), num_samples=num_samples, seed=seed)
-
-        def np64(t):
-            return None if t is None else t.detach().cpu().to(torch.float64).numpy()
-
-        mean, var = np64(pred.mean), np64(pred.variance)
-        if self.target_stats is not None and mean is not None:
-            mu, sd = np.asarray(self.target_stats["mean"]), np.asarray(self.target_stats["std"])
-            mean, var = mu + sd * mean, var * sd ** 2
-        return {"mean": mean, "variance": var, "probabilities": np64(pred.probabilities),
-                "latent_mean": np64(pred.latent_mean), "latent_var": np64(pred.latent_var)}
+        for name in pred.FIELDS:
+            value = getattr(pred, name)
+            setattr(pred, name, None if value is None else value.detach().cpu().to(torch.float64))
+        if self.target_stats is not None and pred.mean is not None:
+            mu = torch.as_tensor(self.target_stats["mean"], dtype=torch.float64)
+            sd = torch.as_tensor(self.target_stats["std"], dtype=torch.float64)
+            pred.mean = mu + sd * pred.mean
+            pred.variance = None if pred.variance is None else pred.variance * sd ** 2
+        return pred
 
     def log_predictive_density(self, X, Y, num_samples: int = 1000, seed: int = 0) -> np.ndarray:
         """log p(y*_n | x*_n) of raw targets ``Y (B, P)`` at raw inputs ``X (B, D)``: ``(B,)``.
