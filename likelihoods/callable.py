@@ -163,6 +163,7 @@ class CallableLikelihood(Likelihood):
         self.output_dim = int(output_dim)
         self.backend = "torch" if (differentiable and backend == "auto") else backend
         self._backend_arg = backend
+        self.mean_backend = backend
         self.differentiable = bool(differentiable)
         self._checked_gradient = not self.differentiable
         self.task = task
@@ -307,19 +308,12 @@ class CallableLikelihood(Likelihood):
     def _call(self, fn: Callable, *args: Tensor, params: Optional[dict] = None, what: str = "log_lik") -> Tensor:
         like = args[-1]
         params = {} if params is None else params
-        if self.backend == "auto":  # decided on the first call: tensors if the function takes them
-            try:
-                with warnings.catch_warnings():  # numpy code given tensors may warn before failing
-                    warnings.simplefilter("ignore")
-                    out = fn(*args, **params)
-            except Exception:
-                out = None
-            if isinstance(out, Tensor):
-                self.backend = "torch"
-                return self._as_tensor(out, like)
-            self.backend = "numpy"  # failed on tensors or returned something else: numpy from now on
+        role = "backend" if what == "log_lik" else "mean_backend"  # each function has its own
+        if getattr(self, role) == "auto":
+            setattr(self, role, self._detect_backend(fn, args, params))
+        backend = getattr(self, role)
         try:
-            if self.backend == "numpy":
+            if backend == "numpy":
                 if what == "log_lik" and params and any(v.requires_grad for v in params.values()) \
                         and torch.is_grad_enabled():
                     names = tuple(params)
@@ -327,13 +321,35 @@ class CallableLikelihood(Likelihood):
                 return self._numpy_values(fn, args, params, like)
             out = fn(*args, **params)
         except Exception as err:
-            if self.differentiable and self.backend == "torch" and what == "log_lik":
+            if self.differentiable and backend == "torch" and what == "log_lik":
                 raise ValueError(f"{self.describe()}: declared differentiable=True, so it is called with torch "
                                  f"tensors, but it failed: {type(err).__name__}: {err}. A numpy function cannot "
                                  "be differentiable in f: drop differentiable=True (training then uses the "
                                  "score-function estimator)") from err
             raise self._failure(err, args, what) from err
         return self._as_tensor(out, like)
+
+    def _detect_backend(self, fn: Callable, args: tuple, params: dict) -> str:
+        """``"torch"`` when ``fn`` computes with torch: given f that requires a gradient, its result
+        carries one (numpy code either fails on such a tensor or returns an array, and a result
+        produced by numpy on tensors through ``__array_wrap__`` has no gradient); else
+        ``"numpy"`` when ``fn`` runs on arrays; ``"torch"`` for a tensor result that ignores f."""
+        probe = list(args[:-1]) + [args[-1].detach().clone().requires_grad_(True)]
+        with torch.enable_grad(), warnings.catch_warnings():  # numpy code given tensors may warn before failing
+            warnings.simplefilter("ignore")
+            try:
+                out = fn(*probe, **{k: v.detach() for k, v in params.items()})
+            except Exception:
+                out = None
+        if isinstance(out, Tensor) and out.requires_grad:
+            return "torch"
+        try:
+            self._numpy_values(fn, args, params, like=args[-1])
+        except Exception as err:
+            if isinstance(out, Tensor):
+                return "torch"
+            raise self._failure(err, args, "log_lik" if len(args) == 2 else "mean_fn") from err
+        return "numpy"
 
     def _parameter_derivative(self, y: Tensor, f: Tensor, names: tuple, values: list, name: str, i: int) -> Tensor:
         """d log p(y | f, phi) / d phi_i by central differences, ``(..., B)`` (numpy backend)."""

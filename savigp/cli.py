@@ -595,8 +595,9 @@ def _load_for_use(model_path: str, device):
 def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
     """Header and values ``(B, columns)`` of a predictions CSV.
 
+    ``pred`` is ``Prediction.numpy()`` (the same fields and shapes as :meth:`SAVIGP.predict`).
     Columns: ``mean_<target>`` and ``var_<target>`` for each target (when the likelihood has
-    predictive moments), ``prob_<label>`` for each class and ``predicted_<target>`` (the most
+    predictive moments; ``var_`` is left out for a user mean function that gives E[y | f] only), ``prob_<label>`` for each class and ``predicted_<target>`` (the most
     probable label) for classification, and ``latent_mean_<j>``/``latent_var_<j>`` for the Q
     latent functions with ``latent=True`` or when there are no predictive moments.
     """
@@ -605,8 +606,11 @@ def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
     header, blocks = [], []
     if pred["mean"] is not None:
         for p, t in enumerate(names):
-            header += [f"mean_{t}", f"var_{t}"]
-            blocks += [pred["mean"][:, p:p + 1], pred["variance"][:, p:p + 1]]
+            header.append(f"mean_{t}")
+            blocks.append(pred["mean"][:, p:p + 1])
+            if pred["variance"] is not None:  # None: a user mean function gives E[y | f] only
+                header.append(f"var_{t}")
+                blocks.append(pred["variance"][:, p:p + 1])
     if pred["probabilities"] is not None:
         labels = cfg.get("class_labels") or list(range(pred["probabilities"].shape[1]))
         header += [f"prob_{_label_name(c)}" for c in labels]
@@ -808,9 +812,10 @@ examples:
   savigp predict model.pt test.csv --inputs x1,x2 --latent --out - | head
 
 output columns: mean_<target>, var_<target> (predictive mean and variance of y, in the
-original units), prob_<label> and predicted_<target> for classification, and
+original units; a user function has them with --mean-function, var_ only when it returns
+the pair E[y|f], Var[y|f]), prob_<label> and predicted_<target> for classification, and
 latent_mean_<j>, latent_var_<j> with --latent (or when the likelihood has no predictive
-moments, e.g. a user function).
+moments). --plot FIT.png draws the fit for 1-D and 2-D inputs.
 """
 
 EPILOG_EVALUATE = """\

@@ -35,6 +35,10 @@ def log_lik(y, f, r):
 def mean(f, r):
     mu = np.exp(f)
     return mu, mu + mu ** 2 / r
+
+
+def mean_only(f):
+    return np.exp(f[..., 0])
 '''
 
 CLASSIFIERS = '''
@@ -147,6 +151,13 @@ def test_counts_with_learned_dispersion_and_mean_function(files, capsys):
     pred = saved.predict(np.loadtxt(d / "counts.csv", delimiter=",", skiprows=1)[:, :1])
     got = np.loadtxt(out.splitlines()[1:], delimiter=",")
     assert np.array_equal(got[:, 0], pred.numpy()["mean"][:, 0]) and np.array_equal(got[:, 1], pred["variance"][:, 0].numpy())
+    # a mean function without the variance: a mean column, no variance column (never NaN)
+    code, out, err = _run(capsys, "train", d / "counts.csv", "--targets", "n", "--likelihood", d / "nb.py:log_lik",
+                          "--lik-param", "r=4.0:fixed", "--mean-function", d / "nb.py:mean_only", "--iterations", "5",
+                          "--out", d / "nb2.pt", "--quiet", *FAST)
+    assert code == 0 and "trained 5 step(s)" in out, err  # --quiet keeps the summary
+    code, out, err = _run(capsys, "predict", d / "nb2.pt", d / "counts.csv", "--latent")
+    assert out.splitlines()[0] == "mean_n,latent_mean_0,latent_var_0" and "nan" not in out
 
 
 def test_probit_and_ordinal_classifiers_from_a_user_file(files, capsys):
