@@ -24,9 +24,9 @@ whose gradient in a parameter phi is (phi does not enter q)
 estimated from the same Monte Carlo draws as the value. The derivative inside comes from torch
 autograd for a torch function and from central finite differences for a numpy one (two extra
 calls per scalar parameter in the backward pass; a positive parameter is differenced in log
-phi). The finite-difference step h = eps^(1/3) * max(1, |phi|) makes its deterministic error
-O(h^2) ~ 1e-11 relative, far below the Monte Carlo error (see docs/custom_likelihood.md for the
-measurement).
+phi). The finite-difference step h = eps^(1/3) * max(1, |phi|) balances truncation, O(h^2), and
+rounding, O(eps / h): measured 1e-10 to 6e-9 relative against closed-form and autograd
+derivatives (experiments/user_parameter_gradient.py), far below the Monte Carlo error.
 """
 from __future__ import annotations
 

@@ -162,7 +162,8 @@ def _plot_2d(model, X, Y, num_samples, seed, names):
     G = np.column_stack([A.ravel(), B.ravel()])
     pred = _predict(model, G, num_samples, seed)
     Q = pred["latent_mean"].shape[1]
-    maps = []  # (title, values (GRID, GRID), cmap, overlay)
+    maps = []  # (title, values (GRID, GRID), cmap, overlay: False, True (values) or "classes")
+    labels: list = []
     for j in range(Q):
         maps.append((f"latent f{j}: mean", pred["latent_mean"][:, j], "viridis", False))
         maps.append((f"latent f{j}: sd", np.sqrt(np.maximum(pred["latent_var"][:, j], 0)), "magma", False))
@@ -171,9 +172,9 @@ def _plot_2d(model, X, Y, num_samples, seed, names):
         labels = _class_labels(model, P.shape[1])
         if P.shape[1] <= MAX_CLASS_MAPS:
             for c in range(P.shape[1]):
-                maps.append((f"p(y = {labels[c]})", P[:, c], "Blues", True))
+                maps.append((f"p(y = {labels[c]})", P[:, c], "Blues", "classes"))
         else:
-            maps.append(("most probable class", P.argmax(1).astype(float), "tab10", True))
+            maps.append(("most probable class", P.argmax(1).astype(float), "tab10", "classes"))
     elif pred["mean"] is not None:
         for p, t in enumerate(_target_names(model, pred["mean"].shape[1])):
             maps.append((f"predictive mean of {t}", pred["mean"][:, p], "viridis", True))
@@ -186,7 +187,10 @@ def _plot_2d(model, X, Y, num_samples, seed, names):
         ax = axes[i // 2, i % 2]
         im = ax.pcolormesh(A, B, values.reshape(A.shape), cmap=cmap, shading="auto")
         fig.colorbar(im, ax=ax)
-        if overlay:
+        if overlay == "classes" and Y is not None:  # the data's labels in categorical colours
+            index = np.searchsorted(np.asarray(labels, dtype=float), Y[:, 0]) if _numeric(labels) else Y[:, 0]
+            ax.scatter(X[:, 0], X[:, 1], c=index, s=10, cmap="tab10", vmin=0, vmax=9, edgecolors="k", linewidths=0.3)
+        elif overlay:
             if Y is not None:
                 ax.scatter(X[:, 0], X[:, 1], c=Y[:, 0], s=10, cmap="coolwarm", edgecolors="k", linewidths=0.3)
             else:
@@ -197,6 +201,14 @@ def _plot_2d(model, X, Y, num_samples, seed, names):
     if len(maps) % 2:
         axes[-1, -1].set_visible(False)
     return fig
+
+
+def _numeric(labels: list) -> bool:
+    try:
+        values = [float(v) for v in labels]
+    except ValueError:
+        return False
+    return values == sorted(values)
 
 
 def plot_elbo(elbo: Sequence[float], start: int = 0, title: str = "ELBO per step"):

@@ -265,3 +265,18 @@ def test_mean_fn_gives_means_and_variances_or_says_there_is_none():
     assert torch.allclose(got.mean, ref.mean, rtol=1e-12) and got.variance is None
     assert set(got.numpy()) == set(got.FIELDS) and got["variance"] is None
     assert set(savigp.evaluate(model, X, Y, num_samples=50)) == {"n", "nlpd", "sse", "mse", "mae"}
+
+
+def test_plot_fit_from_python_draws_one_panel_per_latent_function_and_the_classes():
+    pytest.importorskip("matplotlib")
+    from savigp.plotting import plot_elbo, plot_fit
+
+    X, Y = _binary(n=40)
+    model = savigp.SAVIGP(X, Y, CallableLikelihood(probit_numpy, task="classification"), num_inducing=6)
+    history = savigp.fit(model, iterations=25, lr=0.05, num_samples=10, progress=False)
+    fig = plot_fit(model, X, Y, num_samples=20)
+    assert [ax.get_ylabel() for ax in fig.axes] == ["latent f0", "class probability"]
+    assert [t.get_text() for t in fig.axes[1].get_legend().get_texts()] == ["p(y = 0)", "p(y = 1)"]
+    assert len(plot_elbo(history.elbo).axes[0].lines) == 2  # the ELBO and its running mean
+    with pytest.raises(ValueError, match=r"X must have shape \(N, 1\) or \(N, 2\), got \(4, 3\)"):
+        plot_fit(model, np.zeros((4, 3)))
