@@ -352,9 +352,13 @@ class CallableLikelihood(Likelihood):
         return "numpy"
 
     def _parameter_derivative(self, y: Tensor, f: Tensor, names: tuple, values: list, name: str, i: int) -> Tensor:
-        """d log p(y | f, phi) / d phi_i by central differences, ``(..., B)`` (numpy backend)."""
-        params = dict(zip(names, values))
-        base = params[name].detach()
+        """d log p(y | f, phi) / d phi_i by central differences, ``(..., B)`` (numpy backend),
+        evaluated in float64 whatever the model's dtype (a float32 difference would lose half of
+        its digits to rounding), returned in f's dtype."""
+        like = f
+        y, f = y.detach().to(torch.float64), f.detach().to(torch.float64)
+        params = {k: v.detach().to(torch.float64) for k, v in zip(names, values)}
+        base = params[name]
         positive = self.constraints.get(name) == "positive"
         phi = float(base.view(-1)[i])
         h = _FD_STEP if positive else _FD_STEP * max(1.0, abs(phi))
@@ -365,7 +369,7 @@ class CallableLikelihood(Likelihood):
             params[name] = p
             vals.append(self._numpy_values(self.fn, (y, f), params, like=f))
         diff = (vals[0] - vals[1]) / (2 * h)
-        return diff / phi if positive else diff
+        return (diff / phi if positive else diff).to(like.dtype)
 
     def _floored(self, out: Tensor) -> Tensor:
         if self.min_log_prob is None:

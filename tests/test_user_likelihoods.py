@@ -97,6 +97,11 @@ def test_numpy_parameter_gradient_by_central_differences_is_exact_to_1e7():
     r = float(lik.parameter_values()["r"].detach())
     exact = float((w.numpy() * nb_dlogp_dr(y, f.numpy(), r)).sum()) * float(torch.sigmoid(raw.detach()))
     assert raw.grad.item() == pytest.approx(exact, rel=1e-7)
+    # a float32 model: the differences are taken in float64 (in float32 they would lose ~1e-2)
+    lik32 = CallableLikelihood(nb_numpy, params={"r": 2.5}, constraints={"r": "positive"}).to(torch.float32)
+    (lik32.log_prob(torch.as_tensor(y, dtype=torch.float32), f.float()) * w.float()).sum().backward()
+    assert lik32.raw_params["r"].grad.dtype == torch.float32
+    assert lik32.raw_params["r"].grad.item() == pytest.approx(exact, rel=1e-5)
 
     yo = rng.integers(0, 4, (30, 1)).astype(float)
     fo = torch.as_tensor(0.5 * rng.standard_normal((5, 1, 30, 1)))
