@@ -247,6 +247,11 @@ def test_user_likelihood_option_errors(files, capsys):
         assert code == EXIT_BAD_INPUT and needle in err and err.count("error:") == 1, (extra, err)
     code, out, err = _run(capsys, *base, "--likelihood", d / "clf.py:one_latent", "--num-latent", "3")
     assert code == 0 and "warning: latent function(s) [1, 2] of Q = 3 do not change" in err
+    # the KeyError: 'num_classes' for --lik-option task=classification
+    code, out, err = _run(capsys, "train", d / "pm.csv", "--targets", "label", "--likelihood", d / "clf.py:probit",
+                          "--lik-option", "task=classification", "--iterations", "2", "--out", d / "t.pt", *FAST)
+    assert code == 0, err
+    assert torch.load(d / "t.pt", weights_only=True)["config"]["class_labels"] == [-1.0, 1.0]
 
 
 def test_plots_from_train_and_predict(files, capsys, monkeypatch):
