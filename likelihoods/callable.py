@@ -40,6 +40,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from savigp.constraints import inverse_softplus
+
 from .base import Likelihood, bad_rows_message
 
 #: constraints a user parameter can have
@@ -204,8 +206,7 @@ class CallableLikelihood(Likelihood):
                 if not bool((v > POSITIVE_FLOOR).all()):
                     raise ValueError(f"CallableLikelihood: positive parameter {name!r} must start above "
                                      f"{POSITIVE_FLOOR}, got {value!r}")
-                v = v - POSITIVE_FLOOR
-                v = v + torch.log(-torch.expm1(-v))  # inverse softplus
+                v = inverse_softplus(v - POSITIVE_FLOOR)
             self.raw_params[name] = nn.Parameter(v, requires_grad=kind != "fixed")
             self.constraints[name] = kind
             self._param_init[name] = np.asarray(value, dtype=np.float64).tolist()
