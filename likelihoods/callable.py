@@ -338,7 +338,8 @@ class CallableLikelihood(Likelihood):
         """``"torch"`` when ``fn`` computes with torch: given f that requires a gradient, its result
         carries one (numpy code either fails on such a tensor or returns an array, and a result
         produced by numpy on tensors through ``__array_wrap__`` has no gradient); else
-        ``"numpy"`` when ``fn`` runs on arrays; ``"torch"`` for a tensor result that ignores f."""
+        ``"numpy"`` when ``fn`` runs on arrays; ``"torch"`` for a tensor result that ignores f. For
+        a pair (a mean function's mean and variance) the mean decides."""
         probe = list(args[:-1]) + [args[-1].detach().clone().requires_grad_(True)]
         with torch.enable_grad(), warnings.catch_warnings():  # numpy code given tensors may warn before failing
             warnings.simplefilter("ignore")
@@ -346,6 +347,8 @@ class CallableLikelihood(Likelihood):
                 out = fn(*probe, **{k: v.detach() for k, v in params.items()})
             except Exception:
                 out = None
+        if isinstance(out, (tuple, list)) and out:  # a mean function's pair (E[y | f], Var[y | f])
+            out = out[0]
         if isinstance(out, Tensor) and out.requires_grad:
             return "torch"
         try:
