@@ -283,3 +283,30 @@ def test_plots_from_train_and_predict(files, capsys, monkeypatch):
     code, out, err = _run(capsys, "predict", d / "pp.pt", d / "pm.csv", "--plot", d / "x.png")
     assert code == EXIT_BAD_INPUT and "pip install 'savigp[plots]'" in err and err.count("\n") == 1
     assert not (d / "x.png").exists()
+
+
+def test_resume_with_a_mean_function_and_a_checkpoint_of_an_older_version(files, capsys):
+    """``--resume`` runs the command line's --likelihood and --mean-function; options a checkpoint
+    written before they existed does not record compare against their defaults (not refused),
+    while a recorded option that differs still is."""
+    d = files
+    model = d / "resume.pt"
+    args = ["train", d / "counts.csv", "--targets", "n", "--likelihood", d / "nb.py:log_lik", "--lik-param",
+            "r=2.0:fixed", "--mean-function", d / "nb.py:mean", "--out", model, "--quiet", *FAST]
+    code, out, err = _run(capsys, *args, "--iterations", "3")
+    assert code == 0, err
+    p = torch.load(model, weights_only=True)
+    options = p["config"]["training"]["options"]
+    for key in ("mean_basis", "task", "min_log_prob", "kernel"):  # as an older savigp wrote it
+        options.pop(key)
+    torch.save(p, model)
+    code, out, err = _run(capsys, *args, "--iterations", "5", "--resume")
+    assert code == 0 and "trained 5 step(s) (2 in this run" in out, err
+    # a missing option compares with its default: another value is refused
+    torch.save(p, model)
+    code, out, err = _run(capsys, *args, "--iterations", "5", "--resume", "--kernel", "matern32")
+    assert code == EXIT_BAD_INPUT and "--kernel is 'matern32' here but" in err and "'rbf'" in err, err
+    # the mean function is part of what is resumed: leaving it out is refused, not silently dropped
+    code, out, err = _run(capsys, *[a for a in args if a not in ("--mean-function", d / "nb.py:mean")],
+                          "--iterations", "5", "--resume")
+    assert code == EXIT_BAD_INPUT and "--mean-function" in err, err
