@@ -163,11 +163,25 @@ class Plain(Field):
         raise SchemaError(f"{where}: a {type(value).__name__} is not a plain value")
 
 
-class Dict(Field):
-    """A dict with the given fields (required unless :class:`Opt`); other keys must be plain values."""
+class Absent(Field):
+    """A key that must not be there (``reason`` says why and where its content belongs)."""
 
-    def __init__(self, fields: Optional[dict] = None, extra: Field = Plain()):
-        self.fields, self.extra = fields or {}, extra
+    optional = True
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def check(self, value, where):
+        raise SchemaError(f"{where} is not allowed: {self.reason}")
+
+
+class Dict(Field):
+    """A dict with the given fields (required unless :class:`Opt`); other keys must be plain values
+    (``extra``), and match ``key_pattern`` when one is given."""
+
+    def __init__(self, fields: Optional[dict] = None, extra: Field = Plain(), key_pattern: Optional[str] = None,
+                 max_len: int = MAX_ITEMS):
+        self.fields, self.extra, self.key_pattern, self.max_len = fields or {}, extra, key_pattern, max_len
 
     def check(self, value, where):
         if not isinstance(value, dict):
@@ -178,9 +192,13 @@ class Dict(Field):
                     raise SchemaError(f"{where} has no field {key!r}")
                 continue
             field.check(value[key], f"{where}.{key}")
+        if len(value) > self.max_len:
+            raise SchemaError(f"{where} has {len(value)} entries (at most {self.max_len})")
         for key, v in value.items():
             if not isinstance(key, str):
                 raise SchemaError(f"{where}: key {_short(key)} is not a string")
+            if key not in self.fields and self.key_pattern is not None and not re.fullmatch(self.key_pattern, key):
+                raise SchemaError(f"{where}: key {_short(key)} is not of the expected form ({self.key_pattern})")
             if key not in self.fields:
                 self.extra.check(v, f"{where}.{key}")
 
@@ -218,15 +236,32 @@ LIKELIHOOD_KWARGS = {
     "num_outputs": Int(1, MAX_OUTPUTS), "num_nodes": Int(1, MAX_LATENT), "num_layers": Int(1, MAX_OUTPUTS),
     "num_tanh": Int(0, 1000), "quadrature_points": Int(2, 1000),
 }
-#: likelihood fields; ``import_path``/``sha256`` name the user function (``name == "callable"``),
-#: ``code_kwargs`` further functions given to its constructor (e.g. a mean function)
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+_NUMBERS = OneOf(Float(), List(Float(), 1, MAX_OUTPUTS))
+_CODE_IN_KWARGS = Absent("code is recorded under code_kwargs (with its SHA-256) or import_path, never among kwargs")
+#: the options of a user function (:class:`likelihoods.CallableLikelihood`, ``name == "callable"``),
+#: checked besides :data:`LIKELIHOOD_KWARGS`; its code (the function, ``mean_fn``) is never a kwarg
+USER_FUNCTION_KWARGS = {
+    "backend": Str(choices=("auto", "torch", "numpy")),
+    "differentiable": Bool(),
+    "task": Str(choices=("regression", "classification")),
+    "classes": List(Float(), 2, MAX_CLASSES),
+    "num_classes": Int(2, MAX_CLASSES),
+    "params": Dict(extra=_NUMBERS, key_pattern=_IDENTIFIER, max_len=1000),
+    "constraints": Dict(extra=Str(choices=("real", "positive", "fixed")), key_pattern=_IDENTIFIER, max_len=1000),
+    "min_log_prob": Float(),
+    **{name: _CODE_IN_KWARGS for name in ("log_lik", "import_path", "mean_fn", "mean_import_path")},
+}
+#: likelihood fields; ``import_path``/``sha256`` name the user code (``name`` ``"callable"``: a
+#: function, ``"user-class"``: a ``Likelihood`` subclass), ``code_kwargs`` further functions given
+#: to its constructor (e.g. ``{"mean_fn": {"import_path", "sha256"}}``)
 LIKELIHOOD_FIELDS = {
     "name": Str(max_len=200),
     "class": Opt(Str(pattern=r"[A-Za-z_][A-Za-z0-9_]*", max_len=200)),
     "kwargs": Opt(Dict({k: Opt(v) for k, v in LIKELIHOOD_KWARGS.items()}, extra=BoundedPlain())),
     "import_path": Opt(Str()),
     "sha256": Opt(Str(pattern=r"[0-9a-f]{64}")),
-    "code_kwargs": Opt(Dict(extra=CODE_REFERENCE)),
+    "code_kwargs": Opt(Dict(extra=CODE_REFERENCE, key_pattern=_IDENTIFIER, max_len=100)),
 }
 MODEL_FIELDS = {
     "input_dim": Int(1, MAX_INPUT_DIM),
@@ -290,6 +325,10 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
         SchemaError: one line naming the field, what it holds and what was expected.
     """
     CONFIG_SCHEMA.check(config, "config")
+    lik = config["likelihood"]
+    if lik["name"] == "callable":
+        Dict({k: Opt(v) if not isinstance(v, Absent) else v for k, v in USER_FUNCTION_KWARGS.items()},
+             extra=BoundedPlain()).check(lik.get("kwargs") or {}, "config.likelihood.kwargs")
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise SchemaError("state_dict must map parameter names to tensors")
     mc = config["model"]

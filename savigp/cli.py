@@ -6,8 +6,10 @@
     savigp demo
 
 Exit status: 0 success; 2 bad input (files, columns, labels, options; one line on stderr naming
-the file, line and column); 1 a failure while running (e.g. training diverged); 130 interrupted
-(Ctrl-C; ``train`` first writes a checkpoint that ``--resume`` continues from).
+the file, line and column); 1 a failure while running (e.g. training diverged); 3 the likelihood
+returned NaN or inf (a model problem: the line names the function, the data file's lines and the
+f values); 130 interrupted (Ctrl-C; ``train`` first writes a checkpoint that ``--resume``
+continues from).
 
 Model files are written atomically (a temporary file in the same folder, fsync, ``os.replace``),
 so a failed or interrupted run never truncates or overwrites an existing model. Checkpoints go to
@@ -34,8 +36,12 @@ import numpy as np
 from .output_paths import check_output_path, remove_orphaned_temporaries
 from .csv_data import (DataError, Table, columns_by_name, data_checksum, read_csv, resolve_columns, split_columns,
                        write_csv)
+from .cli_user import file_lines_in_errors
+from .user_likelihood import USER_KINDS
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: the likelihood returned NaN or inf (a model problem, not bad input)
+EXIT_NON_FINITE = 3
 
 #: environment variable (tests only): after this many completed steps, ``train`` sends itself
 #: SIGINT, exactly as a Ctrl-C would.
@@ -54,11 +60,15 @@ LIKELIHOODS = {
     "multi-gaussian": ("MultiGaussian", "multi_gaussian"),
 }
 #: likelihoods whose targets may be standardized (real-valued, location-scale)
-STANDARDIZABLE = ("gaussian", "student-t", "warped", "multi-gaussian", "gprn", "callable")
+STANDARDIZABLE = ("gaussian", "student-t", "warped", "multi-gaussian", "gprn")
 #: likelihood-specific options -> the likelihoods they apply to
 LIKELIHOOD_OPTIONS = {
     "num_latent": ("callable",),
-    "num_classes": ("softmax",),
+    "num_classes": ("softmax", "callable"),
+    "task": ("callable",),
+    "mean_function": ("callable",),
+    "lik_param": ("callable",),
+    "min_log_prob": ("callable",),
     "one_hot": ("softmax",),
     "num_outputs": ("multi-gaussian", "gprn"),
     "num_nodes": ("gprn",),
@@ -71,12 +81,21 @@ LIKELIHOOD_OPTIONS = {
 #: options of ``train`` that a resumed run must repeat unchanged (iterations/epochs may grow)
 RESUME_KEYS = (
     "likelihood", "num_latent", "num_classes", "one_hot", "num_outputs", "num_nodes",
-    "num_layers", "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "kernel", "num_inducing",
+    "num_layers", "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "task", "mean_function",
+    "lik_param", "min_log_prob", "kernel", "num_inducing",
     "inducing_init", "dense", "fixed_inducing", "posterior", "components", "prior_mean", "learn_prior_mean",
     "mean_basis_size", "mean_basis", "standardize_inputs", "standardize_targets", "dtype", "seed", "batch_size", "optimizer",
     "lr", "samples", "estimator",
 )
 DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
+#: why ``train`` used an estimator (printed with its name)
+ESTIMATOR_WHY = {
+    "closed-form": "the likelihood's exact expected log-likelihood",
+    "reparam": "gradients through f: the likelihood is differentiable",
+    "score": "values of the likelihood only, with control variates",
+    "score-nocv": "values of the likelihood only, no control variates",
+    "quadrature": "Gauss-Hermite quadrature of the likelihood's values",
+}
 
 
 class CLIError(ValueError):
@@ -136,6 +155,24 @@ def _output_path(path: str, inputs: list, quiet: bool, allow_stdout: bool = Fals
     return target
 
 
+def _check_plot_option(path: Optional[str], inputs: list, outputs: list) -> Optional[str]:
+    """``--plot PATH`` checked as ``--out`` is (see :mod:`savigp.output_paths`; never one of the
+    command's ``inputs`` nor its other ``outputs``), and matplotlib installed, before any long
+    work; the path to write (a symlink's target)."""
+    if not path:
+        return None
+    target = check_output_path(path, "--plot", inputs=inputs)
+    if target in outputs:
+        raise CLIError(f"--plot {path}: is also where --out writes ({target}); give the picture its own file")
+    from .plotting import MissingExtra, require_matplotlib
+
+    try:
+        require_matplotlib()
+    except MissingExtra as err:
+        raise CLIError(f"--plot: {err}") from None
+    return target
+
+
 def _check_device(device: Optional[str]) -> None:
     import torch
 
@@ -160,7 +197,7 @@ def _is_builtin(name: str) -> bool:
 
 def _likelihood_spec(args, Y: np.ndarray) -> dict:
     """The ``config["likelihood"]`` entry for ``--likelihood`` and its options (plain values)."""
-    from .serialization import code_reference
+    from .serialization import canonical_import_path
 
     name = args.likelihood
     is_callable = not _is_builtin(name)
@@ -176,12 +213,9 @@ def _likelihood_spec(args, Y: np.ndarray) -> dict:
     P = Y.shape[1]
     extra = _parse_lik_options(args.lik_option)
     if is_callable:
-        ref = code_reference(name)  # the import path and the SHA-256 of its file, checked before a later import
-        kwargs = {"num_latent": int(args.num_latent or 1), "output_dim": P, "backend": "auto"}
-        if kwargs["num_latent"] < 1:
-            raise CLIError(f"--num-latent must be >= 1, got {args.num_latent}")
-        kwargs.update(extra)
-        return {"name": "callable", "class": "CallableLikelihood", **ref, "kwargs": kwargs}
+        from .cli_user import user_likelihood_spec
+
+        return user_likelihood_spec(args, Y, canonical_import_path(name), extra)
     cls_name = LIKELIHOODS[name][0]
     kwargs: dict = {}
     if args.noise_variance is not None:
@@ -218,7 +252,7 @@ def _make_likelihood(spec: dict):
 
     from .serialization import make_likelihood
 
-    if spec["name"] != "callable" and getattr(likelihoods, spec["class"], None) is None:
+    if spec["name"] not in USER_KINDS and getattr(likelihoods, spec["class"], None) is None:
         raise CLIError(f"--likelihood {spec['name']}: class likelihoods.{spec['class']} is not available in this "
                        f"installation (available: {', '.join(_available_likelihoods())})")
     try:
@@ -229,6 +263,18 @@ def _make_likelihood(spec: dict):
         if type(err).__name__ == "LikelihoodImportError":
             raise
         raise CLIError(f"--likelihood {spec['name']}: {_one_line(err)}") from None
+
+
+def _code_paths(spec: dict) -> dict:
+    """What a likelihood spec runs: its name, import path and those of its ``code_kwargs``."""
+    return {"name": spec.get("name"), "import_path": spec.get("import_path"),
+            "code": {k: (v or {}).get("import_path") for k, v in (spec.get("code_kwargs") or {}).items()}}
+
+
+def _describe_code(spec: dict) -> str:
+    text = spec.get("import_path") or spec.get("name")
+    mean = ((spec.get("code_kwargs") or {}).get("mean_fn") or {}).get("import_path")
+    return f"{text} (--mean-function {mean})" if mean else str(text)
 
 
 def _validate_targets(likelihood, Y, table: Table, tcols: list) -> None:
@@ -272,9 +318,10 @@ def _probe_callable(likelihood, Y, spec: dict) -> None:
         raise CLIError(f"--likelihood {spec['import_path']}: the function failed when called with y of shape "
                        f"{tuple(y.shape)} and f of shape {tuple(f.shape)} (Q = --num-latent {Q}): "
                        f"{type(err).__name__}: {_one_line(err)}") from None
-    if not bool(torch.isfinite(out).any()) and bool(torch.isnan(out).all()):
-        raise CLIError(f"--likelihood {spec['import_path']}: the function returned only NaN for y of shape "
-                       f"{tuple(y.shape)} and f of shape {tuple(f.shape)}")
+    if not bool(torch.isfinite(out).all()):  # exit 3 with the rows and f values (see cmd_train)
+        from .nonfinite import non_finite_error
+
+        raise non_finite_error(likelihood, y, f, out)
 
 
 def _select_inputs(table: Table, config: dict, inputs: Optional[str], exclude=(), positional: bool = False) -> list:
@@ -340,6 +387,15 @@ def _label_name(v) -> str:
 # ====================================================================== train
 def _training_options(args) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items() if k in RESUME_KEYS}
+
+
+def _train_default(key: str):
+    """The parser's default of ``train``'s option ``key`` (as :func:`_training_options` records it)."""
+    import argparse
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    value = sub.choices["train"].get_default(key)
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _resume_source(out: str, ckpt: str) -> Optional[str]:
@@ -422,6 +478,7 @@ def cmd_train(args) -> int:
         raise CLIError(f"--lr must be > 0, got {args.lr}")
     out = _output_path(args.out, [args.data], args.quiet)
     ckpt = check_output_path(out + ".ckpt", "--out (its checkpoint)", inputs=[args.data])
+    plot = _check_plot_option(args.plot, [args.data], [out, ckpt])
     for stale in remove_orphaned_temporaries(out) + remove_orphaned_temporaries(ckpt):
         if not quiet:
             print(f"removed {stale}, a temporary file left by an interrupted write", file=sys.stderr)
@@ -455,6 +512,11 @@ def cmd_train(args) -> int:
     if likelihood.output_dim != Y.shape[1]:
         raise DataError(f"{table.where(None, tcols)}: --targets selects {Y.shape[1]} column(s) but the "
                         f"{args.likelihood} likelihood takes {likelihood.output_dim}")
+    if args.standardize_targets and spec["name"] in USER_KINDS:
+        raise CLIError(f"--standardize-targets does not apply to a user likelihood ({args.likelihood}): it "
+                       "receives y in the file's units and its f means what it says in those units (standardized "
+                       "targets would leave every latent function in standardized units); scale inside the "
+                       "function, or set --prior-mean")
     if args.standardize_targets and spec["name"] not in STANDARDIZABLE:
         raise CLIError(f"--standardize-targets applies to real-valued targets ({', '.join(STANDARDIZABLE)}), "
                        f"not to --likelihood {args.likelihood}")
@@ -465,7 +527,12 @@ def cmd_train(args) -> int:
     Yt = torch.as_tensor(Ym, dtype=torch.float64)
     _validate_targets(likelihood, Yt, table, tcols)
     if spec["name"] == "callable":
-        _probe_callable(likelihood, Yt, spec)
+        with file_lines_in_errors(table):
+            _probe_callable(likelihood, Yt, spec)
+    if spec["name"] in USER_KINDS:
+        from .cli_user import warn_unused_latents
+
+        warn_unused_latents(likelihood, Yt, spec)
 
     # ---- options and configuration
     optimizer = args.optimizer
@@ -487,8 +554,12 @@ def cmd_train(args) -> int:
     if likelihood.task == "classification":
         if spec["name"] == "logistic":
             class_labels = [-1.0 if bool((Y == -1).any()) else 0.0, 1.0]
-        else:
+        elif getattr(likelihood, "classes", None) is not None:  # a user function's label set
+            class_labels = [float(c) for c in likelihood.classes]
+        elif "num_classes" in spec["kwargs"]:
             class_labels = [float(c) for c in range(int(spec["kwargs"]["num_classes"]))]
+        else:  # a user Likelihood subclass: classes 0..C-1 in its own order
+            class_labels = None
     else:
         class_labels = None
     config = {
@@ -512,20 +583,25 @@ def cmd_train(args) -> int:
         source = _resume_source(out, ckpt)
         if source is None:
             raise CLIError(f"--resume: there is no checkpoint {ckpt} nor model {out} to resume from")
-        # the user's own --likelihood is the consent to run it (never the file's record of it)
+        # the user's own --likelihood and --mean-function are the consent to run them (never the
+        # file's record of them); a file changed since the checkpoint is refused without --trust-code
+        user = spec["name"] in USER_KINDS
+        code = {"mean_fn": args.mean_function} if user and args.mean_function else None
         saved, tstate = load_model(source, device=args.device, X=Xm, Y=Ym, trust_code=args.trust_code,
-                                   likelihood=args.likelihood if spec["name"] == "callable" else None)
+                                   likelihood=args.likelihood if user else None, code=code)
         old = saved.config
-        if {k: old["likelihood"].get(k) for k in ("name", "import_path")} != {k: spec.get(k) for k in ("name", "import_path")}:
-            raise CLIError(f"--resume: {source} was trained with likelihood "
-                           f"{old['likelihood'].get('import_path') or old['likelihood'].get('name')}, not --likelihood "
-                           f"{spec.get('import_path') or spec['name']}")
+        if _code_paths(old["likelihood"]) != _code_paths(spec):
+            raise CLIError(f"--resume: {source} was trained with likelihood {_describe_code(old['likelihood'])}, not "
+                           f"--likelihood {_describe_code(spec)}")
         ot = old.get("training", {})
         if ot.get("data_checksum") != config["training"]["data_checksum"]:
             raise CLIError(f"--resume: {args.data} is not the data {source} was trained on "
                            f"({ot.get('data_rows')} rows from {ot.get('data')}; the contents differ)")
+        recorded = ot.get("options", {})
         for key in RESUME_KEYS:
-            a, b = ot.get("options", {}).get(key), config["training"]["options"].get(key)
+            # an option a checkpoint from an older savigp lacks had its default then
+            a = recorded[key] if key in recorded else _train_default(key)
+            b = config["training"]["options"].get(key)
             if a != b:
                 raise CLIError(f"--resume: --{key.replace('_', '-')} is {b!r} here but {source} was trained with "
                                f"{a!r}; resume with the same options")
@@ -599,10 +675,14 @@ def cmd_train(args) -> int:
     except ValueError:  # not the main thread: no handler, Ctrl-C cannot reach us anyway
         previous = previous_term = None
     t0 = time.perf_counter()
+    estimator = model.resolved_estimator(args.estimator)  # an impossible choice: one line, exit 2
+    if not quiet:
+        print(f"estimator: {estimator} ({ESTIMATOR_WHY[estimator]})", file=sys.stderr)
     try:
-        history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=optimizer, lr=lr,
-                      num_samples=args.samples, estimator=args.estimator, seed=args.seed, progress=not quiet,
-                      callback=callback, state=state)
+        with file_lines_in_errors(table):
+            history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=optimizer, lr=lr,
+                          num_samples=args.samples, estimator=args.estimator, seed=args.seed, progress=not quiet,
+                          callback=callback, state=state)
     except (SystemExit, KeyboardInterrupt) as err:
         if isinstance(err, KeyboardInterrupt) and (interrupted["flag"] or previous is None):
             raise  # Ctrl-C pressed twice: stop at once
@@ -638,28 +718,37 @@ def cmd_train(args) -> int:
     if rank == 0 and os.path.exists(ckpt):
         os.unlink(ckpt)
     finish()
-    if not quiet:
-        print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s), "
-              f"final ELBO {elbo_text}; wrote {out}")
+    if rank == 0:
+        # the one-line summary is printed even with --quiet (which silences progress only)
+        print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s, "
+              f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
+        if plot:
+            from .plotting import save_elbo_plot
+
+            save_elbo_plot(history.elbo, plot, start=done - history.steps,
+                           title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
+            print(f"wrote {plot}", file=sys.stderr)
     return EXIT_OK
 
 
 # ====================================================================== predict / evaluate
-def _load_for_use(model_path: str, device, likelihood=None, trust_code: bool = False):
+def _load_for_use(model_path: str, device, likelihood=None, trust_code: bool = False, mean_function=None):
     from .serialization import ModelFileError, load_model
 
     if not os.path.exists(model_path):
         raise ModelFileError(f"{model_path}: no such model file")
     _check_device(device)
-    saved, _ = load_model(model_path, device=device, likelihood=likelihood, trust_code=trust_code)
+    code = {"mean_fn": mean_function} if mean_function else None
+    saved, _ = load_model(model_path, device=device, likelihood=likelihood, trust_code=trust_code, code=code)
     return saved
 
 
 def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
     """Header and values ``(B, columns)`` of a predictions CSV.
 
+    ``pred`` is ``Prediction.numpy()`` (the same fields and shapes as :meth:`SAVIGP.predict`).
     Columns: ``mean_<target>`` and ``var_<target>`` for each target (when the likelihood has
-    predictive moments), ``prob_<label>`` for each class and ``predicted_<target>`` (the most
+    predictive moments; ``var_`` is left out for a user mean function that gives E[y | f] only), ``prob_<label>`` for each class and ``predicted_<target>`` (the most
     probable label) for classification, and ``latent_mean_<j>``/``latent_var_<j>`` for the Q
     latent functions with ``latent=True`` or when there are no predictive moments.
     """
@@ -668,8 +757,11 @@ def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
     header, blocks = [], []
     if pred["mean"] is not None:
         for p, t in enumerate(names):
-            header += [f"mean_{t}", f"var_{t}"]
-            blocks += [pred["mean"][:, p:p + 1], pred["variance"][:, p:p + 1]]
+            header.append(f"mean_{t}")
+            blocks.append(pred["mean"][:, p:p + 1])
+            if pred["variance"] is not None:  # None: a user mean function gives E[y | f] only
+                header.append(f"var_{t}")
+                blocks.append(pred["variance"][:, p:p + 1])
     if pred["probabilities"] is not None:
         labels = cfg.get("class_labels") or list(range(pred["probabilities"].shape[1]))
         header += [f"prob_{_label_name(c)}" for c in labels]
@@ -692,23 +784,45 @@ def _model_and_table(args):
     if not os.path.exists(args.model):
         raise ModelFileError(f"{args.model}: no such model file")
     table = read_csv(args.data, header=args.header, delimiter=args.delimiter)
-    return table, _load_for_use(args.model, args.device, args.likelihood, args.trust_code)
+    return table, _load_for_use(args.model, args.device, args.likelihood, args.trust_code, args.mean_function)
 
 
 def cmd_predict(args) -> int:
     """``savigp predict``: predictive means/variances (and class probabilities) per row."""
     _check_samples(args.samples)
     out = _output_path(args.out, [args.model, args.data], args.quiet, allow_stdout=True)
+    plot = _check_plot_option(args.plot, [args.model, args.data], [out])
     table, saved = _model_and_table(args)
+    if plot and int(saved.config["model"]["input_dim"]) > 2:
+        raise CLIError(f"--plot draws models of 1 or 2 inputs; {args.model} has {saved.config['model']['input_dim']}")
     icols = _select_inputs(table, saved.config, args.inputs, positional=args.positional)
     if not saved.likelihood_loaded and not args.quiet:
         print(f"savigp predict: note: latent predictions only ({saved.model.likelihood.note})", file=sys.stderr)
-    pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed)
+    with file_lines_in_errors(table):
+        pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed).numpy()
     header, values = prediction_table(saved, pred, latent=args.latent)
     write_csv(out, header, values)
     if out != "-" and not args.quiet:
         print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {out}", file=sys.stderr)
+    if plot:
+        from .plotting import save_fit_plot
+
+        with file_lines_in_errors(table):
+            save_fit_plot(saved, table.values[:, icols], plot, Y=_targets_if_present(table, saved.config, icols),
+                          num_samples=args.samples, seed=args.seed, input_names=table.names(icols))
+        if not args.quiet:
+            print(f"wrote {plot}", file=sys.stderr)
     return EXIT_OK
+
+
+def _targets_if_present(table: Table, config: dict, icols: list):
+    """The training targets' columns of a predict file when it has them (by name), else None."""
+    cols = config.get("columns") or {}
+    names = cols.get("targets") or []
+    if table.header is None or not names or not all(n in table.header for n in names):
+        return None
+    tcols = [table.header.index(n) for n in names]
+    return None if set(tcols) & set(icols) else table.values[:, tcols]
 
 
 METRIC_NAMES = {"n": "N", "sse": "SSE", "nlpd": "NLPD", "mse": "MSE", "mae": "MAE",
@@ -740,7 +854,8 @@ def cmd_evaluate(args) -> int:
     import torch
 
     _validate_targets(saved.model.likelihood, torch.as_tensor(saved.transform_targets(Y)), table, tcols)
-    metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
+    with file_lines_in_errors(table):
+        metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
     if args.json:
         print(json.dumps(metrics))
     else:
@@ -816,7 +931,8 @@ examples:
   savigp predict model.pt test.csv --out predictions.csv
   savigp evaluate model.pt test.csv --targets y --json
 
-exit status: 0 ok, 2 bad input (one line on stderr), 1 failure while running, 130 interrupted.
+exit status: 0 ok, 2 bad input (one line on stderr), 1 failure while running, 3 the likelihood
+returned NaN or inf (the line names the function, the file lines and the f values), 130 interrupted.
 run 'savigp COMMAND --help' for the options of each command.
 """
 
@@ -832,6 +948,14 @@ examples:
       --posterior diag --components 2 --out usps.pt
   # your own log-likelihood log_lik(y, f) in numpy or torch, with Q = 2 latent functions
   savigp train data.csv --targets 3 --likelihood my_lik.py:log_lik --num-latent 2 --out m.pt
+  # ... with a learned keyword parameter log_lik(y, f, r=...) and predictive means from mean(f)
+  savigp train counts.csv --targets n --likelihood nb.py:log_lik --lik-param r=3.0:positive \
+      --mean-function nb.py:mean --out nb.pt
+  # ... a classifier: class probabilities from log_lik at each label 0..3
+  savigp train grades.csv --targets g --likelihood ordinal.py:log_lik --task classification \
+      --num-classes 4 --lik-param cut=-1,0,1 --out ord.pt
+  # ... or a Likelihood subclass, constructor arguments as --lik-option
+  savigp train data.csv --targets y --likelihood my_lik.py:MyLikelihood --lik-option scale=2 --out m.pt
   # checkpoint every 100 steps; after a crash or Ctrl-C continue with --resume
   savigp train big.csv --targets y --iterations 5000 --checkpoint-every 100 --out big.pt
   savigp train big.csv --targets y --iterations 5000 --checkpoint-every 100 --out big.pt --resume
@@ -846,9 +970,10 @@ examples:
   savigp predict model.pt test.csv --inputs x1,x2 --latent --out - | head
 
 output columns: mean_<target>, var_<target> (predictive mean and variance of y, in the
-original units), prob_<label> and predicted_<target> for classification, and
+original units; a user function has them with --mean-function, var_ only when it returns
+the pair E[y|f], Var[y|f]), prob_<label> and predicted_<target> for classification, and
 latent_mean_<j>, latent_var_<j> with --latent (or when the likelihood has no predictive
-moments, e.g. a user function).
+moments). --plot FIT.png draws the fit for 1-D and 2-D inputs.
 """
 
 EPILOG_EVALUATE = """\
@@ -878,8 +1003,11 @@ def _add_trust_options(p) -> None:
     p.add_argument("--likelihood", metavar="FILE.py[:FN]",
                    help="for a model trained with your own likelihood: run this file's function (also where the file "
                         "is now, if it moved; without :FN the recorded name). A model file never runs code by itself")
+    p.add_argument("--mean-function", metavar="FILE.py[:FN]",
+                   help="for a model trained with --mean-function in another file than the likelihood: run this one "
+                        "(also where it is now; without :FN the recorded name)")
     p.add_argument("--trust-code", action="store_true",
-                   help="run the user likelihood the model file names (and a likelihood file changed since training)")
+                   help="run the user code the model file names (and a file changed since training)")
 
 
 def _add_threads_option(p, default=None) -> None:
@@ -912,7 +1040,8 @@ def build_parser() -> argparse.ArgumentParser:
                    + "; or a function log_lik(y, f) as package.module:function or path/to/file.py:function "
                      "(default gaussian)")
     g.add_argument("--num-latent", type=int, metavar="Q", help="latent functions read by a user function (default 1)")
-    g.add_argument("--num-classes", type=int, metavar="C", help="softmax: classes (default: largest label + 1)")
+    g.add_argument("--num-classes", type=int, metavar="C", help="softmax, or a user function with --task classification: classes, labels 0..C-1 "
+                        "(default: softmax: largest label + 1; user function: the distinct target values)")
     g.add_argument("--one-hot", action="store_true", help="softmax: targets are C one-hot columns")
     g.add_argument("--num-outputs", type=int, metavar="P", help="multi-gaussian, gprn: outputs (default: target columns)")
     g.add_argument("--num-nodes", type=int, metavar="Q'", help="gprn: latent node functions (default 1)")
@@ -922,7 +1051,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bin-width", type=float, help="poisson: width of each count's bin (default 1)")
     g.add_argument("--noise-variance", type=float, help="initial noise variance (gaussian, multi-gaussian, gprn, warped)")
     g.add_argument("--lik-option", action="append", metavar="KEY=VALUE",
-                   help="any other constructor argument of the likelihood, e.g. depth_scale=10 (repeatable)")
+                   help="any other constructor argument of the likelihood, e.g. depth_scale=10, or "
+                        "differentiable=True for a torch user function (repeatable)")
+    g.add_argument("--task", choices=("regression", "classification"),
+                   help="user function: regression (default) or classification (labels: --num-classes C gives "
+                        "0..C-1, else the distinct target values; class probabilities from the function)")
+    g.add_argument("--mean-function", metavar="FILE.py:FN",
+                   help="user function: E[y | f] as mean(f) (or the pair E[y | f], Var[y | f]) for predictive "
+                        "means, SSE and MSE")
+    g.add_argument("--lik-param", action="append", metavar="NAME=VALUE[:positive|:fixed]",
+                   help="user function: a keyword parameter of log_lik learned with the model (VALUE: a number or "
+                        "comma-separated numbers; :positive keeps it > 0, :fixed holds it) (repeatable)")
+    g.add_argument("--min-log-prob", type=float, metavar="L",
+                   help="user function: replace -inf and values below L by L (for simulators whose density underflows)")
     g = t.add_argument_group("model")
     g.add_argument("--kernel", choices=("rbf", "matern32", "matern52"), default="rbf", help="covariance (default rbf, ARD)")
     g.add_argument("--num-inducing", type=int, metavar="M", help="inducing points per latent function (default min(N, 100))")
@@ -961,12 +1102,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--checkpoint-every", type=int, metavar="N", help="write OUT.ckpt every N steps")
     g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (or OUT) with the same options")
     g.add_argument("--trust-code", action="store_true",
-                   help="with --resume: run the --likelihood file even though it changed since the checkpoint")
+                   help="with --resume: run the --likelihood (and --mean-function) file even though it changed since "
+                        "the checkpoint")
+    g.add_argument("--quiet", action="store_true", help="no progress bar (the one-line summary is still printed)")
+    g.add_argument("--plot", metavar="ELBO.png", help="draw the ELBO per step to this image (needs matplotlib)")
     g.add_argument("--nproc", type=int, metavar="R",
                    help="train data-parallel on R processes of this machine (runs torchrun; see docs/cli.md)")
     g.add_argument("--dist-timeout", type=float, metavar="SEC",
                    help="data-parallel: seconds a rank waits for the others before failing (default 300)")
-    g.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     _add_threads_option(g)
     t.set_defaults(func=cmd_train)
 
@@ -985,6 +1128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--quiet", action="store_true")
     _add_trust_options(p)
+    p.add_argument("--plot", metavar="FIT.png",
+                   help="draw the fit (1-D or 2-D inputs; the file's targets overlaid when it has them; needs matplotlib)")
     _add_threads_option(p)
     p.set_defaults(func=cmd_predict)
 
@@ -1043,6 +1188,7 @@ def main(argv=None) -> int:
         return args.func(args)
     from ._linalg import CholeskyError
     from .distributed import DistributedError
+    from .nonfinite import NonFiniteLogProb
     from .training import TrainingDiverged
 
     try:
@@ -1058,6 +1204,9 @@ def main(argv=None) -> int:
     except (TrainingDiverged, CholeskyError, UserCodeExit) as err:
         print(prefix + _one_line(err), file=sys.stderr)
         return EXIT_FAILURE
+    except NonFiniteLogProb as err:  # a model problem, not bad input
+        print(prefix + _one_line(err), file=sys.stderr)
+        return EXIT_NON_FINITE
     except MemoryError:
         print(prefix + "out of memory (fewer --samples, or a smaller --batch-size for train, needs less)", file=sys.stderr)
         return EXIT_FAILURE

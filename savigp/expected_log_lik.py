@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from . import _compile
+from .nonfinite import non_finite_error
 
 ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
 
@@ -88,8 +89,9 @@ def checked_log_prob(likelihood, y: Tensor, f: Tensor, check_finite: bool = True
             and call again with True to raise the detailed error).
 
     Returns:
-        ``(..., B)``. Raises ``ValueError`` naming the likelihood, the shapes, and the data rows
-        where the values are NaN or infinite.
+        ``(..., B)``. Raises ``ValueError`` naming the likelihood and the shapes, or
+        :class:`~savigp.nonfinite.NonFiniteLogProb` (a ``ValueError``) naming the likelihood, the
+        rows of the batch, their targets and the f values where the values are NaN or infinite.
     """
     Q = int(likelihood.num_latent)
     if f.shape[-1] != Q:
@@ -104,13 +106,8 @@ def checked_log_prob(likelihood, y: Tensor, f: Tensor, check_finite: bool = True
         )
     if not check_finite:
         return out
-    bad = ~torch.isfinite(out)
-    if bool(bad.any()):
-        rows = torch.nonzero(bad.reshape(-1, out.shape[-1]).any(0)).flatten()[:5].tolist()
-        raise ValueError(
-            f"{type(likelihood).__name__}.log_prob returned NaN or inf for {int(bad.sum())} of {out.numel()} "
-            f"values (batch rows {rows}, targets {y[rows].tolist()}); a log-density must be finite (score-function gradients are undefined at -inf)"
-        )
+    if not bool(torch.isfinite(out).all()):
+        raise non_finite_error(likelihood, y, f, out)
     return out
 
 

@@ -21,6 +21,7 @@ from ._linalg import base_jitter, robust_cholesky
 from .expected_log_lik import _joint_factor, checked_log_prob, expected_log_lik, expected_log_lik_joint, resolve_estimator
 from .inducing import initial_inducing_inputs
 from .kernels import KERNELS, Kernel, RBF
+from .nonfinite import NonFiniteLogProb
 from .joint_posterior import JointGaussian
 from .posteriors import MixturePosterior, make_posterior
 
@@ -48,13 +49,20 @@ class ELBOTerms:
 
 @dataclass
 class Prediction:
-    """Predictions at B test inputs.
+    """Predictions at B test inputs: what :meth:`SAVIGP.predict` and, in the data's original
+    units, ``SavedModel.predict`` (model files, the command line) return.
 
     Attributes:
-        latent_mean, latent_var: mixture-collapsed moments of q(f*), ``(B, Q)``.
-        mean, variance: predictive mean and variance of y*, ``(B, P)`` (None when the likelihood
-            has no ``conditional_moments``).
-        probabilities: class probabilities ``(B, C)`` for classification likelihoods, else None.
+        latent_mean, latent_var: mixture-collapsed moments of q(f*), ``(B, Q)``, in the units the
+            likelihood reads f in.
+        mean, variance: predictive mean and variance of y*, ``(B, P)``; ``mean`` is None when the
+            likelihood has no ``conditional_moments``, ``variance`` is None also when it gives
+            E[y | f] only (a user ``mean_fn`` without a variance).
+        probabilities: class probabilities ``(B, C)`` for classification likelihoods, else None;
+            column c is the likelihood's c-th class.
+
+    Fields are tensors; ``pred["mean"]`` reads a field by name and :meth:`numpy` gives a dict of
+    float64 arrays with the same keys.
     """
 
     latent_mean: Tensor
@@ -62,6 +70,18 @@ class Prediction:
     mean: Optional[Tensor]
     variance: Optional[Tensor]
     probabilities: Optional[Tensor] = None
+
+    FIELDS = ("mean", "variance", "probabilities", "latent_mean", "latent_var")
+
+    def __getitem__(self, key: str):
+        if key not in self.FIELDS:
+            raise KeyError(f"Prediction has no field {key!r}; fields: {', '.join(self.FIELDS)}")
+        return getattr(self, key)
+
+    def numpy(self) -> dict:
+        """``{field: float64 array or None}`` on the CPU, keys as :attr:`FIELDS`."""
+        return {k: None if getattr(self, k) is None else getattr(self, k).detach().cpu().to(torch.float64).numpy()
+                for k in self.FIELDS}
 
 
 def _tune_allocator() -> None:
@@ -358,6 +378,13 @@ class SAVIGP(nn.Module):
             generator: torch.Generator for the Monte Carlo draws.
         """
         X, Y = (self.train_x, self.train_y) if batch is None else (self.train_x[batch], self.train_y[batch])
+        try:
+            return self._elbo(X, Y, num_samples, estimator, generator)
+        except NonFiniteLogProb as err:  # name the training-data rows, not the mini-batch's
+            raise (err if batch is None else err.remap_rows(batch.detach().cpu())) from None
+
+    def _elbo(self, X: Tensor, Y: Tensor, num_samples: int, estimator: str,
+              generator: Optional[torch.Generator]) -> ELBOTerms:
         if getattr(self.posterior, "joint", False):
             return self._joint_elbo(X, Y, num_samples, estimator, generator)
         Kzz, Lzz, jitter_rel = self._prior_parts()  # L_zz without graph: the fused terms hand gradients to K_zz
@@ -485,11 +512,12 @@ class SAVIGP(nn.Module):
                 m_k, v_k = lik.predictive_moments(mean, var)  # (K, B, P)
                 second = v_k + m_k * m_k
             except NotImplementedError:
-                cm, cv = lik.conditional_moments(f)  # (S, K, B, P)
+                cm, cv = lik.conditional_moments(f)  # (S, K, B, P); cv None: E[y | f] only
                 m_k = cm.mean(0)
-                second = (cv + cm * cm).mean(0)
+                second = None if cv is None else (cv + cm * cm).mean(0)
             y_mean = torch.einsum("k,kbp->bp", pi, m_k)
-            y_var = torch.einsum("k,kbp->bp", pi, second) - y_mean ** 2
+            if second is not None:
+                y_var = torch.einsum("k,kbp->bp", pi, second) - y_mean ** 2
         except NotImplementedError:
             pass
         if lik.task == "classification":
@@ -517,7 +545,10 @@ class SAVIGP(nn.Module):
         for i in range(0, X.shape[0], chunk_size):
             xb, yb = X[i:i + chunk_size], Y[i:i + chunk_size]
             f, log_pi, _, _ = self._draws(xb, num_samples, seed)
-            lp = checked_log_prob(self.likelihood, yb, f)  # (S, K, B)
+            try:
+                lp = checked_log_prob(self.likelihood, yb, f)  # (S, K, B)
+            except NonFiniteLogProb as err:
+                raise err.remap_rows(offset=i) from None
             lse = torch.logsumexp(lp + log_pi[None, :, None], dim=(0, 1))
             out[i:i + chunk_size] = lse - math.log(num_samples)
         return out

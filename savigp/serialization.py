@@ -16,9 +16,10 @@ with ``torch.load(path, weights_only=True)``::
   dense, learn_inducing, posterior, num_components, learn_prior_mean, mean_basis_size, mean_basis);
 * ``"model_options"``: kernel name, inducing_init, seed, dtype name, prior_mean;
 * ``"likelihood"``: ``{"name", "class", "kwargs"}`` for a class of :mod:`likelihoods`, or
-  ``{"name": "callable", "import_path", "sha256", "kwargs"}`` for a user function: where it was
-  and the SHA-256 of its file at training (``"code_kwargs"``: the same for further functions
-  given to its constructor);
+  ``{"name": "callable" | "user-class", "class", "import_path", "sha256", "kwargs"}`` for a user
+  function or ``Likelihood`` subclass (see :mod:`savigp.user_likelihood`): where it was and the
+  SHA-256 of its file at training (``"code_kwargs"``: the same for further functions given to its
+  constructor, e.g. ``{"mean_fn": {"import_path", "sha256"}}``);
 * ``"standardize"``: ``{"inputs": None | {"mean": [D floats], "std": [D floats]},
   "targets": None | {"mean": [P floats], "std": [P floats]}}``, undone at prediction;
 * ``"example_target"``: one valid target row (P floats), used to build the placeholder data;
@@ -155,12 +156,19 @@ def import_callable(spec: str) -> Callable:
     return fn
 
 
-def make_likelihood(spec: dict, fn: Optional[Callable] = None):
+#: arguments of :class:`likelihoods.CallableLikelihood` that name or are code: a model file records
+#: them as ``import_path`` / ``code_kwargs`` (consent and SHA-256 apply), never among ``kwargs``
+USER_CODE_ARGUMENTS = ("log_lik", "import_path", "mean_fn", "mean_import_path")
+
+
+def make_likelihood(spec: dict, fn: Optional[Callable] = None, code: Optional[dict] = None):
     """Construct the likelihood that ``config["likelihood"]`` describes.
 
-    For a user function (``spec["name"] == "callable"``) ``fn`` is the function; without it the
-    recorded ``import_path`` is imported, which only callers that were told to may do (the
-    command line's ``train``, whose ``--likelihood`` names it; see :func:`authorized_import`).
+    For user code (``spec["name"]`` ``"callable"`` or ``"user-class"``) ``fn`` is the function
+    or ``Likelihood`` subclass and ``code`` the further functions of ``spec["code_kwargs"]``
+    (name -> function); without them the recorded import paths are imported, which only callers
+    that were told to may do (the command line's ``train``, whose ``--likelihood`` and
+    ``--mean-function`` name them; see :func:`authorized_import` and :func:`resolve_likelihood`).
 
     Raises:
         LikelihoodImportError: a user function that cannot be imported.
@@ -170,11 +178,19 @@ def make_likelihood(spec: dict, fn: Optional[Callable] = None):
     import likelihoods
 
     kwargs = dict(spec.get("kwargs") or {})
-    if spec.get("name") == "callable":
+    # ---- user likelihoods (functions and Likelihood subclasses in user code): every field of
+    # their spec (task, classes, params, constraints, min_log_prob, code_kwargs, ...) is read back
+    # by build_user_likelihood; CallableLikelihood.spec() writes them
+    from .user_likelihood import USER_KINDS, build_user_likelihood
+
+    if spec.get("name") in USER_KINDS:
         if fn is None:
             fn = import_callable(spec["import_path"])
-        _check_kwargs(likelihoods.CallableLikelihood, kwargs, skip=("log_lik", "import_path"))
-        return likelihoods.CallableLikelihood(fn, import_path=spec.get("import_path"), **kwargs)
+        if code is None:
+            code = {name: import_callable(ref["import_path"]) for name, ref in (spec.get("code_kwargs") or {}).items()}
+        if spec.get("name") == "callable" and not isinstance(fn, type):
+            _check_kwargs(likelihoods.CallableLikelihood, kwargs, skip=USER_CODE_ARGUMENTS)
+        return build_user_likelihood(spec, fn, code)
     cls = builtin_likelihood_class(spec.get("class"))
     _check_kwargs(cls, kwargs)
     return cls(**kwargs)
@@ -306,8 +322,9 @@ def _function_path(fn) -> str:
 
 def likelihood_spec(lik) -> dict:
     """The ``config["likelihood"]`` entry that rebuilds ``lik``: its class (built-in) or its
-    function's import path and SHA-256 (:class:`CallableLikelihood`), and the constructor's
-    arguments read back from the object's attributes (checked by rebuilding it).
+    function's import path and SHA-256 (:class:`CallableLikelihood`, with the plain options of
+    :meth:`CallableLikelihood.spec` and its mean function under ``code_kwargs``), and the
+    constructor's arguments read back from the object's attributes (checked by rebuilding it).
 
     Raises:
         TypeError: a likelihood this cannot describe (a user class, a lambda), saying what to do.
@@ -315,33 +332,31 @@ def likelihood_spec(lik) -> dict:
     import likelihoods
 
     cls = type(lik)
-    callable_lik = cls is likelihoods.CallableLikelihood
-    if not callable_lik:
+    if cls is likelihoods.CallableLikelihood:
+        spec = lik.spec()
+        kwargs = spec["kwargs"]
+        spec.update(code_reference(lik.import_path or _function_path(lik.fn)))
+        spec.pop("code_kwargs", None)
+        if lik.mean_fn is not None:
+            spec["code_kwargs"] = {"mean_fn": code_reference(lik.mean_import_path or _function_path(lik.mean_fn))}
+        rebuilt = likelihoods.CallableLikelihood(lik.fn, mean_fn=lik.mean_fn, **kwargs)
+    else:
         try:
             builtin_likelihood_class(cls.__name__)
         except ModelFileError:
             raise TypeError(f"cannot save a model with likelihood {cls.__name__}: model files hold built-in likelihoods "
-                            "(likelihoods.*) and user functions (likelihoods.CallableLikelihood)") from None
-    skip = ("log_lik", "import_path") if callable_lik else ()
-    kwargs, code = {}, {}
-    for name, param in inspect.signature(cls.__init__).parameters.items():
-        if name == "self" or name in skip or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            continue
-        if name.startswith("learn_") and isinstance(getattr(lik, name[6:], None), torch.nn.Module):
-            kwargs[name] = any(p.requires_grad for p in getattr(lik, name[6:]).parameters())
-            continue
-        value = getattr(lik, name, None)
-        if callable_lik and callable(value) and not isinstance(value, torch.nn.Module):
-            code[name] = code_reference(_function_path(value))
-        elif isinstance(value, (bool, int, float, str)):
-            kwargs[name] = value
-    if callable_lik:
-        spec = {"name": "callable", "class": "CallableLikelihood",
-                **code_reference(lik.import_path or _function_path(lik.fn)), "kwargs": kwargs}
-        if code:
-            spec["code_kwargs"] = code
-        rebuilt = likelihoods.CallableLikelihood(lik.fn, **kwargs, **{k: getattr(lik, k) for k in code})
-    else:
+                            "(likelihoods.*) and user functions (likelihoods.CallableLikelihood); a Likelihood "
+                            "subclass of your own is saved by `savigp train --likelihood file.py:Class`") from None
+        kwargs = {}
+        for name, param in inspect.signature(cls.__init__).parameters.items():
+            if name == "self" or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+                continue
+            if name.startswith("learn_") and isinstance(getattr(lik, name[6:], None), torch.nn.Module):
+                kwargs[name] = any(p.requires_grad for p in getattr(lik, name[6:]).parameters())
+                continue
+            value = getattr(lik, name, None)
+            if isinstance(value, (bool, int, float, str)):
+                kwargs[name] = value
         spec = {"name": cls.__name__.lower(), "class": cls.__name__, "kwargs": kwargs}
         rebuilt = cls(**kwargs)
     shapes = {k: tuple(v.shape) for k, v in lik.state_dict().items()}
@@ -373,25 +388,36 @@ def _latent_only_likelihood(Q: int, P: int, message: str):
     return LatentOnly()
 
 
-def resolve_likelihood(config: dict, likelihood=None, trust_code: bool = False, source: str = "the model file"):
+def resolve_likelihood(config: dict, likelihood=None, trust_code: bool = False, source: str = "the model file",
+                       code: Optional[dict] = None):
     """The likelihood of a (checked) configuration, honouring the trust model.
 
     Args:
-        likelihood: None; for a model with a user function: where it is now (a spec string, see
-            :func:`authorized_import`), the function itself, or a :class:`likelihoods.Likelihood`.
-        trust_code: import the function the file names.
+        likelihood: None; for a model with user code (a function or a ``Likelihood`` subclass):
+            where it is now (a spec string, see :func:`authorized_import`), the function or class
+            itself, or a :class:`likelihoods.Likelihood` object.
+        trust_code: import the code the file names.
+        code: where further functions (``config["likelihood"]["code_kwargs"]``, e.g.
+            ``{"mean_fn": "mean.py:mean"}``) are now: the caller's consent to run them. Without
+            it, one from the likelihood's own file moves with ``likelihood``; others need
+            ``trust_code``.
 
     Returns:
-        the likelihood, or a latent-only stand-in when a user function was not allowed to run.
+        the likelihood, or a latent-only stand-in when user code was not allowed to run.
     """
     import likelihoods
 
+    from .user_likelihood import USER_KINDS
+
     spec = config["likelihood"]
     Q, P = config["model"]["num_latent"], len(config["example_target"])
-    if spec.get("name") != "callable":
+    unknown = sorted(set(code or {}) - set(spec.get("code_kwargs") or {}))
+    if unknown:
+        raise ModelFileError(f"code for {unknown[0]!r} was given, but the model's likelihood records no such function")
+    if spec.get("name") not in USER_KINDS:
         if likelihood is not None:
             raise ModelFileError(f"the model's likelihood is the built-in {spec.get('class')}; a likelihood is given only "
-                                 "for a model trained with a user function")
+                                 "for a model trained with user code")
         return make_likelihood(spec)
     if not isinstance(spec.get("import_path"), str):
         raise ModelFileError("config.likelihood.import_path: a user likelihood without an import path")
@@ -399,22 +425,29 @@ def resolve_likelihood(config: dict, likelihood=None, trust_code: bool = False, 
         return likelihood
     if likelihood is None and not trust_code:
         return _latent_only_likelihood(Q, P, _consent_message(spec["import_path"], "likelihood", source))
-    used = spec["import_path"]  # where the function was imported from (recorded again if the model is saved)
-    if callable(likelihood):
-        fn, where = likelihood, None
+    used = spec["import_path"]  # where the code was imported from (recorded again if the model is saved)
+    if callable(likelihood):  # the function or class itself: functions from its module move with it
+        fn = likelihood
+        try:
+            where = _split_spec(_function_path(fn))[0]
+        except TypeError:
+            where = None
     else:
         fn = authorized_import(spec, likelihood, trust_code, source=source)
         if likelihood is not None:
             used = canonical_import_path(_with_function(str(likelihood), spec["import_path"]))
         where = None if likelihood is None else _split_spec(used)[0]
     main_target = _split_spec(spec["import_path"])[0]
-    extra = {}
+    functions, refs = {}, {}
     for name, ref in (spec.get("code_kwargs") or {}).items():
         target, fname = _split_spec(ref["import_path"])
-        # a function from the same file as the likelihood moves with it (the user named that file)
-        override = f"{where}:{fname}" if where is not None and target == main_target else None
-        extra[name] = authorized_import(ref, override, trust_code, what=f"likelihood {name}", source=source)
-    return make_likelihood({**spec, "import_path": used, "kwargs": {**(spec.get("kwargs") or {}), **extra}}, fn=fn)
+        override = (code or {}).get(name)
+        if override is None and where is not None and target == main_target:
+            override = f"{where}:{fname}"  # a function from the likelihood's file moves with it (the user named that file)
+        functions[name] = authorized_import(ref, override, trust_code, what=f"likelihood {name}", source=source)
+        now = ref["import_path"] if override is None else canonical_import_path(_with_function(str(override), ref["import_path"]))
+        refs[name] = {**ref, "import_path": now}
+    return make_likelihood({**spec, "import_path": used, "code_kwargs": refs}, fn=fn, code=functions)
 
 
 # ---------------------------------------------------------------------- building models
@@ -719,25 +752,26 @@ class SavedModel:
         return float(np.sum(np.log(np.asarray(self.target_stats["std"], dtype=np.float64))))
 
     # ------------------------------------------------------------ predictions
-    def predict(self, X, num_samples: int = 500, seed: int = 0) -> dict:
+    def predict(self, X, num_samples: int = 500, seed: int = 0):
         """Predictions at raw inputs ``X (B, D)`` in the targets' original units.
 
         Returns:
-            dict of float64 arrays: ``"mean"`` and ``"variance"`` ``(B, P)`` (None when the
-            likelihood has no predictive moments), ``"probabilities"`` ``(B, C)`` (classification,
-            else None), ``"latent_mean"`` and ``"latent_var"`` ``(B, Q)`` (model units).
+            a :class:`~savigp.model.Prediction`, as :meth:`SAVIGP.predict` gives, with float64
+            CPU tensors: ``mean`` and ``variance`` ``(B, P)`` (None when the likelihood has no
+            predictive moments; ``variance`` also when it has E[y | f] only), ``probabilities``
+            ``(B, C)`` (classification, else None), ``latent_mean`` and ``latent_var`` ``(B, Q)``
+            (model units). ``.numpy()`` gives a dict of arrays with the same keys.
         """
         pred = self.model.predict(self.transform_inputs(X), num_samples=num_samples, seed=seed)
-
-        def np64(t):
-            return None if t is None else t.detach().cpu().to(torch.float64).numpy()
-
-        mean, var = np64(pred.mean), np64(pred.variance)
-        if self.target_stats is not None and mean is not None:
-            mu, sd = np.asarray(self.target_stats["mean"]), np.asarray(self.target_stats["std"])
-            mean, var = mu + sd * mean, var * sd ** 2
-        return {"mean": mean, "variance": var, "probabilities": np64(pred.probabilities),
-                "latent_mean": np64(pred.latent_mean), "latent_var": np64(pred.latent_var)}
+        for name in pred.FIELDS:
+            value = getattr(pred, name)
+            setattr(pred, name, None if value is None else value.detach().cpu().to(torch.float64))
+        if self.target_stats is not None and pred.mean is not None:
+            mu = torch.as_tensor(self.target_stats["mean"], dtype=torch.float64)
+            sd = torch.as_tensor(self.target_stats["std"], dtype=torch.float64)
+            pred.mean = mu + sd * pred.mean
+            pred.variance = None if pred.variance is None else pred.variance * sd ** 2
+        return pred
 
     def log_predictive_density(self, X, Y, num_samples: int = 1000, seed: int = 0) -> np.ndarray:
         """log p(y*_n | x*_n) of raw targets ``Y (B, P)`` at raw inputs ``X (B, D)``: ``(B,)``.
@@ -782,7 +816,7 @@ class SavedModel:
 
 
 def load_model(path: str, device=None, X=None, Y=None, likelihood=None, trust_code: bool = False,
-               max_bytes: Optional[int] = None) -> tuple:
+               max_bytes: Optional[int] = None, code: Optional[dict] = None) -> tuple:
     """Load a model file (see the module docstring for what is checked and what may run).
 
     Args:
@@ -790,7 +824,7 @@ def load_model(path: str, device=None, X=None, Y=None, likelihood=None, trust_co
         device: where to put the model (default the CPU).
         X, Y: optional training data ``(N, D)``, ``(N, P)`` in the model's (standardized) units,
             to continue training; without them the model can predict only.
-        likelihood, trust_code: for a model trained with a user function, the consent to run it
+        likelihood, trust_code, code: for a model trained with user code, the consent to run it
             (see :func:`resolve_likelihood`); without either, latent predictions only.
         max_bytes: the most memory building the model may need (see :func:`read_model_file`).
 
@@ -803,7 +837,7 @@ def load_model(path: str, device=None, X=None, Y=None, likelihood=None, trust_co
     payload = read_model_file(path, max_bytes=max_bytes)
     config = payload["config"]
     try:
-        lik = resolve_likelihood(config, likelihood, trust_code, source=str(path))
+        lik = resolve_likelihood(config, likelihood, trust_code, source=str(path), code=code)
         model = rebuild_model(config, payload["state_dict"], X=X, Y=Y, device=device, likelihood=lik)
     except LikelihoodImportError as err:
         msg = str(err)
@@ -815,7 +849,7 @@ def load_model(path: str, device=None, X=None, Y=None, likelihood=None, trust_co
     return SavedModel(model, config), payload.get("training_state")
 
 
-def load(path: str, likelihood=None, trust_code: bool = False, device=None) -> SavedModel:
+def load(path: str, likelihood=None, trust_code: bool = False, device=None, code: Optional[dict] = None) -> SavedModel:
     """Load a model file written by :meth:`SAVIGP.save` or ``savigp train``.
 
     Predictions of the returned :class:`SavedModel` take raw inputs and are in the targets'
@@ -824,8 +858,10 @@ def load(path: str, likelihood=None, trust_code: bool = False, device=None) -> S
     a path without ``:function`` keeps the recorded name), the function itself, or
     ``trust_code=True`` to import the recorded one; without them only the latent functions can be
     predicted. A file changed since training (SHA-256) is refused unless ``trust_code=True``.
+    Further user functions (a mean function) come from the likelihood's own module, or from where
+    ``code={"mean_fn": "mean.py:mean"}`` says.
     """
-    return load_model(path, device=device, likelihood=likelihood, trust_code=trust_code)[0]
+    return load_model(path, device=device, likelihood=likelihood, trust_code=trust_code, code=code)[0]
 
 
 def standardization_stats(A: np.ndarray) -> dict:

@@ -9,6 +9,7 @@ the term that failed.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -93,6 +94,36 @@ def _check_finite(model: SAVIGP, terms: ELBOTerms, step: int, last_good: _LastGo
 
 
 
+class _Progress:
+    """Progress of :func:`fit` on stderr: a tqdm bar with the running ELBO and the estimator on a
+    terminal (left in place at the end); elsewhere (a log file, a pipe) plain lines at every tenth
+    of the run, with no carriage returns."""
+
+    def __init__(self, enabled: bool, start: int, iterations: int, estimator: str):
+        self.enabled, self.start, self.total = bool(enabled), start, start + iterations
+        self.label = f"savigp [{estimator}]"
+        self.tty = self.enabled and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+        self.bar = None
+        if self.tty:
+            self.bar = tqdm(total=self.total, initial=start, desc=self.label, dynamic_ncols=True, leave=True,
+                            mininterval=0.5)
+        self.every = max(1, iterations // 10)
+
+    def update(self, done: int, elbo: float) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(1)
+            # redraw at tqdm's interval, and on the last step however short the run
+            self.bar.set_postfix(elbo=f"{elbo:.4g}", refresh=done == self.total)
+        elif (done - self.start) % self.every == 0 or done == self.total:
+            print(f"{self.label} step {done}/{self.total} elbo={elbo:.6g}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def make_adam(params, lr: float) -> torch.optim.Adam:
     """Adam with PyTorch's fused kernel where it applies (floating parameters on the CPU or CUDA):
     the same update in one pass per tensor (0.43 against 0.77-0.81 ms a step for an M = 500 full
@@ -140,7 +171,8 @@ def fit(
         estimator: see :mod:`savigp.expected_log_lik`.
         groups: parameter groups to optimize (default all): a subset of :data:`PARAMETER_GROUPS`.
         seed: seeds the mini-batch order and the Monte Carlo draws.
-        progress: show a tqdm bar with the running ELBO.
+        progress: report progress on stderr: a tqdm bar with the running ELBO and the estimator
+            on a terminal, plain lines at every tenth of the run otherwise.
         callback: ``callback(step, terms)`` after each step; return True to stop early.
         tune_allocator: on the CPU, first call :func:`savigp.tune_cpu_allocator` (glibc only): freed
             memory is kept for reuse between steps instead of being returned to the operating
@@ -215,10 +247,9 @@ def fit(
     ddp = distributed.setup(model, params, seed, {"N": N, "batch_size": B, "iterations": iterations,
                                                   "start step": start, "seed": seed, "batch position": pos})
     progress = progress and (ddp is None or ddp.rank == 0)
-    bar = tqdm(range(start, start + iterations), initial=start, total=start + iterations, disable=not progress,
-               desc="savigp", dynamic_ncols=True, leave=False, mininterval=0.5)
+    report = _Progress(progress, start, iterations, estimator)
     t0 = time.perf_counter()
-    for step in bar:
+    for step in range(start, start + iterations):
         if optimizer == "lbfgs":
             draw_seed = int(torch.randint(0, 2**62, (1,), generator=gen))
             last: dict = {}
@@ -270,11 +301,9 @@ def fit(
         history.terms = terms.as_dict()
         if state is not None:
             state.update(optimizer=opt, generator=gen, perm=perm, pos=pos, step=step + 1)
-        if progress:
-            # redraw at tqdm's interval, and on the last step however short the run
-            bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}", refresh=history.steps == iterations)
+        report.update(step + 1, history.elbo[-1])
         if callback is not None and (callback(step, terms) if ddp is None else ddp.any(bool(callback(step, terms)))):
             break
-    bar.close()
+    report.close()
     history.seconds = time.perf_counter() - t0
     return history

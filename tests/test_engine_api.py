@@ -75,12 +75,15 @@ def test_user_likelihood_returning_nan_names_rows():
 
     def log_lik(y, f):
         out = -0.5 * (y[:, 0] - f[..., 0]) ** 2
-        out[..., 11] = float("nan")
-        return out
+        return torch.where(y[:, 0] == float(Y[11, 0]), float("nan"), out)  # NaN at training row 11
 
     model = savigp.SAVIGP(X, Y, CallableLikelihood(log_lik, backend="torch"), num_inducing=5)
-    with pytest.raises(ValueError, match=r"NaN or inf .*batch rows \[11\]"):
+    with pytest.raises(ValueError, match=r"'.*log_lik' \(.*test_engine_api.py, line \d+\) returned NaN or inf .*data row 11: "
+                                         r"y = \[.*\], f = \[.*\] -> nan"):
         model.elbo(num_samples=20)
+    # a mini-batch's rows are reported as training-data rows
+    with pytest.raises(ValueError, match=r"data row 11: "):
+        model.elbo(torch.tensor([3, 11, 5]), num_samples=20)
 
 
 def test_jitter_grows_with_a_warning_then_fails_clearly():

@@ -220,3 +220,128 @@ def test_version_2_files_still_load(tmp_path, capsys):
     capsys.readouterr()
     assert main(["evaluate", path, data, "--json"]) == 0
     assert np.isfinite(json.loads(capsys.readouterr().out)["nlpd"])
+
+
+USER_CODE = """import torch
+
+def log_lik(y, f, s=1.0):
+    return -0.5 * (y[:, 0] - f[..., 0]) ** 2 / s ** 2 - torch.log(s * torch.ones(()))
+
+def moments(f, s=1.0):
+    return f, s ** 2 * torch.ones_like(f)
+
+def probit(y, f):
+    return torch.special.log_ndtr(torch.where(y[:, 0] > 0, 1.0, -1.0) * f[..., 0])
+"""
+
+
+def _user_module(tmp_path):
+    src = tmp_path / "usercode.py"
+    src.write_text(USER_CODE)
+    from savigp.serialization import import_callable
+
+    return src, {name: import_callable(f"{src}:{name}") for name in ("log_lik", "moments", "probit")}
+
+
+def test_python_user_likelihood_with_options_round_trips(tmp_path):
+    """``model.save`` writes ``CallableLikelihood.spec()`` (task, classes, params, constraints,
+    min_log_prob) and the mean function under code_kwargs; ``savigp.load`` with consent rebuilds
+    it, and its predictions equal the original model's (same draws)."""
+    src, fns = _user_module(tmp_path)
+    X, Y = _data()
+    lik = likelihoods.CallableLikelihood(fns["log_lik"], mean_fn=fns["moments"], params={"s": 0.5},
+                                         constraints={"s": "positive"}, min_log_prob=-1e4)
+    model = savigp.SAVIGP(X, Y, lik, num_inducing=6)
+    savigp.fit(model, iterations=5, num_samples=5, progress=False)
+    labels = np.where(Y > 0, 3.0, -3.0)
+    clf = savigp.SAVIGP(X, labels, likelihoods.CallableLikelihood(fns["probit"], task="classification"), num_inducing=6)
+    savigp.fit(clf, iterations=3, num_samples=5, progress=False)
+    for m, name in ((model, "reg.pt"), (clf, "clf.pt")):
+        m.save(str(tmp_path / name))
+    spec = _payload(tmp_path / "reg.pt")["config"]["likelihood"]
+    kw = spec["kwargs"]
+    assert kw["params"] == {"s": 0.5} and kw["constraints"] == {"s": "positive"} and kw["min_log_prob"] == -1e4
+    assert spec["code_kwargs"]["mean_fn"]["import_path"] == f"{src}:moments" and len(spec["code_kwargs"]["mean_fn"]["sha256"]) == 64
+    assert _payload(tmp_path / "clf.pt")["config"]["likelihood"]["kwargs"]["classes"] == [-3.0, 3.0]
+    Xt = X[:6]
+    ref = model.predict(Xt, num_samples=40, seed=3)
+    assert float(model.likelihood.parameter_values()["s"].detach()) != 0.5  # learned: the state dict must carry it
+    for consent in ({"likelihood": str(src)}, {"likelihood": fns["log_lik"]}, {"trust_code": True}):
+        got = savigp.load(str(tmp_path / "reg.pt"), **consent).predict(Xt, num_samples=40, seed=3)
+        for field in ("mean", "variance", "latent_mean", "latent_var"):
+            assert torch.equal(getattr(got, field), getattr(ref, field).double()), (consent, field)
+    latent = savigp.load(str(tmp_path / "reg.pt"))  # no consent: latent predictions still work
+    assert torch.equal(latent.predict(Xt, num_samples=40, seed=3).latent_mean, ref.latent_mean)
+    loaded = savigp.load(str(tmp_path / "clf.pt"), likelihood=f"{src}:probit")
+    a, b = clf.predict(Xt, num_samples=40, seed=1), loaded.predict(Xt, num_samples=40, seed=1)
+    assert loaded.model.likelihood.classes == [-3.0, 3.0] and torch.equal(a.probabilities, b.probabilities)
+
+
+def test_forged_mean_function_and_user_class_paths_never_run(tmp_path, capsys):
+    """A model file edited so that its mean function (code_kwargs, or a mean_import_path among the
+    kwargs) or a ``user-class`` likelihood names a payload: consent to the likelihood's own file
+    does not run it; only trust_code does (so the test could fail)."""
+    src, _ = _user_module(tmp_path)
+    data = _csv(tmp_path / "d.csv")
+    good = str(tmp_path / "good.pt")
+    assert main(["train", data, "--targets", "y", "--likelihood", f"{src}:log_lik", "--mean-function",
+                 f"{src}:moments", "--out", good, *FAST]) == 0
+    marker = tmp_path / "marker"
+    payload_py = tmp_path / "payload.py"
+    payload_py.write_text(PAYLOAD.format(marker=str(marker)))
+    builtin = str(tmp_path / "builtin.pt")
+    assert main(["train", data, "--targets", "y", "--out", builtin, *FAST]) == 0
+    base = _payload(good)["config"]["likelihood"]
+    ref = {"import_path": f"{payload_py}:f", "sha256": None}
+    forged = {
+        "mean-in-code-kwargs": ({**base, "code_kwargs": {"mean_fn": ref}}, [2, 2, 2]),
+        "mean-in-kwargs": ({**base, "code_kwargs": {}, "kwargs": {**base["kwargs"], "mean_import_path": ref["import_path"]}},
+                           [2, 2, 2]),
+        "user-class": ({"name": "user-class", "class": "f", "import_path": ref["import_path"], "kwargs": {}}, [0, 2, 2]),
+        # a built-in likelihood takes no code: code_kwargs is never read (resuming refuses the
+        # --likelihood mismatch)
+        "builtin-with-mean": ({**_payload(builtin)["config"]["likelihood"], "code_kwargs": {"mean_fn": ref}}, [0, 0, 2]),
+    }
+    consent = ["--likelihood", str(src)]
+    for name, (spec, expected) in forged.items():
+        p = _payload(builtin if name.startswith("builtin") else good)
+        p["config"]["likelihood"] = spec
+        bad = tmp_path / f"{name}.pt"
+        torch.save(p, str(bad))
+        user = not name.startswith("builtin")
+        codes = [main(["predict", str(bad), data, "--quiet", *(consent if name.startswith("mean") else [])]),
+                 main(["evaluate", str(bad), data, *(consent if name.startswith("mean") else [])])]
+        os.replace(bad, tmp_path / "resume.pt")
+        codes.append(main(["train", data, "--targets", "y", "--out", str(tmp_path / "resume.pt"), "--resume",
+                           *(["--likelihood", f"{src}:log_lik", "--mean-function", f"{src}:moments"] if user else []),
+                           *FAST]))
+        err = capsys.readouterr().err
+        assert not marker.exists(), name
+        assert codes == expected, (name, codes, err)
+        assert "Traceback" not in err and "internal error" not in err, (name, err)
+    p = _payload(good)
+    p["config"]["likelihood"] = forged["mean-in-code-kwargs"][0]
+    torch.save(p, str(tmp_path / "consent.pt"))
+    load_model(str(tmp_path / "consent.pt"), trust_code=True)  # the user's trust runs it
+    assert marker.exists()
+
+
+def test_user_function_fields_are_checked(tmp_path, capsys):
+    src, _ = _user_module(tmp_path)
+    data = _csv(tmp_path / "d.csv")
+    good = str(tmp_path / "good.pt")
+    assert main(["train", data, "--targets", "y", "--likelihood", f"{src}:log_lik", "--lik-param", "s=0.5:positive",
+                 "--out", good, *FAST]) == 0
+    edits = [({"task": "regresion"}, "kwargs.task must be one of"), ({"classes": [1.0]}, "kwargs.classes has 1 item"),
+             ({"params": {"s": "x"}}, "kwargs.params.s must be a number"),
+             ({"params": {"not ok": 1.0}}, "is not of the expected form"),
+             ({"constraints": {"s": "negative"}}, "kwargs.constraints.s must be one of"),
+             ({"min_log_prob": float("-inf")}, "kwargs.min_log_prob must be finite"),
+             ({"backend": "os"}, "kwargs.backend must be one of"),
+             ({"mean_import_path": "x.py:f"}, "code is recorded under code_kwargs")]
+    for edit, needle in edits:
+        bad = _bad_file(tmp_path, good, lambda p: p["config"]["likelihood"]["kwargs"].update(edit))
+        capsys.readouterr()
+        assert main(["predict", bad, data, "--likelihood", str(src)]) == 2, edit
+        err = capsys.readouterr().err
+        assert needle in err and "bad.pt" in err, (edit, err)

@@ -1,0 +1,255 @@
+"""Pictures of a fit: latent functions and predictions over 1-D or 2-D inputs, and the ELBO curve.
+
+    from savigp.plotting import plot_fit, plot_elbo
+    fig = plot_fit(model, X, Y)          # a SAVIGP model, or a loaded model file (SavedModel)
+    fig.savefig("fit.png")
+    plot_elbo(history.elbo).savefig("elbo.png")
+
+1-D inputs: one panel per latent function (the mean of q(f*) with a band of +-2 standard
+deviations), then the predictive mean of y with +-2 predictive standard deviations and the data
+overlaid (regression), or the class probabilities with the labels marked (classification).
+2-D inputs: mean and standard-deviation maps of each latent function, and the predictive mean map
+(regression) or one probability map per class (classification), data overlaid.
+
+matplotlib is an optional extra (``pip install 'savigp[plots]'``); without it, every function here
+raises :class:`MissingExtra` with that one line. Figures are built without pyplot (no global
+state, no display needed); the ``save_*`` helpers write files atomically.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Optional, Sequence
+
+import numpy as np
+
+#: the extra that provides matplotlib
+EXTRA = "plots"
+#: grid points along each input axis
+GRID_1D, GRID_2D = 200, 60
+#: at most this many class-probability maps in 2-D (more classes: one map of the most probable class)
+MAX_CLASS_MAPS = 6
+
+
+class MissingExtra(RuntimeError):
+    """matplotlib is not installed; ``str(err)`` says which extra to install."""
+
+
+def _figure(nrows: int, ncols: int, size: tuple):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingExtra(f"plots need matplotlib, which is not installed: pip install 'savigp[{EXTRA}]' "
+                           "(or pip install matplotlib)") from None
+    fig = Figure(figsize=size, layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`MissingExtra` now (before a long run) if plots cannot be drawn."""
+    _figure(1, 1, (1, 1))
+
+
+def _predict(model, X: np.ndarray, num_samples: int, seed: int) -> dict:
+    pred = model.predict(X, num_samples=num_samples, seed=seed)
+    return pred.numpy() if hasattr(pred, "numpy") else pred
+
+
+def _class_labels(model, C: int) -> list:
+    cfg = getattr(model, "config", None)
+    labels = cfg.get("class_labels") if isinstance(cfg, dict) else None
+    if labels is None:
+        lik = model.model.likelihood if hasattr(model, "model") else model.likelihood
+        labels = getattr(lik, "classes", None)
+    labels = list(labels) if labels is not None else list(range(C))
+    return [str(int(v)) if float(v) == int(v) else str(v) for v in labels]
+
+
+def _target_names(model, P: int) -> list:
+    cfg = getattr(model, "config", None)
+    names = ((cfg.get("columns") or {}).get("targets") if isinstance(cfg, dict) else None) or []
+    return list(names) if len(names) == P else [f"y{p}" if P > 1 else "y" for p in range(P)]
+
+
+def _is_classifier(model) -> bool:
+    lik = model.model.likelihood if hasattr(model, "model") else model.likelihood
+    return getattr(lik, "task", "regression") == "classification"
+
+
+def plot_fit(model, X, Y=None, *, num_samples: int = 200, seed: int = 0, input_names: Optional[Sequence[str]] = None):
+    """A matplotlib Figure of the fit over the range of ``X``.
+
+    Args:
+        model: a :class:`~savigp.model.SAVIGP` (inputs in its units) or a loaded model file
+            (:class:`~savigp.serialization.SavedModel`, raw inputs; predictions in original units).
+        X: inputs ``(N, D)`` with D = 1 or 2 (their range sets the plotting grid; drawn as data).
+        Y: optional targets ``(N, P)`` (or labels ``(N, 1)``) overlaid on the prediction panels.
+        num_samples: Monte Carlo samples per grid point for the predictions.
+
+    Returns:
+        ``matplotlib.figure.Figure``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    X = X[:, None] if X.ndim == 1 else X
+    if X.ndim != 2 or X.shape[1] not in (1, 2) or X.shape[0] < 1:
+        raise ValueError(f"plot_fit draws 1-D or 2-D inputs: X must have shape (N, 1) or (N, 2), got {X.shape}")
+    if Y is not None:
+        Y = np.asarray(Y, dtype=np.float64)
+        Y = Y[:, None] if Y.ndim == 1 else Y
+        if Y.shape[0] != X.shape[0]:
+            raise ValueError(f"plot_fit: Y has {Y.shape[0]} rows but X has {X.shape[0]} (Y shape {Y.shape}, X shape {X.shape})")
+    names = list(input_names) if input_names else [f"x{d + 1}" if X.shape[1] > 1 else "x" for d in range(X.shape[1])]
+    if X.shape[1] == 1:
+        return _plot_1d(model, X, Y, num_samples, seed, names[0])
+    return _plot_2d(model, X, Y, num_samples, seed, names)
+
+
+def _axis_grid(x: np.ndarray, n: int) -> np.ndarray:
+    lo, hi = float(x.min()), float(x.max())
+    pad = 0.05 * (hi - lo) if hi > lo else 1.0
+    return np.linspace(lo - pad, hi + pad, n)
+
+
+def _plot_1d(model, X, Y, num_samples, seed, xname):
+    g = _axis_grid(X[:, 0], GRID_1D)
+    pred = _predict(model, g[:, None], num_samples, seed)
+    Q = pred["latent_mean"].shape[1]
+    classifier = _is_classifier(model) and pred["probabilities"] is not None
+    outputs = 1 if classifier else (pred["mean"].shape[1] if pred["mean"] is not None else 0)
+    panels = Q + outputs
+    fig, axes = _figure(panels, 1, (7, 2.4 * panels))
+    for j in range(Q):
+        ax = axes[j, 0]
+        m, s = pred["latent_mean"][:, j], np.sqrt(np.maximum(pred["latent_var"][:, j], 0))
+        ax.plot(g, m, color="C0", label="mean of q(f)")
+        ax.fill_between(g, m - 2 * s, m + 2 * s, color="C0", alpha=0.25, label="+-2 sd")
+        ax.set_ylabel(f"latent f{j}")
+        ax.legend(loc="best", fontsize="small")
+    if classifier:
+        ax = axes[Q, 0]
+        P = pred["probabilities"]
+        labels = _class_labels(model, P.shape[1])
+        for c in range(P.shape[1]):
+            ax.plot(g, P[:, c], color=f"C{c % 10}", label=f"p(y = {labels[c]})")
+        if Y is not None:
+            for c, lab in enumerate(labels):
+                hit = np.isclose(Y[:, 0], float(lab))
+                ax.plot(X[hit, 0], np.full(hit.sum(), 1.03 + 0.02 * c), "|", color=f"C{c % 10}", ms=8)
+        ax.set_ylim(-0.02, 1.03 + 0.02 * P.shape[1])
+        ax.set_ylabel("class probability")
+        ax.legend(loc="best", fontsize="small")
+    else:
+        tnames = _target_names(model, outputs) if outputs else []
+        for p in range(outputs):
+            ax = axes[Q + p, 0]
+            m = pred["mean"][:, p]
+            ax.plot(g, m, color="C1", label="predictive mean")
+            if pred["variance"] is not None:
+                s = np.sqrt(np.maximum(pred["variance"][:, p], 0))
+                ax.fill_between(g, m - 2 * s, m + 2 * s, color="C1", alpha=0.25, label="+-2 sd of y")
+            if Y is not None and p < Y.shape[1]:
+                ax.plot(X[:, 0], Y[:, p], ".", color="k", ms=3, label="data")
+            ax.set_ylabel(tnames[p])
+            ax.legend(loc="best", fontsize="small")
+    axes[-1, 0].set_xlabel(xname)
+    return fig
+
+
+def _plot_2d(model, X, Y, num_samples, seed, names):
+    a, b = _axis_grid(X[:, 0], GRID_2D), _axis_grid(X[:, 1], GRID_2D)
+    A, B = np.meshgrid(a, b)
+    G = np.column_stack([A.ravel(), B.ravel()])
+    pred = _predict(model, G, num_samples, seed)
+    Q = pred["latent_mean"].shape[1]
+    maps = []  # (title, values (GRID, GRID), cmap, overlay: False, True (values) or "classes")
+    labels: list = []
+    for j in range(Q):
+        maps.append((f"latent f{j}: mean", pred["latent_mean"][:, j], "viridis", False))
+        maps.append((f"latent f{j}: sd", np.sqrt(np.maximum(pred["latent_var"][:, j], 0)), "magma", False))
+    if _is_classifier(model) and pred["probabilities"] is not None:
+        P = pred["probabilities"]
+        labels = _class_labels(model, P.shape[1])
+        if P.shape[1] <= MAX_CLASS_MAPS:
+            for c in range(P.shape[1]):
+                maps.append((f"p(y = {labels[c]})", P[:, c], "Blues", "classes"))
+        else:
+            maps.append(("most probable class", P.argmax(1).astype(float), "tab10", "classes"))
+    elif pred["mean"] is not None:
+        for p, t in enumerate(_target_names(model, pred["mean"].shape[1])):
+            maps.append((f"predictive mean of {t}", pred["mean"][:, p], "viridis", True))
+            if pred["variance"] is not None:
+                maps.append((f"predictive sd of {t}", np.sqrt(np.maximum(pred["variance"][:, p], 0)), "magma", False))
+    ncols = 2
+    nrows = (len(maps) + 1) // 2
+    fig, axes = _figure(nrows, ncols, (9, 3.6 * nrows))
+    for i, (title, values, cmap, overlay) in enumerate(maps):
+        ax = axes[i // 2, i % 2]
+        im = ax.pcolormesh(A, B, values.reshape(A.shape), cmap=cmap, shading="auto")
+        fig.colorbar(im, ax=ax)
+        if overlay == "classes" and Y is not None:  # the data's labels in categorical colours
+            index = np.searchsorted(np.asarray(labels, dtype=float), Y[:, 0]) if _numeric(labels) else Y[:, 0]
+            ax.scatter(X[:, 0], X[:, 1], c=index, s=10, cmap="tab10", vmin=0, vmax=9, edgecolors="k", linewidths=0.3)
+        elif overlay:
+            if Y is not None:
+                ax.scatter(X[:, 0], X[:, 1], c=Y[:, 0], s=10, cmap="coolwarm", edgecolors="k", linewidths=0.3)
+            else:
+                ax.plot(X[:, 0], X[:, 1], ".", color="w", ms=2)
+        ax.set_title(title, fontsize="medium")
+        ax.set_xlabel(names[0])
+        ax.set_ylabel(names[1])
+    if len(maps) % 2:
+        axes[-1, -1].set_visible(False)
+    return fig
+
+
+def _numeric(labels: list) -> bool:
+    try:
+        values = [float(v) for v in labels]
+    except ValueError:
+        return False
+    return values == sorted(values)
+
+
+def plot_elbo(elbo: Sequence[float], start: int = 0, title: str = "ELBO per step"):
+    """A Figure of the ELBO estimate after each optimizer step (steps ``start + 1, ...``)."""
+    elbo = np.asarray(elbo, dtype=np.float64)
+    fig, axes = _figure(1, 1, (7, 3.2))
+    ax = axes[0, 0]
+    ax.plot(np.arange(start + 1, start + 1 + elbo.size), elbo, color="C0", lw=1)
+    if elbo.size >= 20:  # a running mean shows the trend under the Monte Carlo noise
+        w = max(5, elbo.size // 20)
+        smooth = np.convolve(elbo, np.ones(w) / w, mode="valid")
+        ax.plot(np.arange(start + w, start + w + smooth.size), smooth, color="C3", lw=1.5, label=f"mean of {w} steps")
+        ax.legend(loc="lower right", fontsize="small")
+        lo = np.percentile(elbo, 5)
+        ax.set_ylim(lo - 0.1 * (elbo.max() - lo), elbo.max() + 0.05 * (elbo.max() - lo) + 1e-12)
+    ax.set_xlabel("step")
+    ax.set_ylabel("ELBO")
+    ax.set_title(title, fontsize="medium")
+    return fig
+
+
+def _save(fig, path: str) -> None:
+    """``fig.savefig(path)`` atomically (a temporary file in the same folder, then ``os.replace``)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    ext = os.path.splitext(path)[1] or ".png"
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=ext, dir=folder)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_fit_plot(model, X, path: str, Y=None, **kwargs) -> None:
+    """:func:`plot_fit` written to ``path`` (format from the extension: .png, .pdf, .svg)."""
+    _save(plot_fit(model, X, Y, **kwargs), path)
+
+
+def save_elbo_plot(elbo: Sequence[float], path: str, **kwargs) -> None:
+    """:func:`plot_elbo` written to ``path``."""
+    _save(plot_elbo(elbo, **kwargs), path)

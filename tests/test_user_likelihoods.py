@@ -1,0 +1,287 @@
+"""User likelihoods the library has never seen, written from scratch here, through
+:class:`likelihoods.CallableLikelihood` in Python: every task (regression with a predictive mean,
+binary and multi-class classification, counts), learnable keyword parameters (autograd for torch,
+central differences for numpy), honest ``differentiable``, non-finite values and their floor.
+
+Statistical checks compare with closed forms (probit predictive probabilities, the negative
+binomial's derivative in r) or with a built-in likelihood on the same model and draws.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import special, stats
+
+import savigp
+from likelihoods import CallableLikelihood, Poisson, Softmax
+from savigp.nonfinite import NonFiniteLogProb
+
+
+# ---------------------------------------------------------------------------- the user's functions
+def nb_numpy(y, f, r):
+    """Negative binomial counts, mean exp(f), dispersion r: y (B, 1), f (..., B, 1) -> (..., B)."""
+    mu = np.exp(f[..., 0])
+    y = y[:, 0]
+    return (special.gammaln(y + r) - special.gammaln(r) - special.gammaln(y + 1)
+            + r * np.log(r / (r + mu)) + y * np.log(mu / (r + mu)))
+
+
+def nb_torch(y, f, r):
+    mu = torch.exp(f[..., 0])
+    y = y[:, 0]
+    return (torch.lgamma(y + r) - torch.lgamma(r) - torch.lgamma(y + 1)
+            + r * torch.log(r / (r + mu)) + y * torch.log(mu / (r + mu)))
+
+
+def nb_dlogp_dr(y, f, r):
+    """The closed-form derivative of nb_numpy in r."""
+    mu = np.exp(f[..., 0])
+    y = y[:, 0]
+    return special.digamma(y + r) - special.digamma(r) + np.log(r / (r + mu)) + (mu - y) / (r + mu)
+
+
+def ordinal_numpy(y, f, c0, gaps):
+    """Ordinal probit over labels 0..3 with cut-points c0, c0 + gaps[0], c0 + gaps[0] + gaps[1];
+    the naive log(Phi(b - f) - Phi(a - f)) of a first attempt (underflows to -inf far out)."""
+    cuts = np.concatenate([[-np.inf, c0], c0 + np.cumsum(gaps), [np.inf]])
+    k = y[:, 0].astype(int)
+    f0 = f[..., 0]
+    with np.errstate(divide="ignore"):
+        return np.log(stats.norm.cdf(cuts[k + 1] - f0) - stats.norm.cdf(cuts[k] - f0))
+
+
+def ordinal_torch(y, f, c0, gaps):
+    cuts = torch.cat([c0.reshape(1), c0 + torch.cumsum(gaps, 0)])
+    lo = torch.cat([cuts.new_full((1,), -math.inf), cuts])
+    hi = torch.cat([cuts, cuts.new_full((1,), math.inf)])
+    k = y[:, 0].long()
+    n = torch.distributions.Normal(0.0, 1.0)
+    return torch.log(n.cdf(hi[k] - f[..., 0]) - n.cdf(lo[k] - f[..., 0]))
+
+
+def probit_numpy(y, f):
+    """Binary probit, labels {0, 1}."""
+    return stats.norm.logcdf((2 * y[:, 0] - 1) * f[..., 0])
+
+
+def softmax_torch(y, f):
+    """Three-class softmax written by hand in torch."""
+    return torch.gather(f, -1, y.long().expand(f.shape[:-1] + (1,))).squeeze(-1) - torch.logsumexp(f, -1)
+
+
+def _counts(n=150, seed=0, r=4.0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, (n, 1))
+    f = 1.5 + np.sin(2 * X[:, 0])
+    y = rng.poisson(rng.gamma(r, np.exp(f) / r))
+    return X, y[:, None].astype(float)
+
+
+# ---------------------------------------------------------------------------- parameters
+def test_numpy_parameter_gradient_by_central_differences_is_exact_to_1e7():
+    """The numpy path's gradient in r (central differences in log r) against the closed-form
+    derivative, and a vector parameter (ordinal cut-point gaps) against torch autograd."""
+    rng = np.random.default_rng(1)
+    y = rng.poisson(5.0, (40, 1)).astype(float)
+    f = torch.as_tensor(1.0 + 0.7 * rng.standard_normal((6, 1, 40, 1)))
+    w = torch.as_tensor(rng.standard_normal((6, 1, 40)))
+    lik = CallableLikelihood(nb_numpy, params={"r": 2.5}, constraints={"r": "positive"})
+    with torch.no_grad():  # numpy code runs on tensors through __array_wrap__: still detected as numpy
+        lik.log_prob(torch.as_tensor(y), f)
+    assert lik.backend == "numpy"
+    (lik.log_prob(torch.as_tensor(y), f) * w).sum().backward()
+    raw = lik.raw_params["r"]
+    r = float(lik.parameter_values()["r"].detach())
+    exact = float((w.numpy() * nb_dlogp_dr(y, f.numpy(), r)).sum()) * float(torch.sigmoid(raw.detach()))
+    assert raw.grad.item() == pytest.approx(exact, rel=1e-7)
+    # a float32 model: the differences are taken in float64 (in float32 they would lose ~1e-2)
+    lik32 = CallableLikelihood(nb_numpy, params={"r": 2.5}, constraints={"r": "positive"}).to(torch.float32)
+    (lik32.log_prob(torch.as_tensor(y, dtype=torch.float32), f.float()) * w.float()).sum().backward()
+    assert lik32.raw_params["r"].grad.dtype == torch.float32
+    assert lik32.raw_params["r"].grad.item() == pytest.approx(exact, rel=1e-5)
+
+    yo = rng.integers(0, 4, (30, 1)).astype(float)
+    fo = torch.as_tensor(0.5 * rng.standard_normal((5, 1, 30, 1)))
+    wo = torch.as_tensor(rng.standard_normal((5, 1, 30)))
+    grads = []
+    for fn, backend in ((ordinal_numpy, "numpy"), (ordinal_torch, "torch")):
+        lik = CallableLikelihood(fn, backend=backend, params={"c0": -0.8, "gaps": [0.9, 1.1]},
+                                 constraints={"gaps": "positive"})
+        (lik.log_prob(torch.as_tensor(yo), fo) * wo).sum().backward()
+        grads.append(torch.cat([lik.raw_params["c0"].grad.reshape(1), lik.raw_params["gaps"].grad]))
+    assert torch.allclose(grads[0], grads[1], rtol=1e-6, atol=1e-9)
+
+
+def test_learned_dispersion_numpy_and_torch_agree_and_move_to_the_truth():
+    """r learned from counts with r = 4, starting at 1: the numpy function (finite differences)
+    and the torch one (autograd) follow the same path (same draws), and r moves towards 4."""
+    X, Y = _counts(n=100)
+    learned = []
+    for fn in (nb_numpy, nb_torch):
+        lik = CallableLikelihood(fn, params={"r": 1.0}, constraints={"r": "positive"})
+        model = savigp.SAVIGP(X, Y, lik, num_inducing=10)
+        assert model.resolved_estimator() == "score"
+        savigp.fit(model, iterations=100, lr=0.1, num_samples=20, progress=False)
+        learned.append(float(lik.parameter_values()["r"].detach()))
+    assert learned[0] == pytest.approx(learned[1], rel=1e-5)
+    assert 2.0 < learned[0] < 8.0  # measured 2.9 after 100 steps (truth 4, start 1)
+
+
+def test_parameters_checked_at_construction():
+    with pytest.raises(TypeError, match=r"does not accept the parameter\(s\) \['r'\].*probit_numpy\(y, f, r=\.\.\.\)"):
+        CallableLikelihood(probit_numpy, params={"r": 1.0})
+    with pytest.raises(ValueError, match="positive parameter 'r' must start above"):
+        CallableLikelihood(nb_numpy, params={"r": -1.0}, constraints={"r": "positive"})
+    with pytest.raises(ValueError, match="constraint of 'r' must be one of"):
+        CallableLikelihood(nb_numpy, params={"r": 1.0}, constraints={"r": "log"})
+    fixed = CallableLikelihood(nb_numpy, params={"r": 2.0}, constraints={"r": "fixed"})
+    assert not fixed.raw_params["r"].requires_grad and float(fixed.parameter_values()["r"]) == 2.0
+
+
+# ---------------------------------------------------------------------------- classification
+def _binary(n=80, seed=2):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, (n, 1))
+    y = (rng.uniform(size=n) < stats.norm.cdf(1.5 * np.sin(X[:, 0]))).astype(float)
+    return X, y[:, None]
+
+
+def test_user_probit_predicts_the_closed_form_probabilities():
+    """p(y* = 1 | x*) = Phi(m / sqrt(1 + v)) for a probit likelihood and q(f*) = N(m, v): the
+    class probabilities computed from the user's function over the labels agree within 4 Monte
+    Carlo standard errors (sd <= 1/2 per draw), and so does NLP."""
+    X, Y = _binary()
+    lik = CallableLikelihood(probit_numpy, task="classification")
+    model = savigp.SAVIGP(X, Y, lik, num_inducing=10)
+    assert lik.classes == [0.0, 1.0]  # from the training labels
+    savigp.fit(model, iterations=60, lr=0.05, num_samples=20, progress=False)
+    S = 4000
+    pred = model.predict(X, num_samples=S, seed=3)
+    exact = stats.norm.cdf(pred.latent_mean[:, 0].numpy() / np.sqrt(1 + pred.latent_var[:, 0].numpy()))
+    assert pred.probabilities.shape == (80, 2)
+    assert np.abs(pred.probabilities[:, 1].numpy() - exact).max() < 4 * 0.5 / math.sqrt(S)
+    metrics = savigp.evaluate(model, X, Y, num_samples=S, seed=3)
+    nlp = -np.mean(np.log(np.where(Y[:, 0] == 1, exact, 1 - exact)))
+    assert set(metrics) == {"n", "error_rate", "nlp"}
+    assert metrics["nlp"] == pytest.approx(nlp, abs=0.02)
+    assert metrics["error_rate"] == np.mean((exact > 0.5) != (Y[:, 0] == 1))
+    # E[y | f] without a mean_fn: the label's mean under the class probabilities
+    assert torch.allclose(pred.mean[:, 0], pred.probabilities[:, 1], atol=1e-12)
+
+
+def test_user_softmax_gives_the_builtin_softmax_predictions_on_the_same_model():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((60, 2))
+    Y = np.argmax(X @ rng.standard_normal((2, 3)) + 0.3 * rng.standard_normal((60, 3)), 1)[:, None].astype(float)
+    model = savigp.SAVIGP(X, Y, Softmax(3), num_inducing=8)
+    savigp.fit(model, iterations=30, lr=0.05, num_samples=10, progress=False)
+    ref = model.predict(X, num_samples=200, seed=1)
+    ref_metrics = savigp.evaluate(model, X, Y, num_samples=200, seed=1)
+    user = CallableLikelihood(softmax_torch, num_latent=3, task="classification", num_classes=3)
+    model.likelihood = user
+    got = model.predict(X, num_samples=200, seed=1)
+    assert torch.allclose(got.probabilities, ref.probabilities, rtol=0, atol=1e-12)
+    assert savigp.evaluate(model, X, Y, num_samples=200, seed=1) == pytest.approx(ref_metrics, rel=1e-12)
+
+
+def test_ordinal_cut_points_learned_and_the_floor_for_underflow():
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, (100, 1))
+    f = 2.0 * np.sin(X[:, 0])
+    Y = np.digitize(f + rng.standard_normal(100), [-1.0, 0.0, 1.0])[:, None].astype(float)
+    kw = dict(task="classification", num_classes=4, params={"c0": -0.5, "gaps": [0.5, 0.5]},
+              constraints={"gaps": "positive"})
+    naive = CallableLikelihood(ordinal_numpy, **kw)
+    model = savigp.SAVIGP(X, Y, naive, num_inducing=10)
+    far = torch.full((2, 1, 100, 1), 40.0, dtype=torch.float64)  # Phi(b - 40) - Phi(a - 40) = 0 in float64
+    with pytest.raises(NonFiniteLogProb, match=r"'ordinal_numpy' \(.*test_user_likelihoods.py, line \d+\) returned "
+                                               r"NaN or inf .*f = \[40\] -> -inf.*min_log_prob"):
+        savigp.expected_log_lik.checked_log_prob(naive, model.train_y, far)
+    floored = CallableLikelihood(ordinal_numpy, min_log_prob=-200.0, **kw)
+    assert float(floored.log_prob(model.train_y, far).detach().min()) == -200.0
+    model = savigp.SAVIGP(X, Y, floored, num_inducing=10)
+    savigp.fit(model, iterations=150, lr=0.05, num_samples=20, progress=False)
+    p = model.predict(X[:20], num_samples=200).probabilities
+    assert torch.allclose(p.sum(-1), torch.ones(20, dtype=p.dtype), atol=1e-12)
+    metrics = savigp.evaluate(model, X, Y, num_samples=500)
+    assert metrics["nlp"] < math.log(4) - 0.3  # well below the uniform guess (measured 0.85)
+
+
+def test_classification_labels_are_validated_and_unnormalized_functions_warned():
+    X, Y = _binary()
+    lik = CallableLikelihood(probit_numpy, task="classification", classes=[0, 1])
+    with pytest.raises(ValueError, match=r"'probit_numpy'.*1 target row\(s\) are not labels in \{0, 1\}: row 2: \[2.0\]"):
+        lik.validate_targets(torch.tensor([[0.0], [1.0], [2.0]]))
+    with pytest.raises(ValueError, match="one column of labels"):
+        CallableLikelihood(probit_numpy, task="classification", output_dim=2)
+    half = CallableLikelihood(lambda y, f: probit_numpy(y, f) - 0.7, task="classification", classes=[0, 1])
+    with pytest.warns(RuntimeWarning, match=r"sum to exp\(0.7\) instead of 1"):
+        p = half.class_probabilities(torch.zeros(3, 5, 1, dtype=torch.float64))
+    assert torch.allclose(p, torch.full_like(p, 0.5))
+
+
+# ---------------------------------------------------------------------------- estimator honesty
+def test_differentiable_means_what_it_says():
+    X, Y = _counts(n=30)
+    lik = CallableLikelihood(nb_torch, differentiable=True, params={"r": 2.0}, constraints={"r": "positive"})
+    model = savigp.SAVIGP(X, Y, lik, num_inducing=5)
+    assert lik.backend == "torch" and model.resolved_estimator() == "reparam"
+    savigp.fit(model, iterations=3, num_samples=5, progress=False)
+    bad = CallableLikelihood(nb_numpy, differentiable=True, params={"r": 2.0})
+    model = savigp.SAVIGP(X, Y, bad, num_inducing=5)
+    with pytest.raises(ValueError, match=r"declared differentiable=True, so it is called with torch tensors, but it failed"):
+        model.elbo(num_samples=5)
+    detached = CallableLikelihood(lambda y, f: torch.as_tensor(stats.norm.logpdf(y[:, 0], f[..., 0].detach())),
+                                  differentiable=True)
+    with pytest.raises(ValueError, match="declared differentiable=True but its result has no gradient"):
+        savigp.SAVIGP(X, Y, detached, num_inducing=5).elbo(num_samples=5)
+    with pytest.raises(ValueError, match="differentiable=True needs a torch function"):
+        CallableLikelihood(nb_numpy, backend="numpy", differentiable=True)
+
+
+def test_forgetting_num_latent_names_the_function_and_the_fix():
+    X, Y = _counts(n=30)
+    lik = CallableLikelihood(lambda y, f: -0.5 * (y[:, 0] - f[..., 0] * np.exp(f[..., 1])) ** 2)
+    with pytest.raises(ValueError, match=r"Q = num_latent = 1 .* pass num_latent=\.\.\."):
+        savigp.SAVIGP(X, Y, lik, num_inducing=5).elbo(num_samples=5)
+
+
+# ---------------------------------------------------------------------------- predictive moments
+def test_mean_fn_gives_means_and_variances_or_says_there_is_none():
+    """A user Poisson with mean_fn returning (E[y|f], Var[y|f]) predicts exactly what the built-in
+    Poisson predicts on the same model and draws; a mean-only mean_fn gives variance None."""
+    X, Y = _counts(n=60)
+    model = savigp.SAVIGP(X, Y, Poisson(), num_inducing=8)
+    savigp.fit(model, iterations=40, lr=0.05, num_samples=10, progress=False)
+    ref = model.predict(X[:10], num_samples=300, seed=2)
+    m = float(model.likelihood.offset)  # the built-in's learned log-mean offset
+
+    def log_lik(y, f):
+        return stats.poisson.logpmf(y[:, 0], np.exp(f[..., 0] + m))
+
+    model.likelihood = CallableLikelihood(log_lik, mean_fn=lambda f: (np.exp(f + m), np.exp(f + m)))
+    got = model.predict(X[:10], num_samples=300, seed=2)
+    assert torch.allclose(got.mean, ref.mean, rtol=1e-12) and torch.allclose(got.variance, ref.variance, rtol=1e-12)
+    model.likelihood = CallableLikelihood(log_lik, mean_fn=lambda f: np.exp(f[..., 0] + m))
+    got = model.predict(X[:10], num_samples=300, seed=2)
+    assert torch.allclose(got.mean, ref.mean, rtol=1e-12) and got.variance is None
+    assert set(got.numpy()) == set(got.FIELDS) and got["variance"] is None
+    assert set(savigp.evaluate(model, X, Y, num_samples=50)) == {"n", "nlpd", "sse", "mse", "mae"}
+
+
+def test_plot_fit_from_python_draws_one_panel_per_latent_function_and_the_classes():
+    pytest.importorskip("matplotlib")
+    from savigp.plotting import plot_elbo, plot_fit
+
+    X, Y = _binary(n=40)
+    model = savigp.SAVIGP(X, Y, CallableLikelihood(probit_numpy, task="classification"), num_inducing=6)
+    history = savigp.fit(model, iterations=25, lr=0.05, num_samples=10, progress=False)
+    fig = plot_fit(model, X, Y, num_samples=20)
+    assert [ax.get_ylabel() for ax in fig.axes] == ["latent f0", "class probability"]
+    assert [t.get_text() for t in fig.axes[1].get_legend().get_texts()] == ["p(y = 0)", "p(y = 1)"]
+    assert len(plot_elbo(history.elbo).axes[0].lines) == 2  # the ELBO and its running mean
+    with pytest.raises(ValueError, match=r"X must have shape \(N, 1\) or \(N, 2\), got \(4, 3\)"):
+        plot_fit(model, np.zeros((4, 3)))
