@@ -371,6 +371,11 @@ def _entropy_monte_carlo(mean: Tensor, L: Tensor, log_pi: Tensor, diagonal: bool
         z = torch.linalg.solve_triangular(L, diff, upper=False)  # L_l^-1 (v - m_l)
         z = z.reshape(K, Q, M, S, K).permute(3, 4, 0, 1, 2)  # (S, K, K_l, Q, M)
         log_det = torch.log(L.diagonal(dim1=-2, dim2=-1)).sum((-1, -2))  # (K_l,)
+    # a draw's own component: L_k^-1 (v_ks - m_k) = eps_ks exactly (not the round trip through a
+    # solve, whose error grows with the condition number of L_k and could make log q(v_ks) fall
+    # below log pi_k + log N_k(v_ks), the bound every draw must respect)
+    own = torch.eye(K, dtype=torch.bool, device=mean.device)[None, :, :, None, None]
+    z = torch.where(own, eps.unsqueeze(2), z)
     log_n = -0.5 * (Q * M * LOG_2PI + (z * z).sum((-1, -2))) - log_det  # (S, K, K_l)
     log_q = torch.logsumexp(log_pi + log_n, dim=-1)  # (S, K)
     return -(log_pi.exp() * log_q.mean(0)).sum()
