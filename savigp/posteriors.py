@@ -673,7 +673,8 @@ class UDiagonalMixture(MixturePosterior):
             if jitter_rel is not None:
                 diag = Kzz.diagonal(dim1=-2, dim2=-1)
                 J = Kzz + torch.diag_embed((jitter_rel.unsqueeze(-1) * diag.mean(-1, keepdim=True)).expand_as(diag))
-            Lzz = torch.linalg.cholesky(J)
+            # float32: factorized in float64 (as the model's own factorization may have been)
+            Lzz = torch.linalg.cholesky(J.to(torch.float64) if J.dtype == torch.float32 else J).to(J.dtype)
         M = self.num_inducing
         if tuple(Lzz.shape[-3:]) != (self.num_latent, M, M):
             raise ValueError(f"Lzz must have shape {(self.num_latent, M, M)}, got {tuple(Lzz.shape)}")
