@@ -274,6 +274,9 @@ MODEL_FIELDS = {
     "num_components": Int(1, MAX_COMPONENTS),
     "learn_prior_mean": Bool(),
     "mean_basis_size": Opt(Int(0, MAX_INDUCING)),
+    "mean_basis": Opt(Str(choices=("orthogonal", "decoupled", "hybrid"))),
+    "entropy": Opt(Str(choices=("bound", "mc"))),
+    "entropy_samples": Opt(Int(2, 1_000_000)),
 }
 MODEL_OPTION_FIELDS = {
     "kernel": Opt(Str(choices=("rbf", "matern32", "matern52"))),

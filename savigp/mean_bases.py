@@ -125,7 +125,8 @@ class HybridMeanHead(_UnprojectedMeanHead):
             whitened = True
         elif posterior is not None:
             m = torch.einsum("k,kqm->qm", posterior.weights(), posterior.mean)
-            whitened = bool(getattr(posterior, "whitened", True))
+            # whitened coordinates of the means (also the diagonal mixture over u's w, m = L_zz w)
+            whitened = bool(getattr(posterior, "mean_whitened", getattr(posterior, "whitened", True)))
         else:
             raise ValueError("HybridMeanHead.kl needs the coupled means: pass posterior= or mean=")
         Q, M = Z.shape[0], Z.shape[1]

@@ -113,9 +113,15 @@ class SAVIGP(nn.Module):
         inducing_init: ``"kmeans"`` or ``"subset"``.
         learn_inducing: learn the inducing inputs Z (each latent function has its own).
         dense: the paper's dense case: Z = X, fixed, M = N.
-        posterior: ``"full"`` (Cholesky-parametrized covariances) or ``"diag"``, or a
+        posterior: ``"full"`` (Cholesky-parametrized covariances), ``"diag"`` (the paper's diagonal
+            mixture over u), ``"diag-whitened"``, ``"joint"``, or a
             :class:`~savigp.posteriors.MixturePosterior`.
-        num_components: K, mixture components.
+        num_components: K, mixture components (K > 1: initial means spread around the prior mean,
+            :func:`savigp.posteriors.spread_means`).
+        entropy: the entropy term of a mixture with K > 1: ``"bound"`` (seed 004, eq. (18)) or
+            ``"mc"`` (a reparameterized Monte Carlo estimate of the exact entropy, tighter by about
+            0.153 Q M nats; see :meth:`savigp.posteriors.MixturePosterior.entropy`).
+        entropy_samples: draws per component for ``entropy="mc"``.
         prior_mean: constant prior mean mu_j per latent function: a float or a sequence of Q floats.
         learn_prior_mean: learn mu_j.
         mean_basis_size: size of the mean basis gamma per latent function (seed 003); 0 disables it.
@@ -140,6 +146,8 @@ class SAVIGP(nn.Module):
         dense: bool = False,
         posterior: Union[str, MixturePosterior] = "full",
         num_components: int = 1,
+        entropy: str = "bound",
+        entropy_samples: int = 64,
         prior_mean: Union[float, Sequence[float]] = 0.0,
         learn_prior_mean: bool = False,
         mean_basis_size: int = 0,
@@ -219,10 +227,14 @@ class SAVIGP(nn.Module):
                 raise ValueError(f"posterior has (Q, M) = {(posterior.num_latent, posterior.num_inducing)}, model needs {(Q, M)}")
             self.posterior = posterior
         else:
-            self.posterior = make_posterior(posterior, Q, M, num_components, generator=gen)
-            if not self.posterior.whitened:  # start the u-space variances at the prior's
+            self.posterior = make_posterior(posterior, Q, M, num_components, generator=gen, entropy=entropy,
+                                            entropy_samples=entropy_samples)
+            if hasattr(self.posterior, "spread_within_components"):
                 with torch.no_grad():
-                    self.posterior.start_at_prior_variances(kernel(Z, Z))
+                    self.posterior.spread_within_components(self._factorize(kernel(Z, Z).detach())[0])
+        if hasattr(self.posterior, "convert_legacy_state"):
+            # files written before the diagonal mixture over u had its prior-conditioned coordinates
+            self.register_load_state_dict_post_hook(SAVIGP._convert_legacy_posterior)
 
         # ---- optional orthogonally decoupled mean head (seed 003)
         self.mean_head = None
@@ -240,9 +252,19 @@ class SAVIGP(nn.Module):
             "input_dim": D, "num_data": N, "num_latent": Q, "num_inducing": M, "dense": self.dense,
             "learn_inducing": self.learn_inducing, "posterior": self.posterior.kind,
             "num_components": self.posterior.num_components, "learn_prior_mean": bool(learn_prior_mean),
+            "entropy": getattr(self.posterior, "entropy_estimate", "bound"),
+            "entropy_samples": int(getattr(self.posterior, "entropy_samples", entropy_samples)),
             "mean_basis_size": int(mean_basis_size), "mean_basis": mean_basis,
         }
         self.to(dtype=dtype, device=device)
+
+    @staticmethod
+    def _convert_legacy_posterior(module: "SAVIGP", incompatible_keys) -> None:
+        """Load hook: a diagonal mixture over u read from a file of the former u-space coordinates
+        (see :meth:`savigp.posteriors.UDiagonalMixture.convert_legacy_state`) is converted with
+        the loaded kernel and inducing inputs."""
+        with torch.no_grad():
+            module.posterior.convert_legacy_state(module.prior_factor())
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -388,7 +410,9 @@ class SAVIGP(nn.Module):
         if getattr(self.posterior, "joint", False):
             return self._joint_elbo(X, Y, num_samples, estimator, generator)
         Kzz, Lzz, jitter_rel = self._prior_parts()  # L_zz without graph: the fused terms hand gradients to K_zz
-        post_scale = self.posterior.scale()  # computed once per step, shared by all terms
+        # computed once per step, shared by all terms: the scales (whitened) or the u-space parameters
+        post_scale = (self.posterior.scale() if self.posterior.whitened
+                      else self.posterior.u_parameters(Kzz, Lzz, jitter_rel))
         mean, var = self._marginals(X, Lzz, Kzz, jitter_rel, post_scale)
         scale = self.num_data / X.shape[0]
         ell = expected_log_lik(self.likelihood, Y, mean, var, self.posterior.weights(), estimator=estimator,
@@ -397,7 +421,7 @@ class SAVIGP(nn.Module):
                  else self.posterior.cross_entropy(post_scale, Lzz, Kzz=Kzz, jitter_rel=jitter_rel))
         head_kl = (self.mean_head.kl(self.kernel, self.inducing, Lzz, Kzz=Kzz, jitter_rel=jitter_rel, posterior=self.posterior)
                    if self.mean_head is not None else ell.value.new_zeros(()))
-        return self._assemble(ell, self.posterior.entropy(post_scale), cross, head_kl, Lzz)
+        return self._assemble(ell, self.posterior.entropy(post_scale, generator=generator), cross, head_kl, Lzz)
 
     def _assemble(self, ell, ent: Tensor, cross: Tensor, head_kl: Tensor, Lzz: Tensor) -> ELBOTerms:
         """The ELBO and its terms; whitened terms are reported in the paper's u-space convention

@@ -13,7 +13,8 @@ with ``torch.load(path, weights_only=True)``::
 ``config`` holds everything needed to rebuild the module around the state dict and to use it:
 
 * ``"model"``: SAVIGP's own ``config`` (input_dim D, num_data N, num_latent Q, num_inducing M,
-  dense, learn_inducing, posterior, num_components, learn_prior_mean, mean_basis_size, mean_basis);
+  dense, learn_inducing, posterior, num_components, learn_prior_mean, mean_basis_size, mean_basis,
+  entropy, entropy_samples);
 * ``"model_options"``: kernel name, inducing_init, seed, dtype name, prior_mean;
 * ``"likelihood"``: ``{"name", "class", "kwargs"}`` for a class of :mod:`likelihoods`, or
   ``{"name": "callable" | "user-class", "class", "import_path", "sha256", "kwargs"}`` for a user
@@ -464,7 +465,7 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
     ``options`` keys (all optional): ``kernel``, ``num_inducing``, ``inducing_inputs``
     (``(M, D)`` or ``(Q, M, D)``), ``inducing_init``, ``dense``,
     ``learn_inducing``, ``posterior``, ``num_components``, ``prior_mean``, ``learn_prior_mean``,
-    ``mean_basis_size``, ``mean_basis``, ``dtype`` (a name: ``"float32"``/``"float64"``), ``device``, ``seed``.
+    ``mean_basis_size``, ``mean_basis``, ``entropy``, ``entropy_samples``, ``dtype`` (a name: ``"float32"``/``"float64"``), ``device``, ``seed``.
     """
     o = dict(options)
     return SAVIGP(
@@ -475,6 +476,7 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
         posterior=o.get("posterior") or "full", num_components=int(o.get("num_components") or 1),
         prior_mean=o["prior_mean"] if o.get("prior_mean") is not None else 0.0,
         learn_prior_mean=bool(o.get("learn_prior_mean", False)),
+        entropy=o.get("entropy") or "bound", entropy_samples=int(o.get("entropy_samples") or 64),
         mean_basis_size=int(o.get("mean_basis_size") or 0), mean_basis=o.get("mean_basis") or "orthogonal", dtype=_dtype(o.get("dtype") or "float64"),
         device=o.get("device"), seed=int(o.get("seed") or 0),
     )
@@ -515,6 +517,7 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
         "dense": mc["dense"], "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
         "num_components": mc["num_components"], "learn_prior_mean": mc["learn_prior_mean"],
         "mean_basis_size": mc.get("mean_basis_size", 0), "mean_basis": mc.get("mean_basis"), "device": device,
+        "entropy": mc.get("entropy"), "entropy_samples": mc.get("entropy_samples"),
     }
     if not mc["dense"]:
         options["inducing_inputs"] = torch.zeros(Q, M, D, dtype=torch.float64)

@@ -123,11 +123,25 @@ def test_control_variates_cut_the_variance(gaussian_case, capsys, num_samples, l
 def test_score_means_match_brute_force_leave_one_out():
     """The score estimator's control-variate algebra (expected_log_lik._score_means, from sums over
     the samples) against the definition: for each sample s, a_{-s} = Cov(G, h) / Var(h) over the
-    other S - 1 samples (unbiased sample moments), for h_b = eps and h_s2 = eps^2 - 1."""
-    from savigp.expected_log_lik import _score_means
+    other S - 1 samples (unbiased sample moments), for h_b = eps and h_s2 = eps^2 - 1 (S >= 50),
+    and a_{-s} = w gbar over the other samples (3 <= S < 50; gbar their mean, w = max(0, 1 - their
+    variance / ((S - 1) gbar^2)))."""
+    from savigp.expected_log_lik import CV_REGRESSION_MIN_SAMPLES, _score_means
 
     gen = torch.Generator().manual_seed(4)
-    S_, K_, B_, Q_ = 7, 2, 5, 3
+    S_, K_, B_, Q_ = 5, 2, 5, 3
+    eps = torch.randn(S_, K_, B_, Q_, generator=gen, dtype=torch.float64)
+    g = torch.randn(S_, K_, B_, 1, generator=gen, dtype=torch.float64) + 2.0
+    got = _score_means(g, eps, True)
+    for h, out in ((eps, got[0]), (eps * eps - 1.0, got[1])):
+        terms = []
+        for s in range(S_):
+            rest = torch.cat([g[:s], g[s + 1:]])
+            w = (1 - rest.var(0) / ((S_ - 1) * rest.mean(0) ** 2)).clamp_min(0)
+            terms.append((g[s] - w * rest.mean(0)) * h[s])
+        want = torch.stack(terms).mean(0)
+        assert torch.allclose(out, want, rtol=1e-10, atol=1e-12), float((out - want).abs().max())
+    S_ = CV_REGRESSION_MIN_SAMPLES + 3
     eps = torch.randn(S_, K_, B_, Q_, generator=gen, dtype=torch.float64)
     g = torch.randn(S_, K_, B_, 1, generator=gen, dtype=torch.float64) + 2.0
     got = _score_means(g, eps, True)
@@ -144,3 +158,29 @@ def test_score_means_match_brute_force_leave_one_out():
         assert torch.allclose(out, want, rtol=1e-10, atol=1e-12), float((out - want).abs().max())
     plain = _score_means(g, eps, False)
     assert torch.allclose(plain[0], (g * eps).mean(0)) and torch.allclose(plain[1], (g * (eps * eps - 1)).mean(0))
+
+
+@pytest.mark.parametrize("num_samples", [2, 3, 5, 10])
+def test_small_sample_control_variate_never_worse_and_unbiased(num_samples, capsys):
+    """S = 2..10, logistic likelihood, 400 estimates with and without the control variate from the
+    same draws: no b or s2 gradient element has a larger variance with it (ratio > 0.9, where the
+    measured minima were 1.20-1.39 at S = 3-10; at S = 2 there is none, ratio 1), the median ratio
+    is above 1.3 for S >= 3, and the estimates are unbiased against 100-point quadrature (max |z|
+    < 4.5, mean z^2 < 2 over the 50 elements, which are correlated through the shared logits). The
+    former regression coefficient failed the first check at S = 3 (minimum ratio 0.00) and S = 5
+    (0.83)."""
+    yl = torch.where(torch.rand(B, 1, generator=torch.Generator().manual_seed(4)) > 0.5, 1.0, -1.0)
+    lik = Logistic()
+    n = 2 * K * B * Q
+    nocv = _estimates(lik, yl, "score-nocv", num_samples=num_samples, reps=400, seed=11)
+    cv = _estimates(lik, yl, "score", num_samples=num_samples, reps=400, seed=11)  # the same draws
+    ratio = nocv.var(0)[:n] / cv.var(0)[:n]
+    with capsys.disabled():
+        print(f"\n[control variates] S={num_samples}: variance ratio (no CV / CV) min {float(ratio.min()):.2f}, "
+              f"median {float(ratio.median()):.2f}")
+    assert float(ratio.min()) > 0.9
+    if num_samples >= 3:
+        assert float(ratio.median()) > 1.3
+    truth = _logistic_truth(yl)
+    z = (cv.mean(0) - truth) / (cv.std(0) / math.sqrt(cv.shape[0]))
+    assert float(z.abs().max()) < 4.5 and float((z * z).mean()) < 2.0, (float(z.abs().max()), float((z * z).mean()))

@@ -29,7 +29,7 @@ def _u_space_components(model):
     with torch.no_grad():
         L = model.prior_factor()  # (Q, M, M)
         post = model.posterior
-        S = post.covariance()
+        S = post.covariance() if post.whitened else post.covariance(L)
         if post.diagonal:
             S = torch.diag_embed(S)
         means, covs = [], []
@@ -37,8 +37,9 @@ def _u_space_components(model):
             if post.whitened:
                 mu = torch.cat([model.prior_mean[j] + L[j] @ post.mean[k, j] for j in range(Q)])
                 cov = torch.block_diag(*[L[j] @ S[k, j] @ L[j].T for j in range(Q)])
-            else:  # the parameters are already those of q(u - mu)
-                mu = torch.cat([model.prior_mean[j] + post.mean[k, j] for j in range(Q)])
+            else:  # the paper's mixture over u: m = L_zz w
+                u_mean = post.u_parameters(Lzz=L).mean
+                mu = torch.cat([model.prior_mean[j] + u_mean[k, j] for j in range(Q)])
                 cov = torch.block_diag(*[S[k, j] for j in range(Q)])
             means.append(mu)
             covs.append(cov)
@@ -112,8 +113,9 @@ def test_u_space_diagonal_mixture_equals_the_same_q_written_whitened():
     with torch.no_grad():
         L = mog.prior_factor()
         fg.posterior.logits.copy_(mog.posterior.logits)
-        m_v = torch.linalg.solve_triangular(L, mog.posterior.mean.unsqueeze(-1), upper=False).squeeze(-1)
-        L_v = torch.linalg.solve_triangular(L, torch.diag_embed(mog.posterior.scale()), upper=False)
+        u = mog.posterior.u_parameters(Lzz=L)
+        m_v = torch.linalg.solve_triangular(L, u.mean.unsqueeze(-1), upper=False).squeeze(-1)
+        L_v = torch.linalg.solve_triangular(L, torch.diag_embed(u.sd), upper=False)
         fg.posterior.set_full(m_v, L_v)
     X = torch.randn(7, D, generator=torch.Generator().manual_seed(9))
     (ma, va), (mb, vb) = mog.marginals(X), fg.marginals(X)
