@@ -167,7 +167,11 @@ def test_user_probit_predicts_the_closed_form_probabilities():
     nlp = -np.mean(np.log(np.where(Y[:, 0] == 1, exact, 1 - exact)))
     assert set(metrics) == {"n", "error_rate", "nlp"}
     assert metrics["nlp"] == pytest.approx(nlp, abs=0.02)
-    assert metrics["error_rate"] == np.mean((exact > 0.5) != (Y[:, 0] == 1))
+    # the error rate agrees with the exact probabilities' except where one of those lies within 4
+    # Monte Carlo standard errors of 1/2 (there the estimated class may differ)
+    wrong = (exact > 0.5) != (Y[:, 0] == 1)
+    undecided = int((np.abs(exact - 0.5) <= 4 * 0.5 / math.sqrt(S)).sum())
+    assert abs(metrics["error_rate"] * len(Y) - wrong.sum()) <= undecided
     # E[y | f] without a mean_fn: the label's mean under the class probabilities
     assert torch.allclose(pred.mean[:, 0], pred.probabilities[:, 1], atol=1e-12)
 
