@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
+from . import _sync_free
 from ._checks import as_inputs, as_targets
 from ._linalg import base_jitter, robust_cholesky
 from .expected_log_lik import _joint_factor, checked_log_prob, expected_log_lik, expected_log_lik_joint, resolve_estimator
@@ -28,21 +29,30 @@ from .posteriors import MixturePosterior, make_posterior
 class ELBOTerms:
     """One evaluation of the ELBO (seed 004, eq. (17)) on a batch.
 
-    ``elbo`` is differentiable (its gradient is the estimator's); the other fields are floats in
-    the paper's convention (u-space entropy and cross-entropy), for logging.
+    ``elbo`` is differentiable (its gradient is the estimator's); the other fields are detached
+    0-dim tensors on the model's device in the paper's convention (u-space entropy and
+    cross-entropy), for logging. They stay tensors so that a training step never waits for the
+    device (``float(terms.ell)`` reads one back); :meth:`as_dict` reads them all at once.
     """
 
     elbo: Tensor
-    ell: float
-    entropy: float
-    cross_entropy: float
-    mean_head_kl: float
-    ell_stderr: float
+    ell: Union[Tensor, float]
+    entropy: Union[Tensor, float]
+    cross_entropy: Union[Tensor, float]
+    mean_head_kl: Union[Tensor, float]
+    ell_stderr: Union[Tensor, float]
+
+    NAMES = ("elbo", "ell", "entropy", "cross_entropy", "mean_head_kl", "ell_stderr")
+
+    def stacked(self) -> Tensor:
+        """The six values (in :data:`NAMES` order) as one detached tensor ``(6,)`` on the device."""
+        like = self.elbo.detach()
+        return torch.stack([torch.as_tensor(getattr(self, n), dtype=like.dtype).to(like.device).detach().reshape(())
+                            for n in self.NAMES])
 
     def as_dict(self) -> dict:
-        return {"elbo": float(self.elbo.detach()), "ell": self.ell, "entropy": self.entropy,
-                "cross_entropy": self.cross_entropy, "mean_head_kl": self.mean_head_kl,
-                "ell_stderr": self.ell_stderr}
+        """The values as Python floats (one host read)."""
+        return dict(zip(self.NAMES, self.stacked().tolist()))
 
 
 @dataclass
@@ -222,29 +232,43 @@ class SAVIGP(nn.Module):
         return self._factorize(self.kernel(Z, Z))[0]
 
     @staticmethod
-    def _factorize(Kzz: Tensor) -> tuple[Tensor, Tensor]:
+    def _jittered(work: Tensor, rel: float) -> Tensor:
+        """``work + rel * mean(diag work) I`` (differentiable when ``work`` carries a graph: the
+        jitter follows mean(diag K_zz), and so does its gradient)."""
+        diag = work.diagonal(dim1=-2, dim2=-1)
+        if work.requires_grad:
+            jitter = (rel * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1)
+            return work + torch.diag_embed(jitter.expand_as(diag))
+        J = work.clone()
+        J.diagonal(dim1=-2, dim2=-1).add_((rel * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1))
+        return J
+
+    def _factorize(self, Kzz: Tensor) -> tuple[Tensor, Tensor]:
         """Lower Cholesky factor of K_zz + rel * mean(diag K_zz) I, and rel ``(Q,)``. Differentiable.
 
-        First try: rel = ``base_jitter(dtype)``, which is what :func:`robust_cholesky` tries first
-        (the same factor), built in one pass. A float32 model whose factorization fails retries in
-        float64 with the same jitter (float32's jitter, float64's accuracy; the factor is rounded
-        to float32) before the jitter grows. Then :func:`robust_cholesky` grows the jitter (with its
-        warning) or raises the error that names the problem.
+        First try: rel = ``base_jitter(dtype)`` (or the larger jitter that :func:`savigp.fit` has
+        found necessary earlier in training, ``self.jitter_floor``), which is what
+        :func:`robust_cholesky` tries first (the same factor), built in one pass. A float32 model
+        whose factorization fails retries in float64 with the same jitter (float32's jitter,
+        float64's accuracy; the factor is rounded to float32) before the jitter grows. Then
+        :func:`robust_cholesky` grows the jitter (with its warning) or raises the error that names
+        the problem.
+
+        Inside :func:`savigp._sync_free.deferred` (a training step of :func:`savigp.fit`) nothing is
+        read back: one factorization at that jitter, a failure flagged on the device and the factor
+        set to NaN; fit then grows ``jitter_floor`` at its next check (see :mod:`savigp._step`).
         """
-        base = base_jitter(Kzz.dtype)
+        base = max(base_jitter(Kzz.dtype), float(getattr(self, "jitter_floor", 0.0)))
+        flags = _sync_free.active()
+        if flags is not None:
+            L, info = torch.linalg.cholesky_ex(self._jittered(Kzz, base))
+            flags.note("cholesky", info != 0)
+            return _sync_free.nan_where_failed(L, info), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype,
+                                                                    device=Kzz.device)
         for work in (Kzz, Kzz.to(torch.float64)) if Kzz.dtype == torch.float32 else (Kzz,):
-            diag = work.diagonal(dim1=-2, dim2=-1)
-            if work.requires_grad:
-                # robust_cholesky's jitter follows mean(diag K_zz): so does its gradient
-                jitter = (base * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1)
-                J = work + torch.diag_embed(jitter.expand_as(diag))
-            else:
-                J = work.clone()
-                J.diagonal(dim1=-2, dim2=-1).add_((base * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1))
-            L, info = torch.linalg.cholesky_ex(J)
-            del J
+            L, info = torch.linalg.cholesky_ex(self._jittered(work, base))
             if bool((info == 0).all()) and bool(torch.isfinite(L.diagonal(dim1=-2, dim2=-1)).all()):
-                return L.to(Kzz.dtype), torch.full(diag.shape[:-1], base, dtype=Kzz.dtype, device=Kzz.device)
+                return L.to(Kzz.dtype), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype, device=Kzz.device)
         # larger jitter (with its warning), or the error that names the problem
         L, rel = robust_cholesky(Kzz, name="K_zz (inducing-point kernel matrix)", return_jitter=True)
         rel = torch.full(Kzz.shape[:-2], rel, dtype=Kzz.dtype, device=Kzz.device)
@@ -322,7 +346,7 @@ class SAVIGP(nn.Module):
         mean = self.prior_mean[:, None] + fmean  # (K, Q, B)
         if self.mean_head is not None:  # seed 003: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a
             mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, **head)
-        var = var.clamp_min(1e-12 * float(kxx.detach().max()) + 1e-30)
+        var = torch.clamp_min(var, 1e-12 * kxx.detach().amax() + 1e-30)  # a tensor floor: no host read
         return mean.transpose(-1, -2), var.transpose(-1, -2)
 
     # ------------------------------------------------------------------ ELBO
@@ -356,9 +380,10 @@ class SAVIGP(nn.Module):
         """The ELBO and its terms; whitened terms are reported in the paper's u-space convention
         (their log|L_zz| parts cancel in the total)."""
         total = ell.value + ent + cross - head_kl
-        half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum()) if self.posterior.whitened else 0.0
-        return ELBOTerms(total, float(ell.value.detach()), float(ent.detach()) + half_logdet,
-                         float(cross.detach()) - half_logdet, float(head_kl.detach()), ell.stderr)
+        half_logdet = (torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum() if self.posterior.whitened
+                       else total.new_zeros(()))
+        return ELBOTerms(total, ell.value.detach(), ent.detach() + half_logdet, cross.detach() - half_logdet,
+                         head_kl.detach(), ell.stderr)
 
     def _joint_elbo(self, X: Tensor, Y: Tensor, num_samples: int, estimator: str,
                     generator: Optional[torch.Generator]) -> ELBOTerms:
