@@ -63,10 +63,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from . import _chunks
+
 KL_SAMPLING = ("residual", "kernel")
 
 
-def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: int = 2 ** 23) -> Tensor:
+def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: Optional[int] = None) -> Tensor:
     """k(X1, X2) a for every latent function, ``(Q, N1)``, without holding a large kernel matrix.
 
     Args:
@@ -75,9 +77,13 @@ def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: int = 
         max_entries: above ``Q * N1 * N2`` entries the product is formed in blocks of columns of
             X2; under autograd each block is checkpointed (recomputed in the backward pass), so
             memory stays O(max_entries) instead of a few copies of the full Q x N1 x N2 matrix.
+            Default: what :func:`savigp._chunks.memory_budget` allows (2^23 float64 entries on the
+            CPU; a tenth of the free memory on CUDA).
     """
     Q, N2 = a.shape
     N1 = X1.shape[-2]
+    if max_entries is None:
+        max_entries = _chunks.memory_budget(a.device) // a.element_size()
     if Q * N1 * N2 <= max_entries:
         return (kernel(X1, X2) @ a.unsqueeze(-1)).squeeze(-1)
     block = max(1, max_entries // max(1, Q * N1))

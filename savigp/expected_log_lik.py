@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import _compile, _sync_free
+from . import _chunks, _compile, _sync_free
 
 ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
 
@@ -277,7 +277,15 @@ def set_compile(enabled: bool = True) -> None:
 
 
 def _score_means_dispatch(g: Tensor, eps: Tensor, control: bool) -> tuple[Tensor, Tensor]:
-    return _compile.call(_score_means, g, eps, control)
+    """:func:`_score_means` in chunks of data points whose ~12 S x K x chunk x Q temporaries fit the
+    device's memory budget (:mod:`savigp._chunks`; one chunk at the usual sizes). The points are
+    independent and the sums run over samples only, so chunking changes no value."""
+    S, K, B, Q = eps.shape
+    rows = _chunks.chunk_size(B, 12 * S * K * Q * eps.element_size(), eps.device)
+    if rows >= B:
+        return _compile.call(_score_means, g, eps, control)
+    parts = [_compile.call(_score_means, g[:, :, i:i + rows], eps[:, :, i:i + rows], control) for i in range(0, B, rows)]
+    return torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)
 
 
 def _quadrature(likelihood, y, mean, var, weights, scale, n):

@@ -15,7 +15,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
-from . import _sync_free
+from . import _chunks, _sync_free
 from ._checks import as_inputs, as_targets
 from ._linalg import base_jitter, robust_cholesky
 from .expected_log_lik import _joint_factor, checked_log_prob, expected_log_lik, expected_log_lik_joint, resolve_estimator
@@ -402,17 +402,22 @@ class SAVIGP(nn.Module):
 
     # ------------------------------------------------------------------ prediction
     @torch.no_grad()
-    def predict_latent(self, X, chunk_size: int = 4096) -> tuple[Tensor, Tensor, Tensor]:
+    def predict_latent(self, X, chunk_size: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
         """Per-component latent marginals at test inputs (seed 004, §7).
 
         Args:
             X: ``(B, D)``.
+            chunk_size: test inputs per chunk (default: what the device's memory budget allows,
+                :mod:`savigp._chunks`; a few M x chunk cross-covariances per chunk).
 
         Returns:
             means ``(K, B, Q)``, variances ``(K, B, Q)`` and mixture weights ``(K,)``.
         """
         X = self._as_model_tensor(X, "X")
         Lzz = self.prior_factor()
+        if chunk_size is None:
+            row = 4 * self.num_latent * (self.num_inducing + self.posterior.num_components) * X.element_size()
+            chunk_size = _chunks.chunk_size(X.shape[0], row, self.device)
         parts = [self.marginals(X[i:i + chunk_size], Lzz) for i in range(0, X.shape[0], chunk_size)]
         mean = torch.cat([p[0] for p in parts], dim=1)
         var = torch.cat([p[1] for p in parts], dim=1)
@@ -469,15 +474,22 @@ class SAVIGP(nn.Module):
         return Prediction(latent_mean, latent_var, y_mean, y_var, probs)
 
     @torch.no_grad()
-    def log_predictive_density(self, X, Y, num_samples: int = 1000, seed: int = 0, chunk_size: int = 1024) -> Tensor:
+    def log_predictive_density(self, X, Y, num_samples: int = 1000, seed: int = 0,
+                               chunk_size: Optional[int] = None) -> Tensor:
         """log p(y*_n | x*_n) for every test point, ``(B,)`` (seed 004, §7):
 
             log p(y* | x*) ~= logsumexp_{k, s}(log pi_k + log p(y* | f*_ks)) - log S,
 
-        with S samples f*_ks from each component's marginal.
+        with S samples f*_ks from each component's marginal; ``chunk_size`` test points at a time
+        (default: what the device's memory budget allows for the S x K x chunk x Q draws,
+        :mod:`savigp._chunks`).
         """
         X = self._as_model_tensor(X, "X")
         Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=self.dtype, device=self.device)
+        if chunk_size is None:
+            K, Q = self.posterior.num_components, self.num_latent
+            row = 4 * num_samples * K * (Q + 1) * X.element_size() + 4 * self.num_latent * self.num_inducing * X.element_size()
+            chunk_size = _chunks.chunk_size(X.shape[0], row, self.device)
         out = []
         for i in range(0, X.shape[0], chunk_size):
             xb, yb = X[i:i + chunk_size], Y[i:i + chunk_size]
