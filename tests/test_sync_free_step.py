@@ -86,6 +86,32 @@ def test_a_training_step_never_reads_a_tensor_back(monkeypatch, case):
         float(model.elbo(num_samples=10).elbo)
 
 
+def test_the_only_host_reads_in_a_cpu_step_are_the_fused_adam_step_counters():
+    """torch.profiler sees reads from C++ too (aten::_local_scalar_dense, what .item() runs): in fit's
+    step on the CPU they all come from the fused Adam kernel reading its step counters, which live on
+    the host unless the optimizer is capturable (as fit makes it for a CUDA graph)."""
+    from torch.profiler import ProfilerActivity, profile
+    from savigp.training import make_adam
+
+    X, f, g = _data()
+    model = savigp.SAVIGP(X, torch.where(f > 0, 1.0, -1.0), Logistic(), num_inducing=7)
+    opt = make_adam([p for p in model.parameters() if p.requires_grad], 0.01)
+    runner = _step.StepRunner(model, opt, num_samples=10, estimator="score", generator=torch.Generator(), window=2)
+    batch = torch.arange(20)
+    runner.run(batch)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        runner.run(batch)
+    reads = [e for e in prof.events() if e.name == "aten::_local_scalar_dense"]
+    callers = set()
+    for e in reads:
+        parent = e.cpu_parent
+        while parent is not None and not parent.name.startswith("aten::_fused"):
+            parent = parent.cpu_parent
+        callers.add(parent.name if parent is not None else "outside the optimizer")
+    assert callers <= {"aten::_fused_adam_"}, callers
+    assert runner.read()["ok"]
+
+
 def test_the_sync_free_step_takes_the_same_steps_as_a_per_step_check():
     """log_every changes only when fit reads back: the ELBO trace and the parameters are identical."""
     X, f, g = _data()
