@@ -66,6 +66,7 @@ from experiments._common import (  # noqa: E402
     write_csv_atomic,
     write_text_atomic,
 )
+from experiments._common import add_device_arguments, device_and_dtype  # noqa: E402
 from likelihoods import Gaussian  # noqa: E402
 from savigp import SAVIGP, TrainingDiverged, TrainingHistory, fit  # noqa: E402
 from savigp.natural_gradients import fit_orthnat  # noqa: E402
@@ -110,9 +111,9 @@ def settings(name: str, quick: bool) -> dict:
 
 
 # ---------------------------------------------------------------------------------- one run
-def build(Xtr, ytr, M: int, G: int, seed: int, dtype=torch.float64) -> SAVIGP:
+def build(Xtr, ytr, M: int, G: int, seed: int, dtype=torch.float64, device=None) -> SAVIGP:
     return SAVIGP(Xtr, ytr, Gaussian(0.1), num_inducing=M, mean_basis_size=G, inducing_init="kmeans",
-                  seed=seed, dtype=dtype)
+                  seed=seed, dtype=dtype, device=device)
 
 
 def train(model: SAVIGP, config: str, iters: int, batch, lr: float, eq16_step: float, seed: int):
@@ -157,7 +158,8 @@ def run_dataset(name: str, configs, args) -> list[dict]:
     for config in configs:
         head = config.startswith("orth")
         torch.manual_seed(args.seed)
-        model = build(Xtr, ytr, M, G if head else 0, args.seed)
+        device, dtype = device_and_dtype(args)
+        model = build(Xtr, ytr, M, G if head else 0, args.seed, dtype=dtype, device=device)
         c0, w0 = time.process_time(), time.perf_counter()
         try:
             hist = train(model, config, iters, batch, args.lr, args.eq16_step, args.seed)
@@ -291,7 +293,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: reproducible CPU ms)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-timing", action="store_true", help="skip the timing and prediction-cache tables")
+    add_device_arguments(p)  # the comparison runs; the CPU-time tables stay on the CPU
     args = p.parse_args(argv)
+    device_and_dtype(args)  # a clear error for a device that is not here, before any work
     torch.set_num_threads(args.threads)
     configs = [c for c in args.configs.split(",") if c]
     bad = set(configs) - set(CONFIGS)
