@@ -144,17 +144,14 @@ class StepRunner:
                                     generator=self.generator)
             (-terms.elbo).backward()
         vals = terms.stacked()
-        params_ok = torch.stack(torch._foreach_norm([p.detach() for p in self.params], float("inf"))).isfinite()
         elbo_ok = vals[:5].isfinite().all()
-        zero = vals.new_zeros(())
         with torch.no_grad():
             for p in self.params:  # a bad step moves nothing: the optimizer's state stays finite
                 if p.grad is not None:
-                    p.grad.copy_(torch.where(elbo_ok, p.grad, zero))
+                    p.grad.copy_(torch.where(elbo_ok, p.grad, 0.0))
         self.opt.step()
-        with torch.no_grad():
-            params_ok = params_ok & torch.stack(torch._foreach_norm([p.detach() for p in self.params],
-                                                                    float("inf"))).isfinite()
+        with torch.no_grad():  # (the parameters were finite before the step if the previous step was good)
+            params_ok = torch.stack(torch._foreach_norm([p.detach() for p in self.params], float("inf"))).isfinite()
             ok = elbo_ok & params_ok.all() & ~torch.stack([getattr(self.flags, n) for n in self.flags.NAMES]).any()
             newly_bad = self.alive & ~ok
             self.first_bad.copy_(torch.where(newly_bad, self.counter, self.first_bad))

@@ -102,6 +102,13 @@ def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: Option
     return out
 
 
+def _chol_solve(L: Tensor, b: Tensor) -> Tensor:
+    """A^-1 b for A = L L^T, ``L`` ``(..., M, M)``, ``b`` ``(..., M)``: two triangular solves
+    (``torch.cholesky_solve`` reads an error flag back to the host, a synchronization on a GPU)."""
+    y = torch.linalg.solve_triangular(L, b.unsqueeze(-1), upper=False)
+    return torch.linalg.solve_triangular(L.mT, y, upper=True).squeeze(-1)
+
+
 class _SPDSolve(torch.autograd.Function):
     """w = A^-1 b for symmetric positive definite A = L L^T, with L given without graph.
 
@@ -110,14 +117,14 @@ class _SPDSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, b, L):
-        w = torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1)
+        w = _chol_solve(L, b)
         ctx.save_for_backward(L, w)
         return w
 
     @staticmethod
     def backward(ctx, gw):
         L, w = ctx.saved_tensors
-        gb = torch.cholesky_solve(gw.unsqueeze(-1), L).squeeze(-1)
+        gb = _chol_solve(L, gw)
         gA = -gb.unsqueeze(-1) * w.unsqueeze(-2) if ctx.needs_input_grad[0] else None
         return gA, gb, None
 
@@ -268,7 +275,7 @@ class OrthogonalMeanHead(nn.Module):
             A = Kzz + (rel * diag_mean)[:, None, None] * eye  # the matrix that Lzz factorizes
             w = _SPDSolve.apply(A, b, Lzz.detach())
         else:
-            w = torch.cholesky_solve(b.unsqueeze(-1), Lzz).squeeze(-1)
+            w = _chol_solve(Lzz, b)
         return b, w
 
     def coefficients(self, kernel, Z: Tensor, Lzz: Tensor) -> Tensor:

@@ -86,7 +86,8 @@ def test_a_training_step_never_reads_a_tensor_back(monkeypatch, case):
         float(model.elbo(num_samples=10).elbo)
 
 
-def test_the_only_host_reads_in_a_cpu_step_are_the_fused_adam_step_counters():
+@pytest.mark.parametrize("G", [0, 30])
+def test_the_only_host_reads_in_a_cpu_step_are_the_fused_adam_step_counters(G):
     """torch.profiler sees reads from C++ too (aten::_local_scalar_dense, what .item() runs): in fit's
     step on the CPU they all come from the fused Adam kernel reading its step counters, which live on
     the host unless the optimizer is capturable (as fit makes it for a CUDA graph)."""
@@ -94,7 +95,7 @@ def test_the_only_host_reads_in_a_cpu_step_are_the_fused_adam_step_counters():
     from savigp.training import make_adam
 
     X, f, g = _data()
-    model = savigp.SAVIGP(X, torch.where(f > 0, 1.0, -1.0), Logistic(), num_inducing=7)
+    model = savigp.SAVIGP(X, torch.where(f > 0, 1.0, -1.0), Logistic(), num_inducing=7, mean_basis_size=G)
     opt = make_adam([p for p in model.parameters() if p.requires_grad], 0.01)
     runner = _step.StepRunner(model, opt, num_samples=10, estimator="score", generator=torch.Generator(), window=2)
     batch = torch.arange(20)
