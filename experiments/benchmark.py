@@ -111,6 +111,7 @@ class Config:
     K: int = 1
     Q: int = 1
     posterior: str = "full"  # "full" | "diag" (the paper's mog, diagonal over u) | "diag-whitened"
+    G: int = 0  # size of the orthogonally decoupled mean basis (savigp only; 0: none)
     sweep: str = ""  # which plot panel(s) it belongs to: "M", "B", "S", "K", "Q"
 
     @property
@@ -119,13 +120,13 @@ class Config:
 
     @property
     def label(self) -> str:
-        post = f"K={self.K} {self.posterior}"
+        post = f"K={self.K} {self.posterior}" + (f" G={self.G}" if self.G else "")
         s = "" if self.lik == "gaussian" else f" S={self.S}"
         return f"{self.lik} Q={self.Q} M={self.M} B={self.B}{s} {post}"
 
     @property
     def gpytorch_ok(self) -> bool:
-        return self.K == 1 and self.posterior == "full"
+        return self.K == 1 and self.posterior == "full" and not self.G
 
 
 def quick_configs() -> list[Config]:
@@ -163,6 +164,16 @@ def target_configs() -> list[Config]:
         Config("bernoulli", 500, 1000, S=100, sweep="M"),
         Config("bernoulli", 1000, 1000, S=100, sweep="M"),
         Config("gaussian", 500, 1000, sweep="M"),
+    ]
+
+
+def gpu_target_configs() -> list[Config]:
+    """The GPU issue's acceptance configurations (besides the full sweep): the black-box Bernoulli
+    step at M = 1000, B = 10^4, S = 100, and the decoupled mean head at M = 500, G = 20000,
+    B = 10^4 (savigp only). Run on CUDA and on the CPU for the speed-up."""
+    return [
+        Config("bernoulli", 1000, 10000, S=100, sweep="B"),
+        Config("gaussian", 500, 10000, G=20000, sweep="B"),
     ]
 
 
@@ -231,7 +242,8 @@ class SavigpStep:
         kernel = RBF(D, cfg.Q, lengthscale=data.lengthscale, variance=1.0)
         # the model keeps X/Y as buffers; build it on the CPU copy then move (constructor validates targets)
         self.model = SAVIGP(data.X.cpu(), Y.cpu(), lik, kernel, inducing_inputs=Z.cpu(), posterior=cfg.posterior,
-                            num_components=cfg.K, dtype=data.dtype, device=data.device, seed=seed)
+                            num_components=cfg.K, mean_basis_size=cfg.G, dtype=data.dtype, device=data.device,
+                            seed=seed)
         device = torch.device(data.device)
         graphs, _ = _step.graph_decision(None if cuda_graphs else False, device=device, optimizer="adam",
                                          estimator=cfg.estimator, likelihood=lik, joint=False)
@@ -506,7 +518,7 @@ class Result:
         ours, theirs = self.ms.get("savigp"), self.ms.get("gpytorch")
         flops = floor_flops(c)
         r = {"likelihood": c.lik, "Q": c.Q, "M": c.M, "B": c.B, "S": c.S if c.lik != "gaussian" else "",
-             "K": c.K, "posterior": c.posterior, "estimator": c.estimator, "sweep": c.sweep,
+             "K": c.K, "G": c.G or "", "posterior": c.posterior, "estimator": c.estimator, "sweep": c.sweep,
              "savigp_ms": _r(ours), "gpytorch_ms": _r(theirs),
              "ratio": _r(ours / theirs if ours and theirs else None, 3),
              "savigp_cpu_ms": _r(self.cpu_ms.get("savigp")), "gpytorch_cpu_ms": _r(self.cpu_ms.get("gpytorch")),
@@ -600,11 +612,11 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
 
 # ---------------------------------------------------------------------------------------- output
 PROFILED = ("busy_ms", "kernels", "syncs", "reads", "ops")
-COLUMNS = ["likelihood", "Q", "M", "B", "S", "K", "posterior", "estimator", "savigp_ms", "gpytorch_ms", "ratio",
+COLUMNS = ["likelihood", "Q", "M", "B", "S", "K", "G", "posterior", "estimator", "savigp_ms", "gpytorch_ms", "ratio",
            "savigp_cpu_ms", "gpytorch_cpu_ms", "cpu_ratio", "floor_ms", "savigp_floor_x", "dense_ms", "savigp_dense_x", "dense_floor_x", "savigp_gflops",
            "gpytorch_gflops", "savigp_mem_mib", "gpytorch_mem_mib"] + [
            f"{lib}_{k}" for lib in ("savigp", "gpytorch") for k in PROFILED] + ["sweep", "note"]
-SHOWN = ["likelihood", "Q", "M", "B", "S", "K", "posterior", "savigp_ms", "gpytorch_ms", "ratio", "cpu_ratio", "floor_ms",
+SHOWN = ["likelihood", "Q", "M", "B", "S", "K", "G", "posterior", "savigp_ms", "gpytorch_ms", "ratio", "cpu_ratio", "floor_ms",
          "savigp_floor_x", "dense_ms", "savigp_dense_x", "dense_floor_x", "savigp_gflops", "savigp_mem_mib",
          "gpytorch_mem_mib", "savigp_busy_ms", "gpytorch_busy_ms", "savigp_kernels", "gpytorch_kernels",
          "savigp_syncs", "gpytorch_syncs", "savigp_reads", "gpytorch_reads", "savigp_ops", "gpytorch_ops"]
@@ -739,6 +751,9 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p.add_argument("--quick", action="store_true", help="a few configurations (< ~1 min on 2 CPU threads)")
     p.add_argument("--smallest", action="store_true", help="only the smallest configuration (for tests)")
     p.add_argument("--targets", action="store_true", help="only the issue's acceptance configurations")
+    p.add_argument("--gpu-targets", action="store_true",
+                   help="only the GPU issue's configurations (M=1000 B=10k S=100 Bernoulli; decoupled head M=500 "
+                        "G=20000 B=10k): run with --device cuda and on the CPU")
     p.add_argument("--out", default="results/benchmark", help="output folder (CSV, Markdown, PNG)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
@@ -788,6 +803,8 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
         args.num_data = min(args.num_data, 500)
     elif args.targets:
         configs = target_configs()
+    elif args.gpu_targets:
+        configs = gpu_target_configs()
     else:
         configs = quick_configs() if args.quick else full_configs()
     if args.only:
