@@ -361,7 +361,7 @@ def cmd_train(args) -> int:
     import torch
 
     from .serialization import SavedModel, build_model, load_model, standardization_stats
-    from .training import fit
+    from .training import default_log_every, fit
 
     _check_device(args.device)
 
@@ -501,9 +501,13 @@ def cmd_train(args) -> int:
         previous = None
     t0 = time.perf_counter()
     try:
+        # fit calls back at its reads of the device: at every checkpoint step at least
+        log_every = default_log_every(model.device)
+        if args.checkpoint_every:
+            log_every = math.gcd(int(args.checkpoint_every), log_every)
         history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=optimizer, lr=lr,
                       num_samples=args.samples, estimator=args.estimator, seed=args.seed, progress=not quiet,
-                      callback=callback, state=state)
+                      callback=callback, state=state, log_every=log_every)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
