@@ -47,8 +47,9 @@ class ELBOTerms:
     def stacked(self) -> Tensor:
         """The six values (in :data:`NAMES` order) as one detached tensor ``(6,)`` on the device."""
         like = self.elbo.detach()
-        return torch.stack([torch.as_tensor(getattr(self, n), dtype=like.dtype).to(like.device).detach().reshape(())
-                            for n in self.NAMES])
+        values = [like] + [getattr(self, n) for n in self.NAMES[1:]]
+        return torch.stack([v.detach() if isinstance(v, Tensor) and v.dtype == like.dtype
+                            else torch.as_tensor(v, dtype=like.dtype).to(like.device) for v in values]).reshape(-1)
 
     def as_dict(self) -> dict:
         """The values as Python floats (one host read)."""

@@ -243,6 +243,8 @@ def fit(
             values seen by ``callback`` continue from it). After every step, before ``callback``,
             fit stores the live ``"optimizer"`` and ``"generator"`` objects and the current
             ``"perm"``, ``"pos"`` and ``"step"`` in it, so that a callback can checkpoint exactly.
+            Off the CPU the draws have their own generator on the device: ``"draw_generator"``
+            (stored) and ``"draw_generator_state"`` (restored).
 
     Returns:
         :class:`TrainingHistory`.
