@@ -10,7 +10,10 @@ alike), each timed over ``--steps`` steps per round:
   a conditional snapshot, zeroed gradients after a bad step) followed by fit's read of the flags,
   every step as on the CPU by default.
 
-Prints the median ms per step of each and their ratio over ``--rounds`` rounds.
+Prints the ATen operator calls and host reads per step of each (torch.profiler), and the median
+wall-clock and process-CPU ms per step of each (CPU time, all threads, is less
+sensitive to other processes on a shared machine), the fastest round's, and their ratios over
+``--rounds`` rounds.
 
     python experiments/step_overhead.py                  # M = 500, B = 1000, S = 100, Bernoulli, score
     python experiments/step_overhead.py --M 1000 --rounds 11
@@ -70,19 +73,31 @@ def main(argv=None) -> dict:
     runs = {"checked": checked, "sync-free": new}
     g = torch.Generator().manual_seed(1)
     times = {k: [] for k in runs}
+    cpu = {k: [] for k in runs}
     for r in range(args.rounds + 1):
         batches = [torch.randint(0, data.N, (cfg.B,), generator=g) for _ in range(args.steps)]
         for name, run in (runs.items() if r % 2 == 0 else reversed(list(runs.items()))):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             for b in batches:
                 run(b)
             if r:  # round 0 warms up
                 times[name].append(1e3 * (time.perf_counter() - t) / args.steps)
+                cpu[name].append(1e3 * (time.process_time() - c) / args.steps)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{cfg.label}, {args.threads} threads, {args.rounds} rounds x {args.steps} steps: "
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    print(f"{cfg.label}, {args.threads} threads, {args.rounds} rounds x {args.steps} steps: wall "
           + ", ".join(f"{k} {v:.1f} ms" for k, v in med.items())
-          + f"; sync-free / checked = {med['sync-free'] / med['checked']:.3f}")
-    return med
+          + f" (sync-free / checked = {med['sync-free'] / med['checked']:.3f}); process CPU "
+          + ", ".join(f"{k} {v:.1f} ms" for k, v in med_cpu.items())
+          + f" (ratio {med_cpu['sync-free'] / med_cpu['checked']:.3f}); fastest round: "
+          + ", ".join(f"{k} {min(v):.1f} ms" for k, v in times.items())
+          + f" (ratio {min(times['sync-free']) / min(times['checked']):.3f})")
+    ops = {}
+    for name, run in runs.items():  # a count that the machine's load cannot blur
+        ops[name] = bm.profile_steps(run, [torch.randint(0, data.N, (cfg.B,), generator=g) for _ in range(2)],
+                                     "cpu")
+    print("per step: " + ", ".join(f"{k} {v['ops']:.0f} ATen calls, {v['reads']:.0f} host reads" for k, v in ops.items()))
+    return {"wall": med, "cpu": med_cpu, "profile": ops}
 
 
 if __name__ == "__main__":

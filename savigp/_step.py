@@ -7,8 +7,8 @@ take the optimizer step, then record on the device -- without reading anything b
 step was good: its ELBO terms and every parameter finite, the K_zz factorization and the
 log-likelihood values sound. A good step's parameters are copied into an on-device snapshot
 (``torch.where`` on the flag, so the copy needs no decision on the host); the first bad step's
-index, terms and flags are kept. A bad step's gradients are zeroed before the optimizer sees
-them, so the optimizer's state stays finite.
+index, terms and flags are kept (the optimizer's state entries that a bad step made non-finite are
+reset to 0 at the recovery, so nothing is paid for them per step).
 
 **The check** (:meth:`StepRunner.read`), every ``log_every`` steps and at the end: one host read
 of the window's ELBO values and the flags. Semantics when a bad step happened since the last check:
@@ -94,7 +94,7 @@ class _Snapshot:
     @torch.no_grad()
     def save_if(self, ok: Tensor) -> None:
         for p, c in self.pairs:
-            c.copy_(torch.where(ok, p, c))
+            torch.where(ok, p, c, out=c)  # in place: no allocation, one pass
 
     @torch.no_grad()
     def restore(self) -> None:
@@ -145,11 +145,7 @@ class StepRunner:
             (-terms.elbo).backward()
         vals = terms.stacked()
         elbo_ok = vals[:5].isfinite().all()
-        with torch.no_grad():
-            for p in self.params:  # a bad step moves nothing: the optimizer's state stays finite
-                if p.grad is not None:
-                    p.grad.copy_(torch.where(elbo_ok, p.grad, 0.0))
-        self.opt.step()
+        self.opt.step()  # (a bad step's non-finite optimizer state is cleaned in :meth:`recover`)
         with torch.no_grad():  # (the parameters were finite before the step if the previous step was good)
             params_ok = torch.stack(torch._foreach_norm([p.detach() for p in self.params], float("inf"))).isfinite()
             ok = elbo_ok & params_ok.all() & ~torch.stack([getattr(self.flags, n) for n in self.flags.NAMES]).any()
@@ -219,8 +215,15 @@ class StepRunner:
                 "flags": dict(zip(self.flags.NAMES, [bool(v) for v in rest[k + P:]]))}
 
     def recover(self) -> None:
-        """Back to the last good state, with fresh flags (after a check found a bad step)."""
+        """Back to the last good state, with fresh flags (after a check found a bad step). The
+        optimizer's state is not rolled back; entries that a bad step made NaN or infinite are
+        reset to 0 (as if those moments had not been accumulated)."""
         self.snapshot.restore()
+        with torch.no_grad():
+            for state in self.opt.state.values():
+                for v in state.values():
+                    if isinstance(v, Tensor) and v.is_floating_point():
+                        torch.nan_to_num_(v, nan=0.0, posinf=0.0, neginf=0.0)
         with torch.no_grad():
             self.alive.fill_(True)
             self.first_bad.fill_(-1)

@@ -68,7 +68,11 @@ def active() -> Optional[StepFlags]:
 
 
 def nan_where_failed(L: Tensor, info: Tensor) -> Tensor:
-    """``L`` ``(..., M, M)`` with every factor whose ``info`` ``(...)`` is non-zero set to NaN (a
-    failed factorization leaves a partial factor that would give finite, wrong values)."""
-    bad = (info != 0).unsqueeze(-1).unsqueeze(-1)
-    return torch.where(bad, torch.full_like(L, float("nan")), L)
+    """``L`` ``(..., M, M)`` with a NaN diagonal in every factor whose ``info`` ``(...)`` is non-zero,
+    in place (a failed factorization leaves a partial factor that would give finite, wrong values;
+    a NaN diagonal makes every solve with the factor and its log-determinant NaN, at O(M) cost)."""
+    nan = torch.where(info != 0, float("nan"), 0.0).to(L.dtype).unsqueeze(-1)
+    if L.requires_grad:  # autograd saved L: out of place
+        return L + torch.diag_embed(nan.expand(L.shape[:-1]))
+    L.diagonal(dim1=-2, dim2=-1).add_(nan)
+    return L
