@@ -266,3 +266,32 @@ def grouped_boxplot(ax, data: dict, groups: Sequence, members: Sequence, *, ylab
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(handles=handles, fontsize="small", loc="best")
+
+
+# ---------------------------------------------------------------------------------------- device and dtype
+DTYPES = ("float64", "float32")
+
+
+def add_device_arguments(parser, *, default_dtype: Optional[str] = "float64") -> None:
+    """``--device`` (default cpu) and ``--dtype`` (float64 or float32) for the script's models;
+    ``default_dtype=None``: float64 on the CPU, float32 on an accelerator."""
+    parser.add_argument("--device", default="cpu",
+                        help="torch device of the models: cpu (default), cuda, cuda:1, ...")
+    parser.add_argument("--dtype", default=default_dtype, choices=DTYPES,
+                        help="floating-point type of the models (default "
+                             + (default_dtype or "float64 on the CPU, float32 on CUDA") + ")")
+
+
+def device_and_dtype(args):
+    """``(torch.device, torch.dtype)`` from :func:`add_device_arguments`'s options; a clear
+    ``SystemExit`` for a device that does not exist here."""
+    import torch
+
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as err:
+        raise SystemExit(f"--device {args.device!r}: {err}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: no CUDA device here (torch {torch.__version__})")
+    name = args.dtype or ("float64" if device.type == "cpu" else "float32")
+    return device, getattr(torch, name)

@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 # experiments/ is on sys.path; resolve_data_dir is re-exported for the experiments (io.resolve_data_dir)
-from _common import REPO_ROOT, markdown_table, resolve_data_dir, write_csv_atomic, write_text_atomic  # noqa: F401
+from _common import (  # noqa: F401
+    REPO_ROOT, add_device_arguments, device_and_dtype, markdown_table, resolve_data_dir, write_csv_atomic,
+    write_text_atomic,
+)
 
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(REPO_ROOT))
@@ -120,26 +123,6 @@ def save_figure(fig, path: Path, title: Optional[str] = None) -> Path:
 
 
 # ---------------------------------------------------------------------------------- device and clocks
-def add_device_options(p: argparse.ArgumentParser) -> None:
-    """``--device`` (cpu, cuda, cuda:1, ...) and ``--dtype`` (float32 / float64) for scripts whose
-    tensors all follow the chosen device."""
-    p.add_argument("--device", default="cpu", help="torch device for data, model and training (cpu, cuda, cuda:0, ...)")
-    p.add_argument("--dtype", default=None, choices=["float32", "float64"],
-                   help="floating-point type (default float64 on the CPU, float32 on CUDA)")
-
-
-def device_dtype(args):
-    """(torch.device, torch.dtype) from ``--device`` / ``--dtype``; exits with a clear message when
-    a CUDA device is asked for and none exists."""
-    import torch
-
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"--device {args.device}: torch {torch.__version__} sees no CUDA device here")
-    name = args.dtype or ("float64" if device.type == "cpu" else "float32")
-    return device, getattr(torch, name)
-
-
 def device_name(device) -> str:
     """A readable name of the device (the GPU model for CUDA)."""
     import torch

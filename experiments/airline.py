@@ -313,7 +313,7 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0, help="seeds the k-means, mini-batches and Monte Carlo draws")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--progress", action="store_true")
-    io.add_device_options(p)
+    io.add_device_arguments(p, default_dtype=None)
     args = p.parse_args(argv)
     q = args.quick
     args.num_flights = args.num_flights or (20000 if q else None)
@@ -343,7 +343,7 @@ def prepare(args, tables=None):
 def main(argv=None, tables=None) -> dict:
     args = parse(argv)
     io.set_threads(args.quick, args.threads)
-    device, dtype = io.device_dtype(args)
+    device, dtype = io.device_and_dtype(args)
     import torch
 
     from savigp.inducing import kmeans

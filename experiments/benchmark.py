@@ -1,9 +1,11 @@
 """Speed of one training step: savigp against GPyTorch SVGP and against the flop floor.
 
-One *step* is what :func:`savigp.training.fit` does per mini-batch with Adam::
-
-    opt.zero_grad(); terms = model.elbo(batch, num_samples=S, estimator=...)
-    (-terms.elbo).backward(); opt.step()
+One *step* is what :func:`savigp.training.fit` does per mini-batch with Adam: its step runner
+(``savigp._step.StepRunner``: zero the gradients, the ELBO on the batch, backward, Adam, and the
+on-device bookkeeping of failures and the last good parameters; replayed from a CUDA graph on CUDA
+unless ``--cuda-graphs off``), with fit's host read of the ELBO every ``log_every`` steps (every
+step on the CPU, every 100 on CUDA), and for GPyTorch the usual SVGP step
+(``-VariationalELBO(model(x), y)``, backward, Adam). Neither step reads its loss back otherwise.
 
 and for GPyTorch the usual SVGP step (``-VariationalELBO(model(x), y)``, backward, Adam). Both
 libraries get identical data (N x D inputs, the same mini-batch indices at every step), the
@@ -45,6 +47,12 @@ else costs (kernel, likelihood, elementwise passes, autograd and the optimizer);
 matmul peak at these shapes.
 Peak memory is the largest amount of memory torch allocated during one step above what was
 allocated before it (torch profiler memory events on CPU; ``max_memory_allocated`` on CUDA).
+Each library's step is also profiled (``torch.profiler``, a few steps after the timed rounds,
+``--no-profile`` to skip): ``*_ops`` = ATen operator calls per step (nested calls included),
+``*_reads`` = host reads of a tensor's value per step (``aten::_local_scalar_dense``: ``.item()``,
+``float()``, ``bool()``), and on CUDA ``*_busy_ms`` = the time per step the GPU runs kernels, copies
+or memsets (the union of their intervals), ``*_kernels`` = device kernels per step and ``*_syncs`` =
+stream/event synchronizations per step (the host waiting for the device).
 
 Usage::
 
@@ -79,7 +87,8 @@ if str(ROOT) not in sys.path:
 
 from savigp import SAVIGP  # noqa: E402
 from savigp.kernels import RBF  # noqa: E402
-from savigp.training import make_adam  # noqa: E402
+from savigp import _step  # noqa: E402
+from savigp.training import default_log_every, make_adam  # noqa: E402
 import likelihoods as L  # noqa: E402
 
 try:  # GPyTorch is only in the ``benchmark`` extra
@@ -102,6 +111,7 @@ class Config:
     K: int = 1
     Q: int = 1
     posterior: str = "full"  # "full" | "diag" (the paper's mog, diagonal over u) | "diag-whitened"
+    G: int = 0  # size of the orthogonally decoupled mean basis (savigp only; 0: none)
     sweep: str = ""  # which plot panel(s) it belongs to: "M", "B", "S", "K", "Q"
 
     @property
@@ -110,13 +120,13 @@ class Config:
 
     @property
     def label(self) -> str:
-        post = f"K={self.K} {self.posterior}"
+        post = f"K={self.K} {self.posterior}" + (f" G={self.G}" if self.G else "")
         s = "" if self.lik == "gaussian" else f" S={self.S}"
         return f"{self.lik} Q={self.Q} M={self.M} B={self.B}{s} {post}"
 
     @property
     def gpytorch_ok(self) -> bool:
-        return self.K == 1 and self.posterior == "full"
+        return self.K == 1 and self.posterior == "full" and not self.G
 
 
 def quick_configs() -> list[Config]:
@@ -154,6 +164,16 @@ def target_configs() -> list[Config]:
         Config("bernoulli", 500, 1000, S=100, sweep="M"),
         Config("bernoulli", 1000, 1000, S=100, sweep="M"),
         Config("gaussian", 500, 1000, sweep="M"),
+    ]
+
+
+def gpu_target_configs() -> list[Config]:
+    """The GPU issue's acceptance configurations (besides the full sweep): the black-box Bernoulli
+    step at M = 1000, B = 10^4, S = 100, and the decoupled mean head at M = 500, G = 20000,
+    B = 10^4 (savigp only). Run on CUDA and on the CPU for the speed-up."""
+    return [
+        Config("bernoulli", 1000, 10000, S=100, sweep="B"),
+        Config("gaussian", 500, 10000, G=20000, sweep="B"),
     ]
 
 
@@ -208,7 +228,8 @@ ADAM_OPTIONS = {"fused": True}
 class SavigpStep:
     """One savigp training step, as in :func:`savigp.training.fit`."""
 
-    def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, lr: float = 0.01, seed: int = 0):
+    def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, lr: float = 0.01, seed: int = 0,
+                 cuda_graphs: bool = True):
         D = data.D
         if cfg.lik == "gaussian":
             lik, Y = L.Gaussian(variance=1.0), data.y_gauss
@@ -221,18 +242,24 @@ class SavigpStep:
         kernel = RBF(D, cfg.Q, lengthscale=data.lengthscale, variance=1.0)
         # the model keeps X/Y as buffers; build it on the CPU copy then move (constructor validates targets)
         self.model = SAVIGP(data.X.cpu(), Y.cpu(), lik, kernel, inducing_inputs=Z.cpu(), posterior=cfg.posterior,
-                            num_components=cfg.K, dtype=data.dtype, device=data.device, seed=seed)
-        self.opt = make_adam([p for p in self.model.parameters() if p.requires_grad], lr)
-        self.gen = torch.Generator(device="cpu").manual_seed(seed)
+                            num_components=cfg.K, mean_basis_size=cfg.G, dtype=data.dtype, device=data.device,
+                            seed=seed)
+        device = torch.device(data.device)
+        graphs, _ = _step.graph_decision(None if cuda_graphs else False, device=device, optimizer="adam",
+                                         estimator=cfg.estimator, likelihood=lik, joint=False)
+        self.opt = make_adam([p for p in self.model.parameters() if p.requires_grad], lr, capturable=graphs)
+        # as fit: the draws from a CPU generator on the CPU, from one on the device elsewhere
+        gen = torch.Generator(device=device).manual_seed(seed)
+        self.runner = _step.StepRunner(self.model, self.opt, num_samples=cfg.S, estimator=cfg.estimator,
+                                       generator=gen, window=default_log_every(device), graphs=graphs)
         self.cfg = cfg
 
-    def __call__(self, batch: torch.Tensor) -> float:
-        self.opt.zero_grad()
-        terms = self.model.elbo(batch, num_samples=self.cfg.S, estimator=self.cfg.estimator, generator=self.gen)
-        if torch.isfinite(terms.elbo):
-            (-terms.elbo).backward()
-            self.opt.step()
-        return float(terms.elbo.detach())
+    def __call__(self, batch: torch.Tensor) -> None:
+        self.runner.run(batch)
+        if self.runner.filled == len(self.runner.values):  # fit's read every log_every steps
+            info = self.runner.read()
+            if not info["ok"]:
+                raise FloatingPointError(f"savigp step {info['step']} was not finite: {info['terms']}")
 
 
 def _logistic_mc_likelihood():
@@ -311,14 +338,13 @@ class GPyTorchStep:
         self.cfg = cfg
         self._settings = gpytorch.settings.num_likelihood_samples(cfg.S)
 
-    def __call__(self, batch: torch.Tensor) -> float:
+    def __call__(self, batch: torch.Tensor) -> None:
         with self._settings:
             self.opt.zero_grad()
             out = self.model(self.X[batch])
             loss = -self.mll(out, self.y[batch])
             loss.backward()
             self.opt.step()
-        return float(-loss.detach())
 
 
 class DenseStep:
@@ -424,6 +450,36 @@ def _quiet_stderr():
         os.close(fd)
 
 
+def profile_steps(step: Callable, batches: list, device) -> dict:
+    """Per step over ``batches``: ATen operator calls, host reads of tensor values, and on CUDA the
+    GPU-busy milliseconds (union of kernel, copy and memset intervals), kernels and stream/event
+    synchronizations (torch.profiler)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.device(device).type == "cuda"
+    _sync(device)
+    with _quiet_stderr():
+        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+            for b in batches:
+                step(b)
+        _sync(device)
+    events = prof.events()
+    n = len(batches)
+    out = {"ops": sum(e.name.startswith("aten::") for e in events if e.device_type == DeviceType.CPU) / n,
+           "reads": sum(e.name == "aten::_local_scalar_dense" for e in events) / n}
+    if cuda:
+        spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA)
+        busy, end = 0.0, -math.inf
+        for a, b in spans:  # the union of the device intervals (us)
+            if b > end:
+                busy += b - max(a, end)
+                end = b
+        out.update(busy_ms=busy / 1e3 / n, kernels=len(spans) / n,
+                   syncs=sum(e.name in ("cudaStreamSynchronize", "cudaEventSynchronize") for e in events) / n)
+    return out
+
+
 def peak_step_memory(step: Callable, batch: torch.Tensor, device) -> float:
     """MiB torch allocates at the peak of one step, above what was allocated before it."""
     if torch.device(device).type == "cuda":
@@ -454,6 +510,7 @@ class Result:
     ms_iqr: dict = field(default_factory=dict)  # library -> (q25, q75)
     cpu_ms: dict = field(default_factory=dict)  # library -> median process CPU ms/step (all threads)
     mem_mib: dict = field(default_factory=dict)
+    prof: dict = field(default_factory=dict)  # library -> profile_steps(...)
     error: dict = field(default_factory=dict)
 
     def row(self, peak_gflops: float) -> dict:
@@ -461,7 +518,7 @@ class Result:
         ours, theirs = self.ms.get("savigp"), self.ms.get("gpytorch")
         flops = floor_flops(c)
         r = {"likelihood": c.lik, "Q": c.Q, "M": c.M, "B": c.B, "S": c.S if c.lik != "gaussian" else "",
-             "K": c.K, "posterior": c.posterior, "estimator": c.estimator, "sweep": c.sweep,
+             "K": c.K, "G": c.G or "", "posterior": c.posterior, "estimator": c.estimator, "sweep": c.sweep,
              "savigp_ms": _r(ours), "gpytorch_ms": _r(theirs),
              "ratio": _r(ours / theirs if ours and theirs else None, 3),
              "savigp_cpu_ms": _r(self.cpu_ms.get("savigp")), "gpytorch_cpu_ms": _r(self.cpu_ms.get("gpytorch")),
@@ -476,6 +533,9 @@ class Result:
              "dense_floor_x": _r(self.ms["dense"] / (1e3 * flops / (peak_gflops * 1e9)) if self.ms.get("dense") else None, 3),
              "savigp_mem_mib": _r(self.mem_mib.get("savigp")), "gpytorch_mem_mib": _r(self.mem_mib.get("gpytorch")),
              "note": "; ".join(f"{k}: {v}" for k, v in self.error.items())}
+        for lib in ("savigp", "gpytorch"):
+            for key in PROFILED:
+                r[f"{lib}_{key}"] = _r(self.prof.get(lib, {}).get(key))
         return r
 
 
@@ -486,7 +546,7 @@ def _r(x, digits: int = 4):
 
 def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int, seed: int,
                libraries: tuple[str, ...], measure_memory: bool = True, gpytorch_bernoulli: str = "mc",
-               dense: bool = True) -> Result:
+               dense: bool = True, cuda_graphs: bool = True, profile_steps_n: int = 3) -> Result:
     res = Result(cfg)
     Z = data.inducing(cfg.M, seed)
     runners: dict[str, Callable] = {}
@@ -495,7 +555,7 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
             continue
         try:
             if lib == "savigp":
-                runners[lib] = SavigpStep(cfg, data, Z, seed=seed)
+                runners[lib] = SavigpStep(cfg, data, Z, seed=seed, cuda_graphs=cuda_graphs)
             else:
                 runners[lib] = GPyTorchStep(cfg, data, Z, seed=seed, bernoulli=gpytorch_bernoulli)
         except Exception as exc:  # report, keep going
@@ -507,6 +567,8 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
     def batch():
         return torch.randint(0, data.N, (cfg.B,), generator=g).to(data.device)
 
+    if torch.device(data.device).type == "cuda":  # savigp captures its CUDA graph after its own warm-up steps
+        warmup = max(warmup, _step.WARMUP_STEPS + 2)
     times: dict[str, list[float]] = {k: [] for k in runners}
     cpu: dict[str, list[float]] = {k: [] for k in runners}
     for _ in range(warmup):
@@ -531,6 +593,12 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
             q = np.percentile(ts, [25, 75])
             res.ms_iqr[lib] = (float(q[0]), float(q[1]))
             res.cpu_ms[lib] = statistics.median(cpu[lib])
+    for lib, run in runners.items():
+        if profile_steps_n and lib != "dense":
+            try:
+                res.prof[lib] = profile_steps(run, [batch() for _ in range(profile_steps_n)], data.device)
+            except Exception as exc:  # pragma: no cover - profiler quirks
+                res.error[f"{lib} profile"] = f"{type(exc).__name__}: {exc}"[:120]
     if measure_memory:
         for lib, run in runners.items():
             if lib == "dense":
@@ -543,12 +611,15 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
 
 
 # ---------------------------------------------------------------------------------------- output
-COLUMNS = ["likelihood", "Q", "M", "B", "S", "K", "posterior", "estimator", "savigp_ms", "gpytorch_ms", "ratio",
+PROFILED = ("busy_ms", "kernels", "syncs", "reads", "ops")
+COLUMNS = ["likelihood", "Q", "M", "B", "S", "K", "G", "posterior", "estimator", "savigp_ms", "gpytorch_ms", "ratio",
            "savigp_cpu_ms", "gpytorch_cpu_ms", "cpu_ratio", "floor_ms", "savigp_floor_x", "dense_ms", "savigp_dense_x", "dense_floor_x", "savigp_gflops",
-           "gpytorch_gflops", "savigp_mem_mib", "gpytorch_mem_mib", "sweep", "note"]
-SHOWN = ["likelihood", "Q", "M", "B", "S", "K", "posterior", "savigp_ms", "gpytorch_ms", "ratio", "cpu_ratio", "floor_ms",
+           "gpytorch_gflops", "savigp_mem_mib", "gpytorch_mem_mib"] + [
+           f"{lib}_{k}" for lib in ("savigp", "gpytorch") for k in PROFILED] + ["sweep", "note"]
+SHOWN = ["likelihood", "Q", "M", "B", "S", "K", "G", "posterior", "savigp_ms", "gpytorch_ms", "ratio", "cpu_ratio", "floor_ms",
          "savigp_floor_x", "dense_ms", "savigp_dense_x", "dense_floor_x", "savigp_gflops", "savigp_mem_mib",
-         "gpytorch_mem_mib"]
+         "gpytorch_mem_mib", "savigp_busy_ms", "gpytorch_busy_ms", "savigp_kernels", "gpytorch_kernels",
+         "savigp_syncs", "gpytorch_syncs", "savigp_reads", "gpytorch_reads", "savigp_ops", "gpytorch_ops"]
 
 
 def format_table(rows: list[dict], cols=SHOWN) -> str:
@@ -571,6 +642,7 @@ def environment(args, peak: float) -> dict:
            "device": args.device, "dtype": args.dtype, "N": args.num_data, "D": args.input_dim,
            "matmul_peak_gflops": round(peak, 1), "machine": platform.processor() or platform.machine(),
            "gpytorch_bernoulli": args.gpytorch_bernoulli, "savigp_compile": bool(args.compile),
+           "savigp_cuda_graphs": args.cuda_graphs,
            "cpu_allocator_tuned": bool(args.allocator_tuned)}
     if HAVE_GPYTORCH:
         import gpytorch
@@ -599,7 +671,10 @@ def write_outputs(out: Path, rows: list[dict], env: dict, command: str) -> None:
           "K = 1 full; `DenseStep`), timed in the same alternating rounds; `savigp_dense_x` = savigp_ms / "
           "dense_ms (what the kernel, likelihood, elementwise and framework work add); `dense_floor_x` = dense_ms / "
           "floor_ms (how far the BLAS and LAPACK calls themselves run from the matmul peak); "
-          "memory = peak MiB torch allocated during one step. Bernoulli: logistic link, savigp's score estimator "
+          "memory = peak MiB torch allocated during one step; per step from torch.profiler: `*_ops` ATen operator "
+          "calls, `*_reads` host reads of a tensor value (`aten::_local_scalar_dense`), and on CUDA `*_busy_ms` the "
+          "time the GPU is busy (kernels, copies, memsets), `*_kernels` device kernels, `*_syncs` stream/event "
+          "synchronizations. Bernoulli: logistic link, savigp's score estimator "
           "with S samples against GPyTorch's Monte Carlo ELL with S samples (unless `--gpytorch-bernoulli "
           "quadrature`: GPyTorch's probit BernoulliLikelihood with Gauss-Hermite quadrature). "
           "GPyTorch has no mixture posterior (K = 2 rows are savigp only).", "",
@@ -676,6 +751,9 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p.add_argument("--quick", action="store_true", help="a few configurations (< ~1 min on 2 CPU threads)")
     p.add_argument("--smallest", action="store_true", help="only the smallest configuration (for tests)")
     p.add_argument("--targets", action="store_true", help="only the issue's acceptance configurations")
+    p.add_argument("--gpu-targets", action="store_true",
+                   help="only the GPU issue's configurations (M=1000 B=10k S=100 Bernoulli; decoupled head M=500 "
+                        "G=20000 B=10k): run with --device cuda and on the CPU")
     p.add_argument("--out", default="results/benchmark", help="output folder (CSV, Markdown, PNG)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
@@ -698,6 +776,11 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
                    help="savigp: torch.compile the step's elementwise chains: the score estimator's and the marginal variances' (savigp.expected_log_lik.set_compile, SAVIGP_COMPILE=1)")
     p.add_argument("--no-dense", action="store_true",
                    help="skip timing the step's dense linear algebra alone (the dense_ms column)")
+    p.add_argument("--cuda-graphs", choices=["auto", "off"], default="auto",
+                   help="savigp on CUDA: replay its step from a CUDA graph (auto, as savigp.fit) or run it eagerly")
+    p.add_argument("--no-profile", action="store_true",
+                   help="skip the torch.profiler columns (ops, host reads; GPU busy time, kernels, syncs on CUDA)")
+    p.add_argument("--profile-steps", type=int, default=3, help="steps profiled per library (default 3)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
@@ -720,6 +803,8 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
         args.num_data = min(args.num_data, 500)
     elif args.targets:
         configs = target_configs()
+    elif args.gpu_targets:
+        configs = gpu_target_configs()
     else:
         configs = quick_configs() if args.quick else full_configs()
     if args.only:
@@ -744,7 +829,8 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
         t = time.perf_counter()
         res = run_config(cfg, data, warmup=warmup, rounds=rounds, steps=steps, seed=args.seed, libraries=libraries,
                          measure_memory=not args.no_memory, gpytorch_bernoulli=args.gpytorch_bernoulli,
-                         dense=not args.no_dense)
+                         dense=not args.no_dense, cuda_graphs=args.cuda_graphs == "auto",
+                         profile_steps_n=0 if args.no_profile else args.profile_steps)
         results.append(res)
         if not args.smallest:  # the peak drifts with machine load: keep the best seen
             peak = max(peak, matmul_peak(dtype, args.device, sizes=(1000,), repeats=2))

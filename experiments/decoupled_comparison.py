@@ -86,6 +86,7 @@ from experiments._common import (  # noqa: E402
     write_csv_atomic,
     write_text_atomic,
 )
+from experiments._common import add_device_arguments, device_and_dtype  # noqa: E402
 from likelihoods import Gaussian  # noqa: E402
 from savigp import SAVIGP, TrainingDiverged, TrainingHistory, fit  # noqa: E402
 from savigp.fourier_features import AdditiveMatern, odvff_model  # noqa: E402
@@ -203,7 +204,7 @@ def settings(name: str, quick: bool) -> dict:
 
 # ---------------------------------------------------------------------------------- one run
 def build(Xtr, ytr, M: int, G: int, seed: int, basis=None, kernel: str = "rbf", dtype=torch.float64,
-          config: str = "") -> SAVIGP:
+          config: str = "", device=None) -> SAVIGP:
     """The model of one configuration; ``kernel`` a savigp kernel name or ``"additive-matern32"``."""
     if kernel == "additive-matern32":
         D = Xtr.shape[1]
@@ -211,10 +212,11 @@ def build(Xtr, ytr, M: int, G: int, seed: int, basis=None, kernel: str = "rbf", 
         if config == "odvff":  # F: the largest with D (2F + 1) <= M
             return odvff_model(Xtr, ytr, Gaussian(0.1), nu=1.5, num_frequencies=max(0, (M // D - 1) // 2),
                                mean_basis_size=G, lengthscale=torch.as_tensor(std), variance=1.0 / D, seed=seed,
-                               dtype=dtype)
+                               dtype=dtype, device=device)
         kernel = AdditiveMatern(D, 1, 1.5, lengthscale=torch.as_tensor(std), variance=1.0 / D)
     return SAVIGP(Xtr, ytr, Gaussian(0.1), kernel, num_inducing=M, mean_basis_size=G if basis else 0,
-                  mean_basis=basis or "orthogonal", inducing_init="kmeans", seed=seed, dtype=dtype)
+                  mean_basis=basis or "orthogonal", inducing_init="kmeans", seed=seed, dtype=dtype,
+                  device=device)
 
 
 def train(model: SAVIGP, config: str, iters: int, batch, lr: float, eq16_step: float, seed: int):
@@ -259,6 +261,7 @@ def run_dataset(name: str, configs, seeds, args, done=None) -> list[dict]:
     M, batch, iters = st["M"], st["batch"], st["iters"]
     G = st["gamma_factor"] * M
     rows = []
+    device, dtype = device_and_dtype(args)
     for seed in seeds:
         for config in configs:
             if config in MATERN_ONLY and "matern" not in st["kernel"]:
@@ -268,7 +271,7 @@ def run_dataset(name: str, configs, seeds, args, done=None) -> list[dict]:
                 continue
             basis = BASIS[config]
             torch.manual_seed(seed)
-            model = build(Xtr, ytr, M, G, seed, basis, st["kernel"], config=config)
+            model = build(Xtr, ytr, M, G, seed, basis, st["kernel"], config=config, dtype=dtype, device=device)
             c0, w0 = time.process_time(), time.perf_counter()
             try:
                 hist = train(model, config, iters, batch, args.lr, args.eq16_step, seed)
@@ -481,7 +484,9 @@ def main(argv=None) -> int:
     p.add_argument("--reuse", default=None, metavar="CSV",
                    help="a comparison.csv of an earlier (interrupted) run with the same settings: its rows are kept "
                         "and only the missing (dataset, configuration, seed) runs are made")
+    add_device_arguments(p)  # the comparison runs; the CPU-time tables stay on the CPU
     args = p.parse_args(argv)
+    device_and_dtype(args)  # a clear error for a device that is not here, before any work
     torch.set_num_threads(args.threads)
     configs = [c for c in args.configs.split(",") if c]
     datasets = [d for d in args.datasets.split(",") if d]

@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _flagship_io as io  # noqa: E402
+from _common import add_device_arguments, device_and_dtype  # noqa: E402
 
 # The paper's numbers (text of §9.4, 44,484 training rows, SF = 0.04, i.e. M ~ 1780, fg posterior):
 PAPER = {
@@ -67,8 +68,8 @@ def gprn_per_output_lpd(model, X, Y, num_samples=1000, seed=0, chunk=512):
     import torch
 
     lik = model.likelihood
-    X = torch.as_tensor(X, dtype=model.dtype)
-    Y = torch.as_tensor(Y, dtype=model.dtype)
+    X = torch.as_tensor(X, dtype=model.dtype, device=model.device)
+    Y = torch.as_tensor(Y, dtype=model.dtype, device=model.device)
     var = lik.variance().detach()
     out = []
     for i in range(0, X.shape[0], chunk):
@@ -78,7 +79,13 @@ def gprn_per_output_lpd(model, X, Y, num_samples=1000, seed=0, chunk=512):
         lp = -0.5 * (math.log(2 * math.pi) + torch.log(var)) - 0.5 * r * r / var
         lse = torch.logsumexp(lp + log_pi[None, :, None, None], dim=(0, 1)) - math.log(num_samples)
         out.append(lse)
-    return torch.cat(out).numpy()
+    return torch.cat(out).double().cpu().numpy()
+
+
+def _placement(args) -> dict:
+    """The models' ``device`` and ``dtype`` from ``--device`` / ``--dtype``."""
+    device, dtype = device_and_dtype(args)
+    return {"device": device, "dtype": dtype}
 
 
 def fit_gprn(Xtr, Ytr, P, args, settings):
@@ -87,7 +94,7 @@ def fit_gprn(Xtr, Ytr, P, args, settings):
 
     lik = GPRN(P, num_nodes=1, variance=0.1)
     model = savigp.SAVIGP(Xtr, Ytr, lik, None, num_inducing=settings["M"], inducing_init="kmeans",
-                          learn_inducing=True, posterior="full", seed=args.seed)
+                          learn_inducing=True, posterior="full", seed=args.seed, **_placement(args))
     t0 = time.perf_counter()
     hist = savigp.fit(model, iterations=settings["iterations"], batch_size=settings["batch"], optimizer="adam",
                       lr=settings["lr"], num_samples=settings["samples"], estimator=args.estimator, seed=args.seed,
@@ -100,7 +107,8 @@ def fit_independent(Xtr, ytr, args, settings):
     from likelihoods import Gaussian
 
     model = savigp.SAVIGP(Xtr, ytr[:, None], Gaussian(variance=0.1), None, num_inducing=settings["M"],
-                          inducing_init="kmeans", learn_inducing=True, posterior="full", seed=args.seed)
+                          inducing_init="kmeans", learn_inducing=True, posterior="full", seed=args.seed,
+                          **_placement(args))
     t0 = time.perf_counter()
     hist = savigp.fit(model, iterations=settings["iterations"], batch_size=settings["batch"], optimizer="adam",
                       lr=settings["lr"], num_samples=settings["samples"], seed=args.seed, progress=args.progress)
@@ -125,7 +133,7 @@ def run_problem(problem, data, args, settings, out):
     torch.manual_seed(args.seed)
     model, secs, hist = fit_gprn(xtr, ytr, P, args, settings)
     pred = model.predict(xte, num_samples=1000, seed=args.seed)
-    mean = pred.mean.numpy()
+    mean = pred.mean.double().cpu().numpy()
     lpd = gprn_per_output_lpd(model, xte, yte, num_samples=1000, seed=args.seed)
     for p, joint in enumerate(joints):
         sse = float(((yte[:, p] - mean[:, p]) ** 2).mean() / yte[:, p].var())
@@ -184,11 +192,13 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--progress", action="store_true")
+    add_device_arguments(p)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> dict:
     args = parse(argv)
+    device_and_dtype(args)  # a clear error for a device that is not here, before any work
     io.set_threads(args.quick, args.threads)
     out = io.out_dir(args.out, "gprn_sarcos")
     data = io.resolve_data_dir(args.data_dir)

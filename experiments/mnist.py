@@ -156,14 +156,14 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--progress", action="store_true")
-    io.add_device_options(p)
+    io.add_device_arguments(p, default_dtype=None)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> dict:
     args = parse(argv)
     io.set_threads(args.quick, args.threads)
-    device, dtype = io.device_dtype(args)
+    device, dtype = io.device_and_dtype(args)
     import torch
 
     import savigp

@@ -225,7 +225,7 @@ def parse(argv=None):
     p.add_argument("--elastic-sigma", type=float, default=4.0, help="pixels (default 4)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
-    io.add_device_options(p)
+    io.add_device_arguments(p, default_dtype=None)
     args = p.parse_args(argv)
     q = args.quick
     args.num_train = args.num_train or (2000 if q else None)
@@ -260,7 +260,7 @@ def build_model(args, Xtr, ytr, device, dtype, inducing=None):
 def main(argv=None) -> dict:
     args = parse(argv)
     io.set_threads(args.quick, args.threads)
-    device, dtype = io.device_dtype(args)
+    device, dtype = io.device_and_dtype(args)
     import torch
 
     from savigp.training import make_adam

@@ -86,6 +86,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _flagship_io as io  # noqa: E402
+from _common import add_device_arguments, device_and_dtype  # noqa: E402
 
 PRIOR_DEPTH = (200.0, 500.0, 1600.0, 2200.0)
 PRIOR_VELOCITY = (1950.0, 2300.0, 2750.0, 3650.0)
@@ -119,8 +120,9 @@ def prior():
 
 
 def build_model(Y, X, posterior: str = "full", num_components: int = 1, x_unit: float = 1.0,
-                lengthscale: float = 1.0, init_var_frac: float = 1e-3, seed: int = 0):
-    """The paper's model; x is divided by ``x_unit`` before the unit-length-scale kernel."""
+                lengthscale: float = 1.0, init_var_frac: float = 1e-3, seed: int = 0, device=None, dtype=None):
+    """The paper's model; x is divided by ``x_unit`` before the unit-length-scale kernel (on
+    ``device`` in ``dtype``, default CPU float64)."""
     import torch
 
     import savigp
@@ -131,7 +133,8 @@ def build_model(Y, X, posterior: str = "full", num_components: int = 1, x_unit: 
     kernel = RBF(1, 8, lengthscale=lengthscale, variance=torch.tensor((std / SCALE) ** 2), learn=False)
     lik = Seismic(4, noise_std=NOISE_STD, depth_scale=SCALE, velocity_scale=SCALE)
     model = savigp.SAVIGP(X / x_unit, Y, lik, kernel, dense=True, posterior=posterior,
-                          num_components=num_components, prior_mean=list(mean / SCALE), seed=seed)
+                          num_components=num_components, prior_mean=list(mean / SCALE), seed=seed,
+                          device=device, dtype=dtype or torch.float64)
     # posterior means at the prior means (m = 0 in whitened coordinates; mixture components keep
     # their small random spread to break symmetry), covariances 0.1 % of the prior's
     K, Q, M = model.posterior.mean.shape
@@ -171,18 +174,18 @@ def compare(model, X, x_unit, mcmc_mean, mcmc_std):
     pi = pi[:, None, None]
     m = (pi * mean).sum(0)
     v = (pi * (var + mean ** 2)).sum(0) - m ** 2
-    m, s = m.numpy() * SCALE, np.sqrt(v.clamp_min(0).numpy()) * SCALE
+    m, s = m.double().cpu().numpy() * SCALE, np.sqrt(v.clamp_min(0).double().cpu().numpy()) * SCALE
     return (m, s) + agreement(m, s, mcmc_mean, mcmc_std)
 
 
 def run_one(Y, X, mcmc_mean, mcmc_std, *, posterior, estimator, optimizer, samples, iterations, lr, x_unit,
-            seed, progress, exact=None):
+            seed, progress, exact=None, device=None, dtype=None):
     """Fit one SAVIGP model; the summary row (metrics vs MCMC, and vs ``exact`` = (mean, std) ``(N, 8)``
     each if given), the posterior means and stds ``(N, 8)``."""
     import savigp
 
     kind, K = POSTERIORS[posterior]
-    model = build_model(Y, X, kind, K, x_unit=x_unit, seed=seed)
+    model = build_model(Y, X, kind, K, x_unit=x_unit, seed=seed, device=device, dtype=dtype)
     t0, c0 = time.perf_counter(), time.process_time()
     hist = savigp.fit(model, iterations=iterations, optimizer=optimizer, lr=lr, num_samples=samples,
                       estimator=estimator, groups=["posterior"], seed=seed, progress=progress)
@@ -259,6 +262,7 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default 1 with --quick)")
     p.add_argument("--progress", action="store_true", help="show progress bars")
+    add_device_arguments(p)
     return p.parse_args(argv)
 
 
@@ -295,6 +299,7 @@ def exact_reference(args, Y, X, out: Path, mcmc_mean, mcmc_std):
 
 def main(argv=None) -> dict:
     args = parse(argv)
+    device, dtype = device_and_dtype(args)
     io.set_threads(args.quick, args.threads)
     out = io.out_dir(args.out, "seismic")
     Y, X, mcmc_mean, mcmc_std = load(io.resolve_data_dir(args.data_dir))
@@ -312,7 +317,7 @@ def main(argv=None) -> dict:
             iters = args.iterations or iters
             row, m, s = run_one(Y, X, mcmc_mean, mcmc_std, posterior=posterior, estimator=est, optimizer=optimizer,
                                 samples=S, iterations=iters, lr=lr, x_unit=args.x_unit, seed=args.seed,
-                                progress=args.progress, exact=exact)
+                                progress=args.progress, exact=exact, device=device, dtype=dtype)
             rows.append(row)
             tag = f"{posterior}_{est}"
             figure(X, m, s, mcmc_mean, mcmc_std, out / f"seismic_{tag}.png",

@@ -74,6 +74,7 @@ from experiments._common import (  # noqa: E402
     Identity, Standardizer, available_splits, grouped_boxplot, markdown_table, nested_subsets, read_csv_matrix,
     read_csv_rows, read_split, resolve_data_dir, summarize, write_csv_atomic, write_text_atomic,
 )
+from experiments._common import add_device_arguments, device_and_dtype  # noqa: E402
 
 POSTERIORS = {"fg": ("full", 1), "mog1": ("diag", 1), "mog2": ("diag", 2)}
 SPARSITY = (0.1, 0.2, 0.5, 1.0)
@@ -221,13 +222,15 @@ class _EarlyStop:
 
 
 def build_model(X: np.ndarray, Y: np.ndarray, likelihood, kernel, posterior: str, sf: float,
-                inducing_idx: Optional[np.ndarray], learn_inducing: bool, seed: int) -> savigp.SAVIGP:
+                inducing_idx: Optional[np.ndarray], learn_inducing: bool, seed: int,
+                placement: Optional[dict] = None) -> savigp.SAVIGP:
     kind, K = POSTERIORS[posterior]
     if sf >= 1.0:
         where = dict(dense=True)
     else:
         where = dict(inducing_inputs=X[inducing_idx], learn_inducing=learn_inducing)
-    return savigp.SAVIGP(X, Y, likelihood, kernel, posterior=kind, num_components=K, seed=seed, **where)
+    return savigp.SAVIGP(X, Y, likelihood, kernel, posterior=kind, num_components=K, seed=seed, **where,
+                         **(placement or {}))  # device and dtype (--device, --dtype)
 
 
 def train(model, args, estimator: str, num_samples: int, seed: int, groups=None) -> dict:
@@ -388,7 +391,8 @@ def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
                         lik = make_likelihood(lik_kind, num_classes=spec.target_cols)
                         t0 = time.perf_counter()
                         kernel = make_kernel(spec, Xtr, lik.num_latent)
-                        model = build_model(Xtr, ytr, lik, kernel, post, sf, subsets.get(M), args.learn_inducing, seed)
+                        model = build_model(Xtr, ytr, lik, kernel, post, sf, subsets.get(M), args.learn_inducing, seed,
+                                            args.placement)
                         num_samples = args.num_samples or (100 if est == "score" else spec.num_samples)
                         try:
                             row.update(train(model, args, est, num_samples, seed))
@@ -449,7 +453,7 @@ def intensity_band(model, X: np.ndarray) -> dict:
     lambda is monotone in f, so its quantiles are exp of the mixture's quantiles)."""
     mean, var, w = model.predict_latent(X)  # (K, B, 1)
     offset = float(model.likelihood.offset.detach())
-    mu, sd, w = mean[..., 0].numpy(), var[..., 0].sqrt().numpy(), w.detach().numpy()
+    mu, sd, w = (t.detach().double().cpu().numpy() for t in (mean[..., 0], var[..., 0].sqrt(), w))
     lam_mean = (w[:, None] * np.exp(mu + 0.5 * sd ** 2 + offset)).sum(0)
     q = np.exp(mixture_normal_quantiles(mu, sd, w, [0.025, 0.5, 0.975]) + offset)
     return {"mean": lam_mean, "lo": q[0], "median": q[1], "hi": q[2], "log_mean": (w[:, None] * mu).sum(0) + offset,
@@ -473,7 +477,7 @@ def run_mining(spec: Dataset, args, out_dir: Path) -> tuple[list[dict], dict]:
             t0 = time.perf_counter()
             kernel = savigp.RBF(1, 1, lengthscale=MINING_LENGTHSCALE_DAYS / DAYS_PER_YEAR, variance=1.0, learn=False)
             model = build_model(X, Y, make_likelihood("poisson"), kernel, post, sf, subsets.get(M), args.learn_inducing,
-                                seed)
+                                seed, args.placement)
             row = {"dataset": "mining", "split": 1, "n_train": N, "method": "savigp", "likelihood": "poisson",
                    "estimator": "auto", "posterior": post, "sf": sf, "M": M}
             try:
@@ -667,7 +671,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default=None, help="output folder (default results/small_scale, quick: results/small_scale_quick)")
     p.add_argument("--data-dir", default=None, help="the shared data folder (default ../shared/data)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    add_device_arguments(p)
     args = p.parse_args(argv)
+    device, dtype = device_and_dtype(args)
+    args.placement = {"device": device, "dtype": dtype}
     spec = DATASETS[args.dataset]
     bad = set(args.posteriors) - set(POSTERIORS)
     if bad:

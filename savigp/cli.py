@@ -500,7 +500,7 @@ def cmd_train(args) -> int:
     import torch
 
     from .serialization import SavedModel, build_model, load_model, standardization_stats
-    from .training import fit
+    from .training import default_log_every, fit
 
     _check_device(args.device)
     rank = _join_ranks(args)
@@ -679,10 +679,14 @@ def cmd_train(args) -> int:
     if not quiet:
         print(f"estimator: {estimator} ({ESTIMATOR_WHY[estimator]})", file=sys.stderr)
     try:
+        # fit calls back at its reads of the device: at every checkpoint step at least
+        log_every = default_log_every(model.device)
+        if args.checkpoint_every:
+            log_every = math.gcd(int(args.checkpoint_every), log_every)
         with file_lines_in_errors(table):
             history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=optimizer, lr=lr,
                           num_samples=args.samples, estimator=args.estimator, seed=args.seed, progress=not quiet,
-                          callback=callback, state=state)
+                          callback=callback, state=state, log_every=log_every)
     except (SystemExit, KeyboardInterrupt) as err:
         if isinstance(err, KeyboardInterrupt) and (interrupted["flag"] or previous is None):
             raise  # Ctrl-C pressed twice: stop at once

@@ -63,10 +63,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from . import _chunks
+
 KL_SAMPLING = ("residual", "kernel")
 
 
-def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: int = 2 ** 23) -> Tensor:
+def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: Optional[int] = None) -> Tensor:
     """k(X1, X2) a for every latent function, ``(Q, N1)``, without holding a large kernel matrix.
 
     Args:
@@ -75,9 +77,13 @@ def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: int = 
         max_entries: above ``Q * N1 * N2`` entries the product is formed in blocks of columns of
             X2; under autograd each block is checkpointed (recomputed in the backward pass), so
             memory stays O(max_entries) instead of a few copies of the full Q x N1 x N2 matrix.
+            Default: what :func:`savigp._chunks.memory_budget` allows (2^23 float64 entries on the
+            CPU; a tenth of the free memory on CUDA).
     """
     Q, N2 = a.shape
     N1 = X1.shape[-2]
+    if max_entries is None:
+        max_entries = _chunks.memory_budget(a.device) // a.element_size()
     if Q * N1 * N2 <= max_entries:
         return (kernel(X1, X2) @ a.unsqueeze(-1)).squeeze(-1)
     block = max(1, max_entries // max(1, Q * N1))
@@ -96,6 +102,13 @@ def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: int = 
     return out
 
 
+def _chol_solve(L: Tensor, b: Tensor) -> Tensor:
+    """A^-1 b for A = L L^T, ``L`` ``(..., M, M)``, ``b`` ``(..., M)``: two triangular solves
+    (``torch.cholesky_solve`` reads an error flag back to the host, a synchronization on a GPU)."""
+    y = torch.linalg.solve_triangular(L, b.unsqueeze(-1), upper=False)
+    return torch.linalg.solve_triangular(L.mT, y, upper=True).squeeze(-1)
+
+
 class _SPDSolve(torch.autograd.Function):
     """w = A^-1 b for symmetric positive definite A = L L^T, with L given without graph.
 
@@ -104,14 +117,14 @@ class _SPDSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, b, L):
-        w = torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1)
+        w = _chol_solve(L, b)
         ctx.save_for_backward(L, w)
         return w
 
     @staticmethod
     def backward(ctx, gw):
         L, w = ctx.saved_tensors
-        gb = torch.cholesky_solve(gw.unsqueeze(-1), L).squeeze(-1)
+        gb = _chol_solve(L, gw)
         gA = -gb.unsqueeze(-1) * w.unsqueeze(-2) if ctx.needs_input_grad[0] else None
         return gA, gb, None
 
@@ -269,7 +282,7 @@ class OrthogonalMeanHead(nn.Module):
             A = Kzz + (rel * diag_mean)[:, None, None] * eye  # the matrix that Lzz factorizes
             w = _SPDSolve.apply(A, b, Lzz.detach())
         else:
-            w = torch.cholesky_solve(b.unsqueeze(-1), Lzz).squeeze(-1)
+            w = _chol_solve(Lzz, b)
         return b, w
 
     def coefficients(self, kernel, Z: Tensor, Lzz: Tensor) -> Tensor:

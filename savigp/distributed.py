@@ -29,7 +29,6 @@ costs one collective), or, with ``SAVIGP_GRAD_SYNC=ddp`` in the environment, by
 from __future__ import annotations
 
 import datetime
-import math
 import os
 from typing import Callable, Optional, Sequence
 
@@ -233,13 +232,17 @@ class DataParallel:
                 if torch.isfinite(terms.elbo):  # else the global ELBO is non-finite too and no step is taken
                     (-w * terms.elbo).backward()
                 extras = self._allreduce_grads(extras)
-        elbo, ell, var = extras.tolist()
-        return ELBOTerms(extras[0].detach().clone(), ell, terms.entropy, terms.cross_entropy, terms.mean_head_kl,
-                         math.sqrt(max(var, 0.0)))
+        extras = extras.detach()
+        return ELBOTerms(extras[0].clone(), extras[1].clone(), terms.entropy, terms.cross_entropy, terms.mean_head_kl,
+                         extras[2].clamp_min(0.0).sqrt())
 
     def _extras(self, terms, w: float) -> torch.Tensor:
-        return torch.tensor([w * float(terms.elbo.detach()), w * terms.ell, (w * terms.ell_stderr) ** 2],
-                            dtype=self.params[0].dtype, device=self.params[0].device)
+        """This rank's weighted ELBO and expected log-likelihood and its squared standard error ``(3,)``,
+        on the device (the fields of :class:`savigp.ELBOTerms` are 0-dim tensors or floats)."""
+        like = self.params[0]
+        elbo, ell, se = (torch.as_tensor(v, dtype=like.dtype).to(like.device).detach().reshape(())
+                         for v in (terms.elbo.detach(), terms.ell, terms.ell_stderr))
+        return torch.stack([w * elbo, w * ell, (w * se) ** 2])
 
     @torch.no_grad()
     def _allreduce_grads(self, extras: torch.Tensor) -> torch.Tensor:

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import _compile
+from . import _chunks, _compile, _sync_free
 from .nonfinite import non_finite_error
 
 ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
@@ -71,12 +71,13 @@ class ELLEstimate:
         value: scalar; value = the estimate of L_ell (already scaled by N / B); gradient = the
             estimator's gradient.
         per_component: ``(K, B)`` detached estimates of E_{q_k}[log p(y_n | f_n)].
-        stderr: Monte Carlo standard error of ``value`` (0 for deterministic estimators).
+        stderr: Monte Carlo standard error of ``value``, a detached 0-dim tensor (the float 0.0 for
+            deterministic estimators).
     """
 
     value: Tensor
     per_component: Tensor
-    stderr: float
+    stderr: Tensor | float
 
 
 def resolve_estimator(estimator: str, likelihood) -> str:
@@ -123,9 +124,26 @@ def checked_log_prob(likelihood, y: Tensor, f: Tensor, check_finite: bool = True
         )
     if not check_finite:
         return out
-    if not bool(torch.isfinite(out).all()):
+    bad = ~torch.isfinite(out)
+    flags = _sync_free.active()
+    if flags is not None:  # inside fit's step: flagged on the device; fit's read re-evaluates for the message
+        flags.note("log_prob", bad)
+        return out
+    if bool(bad.any()):
         raise non_finite_error(likelihood, y, f, out)
     return out
+
+
+def _check_means(likelihood, y: Tensor, f: Tensor, per_value: Tensor) -> None:
+    """A non-finite value makes its column's mean ``per_value`` non-finite: check the means, and
+    evaluate again with the full check (which names the rows) only when one is (inside fit's step,
+    flag it instead, see :mod:`savigp._sync_free`)."""
+    bad = ~torch.isfinite(per_value.detach())
+    flags = _sync_free.active()
+    if flags is not None:
+        flags.note("log_prob", bad)
+    elif bool(bad.any()):
+        checked_log_prob(likelihood, y, f)  # raises the error naming the rows
 
 
 def _sample_eps(shape, like: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -151,7 +169,7 @@ def _weighted_sum(weights: Tensor, per_point: Tensor, scale: float) -> Tensor:
     return scale * (weights.unsqueeze(-1) * per_point).sum()
 
 
-def _stderr(values: Tensor, weights: Tensor, scale: float) -> float:
+def _stderr(values: Tensor, weights: Tensor, scale: float) -> Tensor:
     """MC standard error of scale * sum_n sum_k pi_k mean_s values[s, k, n] (values ``(S, K, B)``)."""
     S = values.shape[0]
     # unbiased variance over the samples from two sums of the values shifted by the first sample
@@ -162,7 +180,7 @@ def _stderr(values: Tensor, weights: Tensor, scale: float) -> float:
     s1 = v.sum(0)
     var_mean = ((v * v).sum(0) - s1 * s1 / S).clamp_min(0.0) / ((S - 1) * S)  # (K, B)
     w = weights.detach().unsqueeze(-1)
-    return float(scale * torch.sqrt((w * w * var_mean).sum()))
+    return scale * torch.sqrt((w * w * var_mean).sum())  # a 0-dim tensor: no host read
 
 
 def expected_log_lik(likelihood, y: Tensor, mean: Tensor, var: Tensor, weights: Tensor, *,
@@ -208,8 +226,7 @@ def expected_log_lik(likelihood, y: Tensor, mean: Tensor, var: Tensor, weights: 
     f = torch.addcmul(mean.detach(), sd.detach(), eps)
     values = checked_log_prob(likelihood, y, f, check_finite=False)  # (S, K, B); may carry likelihood-parameter gradients
     per_value = values.mean(0)  # (K, B)
-    if not bool(torch.isfinite(per_value.detach()).all()):  # a non-finite value makes its column's mean non-finite
-        checked_log_prob(likelihood, y, f)  # raises the error naming the rows
+    _check_means(likelihood, y, f, per_value)
     g = values.detach().unsqueeze(-1)  # (S, K, B, 1)
     mean_b, mean_s2 = _score_means_dispatch(g, eps, estimator == "score")
     grad_b = mean_b / sd.detach()
@@ -302,7 +319,15 @@ def set_compile(enabled: bool = True) -> None:
 
 
 def _score_means_dispatch(g: Tensor, eps: Tensor, control: bool) -> tuple[Tensor, Tensor]:
-    return _compile.call(_score_means, g, eps, control)
+    """:func:`_score_means` in chunks of data points whose ~12 S x K x chunk x Q temporaries fit the
+    device's memory budget (:mod:`savigp._chunks`; one chunk at the usual sizes). The points are
+    independent and the sums run over samples only, so chunking changes no value."""
+    S, K, B, Q = eps.shape
+    rows = _chunks.chunk_size(B, 12 * S * K * Q * eps.element_size(), eps.device)
+    if rows >= B:
+        return _compile.call(_score_means, g, eps, control)
+    parts = [_compile.call(_score_means, g[:, :, i:i + rows], eps[:, :, i:i + rows], control) for i in range(0, B, rows)]
+    return torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)
 
 
 def _quadrature(likelihood, y, mean, var, weights, scale, n):
@@ -396,8 +421,7 @@ def expected_log_lik_joint(likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, 
         f = mean + torch.matmul(L, eps.unsqueeze(-1)).squeeze(-1)
     values = checked_log_prob(likelihood, y, f, check_finite=False)  # may carry likelihood-parameter gradients
     per_value = values.mean(0)  # (1, B)
-    if not bool(torch.isfinite(per_value.detach()).all()):
-        checked_log_prob(likelihood, y, f)  # raises the error naming the rows
+    _check_means(likelihood, y, f, per_value)
     g = values.detach()
     if estimator == "score":
         g = g - (g.sum(0, keepdim=True) - g) / (S - 1)  # leave-one-out baseline

@@ -16,6 +16,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
+from . import _chunks, _sync_free
 from ._checks import as_inputs, as_targets
 from ._linalg import base_jitter, robust_cholesky
 from .expected_log_lik import _joint_factor, checked_log_prob, expected_log_lik, expected_log_lik_joint, resolve_estimator
@@ -30,21 +31,31 @@ from .posteriors import MixturePosterior, make_posterior
 class ELBOTerms:
     """One evaluation of the ELBO (seed 004, eq. (17)) on a batch.
 
-    ``elbo`` is differentiable (its gradient is the estimator's); the other fields are floats in
-    the paper's convention (u-space entropy and cross-entropy), for logging.
+    ``elbo`` is differentiable (its gradient is the estimator's); the other fields are detached
+    0-dim tensors on the model's device in the paper's convention (u-space entropy and
+    cross-entropy), for logging. They stay tensors so that a training step never waits for the
+    device (``float(terms.ell)`` reads one back); :meth:`as_dict` reads them all at once.
     """
 
     elbo: Tensor
-    ell: float
-    entropy: float
-    cross_entropy: float
-    mean_head_kl: float
-    ell_stderr: float
+    ell: Union[Tensor, float]
+    entropy: Union[Tensor, float]
+    cross_entropy: Union[Tensor, float]
+    mean_head_kl: Union[Tensor, float]
+    ell_stderr: Union[Tensor, float]
+
+    NAMES = ("elbo", "ell", "entropy", "cross_entropy", "mean_head_kl", "ell_stderr")
+
+    def stacked(self) -> Tensor:
+        """The six values (in :data:`NAMES` order) as one detached tensor ``(6,)`` on the device."""
+        like = self.elbo.detach()
+        values = [like] + [getattr(self, n) for n in self.NAMES[1:]]
+        return torch.stack([v.detach() if isinstance(v, Tensor) and v.dtype == like.dtype
+                            else torch.as_tensor(v, dtype=like.dtype).to(like.device) for v in values]).reshape(-1)
 
     def as_dict(self) -> dict:
-        return {"elbo": float(self.elbo.detach()), "ell": self.ell, "entropy": self.entropy,
-                "cross_entropy": self.cross_entropy, "mean_head_kl": self.mean_head_kl,
-                "ell_stderr": self.ell_stderr}
+        """The values as Python floats (one host read)."""
+        return dict(zip(self.NAMES, self.stacked().tolist()))
 
 
 @dataclass
@@ -284,29 +295,43 @@ class SAVIGP(nn.Module):
         return self._factorize(self.kernel(Z, Z))[0]
 
     @staticmethod
-    def _factorize(Kzz: Tensor) -> tuple[Tensor, Tensor]:
+    def _jittered(work: Tensor, rel: float) -> Tensor:
+        """``work + rel * mean(diag work) I`` (differentiable when ``work`` carries a graph: the
+        jitter follows mean(diag K_zz), and so does its gradient)."""
+        diag = work.diagonal(dim1=-2, dim2=-1)
+        if work.requires_grad:
+            jitter = (rel * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1)
+            return work + torch.diag_embed(jitter.expand_as(diag))
+        J = work.clone()
+        J.diagonal(dim1=-2, dim2=-1).add_((rel * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1))
+        return J
+
+    def _factorize(self, Kzz: Tensor) -> tuple[Tensor, Tensor]:
         """Lower Cholesky factor of K_zz + rel * mean(diag K_zz) I, and rel ``(Q,)``. Differentiable.
 
-        First try: rel = ``base_jitter(dtype)``, which is what :func:`robust_cholesky` tries first
-        (the same factor), built in one pass. A float32 model whose factorization fails retries in
-        float64 with the same jitter (float32's jitter, float64's accuracy; the factor is rounded
-        to float32) before the jitter grows. Then :func:`robust_cholesky` grows the jitter (with its
-        warning) or raises the error that names the problem.
+        First try: rel = ``base_jitter(dtype)`` (or the larger jitter that :func:`savigp.fit` has
+        found necessary earlier in training, ``self.jitter_floor``), which is what
+        :func:`robust_cholesky` tries first (the same factor), built in one pass. A float32 model
+        whose factorization fails retries in float64 with the same jitter (float32's jitter,
+        float64's accuracy; the factor is rounded to float32) before the jitter grows. Then
+        :func:`robust_cholesky` grows the jitter (with its warning) or raises the error that names
+        the problem.
+
+        Inside :func:`savigp._sync_free.deferred` (a training step of :func:`savigp.fit`) nothing is
+        read back: one factorization at that jitter, a failure flagged on the device and the factor
+        set to NaN; fit then grows ``jitter_floor`` at its next check (see :mod:`savigp._step`).
         """
-        base = base_jitter(Kzz.dtype)
+        base = max(base_jitter(Kzz.dtype), float(getattr(self, "jitter_floor", 0.0)))
+        flags = _sync_free.active()
+        if flags is not None:
+            L, info = torch.linalg.cholesky_ex(self._jittered(Kzz, base))
+            flags.note("cholesky", info != 0)
+            return _sync_free.nan_where_failed(L, info), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype,
+                                                                    device=Kzz.device)
         for work in (Kzz, Kzz.to(torch.float64)) if Kzz.dtype == torch.float32 else (Kzz,):
-            diag = work.diagonal(dim1=-2, dim2=-1)
-            if work.requires_grad:
-                # robust_cholesky's jitter follows mean(diag K_zz): so does its gradient
-                jitter = (base * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1)
-                J = work + torch.diag_embed(jitter.expand_as(diag))
-            else:
-                J = work.clone()
-                J.diagonal(dim1=-2, dim2=-1).add_((base * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1))
-            L, info = torch.linalg.cholesky_ex(J)
-            del J
+            L, info = torch.linalg.cholesky_ex(self._jittered(work, base))
             if bool((info == 0).all()) and bool(torch.isfinite(L.diagonal(dim1=-2, dim2=-1)).all()):
-                return L.to(Kzz.dtype), torch.full(diag.shape[:-1], base, dtype=Kzz.dtype, device=Kzz.device)
+                return L.to(Kzz.dtype), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype, device=Kzz.device)
         # larger jitter (with its warning), or the error that names the problem
         L, rel = robust_cholesky(Kzz, name="K_zz (inducing-point kernel matrix)", return_jitter=True)
         rel = torch.full(Kzz.shape[:-2], rel, dtype=Kzz.dtype, device=Kzz.device)
@@ -384,7 +409,7 @@ class SAVIGP(nn.Module):
         mean = self.prior_mean[:, None] + fmean  # (K, Q, B)
         if self.mean_head is not None:  # seed 003: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a
             mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, **head)
-        var = var.clamp_min(1e-12 * float(kxx.detach().max()) + 1e-30)
+        var = torch.clamp_min(var, 1e-12 * kxx.detach().amax() + 1e-30)  # a tensor floor: no host read
         return mean.transpose(-1, -2), var.transpose(-1, -2)
 
     # ------------------------------------------------------------------ ELBO
@@ -427,9 +452,10 @@ class SAVIGP(nn.Module):
         """The ELBO and its terms; whitened terms are reported in the paper's u-space convention
         (their log|L_zz| parts cancel in the total)."""
         total = ell.value + ent + cross - head_kl
-        half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum()) if self.posterior.whitened else 0.0
-        return ELBOTerms(total, float(ell.value.detach()), float(ent.detach()) + half_logdet,
-                         float(cross.detach()) - half_logdet, float(head_kl.detach()), ell.stderr)
+        half_logdet = (torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum() if self.posterior.whitened
+                       else total.new_zeros(()))
+        return ELBOTerms(total, ell.value.detach(), ent.detach() + half_logdet, cross.detach() - half_logdet,
+                         head_kl.detach(), ell.stderr)
 
     def _joint_elbo(self, X: Tensor, Y: Tensor, num_samples: int, estimator: str,
                     generator: Optional[torch.Generator]) -> ELBOTerms:
@@ -449,17 +475,22 @@ class SAVIGP(nn.Module):
 
     # ------------------------------------------------------------------ prediction
     @torch.no_grad()
-    def predict_latent(self, X, chunk_size: int = 4096) -> tuple[Tensor, Tensor, Tensor]:
+    def predict_latent(self, X, chunk_size: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
         """Per-component latent marginals at test inputs (seed 004, §7).
 
         Args:
             X: ``(B, D)``.
+            chunk_size: test inputs per chunk (default: what the device's memory budget allows,
+                :mod:`savigp._chunks`; a few M x chunk cross-covariances per chunk).
 
         Returns:
             means ``(K, B, Q)``, variances ``(K, B, Q)`` and mixture weights ``(K,)``.
         """
         X = self._as_model_tensor(X, "X")
         Lzz = self.prior_factor()
+        if chunk_size is None:
+            row = 4 * self.num_latent * (self.num_inducing + self.posterior.num_components) * X.element_size()
+            chunk_size = _chunks.chunk_size(X.shape[0], row, self.device)
         parts = [self.marginals(X[i:i + chunk_size], Lzz) for i in range(0, X.shape[0], chunk_size)]
         mean = torch.cat([p[0] for p in parts], dim=1)
         var = torch.cat([p[1] for p in parts], dim=1)
@@ -484,13 +515,19 @@ class SAVIGP(nn.Module):
         eps = torch.randn((num_samples, K, 1, Q), dtype=mean.dtype, generator=gen).to(mean.device)
         return mean + var.sqrt() * eps, self.posterior.log_weights().detach(), mean, var
 
-    def _rows_per_chunk(self, num_samples: int, per_sample: int, memory_budget: Optional[int]) -> int:
-        """Test rows per chunk so that the ``(S, K, rows, per_sample)`` Monte Carlo arrays (with a
-        factor 4 for temporaries) fit in ``memory_budget`` bytes (default :data:`PREDICT_MEMORY_BUDGET`)."""
-        budget = PREDICT_MEMORY_BUDGET if memory_budget is None else int(memory_budget)
+    def _rows_per_chunk(self, total: int, num_samples: int, per_sample: int, memory_budget: Optional[int]) -> int:
+        """Test rows per chunk (at most ``total``) so that the ``(S, K, rows, per_sample)`` Monte Carlo
+        arrays (with a factor 4 for temporaries) fit in ``memory_budget`` bytes (default
+        :data:`PREDICT_MEMORY_BUDGET`, or on an accelerator the larger of it and the device's budget
+        of :func:`savigp._chunks.memory_budget`)."""
+        if memory_budget is None:
+            memory_budget = PREDICT_MEMORY_BUDGET
+            if self.device.type != "cpu":
+                memory_budget = max(memory_budget, _chunks.memory_budget(self.device))
         K = int(self.posterior.num_components)
         item = torch.finfo(self.dtype).bits // 8
-        return max(1, budget // (4 * item * max(1, num_samples) * K * max(1, per_sample)))
+        return _chunks.chunk_size(total, 4 * item * max(1, num_samples) * K * max(1, per_sample),
+                                  budget=int(memory_budget))
 
     @torch.no_grad()
     def predict(self, X, num_samples: int = 500, seed: int = 0, memory_budget: Optional[int] = None) -> Prediction:
@@ -506,7 +543,7 @@ class SAVIGP(nn.Module):
         lik = self.likelihood
         per_sample = self.num_latent + 2 * int(lik.output_dim) + int(getattr(lik, "num_classes", 0) or 0)
         B = X.shape[0]
-        rows = self._rows_per_chunk(num_samples, per_sample, memory_budget)
+        rows = self._rows_per_chunk(B, num_samples, per_sample, memory_budget)
         if B <= rows:
             return self._predict_rows(X, num_samples, seed)
         _tune_allocator()
@@ -561,8 +598,8 @@ class SAVIGP(nn.Module):
         X = self._as_model_tensor(X, "X")
         Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=self.dtype, device=self.device)
         if chunk_size is None:
-            chunk_size = self._rows_per_chunk(num_samples, self.num_latent + int(self.likelihood.output_dim) + 2,
-                                               memory_budget)
+            chunk_size = self._rows_per_chunk(X.shape[0], num_samples,
+                                               self.num_latent + int(self.likelihood.output_dim) + 2, memory_budget)
         if X.shape[0] > chunk_size:
             _tune_allocator()
         out = X.new_empty(X.shape[0])

@@ -37,9 +37,10 @@ def test_smallest_configuration_savigp_only(bench, tmp_path):
     assert len(rows) == 1
     row = rows[0]
     for key in ("savigp_ms", "savigp_cpu_ms", "floor_ms", "savigp_floor_x", "dense_ms", "savigp_dense_x", "dense_floor_x",
-                "savigp_gflops", "savigp_mem_mib"):
+                "savigp_gflops", "savigp_mem_mib", "savigp_ops"):
         assert _positive(row[key]), (key, row[key])
     assert row["gpytorch_ms"] == "" and row["ratio"] == ""
+    assert row["savigp_reads"] != "" and row["savigp_busy_ms"] == ""  # GPU columns only on CUDA
     with open(tmp_path / "benchmark.csv") as fh:
         table = list(csv.DictReader(fh))
     assert len(table) == 1 and _positive(table[0]["savigp_ms"])

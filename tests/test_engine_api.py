@@ -272,10 +272,9 @@ def test_float32_model():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_training_step_runs_on_cuda(dtype):
     X, Y = _data()
-    model = savigp.SAVIGP(X, Y, Logistic(), num_inducing=8, posterior="diag", num_components=2,
+    Yb = torch.where(Y > 0, 1.0, -1.0)  # Logistic takes labels in {-1, 1} (or {0, 1}), checked at construction
+    model = savigp.SAVIGP(X, Yb, Logistic(), num_inducing=8, posterior="diag", num_components=2,
                           device="cuda", dtype=dtype)
-    Yb = torch.where(Y > 0, 1.0, -1.0)
-    model.train_y.copy_(Yb.to(model.train_y))
     h = savigp.fit(model, iterations=20, lr=0.05, estimator="score", progress=False)
     assert math.isfinite(h.elbo[-1])
     assert model.predict(X[:3]).probabilities.device.type == "cuda"

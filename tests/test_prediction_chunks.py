@@ -16,7 +16,7 @@ def test_predictions_chunked_to_a_memory_budget_are_the_same():
     model = savigp.SAVIGP(X, Y, likelihoods.Softmax(num_classes=3), num_inducing=6, posterior="diag", num_components=2)
     Xt = rng.standard_normal((1000, 2))
     whole = model.predict(Xt, num_samples=50, memory_budget=10 ** 9)
-    assert model._rows_per_chunk(50, 3 + 2 + 3, 100_000) < 100  # the budget below means > 10 chunks
+    assert model._rows_per_chunk(10**6, 50, 3 + 2 + 3, 100_000) < 100  # the budget below means > 10 chunks
     parts = model.predict(Xt, num_samples=50, memory_budget=100_000)
     for f in ("latent_mean", "latent_var", "probabilities"):
         assert torch.allclose(getattr(whole, f), getattr(parts, f), rtol=1e-12, atol=1e-14), f
