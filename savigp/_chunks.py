@@ -12,8 +12,8 @@ buffers -- is done in chunks of rows whose temporary memory fits a *budget*:
   was tuned with).
 
 :func:`chunk_size` turns a budget and the bytes one row needs into rows per chunk. On an 80 GB GPU
-the budget is tens of GB, so the decoupled head at G = 20000, B = 10^4 takes its product in one
-piece instead of 2^23-entry checkpointed blocks.
+the budget is up to 8 GB (a tenth of what is free), so the decoupled head at G = 20000, B = 10^4
+takes its product in one piece instead of 2^23-entry checkpointed blocks.
 """
 from __future__ import annotations
 

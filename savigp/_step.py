@@ -132,7 +132,6 @@ class StepRunner:
         self.bad_flags = torch.zeros(len(self.flags.NAMES), dtype=torch.bool, device=dev)
         self.values = torch.zeros(max(1, int(window)), len(self.TERMS), dtype=dt, device=dev)
         self.filled = 0
-        self.terms = None
         self.graph: Optional[_Graph] = None
 
     # ----------------------------------------------------------------- the step
@@ -148,12 +147,12 @@ class StepRunner:
         self.opt.step()  # (a bad step's non-finite optimizer state is cleaned in :meth:`recover`)
         with torch.no_grad():  # (the parameters were finite before the step if the previous step was good)
             params_ok = torch.stack(torch._foreach_norm([p.detach() for p in self.params], float("inf"))).isfinite()
-            ok = elbo_ok & params_ok.all() & ~torch.stack([getattr(self.flags, n) for n in self.flags.NAMES]).any()
+            flag_vec = torch.stack([getattr(self.flags, n) for n in self.flags.NAMES])
+            ok = elbo_ok & params_ok.all() & ~flag_vec.any()
             newly_bad = self.alive & ~ok
             self.first_bad.copy_(torch.where(newly_bad, self.counter, self.first_bad))
             self.bad_terms.copy_(torch.where(newly_bad, vals, self.bad_terms))
             self.bad_params.copy_(torch.where(newly_bad, params_ok, self.bad_params))
-            flag_vec = torch.stack([getattr(self.flags, n) for n in self.flags.NAMES])
             self.bad_flags.copy_(torch.where(newly_bad, flag_vec, self.bad_flags))
             self.alive.logical_and_(ok)
             self.snapshot.save_if(self.alive)
@@ -185,7 +184,6 @@ class StepRunner:
             terms, vals = self._body(batch)
         self.values[self.filled].copy_(vals.detach())  # a device copy into the window's row
         self.filled += 1
-        self.terms = terms
         return terms
 
     # ----------------------------------------------------------------- the check

@@ -45,11 +45,6 @@ class StepFlags:
         for name in self.NAMES:
             getattr(self, name).zero_()
 
-    def read(self) -> dict:
-        """The flags as Python bools (one host synchronization for all of them)."""
-        values = torch.stack([getattr(self, n) for n in self.NAMES]).tolist()
-        return dict(zip(self.NAMES, values))
-
 
 @contextmanager
 def deferred(flags: StepFlags) -> Iterator[StepFlags]:

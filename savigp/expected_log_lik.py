@@ -239,8 +239,8 @@ def expected_log_lik(likelihood, y: Tensor, mean: Tensor, var: Tensor, weights: 
 def _score_means(g: Tensor, eps: Tensor, control: bool) -> tuple[Tensor, Tensor]:
     """mean_s (G_s - a_{-s} h_s) for the two scores (or mean_s G_s without control variates).
 
-    For S < ``CV_REGRESSION_MIN_SAMPLES``, a_{-s} is the leave-one-out baseline (the mean of g over
-    the other S - 1 samples), see :func:`_baseline_means`; from it on, the regression below.
+    For S < ``CV_REGRESSION_MIN_SAMPLES``, a_{-s} is the shrunk leave-one-out baseline (w times the mean
+    of g over the other S - 1 samples), see :func:`_baseline_means`; from it on, the regression below.
 
     The scores are taken up to their per-point scale: h_b = eps (= sqrt(s2) d log q / db) and
     h_s2 = eps^2 - 1 (= 2 s2 d log q / ds2); the scale cancels in a = Cov(g h, h) / Var(h), so the
