@@ -48,6 +48,8 @@ from .base import Likelihood, bad_rows_message
 CONSTRAINTS = ("real", "positive", "fixed")
 #: lower bound of a positive parameter (softplus(raw) + floor)
 POSITIVE_FLOOR = 1e-6
+#: the most labels a classification likelihood takes from its training targets (more: pass classes)
+MAX_INFERRED_CLASSES = 1000
 #: relative central-difference step for numpy parameter derivatives: eps^(1/3)
 _FD_STEP = float(np.finfo(np.float64).eps) ** (1.0 / 3.0)
 
@@ -479,7 +481,7 @@ class CallableLikelihood(Likelihood):
             if len(labels) < 2:
                 raise ValueError(f"{self.describe()}: the training targets hold only the label(s) {labels}; pass "
                                  "classes=[...] or num_classes=C")
-            if len(labels) > 1000:
+            if len(labels) > MAX_INFERRED_CLASSES:
                 raise ValueError(f"{self.describe()}: the training targets hold {len(labels)} distinct labels; for "
                                  "classification pass classes=[...] (or use task='regression')")
             self.classes = [float(v) for v in labels]

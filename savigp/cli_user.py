@@ -10,13 +10,13 @@ import sys
 
 import numpy as np
 
+from likelihoods.callable import MAX_INFERRED_CLASSES
+
 from .nonfinite import NonFiniteLogProb
 from .user_likelihood import is_likelihood_class, labels_of, parse_lik_params, unused_latents
 
 #: options that only a user *function* takes
 FUNCTION_OPTIONS = ("num_latent", "task", "num_classes", "mean_function", "lik_param", "min_log_prob")
-#: the most labels a classification task infers from the targets without --num-classes
-MAX_INFERRED_CLASSES = 1000
 
 
 def _cli_error(msg: str):

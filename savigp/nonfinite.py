@@ -46,8 +46,7 @@ class NonFiniteLogProb(ValueError):
     def remap_rows(self, index: Optional[Tensor] = None, offset: int = 0) -> "NonFiniteLogProb":
         """The same error with batch rows r replaced by ``index[r]`` (a mini-batch's data indices) or
         ``r + offset`` (a chunk's first row)."""
-        examples = [((int(index[r]) if index is not None else r + offset),) + tuple(e[1:])
-                    for e, r in ((e, e[0]) for e in self.examples)]
+        examples = [(int(index[r]) if index is not None else r + offset, *rest) for r, *rest in self.examples]
         return NonFiniteLogProb(self.who, examples, self.count, self.total, self.hint)
 
     def render(self, where: Callable[[int], str] = lambda r: f"data row {r}") -> str:

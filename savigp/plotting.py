@@ -231,13 +231,18 @@ def plot_elbo(elbo: Sequence[float], start: int = 0, title: str = "ELBO per step
 
 
 def _save(fig, path: str) -> None:
-    """``fig.savefig(path)`` atomically (a temporary file in the same folder, then ``os.replace``)."""
+    """``fig.savefig(path)`` atomically (a temporary file in the same folder, named as
+    :func:`savigp.output_paths.remove_orphaned_temporaries` finds it, given an ordinary file's
+    mode, then ``os.replace``)."""
+    from .csv_data import _chmod_default
+
     folder = os.path.dirname(os.path.abspath(path))
-    ext = os.path.splitext(path)[1] or ".png"
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=ext, dir=folder)
+    fmt = os.path.splitext(path)[1].lstrip(".") or "png"
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=110, format=fmt)
+        _chmod_default(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
