@@ -29,8 +29,9 @@ def standardized_squared_error(y: Tensor, mean: Tensor) -> float:
 
 def sse_entries(y: Tensor, mean: Tensor) -> dict:
     """``{"sse": value}``, or ``{"sse": None, "sse_note": SSE_UNDEFINED}`` when it is undefined."""
-    sse = standardized_squared_error(y, mean)
-    return {"sse": None, "sse_note": SSE_UNDEFINED} if sse != sse else {"sse": sse}
+    if not bool((y.var(0, unbiased=False) > 0).all()):  # not a NaN of the predictions: that stays NaN
+        return {"sse": None, "sse_note": SSE_UNDEFINED}
+    return {"sse": standardized_squared_error(y, mean)}
 
 
 def evaluate(model, X, Y, num_samples: int = 1000, seed: int = 0) -> dict:

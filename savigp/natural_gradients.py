@@ -276,9 +276,10 @@ def gamma_preconditioner(model: SAVIGP, Lzz: Tensor, *, jitter: float = 1e-3, ki
     Ws, parts = [], []
     for s in range(0, G, block):
         g = head.gamma[:, s:s + block]
-        W = torch.linalg.solve_triangular(Lzz, kernel(Z, g), upper=False)  # (Q, M, g)
-        if not head.orthogonal:  # DECOUPLED / HYBRID: no projection, R = K_gamma and R(x, gamma) = k(x, gamma)
-            W = torch.zeros_like(W)
+        if head.orthogonal:
+            W = torch.linalg.solve_triangular(Lzz, kernel(Z, g), upper=False)  # (Q, M, g)
+        else:  # DECOUPLED / HYBRID: no projection, R = K_gamma and R(x, gamma) = k(x, gamma)
+            W = Lzz.new_zeros(Lzz.shape[:-1] + (g.shape[1],))
         Ws.append(W)
         parts.append((kernel.diag(g) - (W * W).sum(-2)).clamp_min(0.0))
     D = torch.cat(parts, dim=-1)  # diag(K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma)
@@ -427,11 +428,8 @@ def fit_orthnat(
         g_var = grads[-1]
 
         with torch.no_grad():
-            ent, cross = post.entropy(), post.cross_entropy()
-            elbo = ell.value.detach() + ent + cross - head_kl.detach()
-            half_logdet = float(torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum())
-            terms = ELBOTerms(elbo, float(ell.value.detach()), float(ent) + half_logdet, float(cross) - half_logdet,
-                              float(head_kl.detach()), ell.stderr)
+            terms = model._assemble(ell, post.entropy(), post.cross_entropy(), head_kl.detach(), Lzz)
+            elbo = terms.elbo
             if torch.isfinite(elbo):
                 # 1. natural step on q(v)
                 if not post.diagonal:

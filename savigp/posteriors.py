@@ -538,7 +538,7 @@ class MixturePosterior(nn.Module):
         gradient; q is differentiable, so no score function is needed. Its standard deviation is
         O(sd(log q) / sqrt(S K)): zero for coinciding components, about sqrt(D / 2) / sqrt(S K) per
         overlap-free component (log q of a Gaussian in D dimensions has variance D / 2), e.g.
-        0.18 nats at D = 4, S = 64, K = 2. Cost: K^2 S Q triangular solves of size M (full) or
+        0.125 nats at D = 4, S = 64, K = 2 (measured: 0.122). Cost: K^2 S Q triangular solves of size M (full) or
         O(K^2 S Q M) elementwise (diagonal), plus the draws.
         """
         if self.entropy_estimate == "bound":
@@ -787,9 +787,7 @@ class UDiagonalMixture(MixturePosterior):
             return False
         sd = self.scale()  # the file's s
         w = torch.linalg.solve_triangular(Lzz, self.mean.unsqueeze(-1), upper=False).squeeze(-1)
-        Linv = torch.linalg.solve_triangular(Lzz, torch.eye(Lzz.shape[-1], dtype=Lzz.dtype, device=Lzz.device)
-                                             .expand_as(Lzz), upper=False)
-        d = sd * torch.sqrt((Linv * Linv).sum(-2))
+        d = sd * torch.exp(-self.u_parameters(Lzz=Lzz).log_cond_sd)  # s / c
         self.mean.copy_(w)
         self.raw_scale.copy_(inverse_softplus(d.clamp_min(1e-12)))
         self.parametrization.fill_(self.PARAMETRIZATION)
