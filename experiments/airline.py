@@ -232,7 +232,7 @@ def run_savigp(method, data, Z, ls, args, device, dtype, y_scale, steps_at):
     estimator = "score" if method == "savigp-score" else "closed-form"
     clock = io.TrainingClock(device)
     curve = []
-    todo = set(steps_at)
+    todo = sorted(steps_at)
 
     def record(step):
         with clock.pause(), torch.no_grad():
@@ -242,7 +242,11 @@ def run_savigp(method, data, Z, ls, args, device, dtype, y_scale, steps_at):
                       "noise_var": float(model.likelihood.variance().detach())})
 
     def callback(step, terms):
-        if step + 1 in todo:
+        # fit calls back at its host reads: every step on the CPU, every log_every (100) steps on a GPU,
+        # and after the last; each grid step is evaluated at the first read at or after it
+        if todo and step + 1 >= todo[0]:
+            while todo and todo[0] <= step + 1:
+                todo.pop(0)
             record(step + 1)
 
     savigp.fit(model, iterations=args.steps, batch_size=args.batch_size, lr=args.lr, num_samples=args.samples,

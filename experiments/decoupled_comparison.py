@@ -464,7 +464,7 @@ def summarize_runs(rows: list[dict]) -> list[dict]:
     for s in out:
         for m in ("mae", "test_ll"):
             if f"{m}_std" in s:
-                s[f"{m}_se"] = s[f"{m}_std"] / math.sqrt(max(1, s["n"] - 1)) if s["n"] > 1 else float("nan")
+                s[f"{m}_se"] = s[f"{m}_std"] / math.sqrt(s["n"] - 1) if s["n"] > 1 else float("nan")
         s["diverged"] = sum(r["status"] != "ok" for r in rows if (r["dataset"], r["config"]) == (s["dataset"], s["config"]))
     return out
 

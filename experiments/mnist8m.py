@@ -38,7 +38,6 @@ distance between images and variance 1).
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -176,25 +175,6 @@ class DeformedStream:
         return x.reshape(x.shape[0], -1), self.targets[idx]
 
 
-# ---------------------------------------------------------------------------------- checkpoints
-def save_checkpoint(path: Path, payload: dict) -> None:
-    """torch.save to a temporary file in the same folder, then an atomic rename."""
-    import tempfile
-
-    import torch
-
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 # ---------------------------------------------------------------------------------- script
 def parse(argv=None):
     p = io.parser(__doc__, "mnist8m", quick_help="2k images / 1k test, M = 20, B = 100, 60 steps (CPU, seconds)")
@@ -263,6 +243,7 @@ def main(argv=None) -> dict:
     device, dtype = io.device_and_dtype(args)
     import torch
 
+    from savigp.serialization import atomic_torch_save
     from savigp.training import make_adam
 
     out = io.out_dir(args.out, "mnist8m")
@@ -310,8 +291,8 @@ def main(argv=None) -> dict:
 
     def checkpoint():
         with clock.pause():
-            save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                                        "train_seconds": clock.seconds(), "curve": curve, "args": vars(args)})
+            atomic_torch_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                               "train_seconds": clock.seconds(), "curve": curve, "args": vars(args)}, str(ckpt_path))
 
     def evaluate_now():
         with clock.pause():
