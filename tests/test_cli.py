@@ -1,4 +1,4 @@
-"""End-to-end tests of the ``savigp`` command line (savigp/cli.py, savigp/csv_data.py,
+"""End-to-end tests of the ``savigp`` command line (savigp/cli/, savigp/csv_data.py,
 savigp/serialization.py).
 
 Subprocess tests run ``python -m savigp.cli`` exactly as a user would; every process pays the torch

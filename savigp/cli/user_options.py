@@ -1,7 +1,8 @@
 """The command line's handling of user likelihoods: ``--likelihood file.py:function`` (with
 ``--task``, ``--num-classes``, ``--mean-function``, ``--lik-param``, ``--min-log-prob``) and
 ``--likelihood file.py:Class`` (a ``Likelihood`` subclass, constructor arguments by
-``--lik-option``), and data-file lines in the error for non-finite likelihood values."""
+``--lik-option``): the spec a model file records, a first call of the function that fails in
+one line, and data-file lines in the error for non-finite likelihood values."""
 from __future__ import annotations
 
 import contextlib
@@ -12,17 +13,12 @@ import numpy as np
 
 from likelihoods.callable import MAX_INFERRED_CLASSES
 
-from .nonfinite import NonFiniteLogProb
-from .user_likelihood import is_likelihood_class, labels_of, parse_lik_params, unused_latents
+from ..nonfinite import NonFiniteLogProb
+from ..user_likelihood import is_likelihood_class, labels_of, parse_lik_params, unused_latents
+from .errors import CLIError, one_line
 
 #: options that only a user *function* takes
 FUNCTION_OPTIONS = ("num_latent", "task", "num_classes", "mean_function", "lik_param", "min_log_prob")
-
-
-def _cli_error(msg: str):
-    from .cli import CLIError
-
-    return CLIError(msg)
 
 
 def _option(name: str) -> str:
@@ -37,19 +33,19 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
         path: the canonical ``file.py:name``; extra: the ``--lik-option`` values.
 
     The function or class and the ``--mean-function`` are recorded with the SHA-256 of their
-    files (:func:`savigp.serialization.code_reference`), checked before a later import.
+    files (:func:`savigp.model_files.user_code.code_reference`), checked before a later import.
     """
-    from .serialization import code_reference, import_callable
+    from ..serialization import code_reference, import_callable
 
     obj = import_callable(path)
     if is_likelihood_class(obj):
         given = [o for o in FUNCTION_OPTIONS if getattr(args, o, None) not in (None, False, [])]
         if given:
-            raise _cli_error(f"{_option(given[0])} does not apply to --likelihood {path}: it is a Likelihood subclass, "
+            raise CLIError(f"{_option(given[0])} does not apply to --likelihood {path}: it is a Likelihood subclass, "
                              "whose constructor sets it; pass constructor arguments as --lik-option KEY=VALUE")
         return {"name": "user-class", "class": obj.__name__, **code_reference(path), "kwargs": dict(extra)}
     if isinstance(obj, type):
-        raise _cli_error(f"--likelihood {path}: {obj.__name__} is a class but not a subclass of likelihoods.Likelihood; "
+        raise CLIError(f"--likelihood {path}: {obj.__name__} is a class but not a subclass of likelihoods.Likelihood; "
                          "give a function log_lik(y, f) or a Likelihood subclass")
     from likelihoods import CallableLikelihood
 
@@ -59,35 +55,35 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
     unknown = sorted(set(extra) - accepted)
     if unknown:
         name = unknown[0]
-        raise _cli_error(f"--lik-option {name}=...: not an option of a user function (options: "
+        raise CLIError(f"--lik-option {name}=...: not an option of a user function (options: "
                          f"{', '.join(sorted(accepted))}); to give the function a keyword parameter use "
                          f"--lik-param {name}=VALUE (learned) or --lik-param {name}=VALUE:fixed")
     task = extra.pop("task", None) or args.task or "regression"
     num_classes = extra.pop("num_classes", None) if args.num_classes is None else args.num_classes
     num_latent = int(extra.pop("num_latent", None) or args.num_latent or 1)
     if num_latent < 1:
-        raise _cli_error(f"--num-latent must be >= 1, got {num_latent}")
+        raise CLIError(f"--num-latent must be >= 1, got {num_latent}")
     kwargs = {"num_latent": num_latent, "output_dim": int(Y.shape[1]), "backend": "auto", "task": task}
     if task == "classification":
         if Y.shape[1] != 1:
-            raise _cli_error(f"--task classification takes one target column of labels, got {Y.shape[1]}")
+            raise CLIError(f"--task classification takes one target column of labels, got {Y.shape[1]}")
         if num_classes is not None and (int(num_classes) != num_classes or int(num_classes) < 2):
-            raise _cli_error(f"--num-classes must be an integer >= 2, got {num_classes}")
+            raise CLIError(f"--num-classes must be an integer >= 2, got {num_classes}")
         labels = labels_of(Y, num_classes)
         if num_classes is None and len(labels) > MAX_INFERRED_CLASSES:
-            raise _cli_error(f"--task classification: the targets hold {len(labels)} distinct labels; give "
+            raise CLIError(f"--task classification: the targets hold {len(labels)} distinct labels; give "
                              "--num-classes C (labels 0..C-1) or use a regression task")
         if len(labels) < 2:
-            raise _cli_error(f"--task classification: the targets hold only the label {labels}; give --num-classes")
+            raise CLIError(f"--task classification: the targets hold only the label {labels}; give --num-classes")
         kwargs["classes"] = labels
     elif task != "regression":
-        raise _cli_error(f"--task must be regression or classification, got {task!r}")
+        raise CLIError(f"--task must be regression or classification, got {task!r}")
     elif num_classes is not None:
-        raise _cli_error("--num-classes applies to a user function with --task classification")
+        raise CLIError("--num-classes applies to a user function with --task classification")
     try:
         params, constraints = parse_lik_params(args.lik_param)
     except ValueError as err:
-        raise _cli_error(str(err)) from None
+        raise CLIError(str(err)) from None
     if params:
         kwargs.update(params=params, constraints=constraints)
     if args.min_log_prob is not None:
@@ -100,16 +96,42 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
     return spec
 
 
+def _probe_input(likelihood, Y, scale: float, seed: int) -> tuple:
+    """The first 3 rows ``y (3, P)`` of ``Y`` and 2 seeded draws ``f (2, 3, Q)`` of N(0, scale^2)."""
+    import torch
+
+    y = Y[:3]
+    gen = torch.Generator().manual_seed(seed)
+    f = scale * torch.randn(2, y.shape[0], int(likelihood.num_latent), generator=gen, dtype=torch.float64)
+    return y, f.to(y)
+
+
+def probe_callable(likelihood, Y, spec: dict) -> None:
+    """Call a user likelihood once on 3 rows and 2 samples; a failure or wrong shape -> CLIError."""
+    import torch
+
+    y, f = _probe_input(likelihood, Y, 0.1, 0)
+    try:
+        out = likelihood.log_prob(y, f)
+    except ValueError as err:
+        raise CLIError(f"--likelihood {spec['import_path']}: {one_line(err)}") from None
+    except (Exception, SystemExit) as err:  # (sys.exit in the function is its failure too)
+        raise CLIError(f"--likelihood {spec['import_path']}: the function failed when called with y of shape "
+                       f"{tuple(y.shape)} and f of shape {tuple(f.shape)} (Q = --num-latent {likelihood.num_latent}): "
+                       f"{type(err).__name__}: {one_line(err)}") from None
+    if not bool(torch.isfinite(out).all()):  # exit 3 with the rows and f values
+        from ..nonfinite import non_finite_error
+
+        raise non_finite_error(likelihood, y, f, out)
+
+
 def warn_unused_latents(likelihood, Y, spec: dict) -> None:
     """A warning on stderr when the likelihood ignores some of its Q latent functions (e.g.
     ``--num-latent 3`` for a function of f[..., 0]): they would be trained for nothing."""
-    import torch
-
     Q = int(likelihood.num_latent)
     if Q < 2:
         return
-    y = Y[:3]
-    f = 0.3 * torch.randn(2, y.shape[0], Q, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(y)
+    y, f = _probe_input(likelihood, Y, 0.3, 1)
     try:
         unused = unused_latents(likelihood, y, f)
     except Exception:  # the probe is advisory; training reports real failures

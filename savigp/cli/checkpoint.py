@@ -1,0 +1,222 @@
+"""``savigp train``'s checkpoints: ``--resume`` checks, ``OUT.ckpt`` written every
+``--checkpoint-every`` steps and after a Ctrl-C (or torchrun's SIGTERM), and the last good state
+kept for a user function that stops the run itself.
+
+A checkpoint is a model file (:meth:`savigp.serialization.SavedModel.save`, written atomically)
+whose ``training_state`` holds the optimizer, the mini-batch generator, the permutation and the
+position in it, so that a resumed run takes the same steps as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from typing import Optional
+
+from .errors import CLIError, UserCodeExit
+
+#: options of ``train`` that a resumed run must repeat unchanged (iterations/epochs may grow)
+RESUME_KEYS = (
+    "likelihood", "num_latent", "num_classes", "one_hot", "num_outputs", "num_nodes",
+    "num_layers", "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "task", "mean_function",
+    "lik_param", "min_log_prob", "kernel", "num_inducing",
+    "inducing_init", "dense", "fixed_inducing", "posterior", "components", "prior_mean", "learn_prior_mean",
+    "mean_basis_size", "mean_basis", "standardize_inputs", "standardize_targets", "dtype", "seed", "batch_size", "optimizer",
+    "lr", "samples", "estimator",
+)
+#: environment variable (tests only): after this many completed steps, ``train`` sends itself
+#: SIGINT, exactly as a Ctrl-C would.
+TEST_SIGINT_ENV = "SAVIGP_CLI_TEST_SIGINT_AFTER"
+
+
+def training_options(args) -> dict:
+    """The options of ``args`` a resumed run must repeat (:data:`RESUME_KEYS`), as plain values."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items() if k in RESUME_KEYS}
+
+
+def _train_default(key: str):
+    """The parser's default of ``train``'s option ``key`` (as :func:`training_options` records it)."""
+    import argparse
+
+    from .parser import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    value = sub.choices["train"].get_default(key)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _code_paths(spec: dict) -> dict:
+    """What a likelihood spec runs: its name, import path and those of its ``code_kwargs``."""
+    return {"name": spec.get("name"), "import_path": spec.get("import_path"),
+            "code": {k: (v or {}).get("import_path") for k, v in (spec.get("code_kwargs") or {}).items()}}
+
+
+def _describe_code(spec: dict) -> str:
+    text = spec.get("import_path") or spec.get("name")
+    mean = ((spec.get("code_kwargs") or {}).get("mean_fn") or {}).get("import_path")
+    return f"{text} (--mean-function {mean})" if mean else str(text)
+
+
+def resume(args, config: dict, out: str, ckpt: str, Xm, Ym, user_code: bool):
+    """``--resume``: the model and training state of ``OUT.ckpt`` (else ``OUT``), after checking
+    that the likelihood code, the data and every option of :data:`RESUME_KEYS` are those it was
+    trained with; ``config["step"]`` and ``config["elbo"]`` are set from the file.
+
+    Returns:
+        ``(source, model, state)``; ``state`` is what :func:`savigp.training.fit` restores.
+    """
+    from ..serialization import load_model
+
+    source = ckpt if os.path.exists(ckpt) else out if os.path.exists(out) else None
+    if source is None:
+        raise CLIError(f"--resume: there is no checkpoint {ckpt} nor model {out} to resume from")
+    # the user's own --likelihood and --mean-function are the consent to run them (never the
+    # file's record of them); a file changed since the checkpoint is refused without --trust-code
+    code = {"mean_fn": args.mean_function} if user_code and args.mean_function else None
+    saved, tstate = load_model(source, device=args.device, X=Xm, Y=Ym, trust_code=args.trust_code,
+                               likelihood=args.likelihood if user_code else None, code=code)
+    old, spec = saved.config, config["likelihood"]
+    if _code_paths(old["likelihood"]) != _code_paths(spec):
+        raise CLIError(f"--resume: {source} was trained with likelihood {_describe_code(old['likelihood'])}, not "
+                       f"--likelihood {_describe_code(spec)}")
+    ot = old.get("training", {})
+    if ot.get("data_checksum") != config["training"]["data_checksum"]:
+        raise CLIError(f"--resume: {args.data} is not the data {source} was trained on "
+                       f"({ot.get('data_rows')} rows from {ot.get('data')}; the contents differ)")
+    recorded = ot.get("options", {})
+    for key in RESUME_KEYS:
+        # an option a checkpoint from an older savigp lacks had its default then
+        a = recorded[key] if key in recorded else _train_default(key)
+        b = config["training"]["options"].get(key)
+        if a != b:
+            raise CLIError(f"--resume: --{key.replace('_', '-')} is {b!r} here but {source} was trained with "
+                           f"{a!r}; resume with the same options")
+    if tstate is None:
+        raise CLIError(f"--resume: {source} holds no optimizer state to resume from")
+    step = int(old.get("step", 0))
+    config["step"], config["elbo"] = step, old.get("elbo")
+    state = {"optimizer_state": tstate["optimizer"], "generator_state": tstate["generator"],
+             "perm": tstate["perm"], "pos": int(tstate["pos"]), "step": step}
+    return source, saved.model, state
+
+
+class Checkpointer:
+    """Writes ``train``'s checkpoints and its finished model, and turns a first Ctrl-C into "stop
+    after this step".
+
+    Args:
+        saved: the :class:`~savigp.serialization.SavedModel` being trained (its ``config`` is
+            replaced by ``config`` with the step, completeness and ELBO of each write).
+        config: the run's configuration (``config["step"]``/``["elbo"]`` where training starts).
+        path: ``OUT.ckpt``.
+        total: the run's last step; every: ``--checkpoint-every`` (0/None: none periodic).
+        rank: this process's rank (only rank 0 writes and prints).
+        state: the dict :func:`savigp.training.fit` restores from and updates after each step.
+        keep_generator: keep the generator's state after each step (for user code that may stop
+            the next step half-way: the checkpoint then matches the last finished step).
+    """
+
+    def __init__(self, saved, config: dict, path: str, total: int, every: Optional[int], rank: int, state: dict,
+                 keep_generator: bool = False):
+        self.saved, self.config, self.path = saved, config, path
+        self.total, self.every, self.rank, self.state = total, every, rank, state
+        self.keep_generator = keep_generator
+        self.interrupted = False
+        self.elbo = config.get("elbo")  # the ELBO at the last step called back
+        self.written: Optional[int] = None  # the step of the last checkpoint written by this run
+        self._generator = None  # (step, generator state) after the last step called back
+        hook = os.environ.get(TEST_SIGINT_ENV)
+        self._hook_step = int(hook) if hook and hook.strip().isdigit() else None
+
+    # ------------------------------------------------------------ writing
+    def _training_state(self) -> Optional[dict]:
+        state = self.state
+        if "optimizer" in state:  # fit has run a step: its live objects
+            gen = None
+            if self._generator is not None and self._generator[0] == state.get("step"):
+                gen = self._generator[1]
+            return {"optimizer": state["optimizer"].state_dict(),
+                    "generator": gen if gen is not None else state["generator"].get_state(),
+                    "perm": state["perm"], "pos": int(state["pos"])}
+        if "optimizer_state" in state:  # resumed, no step taken yet: what was read
+            return {"optimizer": state["optimizer_state"], "generator": state["generator_state"],
+                    "perm": state["perm"], "pos": state["pos"]}
+        return None
+
+    def write(self, path: str, step: int, complete: bool, elbo: Optional[float]) -> None:
+        """Write the model and its training state at ``step`` to ``path`` (rank 0 only)."""
+        if self.rank != 0:
+            return
+        self.saved.config = dict(self.config, step=int(step), complete=bool(complete), elbo=elbo)
+        self.saved.save(path, self._training_state())
+
+    def checkpoint(self, step: int) -> None:
+        """``OUT.ckpt`` at ``step``, unless this run already wrote it there."""
+        if self.written != step:
+            self.write(self.path, step, False, self.elbo)
+            self.written = step
+
+    # ------------------------------------------------------------ during fit
+    def callback(self, step: int, terms) -> bool:
+        """:func:`savigp.training.fit`'s callback: a checkpoint when due; True stops the fit."""
+        done = step + 1
+        if self._hook_step is not None and done == self._hook_step:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)  # let the handler run
+        self.elbo = float(terms.elbo.detach())
+        if self.keep_generator:  # the draws' state after this step, should user code stop the next one
+            self._generator = (done, self.state["generator"].get_state())
+        every = self.every
+        if (self.interrupted and done < self.total) or (every and done % every == 0 and done < self.total):
+            self.write(self.path, done, False, self.elbo)
+            self.written = done
+        return self.interrupted
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.interrupted:
+            raise KeyboardInterrupt
+        self.interrupted = True
+        if self.rank == 0:
+            print("\nsavigp: interrupted; saving a checkpoint after this step (Ctrl-C again to stop at once)",
+                  file=sys.stderr)
+
+    @contextmanager
+    def signals(self, sigterm: bool):
+        """Within: a first Ctrl-C (and SIGTERM when ``sigterm``: torchrun stops its workers so)
+        stops training after the current step. Yields whether the handler could be installed
+        (not outside the main thread, where Ctrl-C cannot reach us anyway)."""
+        try:
+            previous = signal.signal(signal.SIGINT, self._on_signal)
+            previous_term = signal.signal(signal.SIGTERM, self._on_signal) if sigterm else None
+        except ValueError:
+            previous = previous_term = None
+        try:
+            yield previous is not None
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+            if previous_term is not None:
+                signal.signal(signal.SIGTERM, previous_term)
+
+    # ------------------------------------------------------------ endings
+    def user_code_exit(self, err: BaseException, name: str) -> UserCodeExit:
+        """The error for user code that called ``sys.exit`` or raised ``KeyboardInterrupt`` during a
+        step: a checkpoint at the last finished step is written first (and named)."""
+        done = int(self.state.get("step", 0))
+        kept = ""
+        if "optimizer" in self.state:
+            self.checkpoint(done)
+        if self.written is not None or os.path.exists(self.path):
+            kept = f"; checkpoint {self.path} at step {self.written if self.written is not None else '?'} " \
+                   "(continue with --resume once it is fixed)"
+        what = f"called sys.exit({err.code!r})" if isinstance(err, SystemExit) else "raised KeyboardInterrupt"
+        return UserCodeExit(f"the likelihood {name} {what} during step {done + 1} of {self.total}; no model "
+                            f"written{kept}")
+
+    def finish(self, out: str, step: int, elbo: Optional[float]) -> None:
+        """The finished model to ``out``; the checkpoint is removed."""
+        self.write(out, step, True, elbo)
+        if self.rank == 0 and os.path.exists(self.path):
+            os.unlink(self.path)

@@ -1,0 +1,86 @@
+"""Checks of the command line's options, before any long work: numbers, ``--lik-option``,
+``--out`` and ``--plot`` paths, ``--device`` and ``--samples``; each failure is a one-line
+:class:`~savigp.cli.errors.CLIError` naming the option."""
+from __future__ import annotations
+
+import ast
+import math
+import os
+import sys
+from typing import Optional
+
+from ..output_paths import check_output_path
+from .errors import CLIError, one_line
+
+
+def parse_floats(text: Optional[str], option: str):
+    """``"1.5"`` -> 1.5, ``"1,2"`` -> [1.0, 2.0], None -> None; finite values only."""
+    if text is None:
+        return None
+    try:
+        vals = [float(v) for v in str(text).split(",")]
+    except ValueError:
+        raise CLIError(f"{option}: expected a number or comma-separated numbers, got {text!r}") from None
+    if not all(math.isfinite(v) for v in vals):
+        raise CLIError(f"{option}: values must be finite, got {text!r}")
+    return vals[0] if len(vals) == 1 else vals
+
+
+def parse_lik_options(items) -> dict:
+    """``--lik-option KEY=VALUE`` items -> ``{key: value}`` (Python literals, else the text)."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise CLIError(f"--lik-option: expected KEY=VALUE (e.g. depth_scale=10), got {item!r}")
+        try:
+            out[key] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            out[key] = value.strip()
+    return out
+
+
+def output_path(path: str, inputs: list, quiet: bool, allow_stdout: bool = False) -> str:
+    """``--out`` checked (see :mod:`savigp.output_paths`); a symlink's target, said on stderr."""
+    target = check_output_path(path, "--out", inputs=inputs, allow_stdout=allow_stdout)
+    if target != "-" and os.path.islink(path) and not quiet:
+        print(f"note: --out {path} is a symbolic link; writing to its target {target}", file=sys.stderr)
+    return target
+
+
+def check_plot_option(path: Optional[str], inputs: list, outputs: list) -> Optional[str]:
+    """``--plot PATH`` checked as ``--out`` is (see :mod:`savigp.output_paths`; never one of the
+    command's ``inputs`` nor its other ``outputs``), and matplotlib installed, before any long
+    work; the path to write (a symlink's target)."""
+    if not path:
+        return None
+    target = check_output_path(path, "--plot", inputs=inputs)
+    if target in outputs:
+        raise CLIError(f"--plot {path}: is also where --out writes ({target}); give the picture its own file")
+    from ..plotting import MissingExtra, require_matplotlib
+
+    try:
+        require_matplotlib()
+    except MissingExtra as err:
+        raise CLIError(f"--plot: {err}") from None
+    return target
+
+
+def check_device(device: Optional[str]) -> None:
+    """``--device``: a name torch knows, and CUDA available when it names CUDA."""
+    import torch
+
+    if device:
+        try:
+            torch.device(device)
+        except (RuntimeError, ValueError) as err:
+            raise CLIError(f"--device {device!r}: not a device ({one_line(err).split(':')[0]}); use cpu, cuda, "
+                           "cuda:1, ...") from None
+    if device and str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise CLIError(f"--device {device}: CUDA is not available on this machine")
+
+
+def check_samples(samples: int) -> None:
+    if samples < 1:
+        raise CLIError(f"--samples must be >= 1, got {samples}")

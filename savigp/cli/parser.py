@@ -1,0 +1,243 @@
+"""The ``savigp`` command's argparse parser: the commands, their options, help and examples."""
+from __future__ import annotations
+
+import argparse
+
+from .likelihood_options import available_likelihoods
+
+EPILOG_MAIN = """\
+examples:
+  savigp demo
+  savigp train data.csv --targets y --likelihood gaussian --out model.pt
+  savigp train data.csv --targets label --likelihood logistic --num-inducing 50 \\
+      --batch-size 200 --iterations 2000 --out clf.pt
+  savigp predict model.pt test.csv --out predictions.csv
+  savigp evaluate model.pt test.csv --targets y --json
+
+exit status: 0 ok, 2 bad input (one line on stderr), 1 failure while running, 3 the likelihood
+returned NaN or inf (the line names the function, the file lines and the f values), 130 interrupted.
+run 'savigp COMMAND --help' for the options of each command.
+"""
+
+EPILOG_TRAIN = """\
+examples:
+  # regression; every column but 'y' is an input; standardized inputs and targets
+  savigp train data.csv --targets y --standardize-inputs --standardize-targets --out model.pt
+  # binary classification with labels in {0, 1} or {-1, +1}, mini-batches of 200
+  savigp train data.csv --targets label --likelihood logistic --batch-size 200 \\
+      --iterations 3000 --out clf.pt
+  # 10 classes (labels 0..9), a mixture of 2 diagonal Gaussians as posterior
+  savigp train usps.csv --targets 0 --likelihood softmax --num-classes 10 \\
+      --posterior diag --components 2 --out usps.pt
+  # your own log-likelihood log_lik(y, f) in numpy or torch, with Q = 2 latent functions
+  savigp train data.csv --targets 3 --likelihood my_lik.py:log_lik --num-latent 2 --out m.pt
+  # ... with a learned keyword parameter log_lik(y, f, r=...) and predictive means from mean(f)
+  savigp train counts.csv --targets n --likelihood nb.py:log_lik --lik-param r=3.0:positive \
+      --mean-function nb.py:mean --out nb.pt
+  # ... a classifier: class probabilities from log_lik at each label 0..3
+  savigp train grades.csv --targets g --likelihood ordinal.py:log_lik --task classification \
+      --num-classes 4 --lik-param cut=-1,0,1 --out ord.pt
+  # ... or a Likelihood subclass, constructor arguments as --lik-option
+  savigp train data.csv --targets y --likelihood my_lik.py:MyLikelihood --lik-option scale=2 --out m.pt
+  # checkpoint every 100 steps; after a crash or Ctrl-C continue with --resume
+  savigp train big.csv --targets y --iterations 5000 --checkpoint-every 100 --out big.pt
+  savigp train big.csv --targets y --iterations 5000 --checkpoint-every 100 --out big.pt --resume
+
+columns: comma-separated header names, 0-based indices (negative from the end) or ranges a:b.
+checkpoints are written to OUT.ckpt; the finished model replaces OUT atomically.
+"""
+
+EPILOG_PREDICT = """\
+examples:
+  savigp predict model.pt test.csv --out predictions.csv
+  savigp predict model.pt test.csv --inputs x1,x2 --latent --out - | head
+
+output columns: mean_<target>, var_<target> (predictive mean and variance of y, in the
+original units; a user function has them with --mean-function, var_ only when it returns
+the pair E[y|f], Var[y|f]), prob_<label> and predicted_<target> for classification, and
+latent_mean_<j>, latent_var_<j> with --latent (or when the likelihood has no predictive
+moments). --plot FIT.png draws the fit for 1-D and 2-D inputs.
+"""
+
+EPILOG_EVALUATE = """\
+examples:
+  savigp evaluate model.pt test.csv --targets y
+  savigp evaluate clf.pt test.csv --targets label --json
+
+metrics (seed paper, sec. 9.1): regression: SSE (MSE / variance of the test targets), NLPD
+(mean negative log predictive density, in the targets' original units); classification:
+error rate and NLP (mean negative log probability of the true labels).
+"""
+
+
+def _add_csv_options(p) -> None:
+    p.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                   help="the first row is (--header) or is not (--no-header) a header (default: auto-detect)")
+    p.add_argument("--delimiter", default=",", help="field separator (default ',')")
+
+
+def _add_column_options(p) -> None:
+    p.add_argument("--positional", action="store_true",
+                   help="take the model's columns by position when the file's names differ or it has no header "
+                        "(default: by the training column names; a missing name is an error)")
+
+
+def _add_trust_options(p) -> None:
+    p.add_argument("--likelihood", metavar="FILE.py[:FN]",
+                   help="for a model trained with your own likelihood: run this file's function (also where the file "
+                        "is now, if it moved; without :FN the recorded name). A model file never runs code by itself")
+    p.add_argument("--mean-function", metavar="FILE.py[:FN]",
+                   help="for a model trained with --mean-function in another file than the likelihood: run this one "
+                        "(also where it is now; without :FN the recorded name)")
+    p.add_argument("--trust-code", action="store_true",
+                   help="run the user code the model file names (and a file changed since training)")
+
+
+def _add_threads_option(p, default=None) -> None:
+    p.add_argument("--threads", type=int, default=default, metavar="T",
+                   help="CPU threads for torch (default: torch's choice" + (f"; demo: {default})" if default else ")"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``savigp`` command (``args.command`` names the command)."""
+    from .. import __version__
+
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="savigp", formatter_class=fmt, epilog=EPILOG_MAIN,
+        description="Scalable automated variational inference for Gaussian-process models with any likelihood (SAVIGP).")
+    parser.add_argument("--version", action="version", version=f"savigp {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    # ---------------------------------------------------------------- train
+    t = sub.add_parser("train", formatter_class=fmt, epilog=EPILOG_TRAIN, help="train a model on a CSV file",
+                       description="Train a SAVIGP model on a CSV file and write it to --out.")
+    t.add_argument("data", metavar="DATA.csv", help="training data, one row per point")
+    t.add_argument("--targets", required=True, metavar="COLS", help="target column(s)")
+    t.add_argument("--inputs", metavar="COLS", help="input columns (default: every non-target column)")
+    _add_csv_options(t)
+    t.add_argument("--out", required=True, metavar="MODEL.pt", help="model file to write")
+    g = t.add_argument_group("likelihood")
+    g.add_argument("--likelihood", default="gaussian", metavar="LIK",
+                   help="built-in: " + ", ".join(available_likelihoods())
+                   + "; or a function log_lik(y, f) as package.module:function or path/to/file.py:function "
+                     "(default gaussian)")
+    g.add_argument("--num-latent", type=int, metavar="Q", help="latent functions read by a user function (default 1)")
+    g.add_argument("--num-classes", type=int, metavar="C", help="softmax, or a user function with --task classification: classes, labels 0..C-1 "
+                        "(default: softmax: largest label + 1; user function: the distinct target values)")
+    g.add_argument("--one-hot", action="store_true", help="softmax: targets are C one-hot columns")
+    g.add_argument("--num-outputs", type=int, metavar="P", help="multi-gaussian, gprn: outputs (default: target columns)")
+    g.add_argument("--num-nodes", type=int, metavar="Q'", help="gprn: latent node functions (default 1)")
+    g.add_argument("--num-layers", type=int, metavar="P", help="seismic: layers (default: target columns)")
+    g.add_argument("--num-tanh", type=int, metavar="I", help="warped: tanh terms of the warping (default 3)")
+    g.add_argument("--df", type=float, help="student-t: degrees of freedom (default 4)")
+    g.add_argument("--bin-width", type=float, help="poisson: width of each count's bin (default 1)")
+    g.add_argument("--noise-variance", type=float, help="initial noise variance (gaussian, multi-gaussian, gprn, warped)")
+    g.add_argument("--lik-option", action="append", metavar="KEY=VALUE",
+                   help="any other constructor argument of the likelihood, e.g. depth_scale=10, or "
+                        "differentiable=True for a torch user function (repeatable)")
+    g.add_argument("--task", choices=("regression", "classification"),
+                   help="user function: regression (default) or classification (labels: --num-classes C gives "
+                        "0..C-1, else the distinct target values; class probabilities from the function)")
+    g.add_argument("--mean-function", metavar="FILE.py:FN",
+                   help="user function: E[y | f] as mean(f) (or the pair E[y | f], Var[y | f]) for predictive "
+                        "means, SSE and MSE")
+    g.add_argument("--lik-param", action="append", metavar="NAME=VALUE[:positive|:fixed]",
+                   help="user function: a keyword parameter of log_lik learned with the model (VALUE: a number or "
+                        "comma-separated numbers; :positive keeps it > 0, :fixed holds it) (repeatable)")
+    g.add_argument("--min-log-prob", type=float, metavar="L",
+                   help="user function: replace -inf and values below L by L (for simulators whose density underflows)")
+    g = t.add_argument_group("model")
+    g.add_argument("--kernel", choices=("rbf", "matern32", "matern52"), default="rbf", help="covariance (default rbf, ARD)")
+    g.add_argument("--num-inducing", type=int, metavar="M", help="inducing points per latent function (default min(N, 100))")
+    g.add_argument("--inducing-init", choices=("kmeans", "subset"), default="kmeans", help="initial inducing inputs")
+    g.add_argument("--dense", action="store_true", help="inducing inputs = all training inputs, fixed (small N only)")
+    g.add_argument("--fixed-inducing", action="store_true", help="do not learn the inducing inputs")
+    g.add_argument("--posterior", choices=("full", "diag", "diag-whitened", "joint"), default="full",
+                   help="full Gaussian components; diag: the paper's diagonal components over u (mog); "
+                        "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
+                        "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
+    g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
+    g.add_argument("--prior-mean", metavar="MU", help="constant prior mean: one number or Q comma-separated")
+    g.add_argument("--learn-prior-mean", action="store_true", help="learn the prior means")
+    g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",
+                   help="orthogonally decoupled mean basis per latent function (seed 003; 0 = off)")
+    g.add_argument("--mean-basis", choices=("orthogonal", "decoupled", "hybrid"), default="orthogonal",
+                   help="how the mean basis of --mean-basis-size enters (savigp.mean_bases): orthogonal (seed 003), "
+                        "decoupled (Cheng & Boots 2017) or hybrid (seed 003, eq. (10))")
+    g.add_argument("--standardize-inputs", action="store_true", help="train on standardized inputs (undone at prediction)")
+    g.add_argument("--standardize-targets", action="store_true",
+                   help="train on standardized targets; means, variances and densities are reported in the original units")
+    g.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default cpu)")
+    g.add_argument("--seed", type=int, default=0, help="seeds initialization, mini-batches and Monte Carlo draws")
+    g = t.add_argument_group("training")
+    g.add_argument("--iterations", type=int, help="optimizer steps (default 500)")
+    g.add_argument("--epochs", type=float, help="alternatively, passes over the data")
+    g.add_argument("--batch-size", type=int, metavar="B", help="mini-batch size (default all rows; lbfgs: all rows)")
+    g.add_argument("--optimizer", choices=("adam", "adadelta", "lbfgs"), default="adam")
+    g.add_argument("--lr", type=float, help="learning rate (default: adam 0.01, adadelta 1, lbfgs 1)")
+    g.add_argument("--samples", type=int, default=100, metavar="S", help="Monte Carlo samples per point (default 100)")
+    from ..expected_log_lik import ESTIMATORS
+
+    g.add_argument("--estimator", choices=ESTIMATORS, default="auto",
+                   help="expected log-likelihood estimator (default auto: closed form, else reparam, else score)")
+    g.add_argument("--checkpoint-every", type=int, metavar="N", help="write OUT.ckpt every N steps")
+    g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (or OUT) with the same options")
+    g.add_argument("--trust-code", action="store_true",
+                   help="with --resume: run the --likelihood (and --mean-function) file even though it changed since "
+                        "the checkpoint")
+    g.add_argument("--quiet", action="store_true", help="no progress bar (the one-line summary is still printed)")
+    g.add_argument("--plot", metavar="ELBO.png", help="draw the ELBO per step to this image (needs matplotlib)")
+    g.add_argument("--nproc", type=int, metavar="R",
+                   help="train data-parallel on R processes of this machine (runs torchrun; see docs/cli.md)")
+    g.add_argument("--dist-timeout", type=float, metavar="SEC",
+                   help="data-parallel: seconds a rank waits for the others before failing (default 300)")
+    _add_threads_option(g)
+
+    # ---------------------------------------------------------------- predict
+    p = sub.add_parser("predict", formatter_class=fmt, epilog=EPILOG_PREDICT, help="predict at the rows of a CSV file",
+                       description="Write predictive means and variances (and class probabilities) for each row.")
+    p.add_argument("model", metavar="MODEL.pt")
+    p.add_argument("data", metavar="DATA.csv")
+    p.add_argument("--out", default="-", metavar="PRED.csv", help="output CSV (default '-': standard output)")
+    p.add_argument("--inputs", metavar="COLS", help="input columns (default: the training header names)")
+    _add_column_options(p)
+    _add_csv_options(p)
+    p.add_argument("--latent", action="store_true", help="also write the latent functions' means and variances")
+    p.add_argument("--samples", type=int, default=500, help="Monte Carlo samples (default 500)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--quiet", action="store_true")
+    _add_trust_options(p)
+    p.add_argument("--plot", metavar="FIT.png",
+                   help="draw the fit (1-D or 2-D inputs; the file's targets overlaid when it has them; needs matplotlib)")
+    _add_threads_option(p)
+
+    # ---------------------------------------------------------------- evaluate
+    e = sub.add_parser("evaluate", formatter_class=fmt, epilog=EPILOG_EVALUATE, help="the paper's metrics on a CSV file",
+                       description="Evaluate a model on labelled data: SSE and NLPD, or error rate and NLP.")
+    e.add_argument("model", metavar="MODEL.pt")
+    e.add_argument("data", metavar="DATA.csv")
+    e.add_argument("--targets", metavar="COLS", help="target column(s) (default: the training target names)")
+    e.add_argument("--inputs", metavar="COLS", help="input columns (default: the training header names)")
+    _add_column_options(e)
+    _add_csv_options(e)
+    e.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
+    e.add_argument("--samples", type=int, default=1000, help="Monte Carlo samples (default 1000)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--device", default=None)
+    _add_trust_options(e)
+    _add_threads_option(e)
+
+    # ---------------------------------------------------------------- demo
+    d = sub.add_parser("demo", formatter_class=fmt, help="train two small models on generated data",
+                       description="Train and evaluate a 1-D Gaussian regression and a 2-D logistic classification "
+                                   "on generated data (a few seconds each), through the same CSV/model-file path "
+                                   "as train and evaluate.",
+                       epilog="example:\n  savigp demo\n  savigp demo --dir demo_files   # keep the CSVs and models\n")
+    d.add_argument("--dir", help="folder for the generated CSVs and models (default: a temporary folder)")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_threads_option(d, default=1)
+    return parser

@@ -1,0 +1,134 @@
+"""``savigp predict`` (predictive means, variances and class probabilities per row, to a CSV) and
+``savigp evaluate`` (the paper's metrics on labelled data)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from ..csv_data import read_csv, write_csv
+from .checks import check_device, check_plot_option, check_samples, output_path
+from .columns import select_inputs, select_targets, targets_if_present, validate_targets
+from .errors import EXIT_OK, CLIError
+from .user_options import file_lines_in_errors
+
+METRIC_NAMES = {"n": "N", "sse": "SSE", "nlpd": "NLPD", "mse": "MSE", "mae": "MAE",
+                "error_rate": "error rate", "nlp": "NLP"}
+
+
+def _label_name(v) -> str:
+    v = float(v)
+    return str(int(v)) if v == int(v) else repr(v)
+
+
+def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
+    """Header and values ``(B, columns)`` of a predictions CSV.
+
+    ``pred`` is ``Prediction.numpy()`` (the same fields and shapes as :meth:`SAVIGP.predict`).
+    Columns: ``mean_<target>`` and ``var_<target>`` for each target (when the likelihood has
+    predictive moments; ``var_`` is left out for a user mean function that gives E[y | f] only),
+    ``prob_<label>`` for each class and ``predicted_<target>`` (the most probable label) for
+    classification, and ``latent_mean_<j>``/``latent_var_<j>`` for the Q latent functions with
+    ``latent=True`` or when there are no predictive moments.
+    """
+    cfg = saved.config
+    names = (cfg.get("columns") or {}).get("targets") or [f"y{p}" for p in range(len(cfg["example_target"]))]
+    header, blocks = [], []
+    if pred["mean"] is not None:
+        for p, t in enumerate(names):
+            header.append(f"mean_{t}")
+            blocks.append(pred["mean"][:, p:p + 1])
+            if pred["variance"] is not None:  # None: a user mean function gives E[y | f] only
+                header.append(f"var_{t}")
+                blocks.append(pred["variance"][:, p:p + 1])
+    if pred["probabilities"] is not None:
+        labels = cfg.get("class_labels") or list(range(pred["probabilities"].shape[1]))
+        header += [f"prob_{_label_name(c)}" for c in labels]
+        blocks.append(pred["probabilities"])
+        header.append(f"predicted_{names[0]}" if len(names) == 1 else "predicted_class")
+        idx = pred["probabilities"].argmax(axis=1)
+        blocks.append(np.asarray(labels, dtype=np.float64)[idx][:, None])
+    if latent or pred["mean"] is None:
+        Q = pred["latent_mean"].shape[1]
+        for j in range(Q):
+            header += [f"latent_mean_{j}", f"latent_var_{j}"]
+            blocks += [pred["latent_mean"][:, j:j + 1], pred["latent_var"][:, j:j + 1]]
+    return header, np.concatenate(blocks, axis=1)
+
+
+def _model_and_table(args):
+    """The CSV and the model file that ``savigp predict`` / ``evaluate`` read (clear errors for both)."""
+    from ..serialization import ModelFileError, load_model
+
+    if not os.path.exists(args.model):
+        raise ModelFileError(f"{args.model}: no such model file")
+    table = read_csv(args.data, header=args.header, delimiter=args.delimiter)
+    check_device(args.device)
+    code = {"mean_fn": args.mean_function} if args.mean_function else None
+    saved, _ = load_model(args.model, device=args.device, likelihood=args.likelihood, trust_code=args.trust_code,
+                          code=code)
+    return table, saved
+
+
+def cmd_predict(args) -> int:
+    """``savigp predict``: predictive means/variances (and class probabilities) per row."""
+    check_samples(args.samples)
+    out = output_path(args.out, [args.model, args.data], args.quiet, allow_stdout=True)
+    plot = check_plot_option(args.plot, [args.model, args.data], [out])
+    table, saved = _model_and_table(args)
+    if plot and int(saved.config["model"]["input_dim"]) > 2:
+        raise CLIError(f"--plot draws models of 1 or 2 inputs; {args.model} has {saved.config['model']['input_dim']}")
+    icols = select_inputs(table, saved.config, args.inputs, positional=args.positional)
+    if not saved.likelihood_loaded and not args.quiet:
+        print(f"savigp predict: note: latent predictions only ({saved.model.likelihood.note})", file=sys.stderr)
+    with file_lines_in_errors(table):
+        pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed).numpy()
+    header, values = prediction_table(saved, pred, latent=args.latent)
+    write_csv(out, header, values)
+    if out != "-" and not args.quiet:
+        print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {out}", file=sys.stderr)
+    if plot:
+        from ..plotting import save_fit_plot
+
+        with file_lines_in_errors(table):
+            save_fit_plot(saved, table.values[:, icols], plot, Y=targets_if_present(table, saved.config, icols),
+                          num_samples=args.samples, seed=args.seed, input_names=table.names(icols))
+        if not args.quiet:
+            print(f"wrote {plot}", file=sys.stderr)
+    return EXIT_OK
+
+
+def format_metrics(metrics: dict) -> str:
+    """A two-column text table of :func:`savigp.metrics.evaluate`'s dict."""
+    rows = [("metric", "value")]
+    for k, v in metrics.items():
+        if k == "sse_note":
+            continue
+        if v is None:
+            text = "undefined" + (f" ({metrics['sse_note'].split(': ', 1)[-1]})" if k == "sse" and "sse_note" in metrics else "")
+        else:
+            text = str(v) if isinstance(v, int) else f"{v:.6g}"
+        rows.append((METRIC_NAMES.get(k, k), text))
+    w = max(len(r[0]) for r in rows)
+    return "\n".join(f"{a:<{w}}  {b}" for a, b in rows)
+
+
+def cmd_evaluate(args) -> int:
+    """``savigp evaluate``: SSE and NLPD (regression) or error rate and NLP (classification)."""
+    check_samples(args.samples)
+    table, saved = _model_and_table(args)
+    tcols = select_targets(table, saved.config, args.targets, positional=args.positional)
+    icols = select_inputs(table, saved.config, args.inputs, exclude=tcols, positional=args.positional)
+    X, Y = table.values[:, icols], table.values[:, tcols]
+    import torch
+
+    validate_targets(saved.model.likelihood, torch.as_tensor(saved.transform_targets(Y)), table, tcols)
+    with file_lines_in_errors(table):
+        metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
+    if args.json:
+        print(json.dumps(metrics))
+    else:
+        print(format_metrics(metrics))
+    return EXIT_OK

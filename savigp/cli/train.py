@@ -1,0 +1,293 @@
+"""``savigp train``: read and check the data, build the likelihood and the model (or resume one),
+fit it with checkpoints and a graceful Ctrl-C, and write the model file atomically. ``--nproc R``
+runs the same command as R data-parallel ranks under ``torchrun``."""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from ..csv_data import DataError, data_checksum, read_csv, split_columns
+from ..output_paths import check_output_path, remove_orphaned_temporaries
+from ..user_likelihood import USER_KINDS
+from .checkpoint import Checkpointer, resume, training_options
+from .checks import check_device, check_plot_option, output_path, parse_floats
+from .columns import validate_targets
+from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
+from .likelihood_options import STANDARDIZABLE, class_labels, likelihood_spec, make_likelihood
+from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
+
+DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
+#: why ``train`` used an estimator (printed with its name)
+ESTIMATOR_WHY = {
+    "closed-form": "the likelihood's exact expected log-likelihood",
+    "reparam": "gradients through f: the likelihood is differentiable",
+    "score": "values of the likelihood only, with control variates",
+    "score-nocv": "values of the likelihood only, no control variates",
+    "quadrature": "Gauss-Hermite quadrature of the likelihood's values",
+}
+
+
+def _check_options(args) -> None:
+    """The numeric options, before anything is read."""
+    if args.nproc is not None and args.nproc < 1:
+        raise CLIError(f"--nproc must be >= 1, got {args.nproc}")
+    if args.dist_timeout is not None and not args.dist_timeout > 0:
+        raise CLIError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
+
+
+def _check_training_options(args) -> None:
+    if args.iterations is not None and args.epochs is not None:
+        raise CLIError("give --iterations or --epochs, not both")
+    for opt in ("iterations", "checkpoint_every", "samples", "batch_size", "num_inducing", "components"):
+        v = getattr(args, opt)
+        if v is not None and v < (0 if opt == "iterations" else 1):
+            raise CLIError(f"--{opt.replace('_', '-')} must be {'>= 0' if opt == 'iterations' else '>= 1'}, got {v}")
+    if args.epochs is not None and not args.epochs > 0:
+        raise CLIError(f"--epochs must be > 0, got {args.epochs}")
+    if args.lr is not None and not args.lr > 0:
+        raise CLIError(f"--lr must be > 0, got {args.lr}")
+
+
+def _output_files(args) -> tuple:
+    """``(OUT, OUT.ckpt, --plot)`` checked; orphaned temporaries of earlier runs removed."""
+    out = output_path(args.out, [args.data], args.quiet)
+    ckpt = check_output_path(out + ".ckpt", "--out (its checkpoint)", inputs=[args.data])
+    plot = check_plot_option(args.plot, [args.data], [out, ckpt])
+    for stale in remove_orphaned_temporaries(out) + remove_orphaned_temporaries(ckpt):
+        if not args.quiet:
+            print(f"removed {stale}, a temporary file left by an interrupted write", file=sys.stderr)
+    return out, ckpt, plot
+
+
+def _read_data(args) -> tuple:
+    """``(table, icols, tcols, X (N, D), Y (N, P))`` of ``DATA.csv`` (numpy only)."""
+    table = read_csv(args.data, header=args.header, delimiter=args.delimiter)
+    icols, tcols = split_columns(table, args.targets, args.inputs)
+    X, Y = table.values[:, icols], table.values[:, tcols]
+    N = X.shape[0]
+    if not args.dense and args.num_inducing is not None and args.num_inducing > N:
+        raise DataError(f"{table.path}: has {N} data row(s), fewer than --num-inducing {args.num_inducing} "
+                        "(the number of inducing points cannot exceed the number of rows)")
+    if args.batch_size is not None and args.batch_size > N:
+        raise DataError(f"{table.path}: has {N} data row(s), fewer than --batch-size {args.batch_size}")
+    return table, icols, tcols, X, Y
+
+
+def _likelihood_and_targets(args, table, tcols, X, Y) -> tuple:
+    """``(spec, likelihood, standardize, Xm, Ym)``: the likelihood checked against the targets, and
+    the data in the model's units (standardized when asked)."""
+    import torch
+
+    from ..serialization import standardization_stats
+
+    spec = likelihood_spec(args, Y)
+    likelihood = make_likelihood(spec)
+    if likelihood.output_dim != Y.shape[1]:
+        raise DataError(f"{table.where(None, tcols)}: --targets selects {Y.shape[1]} column(s) but the "
+                        f"{args.likelihood} likelihood takes {likelihood.output_dim}")
+    if args.standardize_targets and spec["name"] in USER_KINDS:
+        raise CLIError(f"--standardize-targets does not apply to a user likelihood ({args.likelihood}): it "
+                       "receives y in the file's units and its f means what it says in those units (standardized "
+                       "targets would leave every latent function in standardized units); scale inside the "
+                       "function, or set --prior-mean")
+    if args.standardize_targets and spec["name"] not in STANDARDIZABLE:
+        raise CLIError(f"--standardize-targets applies to real-valued targets ({', '.join(STANDARDIZABLE)}), "
+                       f"not to --likelihood {args.likelihood}")
+    in_stats = standardization_stats(X) if args.standardize_inputs else None
+    out_stats = standardization_stats(Y) if args.standardize_targets else None
+    Xm = X if in_stats is None else (X - np.asarray(in_stats["mean"])) / np.asarray(in_stats["std"])
+    Ym = Y if out_stats is None else (Y - np.asarray(out_stats["mean"])) / np.asarray(out_stats["std"])
+    Yt = torch.as_tensor(Ym, dtype=torch.float64)
+    validate_targets(likelihood, Yt, table, tcols)
+    if spec["name"] == "callable":
+        with file_lines_in_errors(table):
+            probe_callable(likelihood, Yt, spec)
+    if spec["name"] in USER_KINDS:
+        warn_unused_latents(likelihood, Yt, spec)
+    return spec, likelihood, {"inputs": in_stats, "targets": out_stats}, Xm, Ym
+
+
+def _model_options(args) -> dict:
+    """The options of :func:`savigp.serialization.build_model`."""
+    return {
+        "kernel": args.kernel, "num_inducing": args.num_inducing, "inducing_init": args.inducing_init,
+        "dense": args.dense, "learn_inducing": not args.fixed_inducing, "posterior": args.posterior,
+        "num_components": args.components, "prior_mean": parse_floats(args.prior_mean, "--prior-mean"),
+        "learn_prior_mean": args.learn_prior_mean, "mean_basis_size": args.mean_basis_size or 0,
+        "mean_basis": args.mean_basis, "dtype": args.dtype, "device": args.device, "seed": args.seed,
+    }
+
+
+def _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options) -> dict:
+    """The model file's configuration (see :mod:`savigp.serialization`) at step 0."""
+    N = X.shape[0]
+    optimizer = args.optimizer
+    B = N if (args.batch_size is None or optimizer == "lbfgs") else int(args.batch_size)
+    if args.iterations is not None:
+        total = int(args.iterations)
+    elif args.epochs is not None:
+        total = max(1, int(math.ceil(args.epochs * N / B)))
+    else:
+        total = 500
+    return {
+        "model_options": {k: model_options[k] for k in ("kernel", "inducing_init", "seed", "dtype", "prior_mean")},
+        "likelihood": spec,
+        "standardize": standardize,
+        "example_target": [float(v) for v in Ym[0]],
+        "class_labels": class_labels(spec, likelihood, Y),
+        "columns": {"header": table.header is not None, "num_columns": table.num_columns,
+                    "inputs": table.names(icols), "targets": table.names(tcols),
+                    "input_indices": list(icols), "target_indices": list(tcols)},
+        "training": {"data": os.path.abspath(args.data), "data_rows": N, "data_checksum": data_checksum(X, Y),
+                     "options": training_options(args), "iterations": total, "optimizer": optimizer,
+                     "lr": args.lr if args.lr is not None else DEFAULT_LR[optimizer],
+                     "batch_size": B, "num_samples": args.samples, "estimator": args.estimator, "seed": args.seed},
+        "step": 0, "complete": False, "elbo": None,
+    }
+
+
+def cmd_train(args) -> int:
+    """``savigp train``: read, validate, build, fit (with checkpoints), write the model atomically.
+    Under ``torchrun`` every rank trains its share of each mini-batch and rank 0 alone prints and
+    writes checkpoints and the model."""
+    _check_options(args)
+    from ..distributed import finish, launched
+
+    if args.nproc is not None and args.nproc > 1 and not launched():
+        return _launch_ranks(args)
+    _check_training_options(args)
+    out, ckpt, plot = _output_files(args)
+    table, icols, tcols, X, Y = _read_data(args)
+
+    from ..serialization import SavedModel, build_model
+
+    check_device(args.device)
+    rank = _join_ranks(args)
+    quiet = args.quiet or rank != 0
+    spec, likelihood, standardize, Xm, Ym = _likelihood_and_targets(args, table, tcols, X, Y)
+    model_options = _model_options(args)
+    config = _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)
+    total = config["training"]["iterations"]
+
+    state: dict = {}
+    if args.resume:
+        source, model, state = resume(args, config, out, ckpt, Xm, Ym, user_code=spec["name"] in USER_KINDS)
+        step = config["step"]
+        if step >= total:
+            if source == out and step == total:
+                if not quiet:
+                    print(f"{out} already has {step} of {total} steps; nothing to do")
+                return EXIT_OK
+            if step > total:
+                raise CLIError(f"--resume: {source} is at step {step}, beyond the requested {total} iterations")
+        if not quiet:
+            print(f"resuming from {source} at step {step} of {total}", file=sys.stderr)
+    else:
+        model = build_model(Xm, Ym, likelihood, model_options)  # SAVIGP calls likelihood.initialize_from_data
+    ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, args.checkpoint_every, rank, state,
+                       keep_generator=spec["name"] == "callable")
+    t0 = time.perf_counter()
+    history = _fit(args, model, ckp, table, spec, quiet)
+    done = int(state.get("step", 0))
+    if done < total:  # interrupted here or on another rank (interrupted after the last step: just finish)
+        ckp.checkpoint(done)  # unless Ctrl-C came before the last callback, which wrote it
+        if rank == 0:
+            print(f"savigp train: interrupted at step {done} of {total}; checkpoint written to {ckpt}; "
+                  f"run the same command with --resume to continue", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    elbo = history.elbo[-1] if history.elbo else config.get("elbo")
+    elbo_text = f"{elbo:.6g}" if elbo is not None else "n/a"
+    config["training"]["estimator_used"] = history.estimator
+    ckp.finish(out, done, elbo)
+    finish()
+    if rank == 0:
+        # the one-line summary is printed even with --quiet (which silences progress only)
+        print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s, "
+              f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
+        if plot:
+            from ..plotting import save_elbo_plot
+
+            save_elbo_plot(history.elbo, plot, start=done - history.steps,
+                           title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
+            print(f"wrote {plot}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
+    """:func:`savigp.training.fit` for the remaining steps, under ``ckp``'s signal handlers."""
+    from ..distributed import launched
+    from ..training import default_log_every, fit
+
+    remaining = ckp.total - int(ckp.state.get("step", 0))
+    with ckp.signals(sigterm=launched()) as handled:
+        estimator = model.resolved_estimator(args.estimator)  # an impossible choice: one line, exit 2
+        if not quiet:
+            print(f"estimator: {estimator} ({ESTIMATOR_WHY[estimator]})", file=sys.stderr)
+        # fit calls back at its reads of the device: at every checkpoint step at least
+        log_every = default_log_every(model.device)
+        if args.checkpoint_every:
+            log_every = math.gcd(int(args.checkpoint_every), log_every)
+        try:
+            with file_lines_in_errors(table):
+                return fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
+                           lr=ckp.config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
+                           seed=args.seed, progress=not quiet, callback=ckp.callback, state=ckp.state,
+                           log_every=log_every)
+        except (SystemExit, KeyboardInterrupt) as err:
+            if isinstance(err, KeyboardInterrupt) and (ckp.interrupted or not handled):
+                raise  # Ctrl-C pressed twice: stop at once
+            # raised by user code (our handler turns a first Ctrl-C into a flag): a failure of that code
+            raise ckp.user_code_exit(err, spec.get("import_path") or spec["name"]) from None
+
+
+def _launch_ranks(args) -> int:
+    """``train --nproc N``: run this same command as N ranks on this machine under ``torchrun``
+    (static rendezvous on the loopback address, a free port), and return its exit status."""
+    import socket
+    import subprocess
+
+    argv, rest = [], list(args.argv)
+    while rest:
+        a = rest.pop(0)
+        if a == "--nproc":
+            rest.pop(0)
+        elif not a.startswith("--nproc="):
+            argv.append(a)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0",
+           "--nproc-per-node", str(args.nproc), "--master-addr", "127.0.0.1", "--master-port", str(port),
+           "-m", "savigp", *argv]
+    env = dict(os.environ)
+    if args.threads is None and "OMP_NUM_THREADS" not in env:  # torchrun would set 1 and warn
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc))
+    proc = subprocess.Popen(cmd, env=env)
+    # A terminal's Ctrl-C reaches torchrun too, which then stops the ranks with SIGTERM (each checkpoints
+    # as after Ctrl-C): wait for it rather than die first; a SIGTERM sent to this process is passed on.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous_term = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signal.SIGTERM))
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+
+
+def _join_ranks(args) -> int:
+    """Under ``torchrun``: join the process group (gloo, or NCCL for ``--device cuda``, which then
+    means ``cuda:LOCAL_RANK``) and return this rank; 0 in one process."""
+    from .. import distributed
+
+    if not distributed.launched():
+        return 0
+    if args.device and args.device == "cuda":
+        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    distributed.init_from_env(args.device or "cpu", timeout=args.dist_timeout)
+    return distributed.rank()
+
