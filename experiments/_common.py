@@ -12,11 +12,12 @@ import io
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
+
+from savigp.atomic_files import atomic_write
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
@@ -112,18 +113,8 @@ def nested_subsets(n: int, sizes: Iterable[int], seed: int) -> dict[int, np.ndar
 def _atomic_write(path: os.PathLike, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path, "w", newline="") as f:
+        f.write(text)
 
 
 def write_text_atomic(path: os.PathLike, text: str) -> None:

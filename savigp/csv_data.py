@@ -335,11 +335,12 @@ def data_checksum(X: np.ndarray, Y: np.ndarray) -> str:
 def write_csv(path: str, header: Sequence[str], values: np.ndarray) -> None:
     """Write ``values (R, C)`` with a header row; ``path`` ``"-"`` is standard output.
 
-    Files are written atomically (a temporary file in the same folder, fsync, rename), so that
-    an existing file is never left truncated. Numbers are written with full precision (repr).
+    Files are written atomically (:func:`savigp.atomic_files.atomic_write`), so that an existing
+    file is never left truncated. Numbers are written with full precision (repr).
     """
     import sys
-    import tempfile
+
+    from .atomic_files import atomic_write
 
     def emit(fh) -> None:
         w = csv.writer(fh, lineterminator="\n")
@@ -351,23 +352,5 @@ def write_csv(path: str, header: Sequence[str], values: np.ndarray) -> None:
         emit(sys.stdout)
         sys.stdout.flush()
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            emit(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        _chmod_default(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _chmod_default(path: str) -> None:
-    """Give a mkstemp file (mode 0600) the mode an ordinary new file would get (0666 & ~umask)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
+    with atomic_write(path, "w", newline="") as fh:
+        emit(fh)

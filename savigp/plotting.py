@@ -18,7 +18,6 @@ state, no display needed); the ``save_*`` helpers write files atomically.
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Optional, Sequence
 
 import numpy as np
@@ -231,23 +230,13 @@ def plot_elbo(elbo: Sequence[float], start: int = 0, title: str = "ELBO per step
 
 
 def _save(fig, path: str) -> None:
-    """``fig.savefig(path)`` atomically (a temporary file in the same folder, named as
-    :func:`savigp.output_paths.remove_orphaned_temporaries` finds it, given an ordinary file's
-    mode, then ``os.replace``)."""
-    from .csv_data import _chmod_default
+    """``fig.savefig(path)`` atomically (:func:`savigp.atomic_files.atomic_write`; the format from
+    the extension)."""
+    from .atomic_files import atomic_write
 
-    folder = os.path.dirname(os.path.abspath(path))
     fmt = os.path.splitext(path)[1].lstrip(".") or "png"
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, format=fmt)
-        _chmod_default(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path, "wb") as fh:
+        fig.savefig(fh, dpi=110, format=fmt)
 
 
 def save_fit_plot(model, X, path: str, Y=None, **kwargs) -> None:

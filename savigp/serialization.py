@@ -51,7 +51,6 @@ import inspect
 import math
 import os
 import sys
-import tempfile
 import zipfile
 from typing import Callable, Optional
 
@@ -59,6 +58,7 @@ import numpy as np
 import torch
 
 from ._model_schema import SchemaError, check_config
+from .atomic_files import atomic_write
 from .model import SAVIGP
 
 FORMAT = "savigp-model"
@@ -537,34 +537,10 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
 
 # ---------------------------------------------------------------------- writing and reading files
 def atomic_torch_save(obj, path: str) -> None:
-    """``torch.save(obj)`` to ``path`` atomically: a temporary file in the same folder, flushed and
-    fsync'ed, then ``os.replace``d over ``path`` (and the folder fsync'ed). A failure leaves any
-    existing file at ``path`` untouched."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    try:
-        dfd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory handles
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(dfd)
+    """``torch.save(obj)`` to ``path`` atomically (:func:`savigp.atomic_files.atomic_write`): a
+    failure leaves any existing file at ``path`` untouched."""
+    with atomic_write(path, "wb") as fh:
+        torch.save(obj, fh)
 
 
 def _cpu(obj):
