@@ -128,6 +128,10 @@ class CallableLikelihood(Likelihood):
         mean_import_path: how to re-import ``mean_fn`` (recorded in model files).
     """
 
+    cli_name = "callable"
+    cli_options = ("num_latent", "num_classes", "task", "mean_function", "lik_param", "min_log_prob")
+    cli_user_code = True
+
     def __init__(
         self,
         log_lik: Callable,

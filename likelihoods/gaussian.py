@@ -26,6 +26,10 @@ class Gaussian(Likelihood):
         learn_variance: learn sigma^2 with its own gradient (seed 004, App. D.2).
     """
 
+    cli_name = "gaussian"
+    cli_options = ("noise_variance",)
+    standardizable = True
+
     num_latent = 1
     output_dim = 1
     task = "regression"

@@ -47,6 +47,10 @@ class GPRN(Likelihood):
         learn_variance: learn the P variances with their own gradient (seed 004, App. D.2).
     """
 
+    cli_name = "gprn"
+    cli_options = ("num_outputs", "num_nodes", "noise_variance")
+    standardizable = True
+
     task = "regression"
 
     def __init__(

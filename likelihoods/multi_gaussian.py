@@ -33,6 +33,10 @@ class MultiGaussian(Likelihood):
         learn_variance: learn the P variances with their own gradient (seed 004, App. D.2).
     """
 
+    cli_name = "multi-gaussian"
+    cli_options = ("num_outputs", "noise_variance")
+    standardizable = True
+
     task = "regression"
 
     def __init__(self, num_outputs: int, variance: Union[float, Sequence[float]] = 1.0, learn_variance: bool = True):

@@ -32,6 +32,10 @@ class StudentT(Likelihood):
         learn_scale: learn s with its own gradient (seed 004, App. D.2).
     """
 
+    cli_name = "student-t"
+    cli_options = ("df",)
+    standardizable = True
+
     num_latent = 1
     output_dim = 1
     task = "regression"

@@ -54,6 +54,10 @@ class WarpedGaussian(Likelihood):
     c_i = -(the i/(I+1) quantile of y), b_i = 1 / std(y), a_i = std(y).
     """
 
+    cli_name = "warped"
+    cli_options = ("num_tanh", "noise_variance")
+    standardizable = True
+
     num_latent = 1
     output_dim = 1
     task = "regression"
