@@ -40,9 +40,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from savigp.constraints import inverse_softplus
-
 from .base import Likelihood, bad_rows_message
+from .parameters import inverse_softplus
 
 #: constraints a user parameter can have
 CONSTRAINTS = ("real", "positive", "fixed")

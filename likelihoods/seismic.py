@@ -34,9 +34,8 @@ from typing import Sequence, Union
 import torch
 from torch import Tensor
 
-from savigp.constraints import LOG_2PI, PositiveParameter
-
 from .base import Likelihood, bad_rows_message
+from .parameters import LOG_2PI, PositiveParameter
 
 
 class Seismic(Likelihood):

@@ -15,9 +15,8 @@ import math
 import torch
 from torch import Tensor
 
-from savigp.constraints import PositiveParameter
-
 from .base import Likelihood, bad_rows_message
+from .parameters import PositiveParameter
 
 _LOG_PI = math.log(math.pi)
 

@@ -24,9 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from savigp.constraints import LOG_2PI, PositiveParameter
-
 from .base import Likelihood, bad_rows_message
+from .parameters import LOG_2PI, PositiveParameter
 
 
 def _gauss_hermite(num_points: int, like: Tensor) -> tuple[Tensor, Tensor]:

@@ -138,3 +138,25 @@ def test_bad_declarations_are_refused_naming_the_class(scratch_registry, attrs, 
     with pytest.raises(ValueError, match=match) as info:
         type("BadDecl", (Likelihood,), dict(attrs))
     assert "BadDecl" in str(info.value)
+
+
+def test_likelihoods_import_nothing_from_savigp():
+    """The lower layer: no module of ``likelihoods/`` imports ``savigp`` (read from the source),
+    and the old names in ``savigp.constraints`` are the same objects."""
+    import ast
+    from pathlib import Path
+
+    import savigp.constraints
+    from likelihoods import parameters
+
+    for path in sorted(Path(likelihoods.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mods = [node.module or ""] if node.level == 0 else []
+            else:
+                continue
+            assert not any(m == "savigp" or m.startswith("savigp.") for m in mods), (path.name, mods)
+    for name in ("PositiveParameter", "inverse_softplus", "LOG_2PI"):
+        assert getattr(savigp.constraints, name) is getattr(parameters, name)
