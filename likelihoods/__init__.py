@@ -1,15 +1,17 @@
 """Likelihoods for savigp: the protocol (:class:`Likelihood`) and the shipped families."""
 from .base import Likelihood
-from .callable import CallableLikelihood
+# the built-ins register their command-line names in this order (likelihoods.registry.names())
 from .gaussian import Gaussian
-from .gprn import GPRN
 from .logistic import Logistic
-from .multi_gaussian import MultiGaussian
-from .poisson import Poisson
-from .seismic import Seismic
 from .softmax import Softmax
-from .student_t import StudentT
+from .poisson import Poisson
 from .warped import WarpedGaussian
+from .student_t import StudentT
+from .gprn import GPRN
+from .seismic import Seismic
+from .multi_gaussian import MultiGaussian
+from .callable import CallableLikelihood
+from . import registry
 
 __all__ = [
     "Likelihood",

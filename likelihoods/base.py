@@ -33,6 +33,8 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from . import registry
+
 
 class Likelihood(nn.Module):
     """Base class of all likelihoods.
@@ -49,6 +51,20 @@ class Likelihood(nn.Module):
     differentiable: bool = True
     #: "regression" or "classification": which of the paper's metrics apply.
     task: str = "regression"
+    #: the name of this class on the command line (``savigp train --likelihood NAME``), or None.
+    #: Defining it in a class body registers the class (see :mod:`likelihoods.registry`).
+    cli_name: Optional[str] = None
+    #: the command-line options (argparse destinations, e.g. ``"noise_variance"``) it takes.
+    cli_options: tuple = ()
+    #: True when ``train --standardize-targets`` may standardize its targets (real-valued,
+    #: location-scale).
+    standardizable: bool = False
+    #: True when ``cli_name`` stands for user code (``--likelihood module:function``).
+    cli_user_code: bool = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        registry.register(cls)
 
     # ------------------------------------------------------------------ required
     def log_prob(self, y: Tensor, f: Tensor) -> Tensor:

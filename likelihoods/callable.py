@@ -40,9 +40,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from savigp.constraints import inverse_softplus
-
 from .base import Likelihood, bad_rows_message
+from .parameters import inverse_softplus
 
 #: constraints a user parameter can have
 CONSTRAINTS = ("real", "positive", "fixed")
@@ -127,6 +126,10 @@ class CallableLikelihood(Likelihood):
             replaced by it, for simulators whose densities underflow. NaN still raises.
         mean_import_path: how to re-import ``mean_fn`` (recorded in model files).
     """
+
+    cli_name = "callable"
+    cli_options = ("num_latent", "num_classes", "task", "mean_function", "lik_param", "min_log_prob")
+    cli_user_code = True
 
     def __init__(
         self,

@@ -13,9 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from savigp.constraints import LOG_2PI, PositiveParameter
-
 from .base import Likelihood, bad_rows_message
+from .parameters import LOG_2PI, PositiveParameter
 
 
 class Gaussian(Likelihood):
@@ -25,6 +24,10 @@ class Gaussian(Likelihood):
         variance: initial noise variance sigma^2 (> 0).
         learn_variance: learn sigma^2 with its own gradient (seed 004, App. D.2).
     """
+
+    cli_name = "gaussian"
+    cli_options = ("noise_variance",)
+    standardizable = True
 
     num_latent = 1
     output_dim = 1

@@ -32,9 +32,8 @@ from typing import Sequence, Union
 import torch
 from torch import Tensor
 
-from savigp.constraints import LOG_2PI, PositiveParameter
-
 from .base import Likelihood, bad_rows_message
+from .parameters import LOG_2PI, PositiveParameter
 
 
 class GPRN(Likelihood):
@@ -46,6 +45,10 @@ class GPRN(Likelihood):
         variance: initial noise variance(s) sigma_p^2 > 0: one number for all outputs or P numbers.
         learn_variance: learn the P variances with their own gradient (seed 004, App. D.2).
     """
+
+    cli_name = "gprn"
+    cli_options = ("num_outputs", "num_nodes", "noise_variance")
+    standardizable = True
 
     task = "regression"
 

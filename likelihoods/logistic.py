@@ -21,6 +21,9 @@ class Logistic(Likelihood):
     "mean" of a point is the probability of the positive class.
     """
 
+    cli_name = "logistic"
+    cli_options = ()
+
     num_latent = 1
     output_dim = 1
     task = "classification"

@@ -19,9 +19,8 @@ from typing import Sequence, Union
 import torch
 from torch import Tensor
 
-from savigp.constraints import LOG_2PI, PositiveParameter
-
 from .base import Likelihood, bad_rows_message
+from .parameters import LOG_2PI, PositiveParameter
 
 
 class MultiGaussian(Likelihood):
@@ -32,6 +31,10 @@ class MultiGaussian(Likelihood):
         variance: initial noise variance(s) sigma_p^2 > 0: one number for all outputs or P numbers.
         learn_variance: learn the P variances with their own gradient (seed 004, App. D.2).
     """
+
+    cli_name = "multi-gaussian"
+    cli_options = ("num_outputs", "noise_variance")
+    standardizable = True
 
     task = "regression"
 

@@ -31,6 +31,9 @@ class Poisson(Likelihood):
             then sets it to log(mean count / w).
     """
 
+    cli_name = "poisson"
+    cli_options = ("bin_width",)
+
     num_latent = 1
     output_dim = 1
     task = "regression"

@@ -34,9 +34,8 @@ from typing import Sequence, Union
 import torch
 from torch import Tensor
 
-from savigp.constraints import LOG_2PI, PositiveParameter
-
 from .base import Likelihood, bad_rows_message
+from .parameters import LOG_2PI, PositiveParameter
 
 
 class Seismic(Likelihood):
@@ -49,6 +48,9 @@ class Seismic(Likelihood):
         velocity_scale: physical velocity per unit of the velocity latents.
         learn_noise: learn the noise variances (fixed by default, as in the paper).
     """
+
+    cli_name = "seismic"
+    cli_options = ("num_layers",)
 
     task = "regression"
 

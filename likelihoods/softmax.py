@@ -27,6 +27,9 @@ class Softmax(Likelihood):
         one_hot: targets are one-hot rows ``(N, C)`` instead of class indices ``(N, 1)``.
     """
 
+    cli_name = "softmax"
+    cli_options = ("num_classes", "one_hot")
+
     task = "classification"
 
     def __init__(self, num_classes: int, one_hot: bool = False):

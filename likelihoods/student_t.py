@@ -15,9 +15,8 @@ import math
 import torch
 from torch import Tensor
 
-from savigp.constraints import PositiveParameter
-
 from .base import Likelihood, bad_rows_message
+from .parameters import PositiveParameter
 
 _LOG_PI = math.log(math.pi)
 
@@ -31,6 +30,10 @@ class StudentT(Likelihood):
         learn_df: learn nu (fixed by default: it is poorly identified on small data sets).
         learn_scale: learn s with its own gradient (seed 004, App. D.2).
     """
+
+    cli_name = "student-t"
+    cli_options = ("df",)
+    standardizable = True
 
     num_latent = 1
     output_dim = 1

@@ -24,9 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from savigp.constraints import LOG_2PI, PositiveParameter
-
 from .base import Likelihood, bad_rows_message
+from .parameters import LOG_2PI, PositiveParameter
 
 
 def _gauss_hermite(num_points: int, like: Tensor) -> tuple[Tensor, Tensor]:
@@ -53,6 +52,10 @@ class WarpedGaussian(Likelihood):
     With none of a, b, c given, ``initialize_from_data`` rescales the default warping to the data:
     c_i = -(the i/(I+1) quantile of y), b_i = 1 / std(y), a_i = std(y).
     """
+
+    cli_name = "warped"
+    cli_options = ("num_tanh", "noise_variance")
+    standardizable = True
 
     num_latent = 1
     output_dim = 1

@@ -36,7 +36,7 @@ from likelihoods import (
     StudentT,
     WarpedGaussian,
 )
-from savigp.constraints import PositiveParameter
+from likelihoods.parameters import PositiveParameter
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
