@@ -192,18 +192,22 @@ def make_likelihood(spec: dict, fn: Optional[Callable] = None, code: Optional[di
         if spec.get("name") == "callable" and not isinstance(fn, type):
             _check_kwargs(likelihoods.CallableLikelihood, kwargs, skip=USER_CODE_ARGUMENTS)
         return build_user_likelihood(spec, fn, code)
-    cls = builtin_likelihood_class(spec.get("class"))
+    cls = builtin_likelihood_class(spec.get("class"), spec.get("name"))
     _check_kwargs(cls, kwargs)
     return cls(**kwargs)
 
 
-def builtin_likelihood_class(name):
-    """The class ``name`` among those :mod:`likelihoods` exports (the registry; nothing is imported
-    by name from anywhere else)."""
+def builtin_likelihood_class(name, cli_name=None):
+    """The class ``name`` among those :mod:`likelihoods` exports, or the class registered under
+    ``cli_name`` (:mod:`likelihoods.registry`: classes of modules this process imported) when its
+    name is ``name``. Nothing is imported by name from anywhere."""
     import likelihoods
+    from likelihoods import registry
 
     builtin = [n for n in likelihoods.__all__ if n not in ("Likelihood", "CallableLikelihood")]
     cls = getattr(likelihoods, name, None) if name in builtin else None
+    if cls is None and cli_name in registry.names() and registry.get(cli_name).__name__ == name:
+        cls = registry.get(cli_name)
     if not (isinstance(cls, type) and issubclass(cls, likelihoods.Likelihood)):
         raise ModelFileError(f"likelihood class {name!r} is not a built-in likelihood of this installation "
                              f"({', '.join(builtin)})")
@@ -342,8 +346,9 @@ def likelihood_spec(lik) -> dict:
             spec["code_kwargs"] = {"mean_fn": code_reference(lik.mean_import_path or _function_path(lik.mean_fn))}
         rebuilt = likelihoods.CallableLikelihood(lik.fn, mean_fn=lik.mean_fn, **kwargs)
     else:
+        builtin = getattr(likelihoods, cls.__name__, None) is cls
         try:
-            builtin_likelihood_class(cls.__name__)
+            builtin_likelihood_class(cls.__name__, None if builtin else cls.__dict__.get("cli_name"))
         except ModelFileError:
             raise TypeError(f"cannot save a model with likelihood {cls.__name__}: model files hold built-in likelihoods "
                             "(likelihoods.*) and user functions (likelihoods.CallableLikelihood); a Likelihood "
@@ -358,7 +363,7 @@ def likelihood_spec(lik) -> dict:
             value = getattr(lik, name, None)
             if isinstance(value, (bool, int, float, str)):
                 kwargs[name] = value
-        spec = {"name": cls.__name__.lower(), "class": cls.__name__, "kwargs": kwargs}
+        spec = {"name": cls.__name__.lower() if builtin else cls.cli_name, "class": cls.__name__, "kwargs": kwargs}
         rebuilt = cls(**kwargs)
     shapes = {k: tuple(v.shape) for k, v in lik.state_dict().items()}
     if shapes != {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()} or \

@@ -16,8 +16,9 @@ import sys
 import numpy as np
 import pytest
 import torch
+from likelihoods import registry
 
-from savigp.cli import TEST_SIGINT_ENV, _available_likelihoods, main
+from savigp.cli import TEST_SIGINT_ENV, main
 from savigp.csv_data import DataError, read_csv, resolve_columns, split_columns, write_csv
 from savigp.serialization import ModelFileError, SavedModel, build_model, load_model, save_model
 
@@ -220,7 +221,7 @@ def test_help_shows_examples(capsys):
         assert "example" in out and f"savigp {command}" in out, command
         if command == "train":
             assert "--checkpoint-every" in out and "--resume" in out
-            for name in _available_likelihoods():
+            for name in registry.names():
                 assert name in out
 
 
@@ -312,9 +313,9 @@ LIKELIHOOD_CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(set(_available_likelihoods()) | set(LIKELIHOOD_CASES)))
+@pytest.mark.parametrize("name", sorted(set(registry.names()) | set(LIKELIHOOD_CASES)))
 def test_every_builtin_likelihood_trains_and_predicts(tmp_path, name):
-    if name not in _available_likelihoods():
+    if name not in registry.names():
         pytest.skip(f"likelihoods has no module for {name}")
     extra, P, kind = LIKELIHOOD_CASES[name]
     rng = np.random.default_rng(0)

@@ -30,7 +30,6 @@ from .checkpoint import TEST_SIGINT_ENV
 from .demo import cmd_demo
 from .errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NON_FINITE, EXIT_OK, CLIError,
                      UserCodeExit, one_line)
-from .likelihood_options import available_likelihoods as _available_likelihoods
 from .parser import build_parser
 from .predict import cmd_evaluate, cmd_predict, format_metrics, prediction_table
 from .train import cmd_train

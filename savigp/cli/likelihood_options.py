@@ -1,64 +1,50 @@
 """``--likelihood`` and its options -> the ``config["likelihood"]`` spec a model file records, and
-the likelihood object built from it (built-in classes of :mod:`likelihoods`, or user code through
-:mod:`savigp.cli.user_options`)."""
+the likelihood object built from it: the classes of :mod:`likelihoods.registry` (each declares
+its command-line name and options), or user code through :mod:`savigp.cli.user_options`."""
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import numpy as np
+from likelihoods import registry
 
-from ..user_likelihood import USER_KINDS
 from .checks import parse_lik_options
 from .errors import CLIError, one_line
 
-#: built-in likelihood names -> (class in :mod:`likelihoods`, module file defining it)
-LIKELIHOODS = {
-    "gaussian": ("Gaussian", "gaussian"),
-    "logistic": ("Logistic", "logistic"),
-    "softmax": ("Softmax", "softmax"),
-    "poisson": ("Poisson", "poisson"),
-    "warped": ("WarpedGaussian", "warped"),
-    "student-t": ("StudentT", "student_t"),
-    "gprn": ("GPRN", "gprn"),
-    "seismic": ("Seismic", "seismic"),
-    "multi-gaussian": ("MultiGaussian", "multi_gaussian"),
-}
-#: likelihoods whose targets may be standardized (real-valued, location-scale)
-STANDARDIZABLE = ("gaussian", "student-t", "warped", "multi-gaussian", "gprn")
-#: likelihood-specific options -> the likelihoods they apply to
-LIKELIHOOD_OPTIONS = {
-    "num_latent": ("callable",),
-    "num_classes": ("softmax", "callable"),
-    "task": ("callable",),
-    "mean_function": ("callable",),
-    "lik_param": ("callable",),
-    "min_log_prob": ("callable",),
-    "one_hot": ("softmax",),
-    "num_outputs": ("multi-gaussian", "gprn"),
-    "num_nodes": ("gprn",),
-    "num_layers": ("seismic",),
-    "num_tanh": ("warped",),
-    "df": ("student-t",),
-    "bin_width": ("poisson",),
-    "noise_variance": ("gaussian", "multi-gaussian", "gprn", "warped"),
-}
+#: a likelihood option whose constructor argument has another name
+ARGUMENT_OF_OPTION = {"noise_variance": "variance"}
 
 
 def available_likelihoods() -> list:
-    """Built-in names whose module exists in the installed :mod:`likelihoods` package."""
-    spec = importlib.util.find_spec("likelihoods")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    return [name for name, (_, mod) in LIKELIHOODS.items()
-            if any(os.path.exists(os.path.join(f, mod + ".py")) for f in folders)]
+    """The names ``--likelihood`` accepts for likelihood classes (:func:`likelihoods.registry.names`)."""
+    return registry.names()
 
 
 def is_builtin(name: str) -> bool:
-    return name in LIKELIHOODS
+    return name in registry.names()
+
+
+def _data_default(option: str, args, Y: np.ndarray):
+    """The value of a likelihood option not given on the command line that the data decide, or
+    None (the constructor's own default): one output or layer per target column, and softmax's
+    classes (the one-hot columns, else the largest integer label + 1)."""
+    if option in ("num_outputs", "num_layers"):
+        return Y.shape[1]
+    if option == "num_classes":
+        if args.one_hot:
+            return Y.shape[1]
+        labels = Y[:, 0]
+        ints = labels[(labels >= 0) & (labels == np.round(labels))]
+        return max(2, int(ints.max()) + 1) if ints.size else 2
+    return None
 
 
 def likelihood_spec(args, Y: np.ndarray) -> dict:
-    """The ``config["likelihood"]`` entry for ``--likelihood`` and its options (plain values)."""
+    """The ``config["likelihood"]`` entry for ``--likelihood`` and its options (plain values).
+
+    A likelihood class takes the options its ``cli_options`` declare (see
+    :mod:`likelihoods.registry`): each given one (or its data default) becomes the constructor
+    argument of the same name (``--noise-variance``: ``variance``); ``--lik-option KEY=VALUE``
+    gives any other argument.
+    """
     from ..serialization import canonical_import_path
 
     name = args.likelihood
@@ -67,56 +53,31 @@ def likelihood_spec(args, Y: np.ndarray) -> dict:
     if is_callable and ":" not in name:
         raise CLIError(f"--likelihood {name!r}: not a built-in likelihood ({', '.join(available_likelihoods())}) "
                        "nor a user function 'package.module:function' or 'path/to/file.py:function'")
-    for opt, applies in LIKELIHOOD_OPTIONS.items():
+    for opt, applies in registry.options().items():
         value = getattr(args, opt, None)
         if value not in (None, False) and kind not in applies:
             raise CLIError(f"--{opt.replace('_', '-')} does not apply to --likelihood {name} "
                            f"(it is for: {', '.join(applies)})")
-    P = Y.shape[1]
     extra = parse_lik_options(args.lik_option)
     if is_callable:
         from .user_options import user_likelihood_spec
 
         return user_likelihood_spec(args, Y, canonical_import_path(name), extra)
-    cls_name = LIKELIHOODS[name][0]
+    cls = registry.get(name)
     kwargs: dict = {}
-    if args.noise_variance is not None:
-        kwargs["variance"] = float(args.noise_variance)
-    if name == "softmax":
-        if args.num_classes is not None:
-            C = int(args.num_classes)
-        elif args.one_hot:
-            C = P
-        else:
-            labels = Y[:, 0]
-            ints = labels[(labels >= 0) & (labels == np.round(labels))]
-            C = max(2, int(ints.max()) + 1) if ints.size else 2
-        kwargs.update(num_classes=C, one_hot=bool(args.one_hot))
-    elif name in ("multi-gaussian", "gprn"):
-        kwargs["num_outputs"] = int(args.num_outputs) if args.num_outputs is not None else P
-        if name == "gprn" and args.num_nodes is not None:
-            kwargs["num_nodes"] = int(args.num_nodes)
-    elif name == "seismic":
-        kwargs["num_layers"] = int(args.num_layers) if args.num_layers is not None else P
-    elif name == "warped" and args.num_tanh is not None:
-        kwargs["num_tanh"] = int(args.num_tanh)
-    elif name == "student-t" and args.df is not None:
-        kwargs["df"] = float(args.df)
-    elif name == "poisson" and args.bin_width is not None:
-        kwargs["bin_width"] = float(args.bin_width)
+    for opt in cls.cli_options:
+        value = getattr(args, opt, None)
+        value = _data_default(opt, args, Y) if value is None else value
+        if value is not None:
+            kwargs[ARGUMENT_OF_OPTION.get(opt, opt)] = value
     kwargs.update(extra)
-    return {"name": name, "class": cls_name, "kwargs": kwargs}
+    return {"name": name, "class": cls.__name__, "kwargs": kwargs}
 
 
 def make_likelihood(spec: dict):
     """Construct the likelihood; a constructor's complaint becomes a one-line CLIError."""
-    import likelihoods
-
     from ..serialization import make_likelihood as build
 
-    if spec["name"] not in USER_KINDS and getattr(likelihoods, spec["class"], None) is None:
-        raise CLIError(f"--likelihood {spec['name']}: class likelihoods.{spec['class']} is not available in this "
-                       f"installation (available: {', '.join(available_likelihoods())})")
     try:
         return build(spec)
     except TypeError as err:

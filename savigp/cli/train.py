@@ -10,6 +10,7 @@ import sys
 import time
 
 import numpy as np
+from likelihoods import registry
 
 from ..csv_data import DataError, data_checksum, read_csv, split_columns
 from ..output_paths import check_output_path, remove_orphaned_temporaries
@@ -18,7 +19,7 @@ from .checkpoint import Checkpointer, resume, training_options
 from .checks import check_device, check_plot_option, output_path, parse_floats
 from .columns import validate_targets
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
-from .likelihood_options import STANDARDIZABLE, class_labels, likelihood_spec, make_likelihood
+from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
 
 DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
@@ -95,8 +96,8 @@ def _likelihood_and_targets(args, table, tcols, X, Y) -> tuple:
                        "receives y in the file's units and its f means what it says in those units (standardized "
                        "targets would leave every latent function in standardized units); scale inside the "
                        "function, or set --prior-mean")
-    if args.standardize_targets and spec["name"] not in STANDARDIZABLE:
-        raise CLIError(f"--standardize-targets applies to real-valued targets ({', '.join(STANDARDIZABLE)}), "
+    if args.standardize_targets and spec["name"] not in registry.standardizable():
+        raise CLIError(f"--standardize-targets applies to real-valued targets ({', '.join(registry.standardizable())}), "
                        f"not to --likelihood {args.likelihood}")
     in_stats = standardization_stats(X) if args.standardize_inputs else None
     out_stats = standardization_stats(Y) if args.standardize_targets else None
