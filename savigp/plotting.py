@@ -81,7 +81,7 @@ def plot_fit(model, X, Y=None, *, num_samples: int = 200, seed: int = 0, input_n
 
     Args:
         model: a :class:`~savigp.model.SAVIGP` (inputs in its units) or a loaded model file
-            (:class:`~savigp.serialization.SavedModel`, raw inputs; predictions in original units).
+            (:class:`~savigp.model_files.SavedModel`, raw inputs; predictions in original units).
         X: inputs ``(N, D)`` with D = 1 or 2 (their range sets the plotting grid; drawn as data).
         Y: optional targets ``(N, P)`` (or labels ``(N, 1)``) overlaid on the prediction panels.
         num_samples: Monte Carlo samples per grid point for the predictions.

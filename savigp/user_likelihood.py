@@ -14,7 +14,7 @@ Model files and the command line describe a user likelihood by a *spec* (plain v
 
 :func:`build_user_likelihood` turns a spec back into the likelihood from code already imported
 (the model-file loader decides whether code may run: consent and SHA-256, see
-:func:`savigp.serialization.resolve_likelihood`).
+:func:`savigp.model_files.resolve_likelihood`).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """End-to-end tests of the ``savigp`` command line (savigp/cli/, savigp/csv_data.py,
-savigp/serialization.py).
+savigp/model_files/).
 
 Subprocess tests run ``python -m savigp.cli`` exactly as a user would; every process pays the torch
 import (~2 s), so independent ones are started together (``run_many``) and the heavier functional

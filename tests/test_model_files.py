@@ -1,4 +1,4 @@
-"""Model files as untrusted data (savigp/serialization.py, savigp/_model_schema.py): nothing a file
+"""Model files as untrusted data (savigp/model_files/): nothing a file
 names is imported unless the caller says so; every field is checked before anything is built;
 one save/load path for models built in Python and on the command line."""
 from __future__ import annotations

@@ -2,7 +2,7 @@
 ``--checkpoint-every`` steps and after a Ctrl-C (or torchrun's SIGTERM), and the last good state
 kept for a user function that stops the run itself.
 
-A checkpoint is a model file (:meth:`savigp.serialization.SavedModel.save`, written atomically)
+A checkpoint is a model file (:meth:`savigp.model_files.SavedModel.save`, written atomically)
 whose ``training_state`` holds the optimizer, the mini-batch generator, the permutation and the
 position in it, so that a resumed run takes the same steps as an uninterrupted one.
 """
@@ -67,7 +67,7 @@ def resume(args, config: dict, out: str, ckpt: str, Xm, Ym, user_code: bool):
     Returns:
         ``(source, model, state)``; ``state`` is what :func:`savigp.training.fit` restores.
     """
-    from ..serialization import load_model
+    from ..model_files import load_model
 
     source = ckpt if os.path.exists(ckpt) else out if os.path.exists(out) else None
     if source is None:
@@ -107,7 +107,7 @@ class Checkpointer:
     after this step".
 
     Args:
-        saved: the :class:`~savigp.serialization.SavedModel` being trained (its ``config`` is
+        saved: the :class:`~savigp.model_files.SavedModel` being trained (its ``config`` is
             replaced by ``config`` with the step, completeness and ELBO of each write).
         config: the run's configuration (``config["step"]``/``["elbo"]`` where training starts).
         path: ``OUT.ckpt``.

@@ -45,7 +45,7 @@ def likelihood_spec(args, Y: np.ndarray) -> dict:
     argument of the same name (``--noise-variance``: ``variance``); ``--lik-option KEY=VALUE``
     gives any other argument.
     """
-    from ..serialization import canonical_import_path
+    from ..model_files import canonical_import_path
 
     name = args.likelihood
     is_callable = not is_builtin(name)
@@ -76,7 +76,7 @@ def likelihood_spec(args, Y: np.ndarray) -> dict:
 
 def make_likelihood(spec: dict):
     """Construct the likelihood; a constructor's complaint becomes a one-line CLIError."""
-    from ..serialization import make_likelihood as build
+    from ..model_files import make_likelihood as build
 
     try:
         return build(spec)

@@ -60,7 +60,7 @@ def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
 
 def _model_and_table(args):
     """The CSV and the model file that ``savigp predict`` / ``evaluate`` read (clear errors for both)."""
-    from ..serialization import ModelFileError, load_model
+    from ..model_files import ModelFileError, load_model
 
     if not os.path.exists(args.model):
         raise ModelFileError(f"{args.model}: no such model file")

@@ -84,7 +84,7 @@ def _likelihood_and_targets(args, table, tcols, X, Y) -> tuple:
     the data in the model's units (standardized when asked)."""
     import torch
 
-    from ..serialization import standardization_stats
+    from ..model_files import standardization_stats
 
     spec = likelihood_spec(args, Y)
     likelihood = make_likelihood(spec)
@@ -114,7 +114,7 @@ def _likelihood_and_targets(args, table, tcols, X, Y) -> tuple:
 
 
 def _model_options(args) -> dict:
-    """The options of :func:`savigp.serialization.build_model`."""
+    """The options of :func:`savigp.model_files.build_model`."""
     return {
         "kernel": args.kernel, "num_inducing": args.num_inducing, "inducing_init": args.inducing_init,
         "dense": args.dense, "learn_inducing": not args.fixed_inducing, "posterior": args.posterior,
@@ -125,7 +125,7 @@ def _model_options(args) -> dict:
 
 
 def _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options) -> dict:
-    """The model file's configuration (see :mod:`savigp.serialization`) at step 0."""
+    """The model file's configuration (see :mod:`savigp.model_files`) at step 0."""
     N = X.shape[0]
     optimizer = args.optimizer
     B = N if (args.batch_size is None or optimizer == "lbfgs") else int(args.batch_size)
@@ -165,7 +165,7 @@ def cmd_train(args) -> int:
     out, ckpt, plot = _output_files(args)
     table, icols, tcols, X, Y = _read_data(args)
 
-    from ..serialization import SavedModel, build_model
+    from ..model_files import SavedModel, build_model
 
     check_device(args.device)
     rank = _join_ranks(args)

@@ -35,7 +35,7 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
     The function or class and the ``--mean-function`` are recorded with the SHA-256 of their
     files (:func:`savigp.model_files.user_code.code_reference`), checked before a later import.
     """
-    from ..serialization import code_reference, import_callable
+    from ..model_files import code_reference, import_callable
 
     obj = import_callable(path)
     if is_likelihood_class(obj):

@@ -13,11 +13,13 @@ under ``max_bytes``.
 """
 from __future__ import annotations
 
-import math
-import re
 from typing import Optional
 
 import torch
+from likelihoods.callable import CONSTRAINTS
+
+from .fields import (MAX_STRING, Absent, Bool, BoundedPlain, Dict, Float, Int, List, OneOf, Opt, Positive,
+                     SchemaError, Str)
 
 #: limits on sizes a model file may declare (each far above any model the engine can train)
 MAX_INPUT_DIM = 100_000
@@ -27,208 +29,14 @@ MAX_COMPONENTS = 1_000
 MAX_OUTPUTS = 100_000
 MAX_CLASSES = 100_000
 MAX_NUM_DATA = 10 ** 13
-#: plain (non-tensor) values in a model file: nesting depth, items per container, characters per string
-MAX_DEPTH, MAX_ITEMS, MAX_STRING = 12, 1_000_000, 65_536
 #: default memory a loaded model may need to be built and used (bytes); ``SAVIGP_MAX_MODEL_BYTES`` overrides
 DEFAULT_MAX_BYTES = 8 * 2 ** 30
-
-
-class SchemaError(ValueError):
-    """A configuration field of the wrong type, range or size; the message names the field."""
-
-
-# ---------------------------------------------------------------------- field types
-class Field:
-    """A field's check; ``check(value, where)`` raises :class:`SchemaError` naming ``where``."""
-
-    optional = False
-
-    def check(self, value, where: str) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-
-class Opt(Field):
-    """``None`` or the wrapped field (an absent key reads as None)."""
-
-    optional = True
-
-    def __init__(self, inner: Field):
-        self.inner = inner
-
-    def check(self, value, where):
-        if value is not None:
-            self.inner.check(value, where)
-
-
-class Int(Field):
-    def __init__(self, lo: int, hi: int):
-        self.lo, self.hi = lo, hi
-
-    def check(self, value, where):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SchemaError(f"{where} must be an integer, got {type(value).__name__} {_short(value)}")
-        if not self.lo <= value <= self.hi:
-            raise SchemaError(f"{where} must be between {self.lo} and {self.hi}, got {value}")
-
-
-class Float(Field):
-    def check(self, value, where):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SchemaError(f"{where} must be a number, got {type(value).__name__} {_short(value)}")
-        if not math.isfinite(value):
-            raise SchemaError(f"{where} must be finite, got {value}")
-
-
-class Positive(Float):
-    def check(self, value, where):
-        super().check(value, where)
-        if not value > 0:
-            raise SchemaError(f"{where} must be > 0, got {value}")
-
-
-class Bool(Field):
-    def check(self, value, where):
-        if not isinstance(value, bool):
-            raise SchemaError(f"{where} must be true or false, got {type(value).__name__} {_short(value)}")
-
-
-class Str(Field):
-    def __init__(self, choices=None, pattern: Optional[str] = None, max_len: int = 4096):
-        self.choices, self.pattern, self.max_len = choices, pattern, max_len
-
-    def check(self, value, where):
-        if not isinstance(value, str):
-            raise SchemaError(f"{where} must be a string, got {type(value).__name__} {_short(value)}")
-        if len(value) > self.max_len:
-            raise SchemaError(f"{where} is {len(value)} characters long (at most {self.max_len})")
-        if self.choices is not None and value not in self.choices:
-            raise SchemaError(f"{where} must be one of {', '.join(map(repr, self.choices))}, got {_short(value)}")
-        if self.pattern is not None and not re.fullmatch(self.pattern, value):
-            raise SchemaError(f"{where} is not of the expected form ({self.pattern}): {_short(value)}")
-
-
-class List(Field):
-    def __init__(self, item: Field, min_len: int = 0, max_len: int = MAX_ITEMS):
-        self.item, self.min_len, self.max_len = item, min_len, max_len
-
-    def check(self, value, where):
-        if not isinstance(value, list):
-            raise SchemaError(f"{where} must be a list, got {type(value).__name__} {_short(value)}")
-        if not self.min_len <= len(value) <= self.max_len:
-            raise SchemaError(f"{where} has {len(value)} item(s); expected {self.min_len} to {self.max_len}")
-        for i, v in enumerate(value):
-            self.item.check(v, f"{where}[{i}]")
-
-
-class OneOf(Field):
-    """The first of several fields that accepts the value (e.g. a number or a list of numbers)."""
-
-    def __init__(self, *options: Field):
-        self.options = options
-
-    def check(self, value, where):
-        errors = []
-        for opt in self.options:
-            try:
-                opt.check(value, where)
-                return
-            except SchemaError as err:
-                errors.append(str(err))
-        raise SchemaError(" or ".join(errors))
-
-
-class Plain(Field):
-    """Any plain value (dict with string keys, list, str, int, float, bool, None), bounded in size."""
-
-    def check(self, value, where, depth: int = 0):
-        if depth > MAX_DEPTH:
-            raise SchemaError(f"{where}: nested more than {MAX_DEPTH} levels deep")
-        if value is None or isinstance(value, (bool, int)):
-            return
-        if isinstance(value, float):
-            return  # non-finite values are refused where a field needs a number
-        if isinstance(value, str):
-            if len(value) > MAX_STRING:
-                raise SchemaError(f"{where}: a string of {len(value)} characters (at most {MAX_STRING})")
-            return
-        if isinstance(value, (list, dict)):
-            if len(value) > MAX_ITEMS:
-                raise SchemaError(f"{where}: {len(value)} items (at most {MAX_ITEMS})")
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for k, v in items:
-                if isinstance(value, dict) and not isinstance(k, str):
-                    raise SchemaError(f"{where}: key {_short(k)} is not a string")
-                self.check(v, f"{where}[{k!r}]", depth + 1)
-            return
-        raise SchemaError(f"{where}: a {type(value).__name__} is not a plain value")
-
-
-class Absent(Field):
-    """A key that must not be there (``reason`` says why and where its content belongs)."""
-
-    optional = True
-
-    def __init__(self, reason: str):
-        self.reason = reason
-
-    def check(self, value, where):
-        raise SchemaError(f"{where} is not allowed: {self.reason}")
-
-
-class Dict(Field):
-    """A dict with the given fields (required unless :class:`Opt`); other keys must be plain values
-    (``extra``), and match ``key_pattern`` when one is given."""
-
-    def __init__(self, fields: Optional[dict] = None, extra: Field = Plain(), key_pattern: Optional[str] = None,
-                 max_len: int = MAX_ITEMS):
-        self.fields, self.extra, self.key_pattern, self.max_len = fields or {}, extra, key_pattern, max_len
-
-    def check(self, value, where):
-        if not isinstance(value, dict):
-            raise SchemaError(f"{where} must be a dict, got {type(value).__name__} {_short(value)}")
-        for key, field in self.fields.items():
-            if key not in value:
-                if not field.optional:
-                    raise SchemaError(f"{where} has no field {key!r}")
-                continue
-            field.check(value[key], f"{where}.{key}")
-        if len(value) > self.max_len:
-            raise SchemaError(f"{where} has {len(value)} entries (at most {self.max_len})")
-        for key, v in value.items():
-            if not isinstance(key, str):
-                raise SchemaError(f"{where}: key {_short(key)} is not a string")
-            if key not in self.fields and self.key_pattern is not None and not re.fullmatch(self.key_pattern, key):
-                raise SchemaError(f"{where}: key {_short(key)} is not of the expected form ({self.key_pattern})")
-            if key not in self.fields:
-                self.extra.check(v, f"{where}.{key}")
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # ---------------------------------------------------------------------- the table
 _STATS = Dict({"mean": List(Float(), 1, MAX_OUTPUTS), "std": List(Positive(), 1, MAX_OUTPUTS)})
 #: a reference to user code: where it is and the SHA-256 of its file when it was trained
 CODE_REFERENCE = Dict({"import_path": Str(), "sha256": Opt(Str(pattern=r"[0-9a-f]{64}"))})
-class BoundedPlain(Plain):
-    """A plain value whose integers are at most ``MAX_KWARG_INT`` in magnitude and whose lists hold
-    at most ``MAX_OUTPUTS`` items: constructor arguments cannot ask for huge allocations."""
-
-    def check(self, value, where, depth: int = 0):
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_KWARG_INT:
-            raise SchemaError(f"{where} must be at most {MAX_KWARG_INT} in magnitude, got {value}")
-        if isinstance(value, (list, dict)) and len(value) > MAX_OUTPUTS:
-            raise SchemaError(f"{where}: {len(value)} items (at most {MAX_OUTPUTS})")
-        if isinstance(value, (list, dict)):
-            for k, v in (value.items() if isinstance(value, dict) else enumerate(value)):
-                self.check(v, f"{where}[{k!r}]", depth + 1)
-            return
-        super().check(value, where, depth)
-
-
-MAX_KWARG_INT = 1_000_000
 #: constructor arguments of the likelihoods that size something, with their limits; any other
 #: argument is a bounded plain value
 LIKELIHOOD_KWARGS = {
@@ -238,6 +46,9 @@ LIKELIHOOD_KWARGS = {
 }
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 _NUMBERS = OneOf(Float(), List(Float(), 1, MAX_OUTPUTS))
+#: arguments of :class:`likelihoods.CallableLikelihood` that name or are code: a model file records
+#: them as ``import_path`` / ``code_kwargs`` (consent and SHA-256 apply), never among ``kwargs``
+USER_CODE_ARGUMENTS = ("log_lik", "import_path", "mean_fn", "mean_import_path")
 _CODE_IN_KWARGS = Absent("code is recorded under code_kwargs (with its SHA-256) or import_path, never among kwargs")
 #: the options of a user function (:class:`likelihoods.CallableLikelihood`, ``name == "callable"``),
 #: checked besides :data:`LIKELIHOOD_KWARGS`; its code (the function, ``mean_fn``) is never a kwarg
@@ -248,9 +59,9 @@ USER_FUNCTION_KWARGS = {
     "classes": List(Float(), 2, MAX_CLASSES),
     "num_classes": Int(2, MAX_CLASSES),
     "params": Dict(extra=_NUMBERS, key_pattern=_IDENTIFIER, max_len=1000),
-    "constraints": Dict(extra=Str(choices=("real", "positive", "fixed")), key_pattern=_IDENTIFIER, max_len=1000),
+    "constraints": Dict(extra=Str(choices=CONSTRAINTS), key_pattern=_IDENTIFIER, max_len=1000),
     "min_log_prob": Float(),
-    **{name: _CODE_IN_KWARGS for name in ("log_lik", "import_path", "mean_fn", "mean_import_path")},
+    **{name: _CODE_IN_KWARGS for name in USER_CODE_ARGUMENTS},
 }
 #: likelihood fields; ``import_path``/``sha256`` name the user code (``name`` ``"callable"``: a
 #: function, ``"user-class"``: a ``Likelihood`` subclass), ``code_kwargs`` further functions given

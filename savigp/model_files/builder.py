@@ -1,0 +1,107 @@
+"""Building a :class:`~savigp.model.SAVIGP` from plain options (the command line's ``train``) and
+rebuilding the one a model file describes, without its training data."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..model import SAVIGP
+from .errors import ModelFileError
+from .likelihood_spec import UnloadedLikelihood, resolve_likelihood
+
+
+def _dtype(name: str) -> torch.dtype:
+    dt = getattr(torch, str(name), None)
+    if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+        raise ModelFileError(f"unknown floating-point dtype {name!r}")
+    return dt
+
+
+def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
+    """A new :class:`SAVIGP` on data ``X (N, D)``, ``Y (N, P)`` from command-line style options.
+
+    ``options`` keys (all optional): ``kernel``, ``num_inducing``, ``inducing_inputs``
+    (``(M, D)`` or ``(Q, M, D)``), ``inducing_init``, ``dense``,
+    ``learn_inducing``, ``posterior``, ``num_components``, ``prior_mean``, ``learn_prior_mean``,
+    ``mean_basis_size``, ``mean_basis``, ``entropy``, ``entropy_samples``, ``dtype`` (a name: ``"float32"``/``"float64"``), ``device``, ``seed``.
+    """
+    o = dict(options)
+    return SAVIGP(
+        X, Y, likelihood, o.get("kernel") or "rbf",
+        num_inducing=o.get("num_inducing"), inducing_inputs=o.get("inducing_inputs"),
+        inducing_init=o.get("inducing_init") or "kmeans",
+        learn_inducing=bool(o.get("learn_inducing", True)), dense=bool(o.get("dense", False)),
+        posterior=o.get("posterior") or "full", num_components=int(o.get("num_components") or 1),
+        prior_mean=o["prior_mean"] if o.get("prior_mean") is not None else 0.0,
+        learn_prior_mean=bool(o.get("learn_prior_mean", False)),
+        entropy=o.get("entropy") or "bound", entropy_samples=int(o.get("entropy_samples") or 64),
+        mean_basis_size=int(o.get("mean_basis_size") or 0), mean_basis=o.get("mean_basis") or "orthogonal", dtype=_dtype(o.get("dtype") or "float64"),
+        device=o.get("device"), seed=int(o.get("seed") or 0),
+    )
+
+
+def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, likelihood=None) -> SAVIGP:
+    """The model a (checked, see :func:`read_model_file`) file describes, with its parameters
+    loaded from ``state_dict``.
+
+    Without ``X``/``Y`` the module is built around placeholder data of the recorded shapes (it
+    can predict but not train); with them (``X (N, D)``, ``Y (N, P)``, e.g. to resume training)
+    they become its training data. Inducing inputs are placeholders in both cases (no k-means
+    is run) and are then overwritten by the state dict.
+
+    Args:
+        likelihood: the likelihood object (see :func:`resolve_likelihood`); default: the built-in
+            class from the registry, or for a user function a latent-only stand-in (nothing is
+            imported).
+    """
+    mc, mo = config["model"], config.get("model_options") or {}
+    if likelihood is None:
+        likelihood = resolve_likelihood(config)
+    D, N, Q, M = int(mc["input_dim"]), int(mc["num_data"]), int(mc["num_latent"]), int(mc["num_inducing"])
+    P = len(config["example_target"])
+    if (int(likelihood.num_latent), int(likelihood.output_dim)) != (Q, P):
+        raise ModelFileError(f"the likelihood {type(likelihood).__name__} reads Q={likelihood.num_latent} latent "
+                             f"function(s) and P={likelihood.output_dim} target(s), but the model has Q={Q}, P={P}")
+    with_data = X is not None
+    if not with_data:
+        n = N if mc["dense"] else max(2, int(mc.get("mean_basis_size") or 0))
+        gen = torch.Generator().manual_seed(0)
+        X = torch.randn(n, D, generator=gen, dtype=torch.float64)
+        example = torch.as_tensor(config["example_target"], dtype=torch.float64).reshape(1, -1)
+        Y = example.expand(n, example.shape[1]).clone()
+    options = {
+        "kernel": mo.get("kernel"), "inducing_init": mo.get("inducing_init"), "seed": mo.get("seed", 0),
+        "dtype": mo.get("dtype", "float64"), "prior_mean": mo.get("prior_mean", 0.0),
+        "dense": mc["dense"], "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
+        "num_components": mc["num_components"], "learn_prior_mean": mc["learn_prior_mean"],
+        "mean_basis_size": mc.get("mean_basis_size", 0), "mean_basis": mc.get("mean_basis"), "device": device,
+        "entropy": mc.get("entropy"), "entropy_samples": mc.get("entropy_samples"),
+    }
+    if not mc["dense"]:
+        options["inducing_inputs"] = torch.zeros(Q, M, D, dtype=torch.float64)
+    if isinstance(likelihood, UnloadedLikelihood):  # its parameters were not built: leave theirs out
+        state_dict = {k: v for k, v in state_dict.items() if not k.startswith("likelihood.")}
+    model = build_model(X, Y, likelihood, options)
+    if not with_data:
+        model.num_data = N
+        model.config["num_data"] = N
+    try:
+        model.load_state_dict(state_dict, strict=True)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()
+        raise ModelFileError(f"the parameters do not fit the model the file describes: {' '.join(s.strip() for s in first[:3])}") from None
+    return model
+
+
+def standardization_stats(A: np.ndarray) -> dict:
+    """Column means and standard deviations of ``A (N, C)`` as plain float lists; a constant
+    column gets std 1 (it is only centred)."""
+    A = np.asarray(A, dtype=np.float64)
+    mean = A.mean(axis=0)
+    std = A.std(axis=0)
+    std = np.where((std > 0) & np.isfinite(std), std, 1.0)
+    if not all(math.isfinite(v) for v in mean):
+        raise ValueError("cannot standardize: non-finite column means")
+    return {"mean": [float(v) for v in mean], "std": [float(v) for v in std]}
