@@ -102,3 +102,18 @@ def test_builtin_options_become_the_same_constructor_arguments_as_before(tmp_pat
         spec = likelihood_spec(args, Y)
         assert spec["kwargs"] == kwargs, argv
         assert spec == {"name": argv[1], "class": registry.get(argv[1]).__name__, "kwargs": kwargs}
+
+
+def test_code_arguments_are_no_lik_options(tmp_path, capsys):
+    """--lik-option refuses the arguments that are code, as not options of a user function (they
+were refused before too, later, by the constructor-argument check, in other words)."""
+    rng = np.random.default_rng(0)
+    data = str(tmp_path / "d.csv")
+    write_csv(data, ["x", "y"], np.column_stack([rng.uniform(size=10), rng.normal(size=10)]))
+    (tmp_path / "lik.py").write_text("def log_lik(y, f):\n    return -(y[:, 0] - f[..., 0]) ** 2\n")
+    for key in ("mean_import_path", "import_path", "mean_fn"):
+        assert main(["train", data, "--targets", "y", "--likelihood", f"{tmp_path}/lik.py:log_lik", "--iterations",
+                     "1", "--lik-option", f"{key}=x.py:f", "--out", str(tmp_path / "m.pt")]) == 2
+        err = capsys.readouterr().err
+        assert f"--lik-option {key}=...: not an option of a user function" in err and "mean_import_path" not in \
+            err.split("(options: ")[1].split(")")[0]

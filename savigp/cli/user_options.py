@@ -13,6 +13,7 @@ import numpy as np
 
 from likelihoods.callable import MAX_INFERRED_CLASSES
 
+from ..model_files.schema import USER_CODE_ARGUMENTS
 from ..nonfinite import NonFiniteLogProb
 from ..user_likelihood import is_likelihood_class, labels_of, parse_lik_params, unused_latents
 from .errors import CLIError, one_line
@@ -50,8 +51,9 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
     from likelihoods import CallableLikelihood
 
     extra = dict(extra)
-    accepted = set(inspect.signature(CallableLikelihood.__init__).parameters) - {"self", "log_lik", "mean_fn",
-                                                                                 "import_path", "params", "constraints"}
+    # code (the function, its mean function, where they are) is recorded apart, never as an option
+    accepted = set(inspect.signature(CallableLikelihood.__init__).parameters) - {"self", "params", "constraints",
+                                                                                 *USER_CODE_ARGUMENTS}
     unknown = sorted(set(extra) - accepted)
     if unknown:
         name = unknown[0]
