@@ -17,7 +17,7 @@ so a failed or interrupted run never truncates or overwrites an existing model. 
 removed. See docs/cli.md.
 
 The pieces: :mod:`.parser` (options and help), :mod:`.train` with :mod:`.checkpoint`
-(:class:`~savigp.cli.checkpoint.Checkpointer`), :mod:`.predict` (``predict`` and ``evaluate``),
+(:class:`~savigp.cli.checkpoint.Checkpointer`) and :mod:`.ranks`, :mod:`.predict` (``predict`` and ``evaluate``),
 :mod:`.demo`, :mod:`.likelihood_options` and :mod:`.user_options` (``--likelihood`` and its
 options), :mod:`.checks` and :mod:`.columns` (options and columns checked), :mod:`.errors`.
 """

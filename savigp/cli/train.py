@@ -1,11 +1,10 @@
 """``savigp train``: read and check the data, build the likelihood and the model (or resume one),
 fit it with checkpoints and a graceful Ctrl-C, and write the model file atomically. ``--nproc R``
-runs the same command as R data-parallel ranks under ``torchrun``."""
+runs the same command as R data-parallel ranks under ``torchrun`` (:mod:`savigp.cli.ranks`)."""
 from __future__ import annotations
 
 import math
 import os
-import signal
 import sys
 import time
 
@@ -19,6 +18,7 @@ from .checkpoint import Checkpointer, resume, training_options
 from .checks import check_device, check_plot_option, output_path, parse_floats
 from .columns import validate_targets
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
+from .ranks import join_ranks, launch_ranks
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
 
@@ -160,7 +160,7 @@ def cmd_train(args) -> int:
     from ..distributed import finish, launched
 
     if args.nproc is not None and args.nproc > 1 and not launched():
-        return _launch_ranks(args)
+        return launch_ranks(args)
     _check_training_options(args)
     out, ckpt, plot = _output_files(args)
     table, icols, tcols, X, Y = _read_data(args)
@@ -168,7 +168,7 @@ def cmd_train(args) -> int:
     from ..model_files import SavedModel, build_model
 
     check_device(args.device)
-    rank = _join_ranks(args)
+    rank = join_ranks(args)
     quiet = args.quiet or rank != 0
     spec, likelihood, standardize, Xm, Ym = _likelihood_and_targets(args, table, tcols, X, Y)
     model_options = _model_options(args)
@@ -244,51 +244,3 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
                 raise  # Ctrl-C pressed twice: stop at once
             # raised by user code (our handler turns a first Ctrl-C into a flag): a failure of that code
             raise ckp.user_code_exit(err, spec.get("import_path") or spec["name"]) from None
-
-
-def _launch_ranks(args) -> int:
-    """``train --nproc N``: run this same command as N ranks on this machine under ``torchrun``
-    (static rendezvous on the loopback address, a free port), and return its exit status."""
-    import socket
-    import subprocess
-
-    argv, rest = [], list(args.argv)
-    while rest:
-        a = rest.pop(0)
-        if a == "--nproc":
-            rest.pop(0)
-        elif not a.startswith("--nproc="):
-            argv.append(a)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0",
-           "--nproc-per-node", str(args.nproc), "--master-addr", "127.0.0.1", "--master-port", str(port),
-           "-m", "savigp", *argv]
-    env = dict(os.environ)
-    if args.threads is None and "OMP_NUM_THREADS" not in env:  # torchrun would set 1 and warn
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc))
-    proc = subprocess.Popen(cmd, env=env)
-    # A terminal's Ctrl-C reaches torchrun too, which then stops the ranks with SIGTERM (each checkpoints
-    # as after Ctrl-C): wait for it rather than die first; a SIGTERM sent to this process is passed on.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    previous_term = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signal.SIGTERM))
-    try:
-        return proc.wait()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.signal(signal.SIGTERM, previous_term)
-
-
-def _join_ranks(args) -> int:
-    """Under ``torchrun``: join the process group (gloo, or NCCL for ``--device cuda``, which then
-    means ``cuda:LOCAL_RANK``) and return this rank; 0 in one process."""
-    from .. import distributed
-
-    if not distributed.launched():
-        return 0
-    if args.device and args.device == "cuda":
-        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-    distributed.init_from_env(args.device or "cpu", timeout=args.dist_timeout)
-    return distributed.rank()
-
