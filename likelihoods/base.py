@@ -97,10 +97,7 @@ class Likelihood(nn.Module):
             when ``y``, ``f`` or the result has the wrong shape (a check of shapes only: it reads
             no values and costs no device synchronization).
         """
-        _check_inputs(self, y, f)
-        out = self._log_prob(y, f)
-        _check_output(self, y, f, out)
-        return out
+        return _shape_checked(self, y, f, self._log_prob)
 
     def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         """The subclass's log p(y_n | f_n): ``y (B, P)``, ``f (..., B, Q)`` -> ``(..., B)``; shapes
@@ -191,9 +188,19 @@ def log_prob_checked(likelihood: Likelihood, y: Tensor, f: Tensor) -> Tensor:
     """
     if type(likelihood).log_prob is Likelihood.log_prob:
         return likelihood.log_prob(y, f)
-    _check_inputs(likelihood, y, f)
-    out = likelihood.log_prob(y, f)
-    _check_output(likelihood, y, f, out)
+    return _shape_checked(likelihood, y, f, likelihood.log_prob)
+
+
+def _shape_checked(likelihood: Likelihood, y: Tensor, f: Tensor, log_prob) -> Tensor:
+    """``log_prob(y, f)`` between the checks of ``y (B, P)``, ``f (..., B, Q)`` and the result
+    ``(..., B)``: Python-side comparisons of ``torch.Size`` s only (no tensor op, no device sync)."""
+    fs, ys = f.shape, y.shape
+    if len(fs) < 2 or len(ys) != 2 or fs[-1] != likelihood.num_latent or ys[0] != fs[-2] \
+            or ys[1] != likelihood.output_dim:
+        _raise_input_error(likelihood, y, f)
+    out = log_prob(y, f)
+    if not isinstance(out, Tensor) or out.shape != fs[:-1]:
+        _raise_output_error(likelihood, y, f, out)
     return out
 
 
@@ -202,25 +209,21 @@ def _who(likelihood) -> str:
     return name() if name is not None else f"{type(likelihood).__name__}.log_prob"
 
 
-def _check_inputs(likelihood: Likelihood, y: Tensor, f: Tensor) -> None:
-    """``y (B, P)`` and ``f (..., B, Q)`` with P = ``output_dim`` and Q = ``num_latent``, or a
-    ``ValueError`` naming both shapes and what was expected."""
-    Q = int(likelihood.num_latent)
-    if f.shape[-1] != Q:
+def _raise_input_error(likelihood: Likelihood, y: Tensor, f: Tensor) -> None:
+    """The ``ValueError`` for ``y``, ``f`` that are not ``(B, P)``, ``(..., B, Q)`` with P =
+    ``output_dim`` and Q = ``num_latent``: names both shapes and what was expected."""
+    Q, P = int(likelihood.num_latent), int(likelihood.output_dim)
+    if f.shape[-1:] != (Q,):
         raise ValueError(f"{type(likelihood).__name__} reads Q={Q} latent functions but f has shape "
                          f"{tuple(f.shape)}; expected (..., B, {Q}) for y of shape {tuple(y.shape)}")
-    P = int(likelihood.output_dim)
-    if y.dim() != 2 or y.shape[1] != P or f.dim() < 2 or f.shape[-2] != y.shape[0]:
-        raise ValueError(f"{_who(likelihood)}: expected y of shape (B, {P}) and f of shape (..., B, {Q}) "
-                         f"with the same B, got y of shape {tuple(y.shape)} and f of shape {tuple(f.shape)}")
+    raise ValueError(f"{_who(likelihood)}: expected y of shape (B, {P}) and f of shape (..., B, {Q}) "
+                     f"with the same B, got y of shape {tuple(y.shape)} and f of shape {tuple(f.shape)}")
 
 
-def _check_output(likelihood: Likelihood, y: Tensor, f: Tensor, out) -> None:
-    """``out`` of shape ``f.shape[:-1]`` = ``(..., B)``, or a ``ValueError`` naming the shapes."""
-    expected = tuple(f.shape[:-1])
-    if not isinstance(out, Tensor) or tuple(out.shape) != expected:
-        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-        raise ValueError(
-            f"{_who(likelihood)} returned shape {got} for y of shape {tuple(y.shape)} and f of shape "
-            f"{tuple(f.shape)}; expected {expected} (one log-density per sample and data point)"
-        )
+def _raise_output_error(likelihood: Likelihood, y: Tensor, f: Tensor, out) -> None:
+    """The ``ValueError`` for a result ``out`` that is not ``(..., B)`` = ``f.shape[:-1]``."""
+    got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+    raise ValueError(
+        f"{_who(likelihood)} returned shape {got} for y of shape {tuple(y.shape)} and f of shape "
+        f"{tuple(f.shape)}; expected {tuple(f.shape[:-1])} (one log-density per sample and data point)"
+    )
