@@ -1,13 +1,30 @@
 """The likelihood protocol shared by every likelihood savigp can use.
 
-A likelihood is a ``torch.nn.Module`` whose only required method is
+A likelihood is a ``torch.nn.Module`` giving the log-density of the targets given the latent
+functions at every data point,
 
-    log_prob(y, f) -> log p(y_n | f_n)
+    log_prob(y, f) -> log p(y_n | f_n),
 
 with ``y`` of shape ``(B, P)`` (one row per data point, P output columns) and ``f`` of shape
 ``(..., B, Q)`` (any leading sample / mixture-component axes, then the data points, then the Q
 latent functions), returning a tensor of shape ``(..., B)``. The likelihood factorizes over data
-points (seed 004, eq. (1)): the engine never needs anything but these values.
+points (Bonilla et al. 2019, eq. (1)): the engine never needs anything but these values.
+
+**Writing a likelihood** (subclass :class:`Likelihood`):
+
+* set ``num_latent`` (Q) and ``output_dim`` (P), as class attributes or in ``__init__``;
+* implement ``_log_prob(y, f)``: ``y (B, P)``, ``f (..., B, Q)`` -> ``(..., B)``. The public
+  ``log_prob`` is a template method (as in GPflow): it checks the shapes of ``y`` and ``f``, calls
+  ``_log_prob`` and checks the shape of its result, so an implementation never checks shapes
+  itself, and a wrong shape is reported once, naming the class, both shapes and what was expected.
+  (A class that overrides ``log_prob`` itself, as code written before ``_log_prob`` did, keeps
+  working: the engine calls it through :func:`log_prob_checked`, which checks the same shapes
+  around it.)
+* optionally, to offer it on the command line (``savigp train --likelihood NAME``): define
+  ``cli_name = "name"`` in the class body (this registers the class, see
+  :mod:`likelihoods.registry`), ``cli_options`` (the names of the command-line options it takes,
+  as argparse destinations, e.g. ``("noise_variance",)``) and ``standardizable = True`` when its
+  targets are real-valued location-scale data that may be standardized.
 
 Everything else is optional and has a sensible default:
 
@@ -18,10 +35,10 @@ Everything else is optional and has a sensible default:
 * ``predictive_moments(mean, var)`` -- the same predictive moments without Monte Carlo, when the
   likelihood can integrate over f itself (closed form or quadrature).
 * ``validate_targets(y)`` -- raise a ``ValueError`` naming the bad rows and values.
-* ``differentiable`` -- True when ``log_prob`` is a torch expression differentiable in f, which
+* ``differentiable`` -- True when ``_log_prob`` is a torch expression differentiable in f, which
   makes the reparameterization estimator available. Likelihood *parameters* (noise variances,
   warping parameters, ...) are ``nn.Parameter`` s and are learned through their own gradient
-  (seed 004, App. D.2), with f detached.
+  (Bonilla et al. 2019, App. D.2), with f detached.
 
 ``task`` is ``"regression"`` or ``"classification"`` and selects the paper's metrics (SSE and
 NLPD, or error rate and NLP).
@@ -40,7 +57,8 @@ class Likelihood(nn.Module):
     """Base class of all likelihoods.
 
     Subclasses set ``num_latent`` (Q, the number of latent functions they read from ``f``) and
-    ``output_dim`` (P, the number of columns of ``y``), and implement ``log_prob``.
+    ``output_dim`` (P, the number of columns of ``y``), and implement ``_log_prob`` (see the
+    module docstring); ``cli_name`` offers them on the command line.
     """
 
     #: Q: number of latent functions this likelihood reads from the last axis of ``f``.
@@ -68,16 +86,27 @@ class Likelihood(nn.Module):
 
     # ------------------------------------------------------------------ required
     def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
-        """log p(y_n | f_n) for every data point.
+        """log p(y_n | f_n) for every data point: checks the shapes and calls ``_log_prob``.
 
         Args:
-            y: targets, shape ``(B, P)``.
-            f: latent function values, shape ``(..., B, Q)``.
+            y: targets, shape ``(B, P)`` with P = ``output_dim``.
+            f: latent function values, shape ``(..., B, Q)`` with Q = ``num_latent``.
 
         Returns:
-            shape ``(..., B)``.
+            shape ``(..., B)``. A ``ValueError`` names the class, the shapes and what was expected
+            when ``y``, ``f`` or the result has the wrong shape (a check of shapes only: it reads
+            no values and costs no device synchronization).
         """
-        raise NotImplementedError
+        return _shape_checked(self, y, f, self._log_prob)
+
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+        """The subclass's log p(y_n | f_n): ``y (B, P)``, ``f (..., B, Q)`` -> ``(..., B)``; shapes
+        are already checked."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _log_prob(y, f)")
+
+    def _name_in_errors(self) -> str:
+        """How shape errors name this likelihood's log-density."""
+        return f"{type(self).__name__}.log_prob"
 
     # ------------------------------------------------------------------ optional
     @property
@@ -150,3 +179,51 @@ def bad_rows_message(mask: Tensor, y: Tensor, what: str, limit: int = 5) -> Opti
     shown = ", ".join(f"row {int(r)}: {y[r].tolist()}" for r in rows[:limit])
     more = f" (and {rows.numel() - limit} more)" if rows.numel() > limit else ""
     return f"{rows.numel()} target row(s) {what}: {shown}{more}"
+
+
+def log_prob_checked(likelihood: Likelihood, y: Tensor, f: Tensor) -> Tensor:
+    """``likelihood.log_prob(y, f)`` with the shapes checked, for every likelihood: through the
+    template for a class that implements ``_log_prob``, around the call for one that overrides
+    ``log_prob`` itself (code written before the template). Shapes as in :meth:`Likelihood.log_prob`.
+    """
+    if type(likelihood).log_prob is Likelihood.log_prob:
+        return likelihood.log_prob(y, f)
+    return _shape_checked(likelihood, y, f, likelihood.log_prob)
+
+
+def _shape_checked(likelihood: Likelihood, y: Tensor, f: Tensor, log_prob) -> Tensor:
+    """``log_prob(y, f)`` between the checks of ``y (B, P)``, ``f (..., B, Q)`` and the result
+    ``(..., B)``: Python-side comparisons of ``torch.Size`` s only (no tensor op, no device sync)."""
+    fs, ys = f.shape, y.shape
+    if len(fs) < 2 or len(ys) != 2 or fs[-1] != likelihood.num_latent or ys[0] != fs[-2] \
+            or ys[1] != likelihood.output_dim:
+        _raise_input_error(likelihood, y, f)
+    out = log_prob(y, f)
+    if not isinstance(out, Tensor) or out.shape != fs[:-1]:
+        _raise_output_error(likelihood, y, f, out)
+    return out
+
+
+def _who(likelihood) -> str:
+    name = getattr(likelihood, "_name_in_errors", None)  # duck-typed likelihoods (not subclasses) have none
+    return name() if name is not None else f"{type(likelihood).__name__}.log_prob"
+
+
+def _raise_input_error(likelihood: Likelihood, y: Tensor, f: Tensor) -> None:
+    """The ``ValueError`` for ``y``, ``f`` that are not ``(B, P)``, ``(..., B, Q)`` with P =
+    ``output_dim`` and Q = ``num_latent``: names both shapes and what was expected."""
+    Q, P = int(likelihood.num_latent), int(likelihood.output_dim)
+    if f.shape[-1:] != (Q,):
+        raise ValueError(f"{type(likelihood).__name__} reads Q={Q} latent functions but f has shape "
+                         f"{tuple(f.shape)}; expected (..., B, {Q}) for y of shape {tuple(y.shape)}")
+    raise ValueError(f"{_who(likelihood)}: expected y of shape (B, {P}) and f of shape (..., B, {Q}) "
+                     f"with the same B, got y of shape {tuple(y.shape)} and f of shape {tuple(f.shape)}")
+
+
+def _raise_output_error(likelihood: Likelihood, y: Tensor, f: Tensor, out) -> None:
+    """The ``ValueError`` for a result ``out`` that is not ``(..., B)`` = ``f.shape[:-1]``."""
+    got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+    raise ValueError(
+        f"{_who(likelihood)} returned shape {got} for y of shape {tuple(y.shape)} and f of shape "
+        f"{tuple(f.shape)}; expected {tuple(f.shape[:-1])} (one log-density per sample and data point)"
+    )

@@ -292,6 +292,9 @@ class CallableLikelihood(Likelihood):
         """How messages name the user's function: ``user likelihood 'name' (file, line)``."""
         return _describe_function(self.fn, self.import_path)
 
+    def _name_in_errors(self) -> str:
+        return self.describe()
+
     def _numpy_values(self, fn: Callable, args: tuple, params: dict, like: Tensor) -> Tensor:
         np_args = [a.detach().cpu().numpy() for a in args]
         np_params = {k: v.detach().cpu().numpy() for k, v in params.items()}
@@ -391,15 +394,8 @@ class CallableLikelihood(Likelihood):
         return torch.where(torch.isnan(out), out, torch.maximum(out, floor))
 
     # ------------------------------------------------------------------ the protocol
-    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
-        out = self._call(self.fn, y, f, params=self.parameter_values())
-        expected = tuple(f.shape[:-1])
-        if not isinstance(out, Tensor) or tuple(out.shape) != expected:
-            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise ValueError(
-                f"{self.describe()} returned shape {got} for f of shape {tuple(f.shape)} and y of shape "
-                f"{tuple(y.shape)}; expected {expected} (one log-density per sample and data point)"
-            )
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+        out = self._call(self.fn, y, f, params=self.parameter_values())  # shape checked by Likelihood.log_prob
         if not self._checked_gradient and torch.is_grad_enabled() and f.requires_grad:
             if not out.requires_grad:
                 raise ValueError(f"{self.describe()}: declared differentiable=True but its result has no gradient "

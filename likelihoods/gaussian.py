@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from .base import Likelihood, bad_rows_message
-from .parameters import LOG_2PI, PositiveParameter
+from .densities import gaussian_log_density
+from .parameters import PositiveParameter
 
 
 class Gaussian(Likelihood):
@@ -37,13 +38,13 @@ class Gaussian(Likelihood):
         super().__init__()
         self.variance = PositiveParameter(variance, floor=1e-8, learnable=learn_variance)
 
-    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         var = self.variance()
-        return -0.5 * (LOG_2PI + torch.log(var)) - 0.5 * (y[:, 0] - f[..., 0]) ** 2 / var
+        return gaussian_log_density(y[:, 0], f[..., 0], var)
 
     def expected_log_prob(self, y: Tensor, mean: Tensor, var: Tensor) -> Tensor:
         noise = self.variance()
-        return -0.5 * (LOG_2PI + torch.log(noise)) - 0.5 * ((y[:, 0] - mean[..., 0]) ** 2 + var[..., 0]) / noise
+        return gaussian_log_density(y[:, 0], mean[..., 0], noise, var[..., 0])
 
     def predictive_moments(self, mean: Tensor, var: Tensor) -> tuple[Tensor, Tensor]:
         """E[y] = m and Var[y] = v + sigma^2 under f ~ N(m, v), exactly."""

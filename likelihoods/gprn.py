@@ -33,7 +33,8 @@ import torch
 from torch import Tensor
 
 from .base import Likelihood, bad_rows_message
-from .parameters import LOG_2PI, PositiveParameter
+from .densities import gaussian_log_density
+from .parameters import PositiveParameter
 
 
 class GPRN(Likelihood):
@@ -91,11 +92,9 @@ class GPRN(Likelihood):
         W, g = self.split(f)
         return (W * g.unsqueeze(-2)).sum(dim=-1)
 
-    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         """log p(y_n | f_n) for ``y`` ``(B, P)`` and ``f`` ``(..., B, Q)``: ``(..., B)``."""
-        var = self.variance().to(f)
-        r = y.to(f) - self.mix(f)
-        return (-0.5 * (LOG_2PI + torch.log(var)) - 0.5 * r * r / var).sum(dim=-1)
+        return gaussian_log_density(y.to(f), self.mix(f), self.variance().to(f)).sum(dim=-1)
 
     def exact_expected_log_prob(self, y: Tensor, mean: Tensor, var: Tensor) -> Tensor:
         """Exact E_{N(f; mean, diag var)}[log p(y | f)]; ``mean``, ``var`` ``(..., B, Q)`` -> ``(..., B)``.
@@ -108,7 +107,7 @@ class GPRN(Likelihood):
         mean_s = (mW * mg).sum(dim=-1)
         var_s = (mW * mW * vg + mg * mg * vW + vW * vg).sum(dim=-1)
         noise = self.variance().to(mean)
-        return (-0.5 * (LOG_2PI + torch.log(noise)) - 0.5 * ((y.to(mean) - mean_s) ** 2 + var_s) / noise).sum(dim=-1)
+        return gaussian_log_density(y.to(mean), mean_s, noise, var_s).sum(dim=-1)
 
     def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
         """E[y | f] = W g and Var[y | f] = sigma^2, each ``(..., B, P)``."""

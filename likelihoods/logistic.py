@@ -33,7 +33,7 @@ class Logistic(Likelihood):
         # {0, 1} -> {-1, +1}; {-1, +1} unchanged
         return torch.where(y[:, 0] > 0, 1.0, -1.0).to(y.dtype)
 
-    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         return -F.softplus(-self._signs(y) * f[..., 0])
 
     def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:

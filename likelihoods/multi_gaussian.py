@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from .base import Likelihood, bad_rows_message
-from .parameters import LOG_2PI, PositiveParameter
+from .densities import gaussian_log_density
+from .parameters import PositiveParameter
 
 
 class MultiGaussian(Likelihood):
@@ -59,17 +60,15 @@ class MultiGaussian(Likelihood):
                 f"{self.num_latent}), got y {tuple(y.shape)} and f {tuple(f.shape)}"
             )
 
-    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         """log p(y_n | f_n) for ``y`` ``(B, P)`` and ``f`` ``(..., B, P)``: ``(..., B)``."""
-        self._check(y, f)
-        var = self.variance().to(f)
-        return (-0.5 * (LOG_2PI + torch.log(var)) - 0.5 * (y.to(f) - f) ** 2 / var).sum(dim=-1)
+        return gaussian_log_density(y.to(f), f, self.variance().to(f)).sum(dim=-1)
 
     def expected_log_prob(self, y: Tensor, mean: Tensor, var: Tensor) -> Tensor:
         """Closed-form E_{N(f; mean, diag var)}[log p(y | f)]; ``mean``, ``var`` ``(..., B, P)`` -> ``(..., B)``."""
         self._check(y, mean)
         noise = self.variance().to(mean)
-        return (-0.5 * (LOG_2PI + torch.log(noise)) - 0.5 * ((y.to(mean) - mean) ** 2 + var) / noise).sum(dim=-1)
+        return gaussian_log_density(y.to(mean), mean, noise, var).sum(dim=-1)
 
     def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
         """E[y | f] = f and Var[y | f] = sigma^2, each ``(..., B, P)``."""

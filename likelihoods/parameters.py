@@ -5,8 +5,6 @@ theta = softplus(r) + floor, so that gradient steps can never make it zero or ne
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -51,5 +49,3 @@ class PositiveParameter(nn.Module):
         v = self().detach()
         return f"value={v.tolist() if v.numel() <= 8 else tuple(v.shape)}"
 
-
-LOG_2PI = math.log(2 * math.pi)

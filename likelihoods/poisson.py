@@ -58,7 +58,7 @@ class Poisson(Likelihood):
         """log lambda = log w + f + m for ``f`` of shape ``(..., B, 1)``: ``(..., B)``."""
         return f[..., 0] + (self.offset + self.log_bin_width).to(f)
 
-    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         """log p(y_n | f_n) for counts ``y`` ``(B, 1)`` and ``f`` ``(..., B, 1)``: ``(..., B)``."""
         log_rate = self.log_rate(f)
         counts = y[:, 0].to(f)

@@ -35,7 +35,8 @@ import torch
 from torch import Tensor
 
 from .base import Likelihood, bad_rows_message
-from .parameters import LOG_2PI, PositiveParameter
+from .densities import gaussian_log_density
+from .parameters import PositiveParameter
 
 
 class Seismic(Likelihood):
@@ -97,11 +98,9 @@ class Seismic(Likelihood):
         thickness = torch.diff(depth, dim=-1, prepend=torch.zeros_like(depth[..., :1]))
         return 2 * torch.cumsum(thickness / velocity, dim=-1)
 
-    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         """log p(y_n | f_n) for times ``y`` ``(B, P)`` and ``f`` ``(..., B, 2P)``: ``(..., B)``."""
-        var = self.noise_variance().to(f)
-        r = y.to(f) - self.travel_times(f)
-        return (-0.5 * (LOG_2PI + torch.log(var)) - 0.5 * r * r / var).sum(dim=-1)
+        return gaussian_log_density(y.to(f), self.travel_times(f), self.noise_variance().to(f)).sum(dim=-1)
 
     def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
         """E[y | f] = g (travel times) and Var[y | f] = sigma^2, each ``(..., B, P)``."""

@@ -47,7 +47,7 @@ class Softmax(Likelihood):
             return y.argmax(dim=-1)
         return y[:, 0].round().long()
 
-    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         """log p(y_n | f_n) = f_{n, y_n} - logsumexp(f_n).
 
         Args:
@@ -57,11 +57,6 @@ class Softmax(Likelihood):
         Returns:
             shape ``(..., B)``.
         """
-        if f.shape[-1] != self.num_classes:
-            raise ValueError(
-                f"Softmax: f must have C = {self.num_classes} latent values in its last axis, got f of "
-                f"shape {tuple(f.shape)}"
-            )
         idx = self.class_index(y).to(f.device).expand(f.shape[:-1]).unsqueeze(-1)
         return torch.gather(f, -1, idx).squeeze(-1) - torch.logsumexp(f, dim=-1)
 

@@ -44,7 +44,7 @@ class StudentT(Likelihood):
         self.df = PositiveParameter(df, floor=1e-6, learnable=learn_df)
         self.scale = PositiveParameter(scale, floor=1e-8, learnable=learn_scale)
 
-    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         """log p(y_n | f_n) for ``y`` ``(B, 1)`` and ``f`` ``(..., B, 1)``: ``(..., B)``."""
         nu, s = self.df().to(f), self.scale().to(f)
         z = (y[:, 0].to(f) - f[..., 0]) / s

@@ -25,7 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from .base import Likelihood, bad_rows_message
-from .parameters import LOG_2PI, PositiveParameter
+from .densities import gaussian_log_density
+from .parameters import PositiveParameter
 
 
 def _gauss_hermite(num_points: int, like: Tensor) -> tuple[Tensor, Tensor]:
@@ -139,21 +140,17 @@ class WarpedGaussian(Likelihood):
         return x - (t - z) / dt
 
     # ------------------------------------------------------------------ the likelihood
-    def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
+    def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         """log p(y_n | f_n) for ``y`` ``(B, 1)`` and ``f`` ``(..., B, 1)``: ``(..., B)``."""
         t, dt = self.warp(y[:, 0].to(f))
         var = self.variance().to(f)
-        return -0.5 * (LOG_2PI + torch.log(var)) - 0.5 * (t - f[..., 0]) ** 2 / var + torch.log(dt)
+        return gaussian_log_density(t, f[..., 0], var) + torch.log(dt)
 
     def expected_log_prob(self, y: Tensor, mean: Tensor, var: Tensor) -> Tensor:
         """Closed-form E_{N(f; mean, var)}[log p(y | f)]; ``mean``, ``var`` ``(..., B, 1)`` -> ``(..., B)``."""
         t, dt = self.warp(y[:, 0].to(mean))
         noise = self.variance().to(mean)
-        return (
-            -0.5 * (LOG_2PI + torch.log(noise))
-            - 0.5 * ((t - mean[..., 0]) ** 2 + var[..., 0]) / noise
-            + torch.log(dt)
-        )
+        return gaussian_log_density(t, mean[..., 0], noise, var[..., 0]) + torch.log(dt)
 
     # ------------------------------------------------------------------ predictions
     def _moments_of_inverse(self, mean_z: Tensor, var_z: Tensor) -> tuple[Tensor, Tensor]:

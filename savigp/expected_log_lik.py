@@ -54,6 +54,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from likelihoods.base import log_prob_checked
+
 from . import _chunks, _compile, _sync_free
 from .nonfinite import non_finite_error
 
@@ -99,7 +101,8 @@ def resolve_estimator(estimator: str, likelihood) -> str:
 
 
 def checked_log_prob(likelihood, y: Tensor, f: Tensor, check_finite: bool = True) -> Tensor:
-    """``likelihood.log_prob(y, f)`` with its shape and finiteness checked.
+    """``likelihood.log_prob(y, f)`` with its shapes (by the likelihood's template method, see
+    :func:`likelihoods.base.log_prob_checked`) and finiteness checked.
 
     Args:
         y: ``(B, P)``; f: ``(..., B, Q)``.
@@ -111,17 +114,7 @@ def checked_log_prob(likelihood, y: Tensor, f: Tensor, check_finite: bool = True
         :class:`~savigp.nonfinite.NonFiniteLogProb` (a ``ValueError``) naming the likelihood, the
         rows of the batch, their targets and the f values where the values are NaN or infinite.
     """
-    Q = int(likelihood.num_latent)
-    if f.shape[-1] != Q:
-        raise ValueError(f"{type(likelihood).__name__} reads Q={Q} latent functions but f has shape {tuple(f.shape)}")
-    out = likelihood.log_prob(y, f)
-    expected = tuple(f.shape[:-1])
-    if not isinstance(out, Tensor) or tuple(out.shape) != expected:
-        got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-        raise ValueError(
-            f"{type(likelihood).__name__}.log_prob returned shape {got} for y of shape {tuple(y.shape)} and "
-            f"f of shape {tuple(f.shape)}; expected {expected}"
-        )
+    out = log_prob_checked(likelihood, y, f)  # shapes: likelihoods.Likelihood.log_prob
     if not check_finite:
         return out
     bad = ~torch.isfinite(out)

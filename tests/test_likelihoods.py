@@ -469,7 +469,7 @@ def test_softmax_rejects_one_hot_rows_in_index_mode_with_a_hint():
         Softmax(3).validate_targets(torch.eye(3))
     with pytest.raises(ValueError, match="num_classes"):
         Softmax(1)
-    with pytest.raises(ValueError, match="latent values"):
+    with pytest.raises(ValueError, match=r"Softmax reads Q=3 latent functions but f has shape \(2, 4\)"):
         Softmax(3).log_prob(torch.zeros(2, 1), torch.zeros(2, 4))
 
 
@@ -610,8 +610,10 @@ def test_gprn_layout_and_mixing():
     m0.requires_grad_(True)
     (grad,) = torch.autograd.grad(lik.exact_expected_log_prob(torch.randn(5, 3), m0, v0).sum(), m0)
     assert bool((grad == 0).all())
-    with pytest.raises(ValueError, match="Q = Q'"):
+    with pytest.raises(ValueError, match=r"GPRN reads Q=8 latent functions but f has shape \(1, 7\)"):
         lik.log_prob(torch.zeros(1, 3), torch.zeros(1, 7))
+    with pytest.raises(ValueError, match="Q = Q'"):
+        lik.conditional_moments(torch.zeros(1, 7))
     with pytest.raises(ValueError, match="variance"):
         GPRN(3, variance=[1.0, 2.0])
 
@@ -632,8 +634,10 @@ def test_seismic_hand_example_and_scales():
     lik = Seismic()
     assert not list(lik.parameters()) and len(list(Seismic(learn_noise=True).parameters())) == 1
     torch.testing.assert_close(lik.conditional_moments(torch.as_tensor(f))[1][0, 0], torch.as_tensor(SEISMIC_STD ** 2))
-    with pytest.raises(ValueError, match="2P = 8"):
+    with pytest.raises(ValueError, match=r"Seismic reads Q=8 latent functions but f has shape \(6, 6\)"):
         lik.log_prob(torch.as_tensor(y), torch.zeros(6, 6))
+    with pytest.raises(ValueError, match="2P = 8"):
+        lik.conditional_moments(torch.zeros(6, 6))
 
 
 @pytest.mark.skipif(not (DATA / "seismic" / "mcmc_reference.csv").exists(), reason="shared seismic data not found")
@@ -663,5 +667,7 @@ def test_multi_gaussian_variances_and_shapes():
     torch.testing.assert_close(lik.conditional_moments(f)[1], torch.tensor([0.5, 2.0]).expand(3, 1, 2))
     with pytest.raises(ValueError, match="variance"):
         MultiGaussian(3, variance=[1.0, 2.0])
-    with pytest.raises(ValueError, match=r"f \(\.\.\., B, 2\)"):
+    with pytest.raises(ValueError, match=r"MultiGaussian reads Q=2 latent functions but f has shape \(1, 3\)"):
         lik.log_prob(torch.zeros(1, 2), torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"f \(\.\.\., B, 2\)"):
+        lik.expected_log_prob(torch.zeros(1, 2), torch.zeros(1, 3), torch.ones(1, 3))
