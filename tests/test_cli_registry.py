@@ -29,7 +29,7 @@ LAPLACE = textwrap.dedent('''
             self.num_latent, self.output_dim = 1, 1
             self.variance = float(variance)
 
-        def log_prob(self, y, f):
+        def _log_prob(self, y, f):
             b = math.sqrt(self.variance / 2)
             return (-(y[..., 0] - f[..., 0]).abs() / b - math.log(2 * b))
 ''')
