@@ -1,7 +1,5 @@
 """A likelihood class that declares its command-line name (likelihoods.registry) is offered by
 ``savigp train`` with no edit of the CLI: adding a likelihood touches one file."""
-import math
-import os
 import sys
 import textwrap
 
