@@ -76,14 +76,14 @@ def likelihood_spec(args, Y: np.ndarray) -> dict:
 
 def make_likelihood(spec: dict):
     """Construct the likelihood; a constructor's complaint becomes a one-line CLIError."""
-    from ..model_files import make_likelihood as build
+    from ..model_files import LikelihoodImportError, make_likelihood as build
 
     try:
         return build(spec)
     except TypeError as err:
         raise CLIError(f"--likelihood {spec['name']}: bad option(s) {spec.get('kwargs')}: {one_line(err)}") from None
     except ValueError as err:
-        if type(err).__name__ == "LikelihoodImportError":
+        if type(err) is LikelihoodImportError:  # its own one line, naming the file
             raise
         raise CLIError(f"--likelihood {spec['name']}: {one_line(err)}") from None
 
