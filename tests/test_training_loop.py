@@ -3,6 +3,7 @@ the same numbers as the loops it replaced. The reference values were computed by
 loop was shared (commit 0d83cb4, CPU, float64, one thread); the tolerance 1e-10 (relative) leaves room
 only for summation-order rounding."""
 import math
+import pickle
 
 import pytest
 import torch
@@ -140,6 +141,9 @@ def test_a_diverged_natural_gradient_run_names_the_step_and_keeps_the_last_good_
     with pytest.raises(savigp.TrainingDiverged) as err:
         fit_orthnat(model, 6, batch_size=30, natgrad_step=0.5, gamma_update="adam", seed=0)
     assert str(err.value) == message
+    assert err.value.step == 2 and err.value.where == ("mean_head.a",)
+    again = pickle.loads(pickle.dumps(err.value))  # (e.g. from a worker process)
+    assert (str(again), again.step, again.where) == (message, 2, ("mean_head.a",))
     for (name, a), b in zip(model.named_parameters(), ref.parameters()):
         assert torch.equal(a, b), name
 
