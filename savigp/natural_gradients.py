@@ -366,6 +366,11 @@ def fit_orthnat(
     natural step linearly from 1e-5 to ``natgrad_step`` over that many steps (seed 003, App. E,
     for non-conjugate likelihoods). ``hyper_lr=0`` or ``hyper_groups=()`` keeps them fixed.
 
+    The loop is fit's (:func:`savigp.training.loop.run`): ``seed`` seeds the mini-batch order and
+    the draws, every step is checked (a NaN/inf term or parameter restores the last good parameters
+    and raises :class:`savigp.TrainingDiverged`), ``callback(step, terms)`` runs after every step
+    (True stops), and ``progress`` reports on stderr as fit does (a bar on a terminal, lines in a log).
+
     Returns:
         :class:`savigp.training.TrainingHistory` (the ELBO at each step's starting parameters).
     """
