@@ -202,12 +202,12 @@ def fit(
     ddp = distributed.setup(model, params, seed, {"N": N, "batch_size": B, "iterations": iterations,
                                                   "start step": start, "seed": seed, "batch position": pos})
     progress = progress and (ddp is None or ddp.rank == 0)
-    report = Progress(progress, start, iterations, estimator)
-    if optimizer == "lbfgs" or ddp is not None:
+    if optimizer == "lbfgs" or ddp is not None:  # (the last good state: rank 0's broadcast parameters)
         rule = GradientStep(model, opt, num_samples=num_samples, estimator=estimator, generator=gen, ddp=ddp)
     else:
         rule = SyncFreeStep(model, opt, num_samples=num_samples, estimator=estimator, draw_generator=draw_gen,
                             batch_generator=gen, start=start, window=window, graphs=graphs)
+    report = Progress(progress, start, iterations, estimator)
     t0 = time.perf_counter()
     try:
         loop.run(model, rule, Batches(N, B, gen, perm, pos, model.device), history, report, start=start,
