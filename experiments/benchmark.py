@@ -1,7 +1,7 @@
 """Speed of one training step: savigp against GPyTorch SVGP and against the flop floor.
 
 One *step* is what :func:`savigp.training.fit` does per mini-batch with Adam: its step runner
-(``savigp._step.StepRunner``: zero the gradients, the ELBO on the batch, backward, Adam, and the
+(``savigp.training.StepRunner``: zero the gradients, the ELBO on the batch, backward, Adam, and the
 on-device bookkeeping of failures and the last good parameters; replayed from a CUDA graph on CUDA
 unless ``--cuda-graphs off``), with fit's host read of the ELBO every ``log_every`` steps (every
 step on the CPU, every 100 on CUDA), and for GPyTorch the usual SVGP step
@@ -87,8 +87,7 @@ if str(ROOT) not in sys.path:
 
 from savigp import SAVIGP  # noqa: E402
 from savigp.kernels import RBF  # noqa: E402
-from savigp import _step  # noqa: E402
-from savigp.training import default_log_every, make_adam  # noqa: E402
+from savigp.training import WARMUP_STEPS, StepRunner, default_log_every, graph_decision, make_adam  # noqa: E402
 import likelihoods as L  # noqa: E402
 
 try:  # GPyTorch is only in the ``benchmark`` extra
@@ -245,13 +244,13 @@ class SavigpStep:
                             num_components=cfg.K, mean_basis_size=cfg.G, dtype=data.dtype, device=data.device,
                             seed=seed)
         device = torch.device(data.device)
-        graphs, _ = _step.graph_decision(None if cuda_graphs else False, device=device, optimizer="adam",
-                                         estimator=cfg.estimator, likelihood=lik, joint=False)
+        graphs, _ = graph_decision(None if cuda_graphs else False, device=device, optimizer="adam",
+                                   estimator=cfg.estimator, likelihood=lik, joint=False)
         self.opt = make_adam([p for p in self.model.parameters() if p.requires_grad], lr, capturable=graphs)
         # as fit: the draws from a CPU generator on the CPU, from one on the device elsewhere
         gen = torch.Generator(device=device).manual_seed(seed)
-        self.runner = _step.StepRunner(self.model, self.opt, num_samples=cfg.S, estimator=cfg.estimator,
-                                       generator=gen, window=default_log_every(device), graphs=graphs)
+        self.runner = StepRunner(self.model, self.opt, num_samples=cfg.S, estimator=cfg.estimator,
+                                 generator=gen, window=default_log_every(device), graphs=graphs)
         self.cfg = cfg
 
     def __call__(self, batch: torch.Tensor) -> None:
@@ -568,7 +567,7 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
         return torch.randint(0, data.N, (cfg.B,), generator=g).to(data.device)
 
     if torch.device(data.device).type == "cuda":  # savigp captures its CUDA graph after its own warm-up steps
-        warmup = max(warmup, _step.WARMUP_STEPS + 2)
+        warmup = max(warmup, WARMUP_STEPS + 2)
     times: dict[str, list[float]] = {k: [] for k in runners}
     cpu: dict[str, list[float]] = {k: [] for k in runners}
     for _ in range(warmup):

@@ -277,7 +277,7 @@ def run_dataset(name: str, configs, seeds, args, done=None) -> list[dict]:
                 hist = train(model, config, iters, batch, args.lr, args.eq16_step, seed)
                 status = "ok"
             except TrainingDiverged as err:  # the model keeps its last good parameters
-                hist = TrainingHistory(elbo=[float("nan")], steps=int(str(err).split("step ")[1].split(":")[0]) + 1)
+                hist = TrainingHistory(elbo=[float("nan")], steps=err.step + 1)
                 status = "diverged"
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
             tail = hist.elbo[-min(50, len(hist.elbo)):]

@@ -3,10 +3,11 @@
 Two steps of the same model, alternating in one process (so that a shared machine's load hits both
 alike), each timed over ``--steps`` steps per round:
 
-* ``checked``: the loop of savigp.fit before the sync-free step -- zero the gradients, the ELBO,
+* ``checked``: the loop of savigp.fit before the sync-free step, ``savigp.training.GradientStep`` in
+  one process (what L-BFGS and data-parallel training still use) -- zero the gradients, the ELBO,
   backward and Adam only if the ELBO is finite (a host read), then every term and parameter read
   back and checked, and a copy of every parameter as the last good state;
-* ``sync-free``: ``savigp._step.StepRunner.run`` (the on-device bookkeeping: a finite-flag per step,
+* ``sync-free``: ``savigp.training.StepRunner.run`` (the on-device bookkeeping: a finite-flag per step,
   a conditional snapshot, zeroed gradients after a bad step) followed by fit's read of the flags,
   every step as on the CPU by default.
 
@@ -30,8 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchmark as bm  # noqa: E402
-from savigp import _step  # noqa: E402
-from savigp.training import _check_finite, _LastGood, make_adam  # noqa: E402
+from savigp.training import GradientStep  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -53,20 +53,18 @@ def main(argv=None) -> dict:
     Z = data.inducing(cfg.M, 0)
     runs = {}
 
-    old = bm.SavigpStep(cfg, data, Z)  # its model, optimizer and draws; stepped the old way below
-    model, opt, gen, last_good = old.model, old.opt, torch.Generator().manual_seed(0), _LastGood(old.model)
+    old = bm.SavigpStep(cfg, data, Z)  # its model and optimizer; stepped the old way below
+    rule = GradientStep(old.model, old.opt, num_samples=cfg.S, estimator=cfg.estimator,
+                        generator=torch.Generator().manual_seed(0))
     counter = {"step": 0}
 
     def checked(batch):
-        opt.zero_grad()
-        terms = model.elbo(batch, num_samples=cfg.S, estimator=cfg.estimator, generator=gen)
-        if torch.isfinite(terms.elbo):
-            (-terms.elbo).backward()
-            opt.step()
-        _check_finite(model, terms, counter["step"], last_good)
-        last_good.save()
+        rule.step(batch, counter["step"])
+        check = rule.check()
+        if check.bad is not None:
+            raise FloatingPointError(f"the checked step diverged at step {check.bad.step}")
         counter["step"] += 1
-        return float(terms.elbo.detach())
+        return check.rows[-1]["elbo"]
 
     new = bm.SavigpStep(cfg, data, Z)
 

@@ -8,7 +8,7 @@ that failed (``torch.linalg.cholesky_ex``'s ``info``) and log-likelihood values 
 infinite are OR-ed into the boolean tensors of a :class:`StepFlags`, on the model's device, and a
 failed factor is replaced by NaN so that the step's ELBO is non-finite rather than wrong.
 :func:`savigp.fit` reads the flags every ``log_every`` steps and reacts then (see
-:mod:`savigp._step`). Outside :func:`deferred` (``model.elbo`` called directly) the checks raise
+:mod:`savigp.training.step`). Outside :func:`deferred` (``model.elbo`` called directly) the checks raise
 at once, as before.
 """
 from __future__ import annotations

@@ -319,7 +319,7 @@ class SAVIGP(nn.Module):
 
         Inside :func:`savigp._sync_free.deferred` (a training step of :func:`savigp.fit`) nothing is
         read back: one factorization at that jitter, a failure flagged on the device and the factor
-        set to NaN; fit then grows ``jitter_floor`` at its next check (see :mod:`savigp._step`).
+        set to NaN; fit then grows ``jitter_floor`` at its next check (see :mod:`savigp.training.step`).
         """
         base = max(base_jitter(Kzz.dtype), float(getattr(self, "jitter_floor", 0.0)))
         flags = _sync_free.active()

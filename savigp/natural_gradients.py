@@ -84,12 +84,11 @@ from typing import Callable, Optional, Sequence
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from .expected_log_lik import expected_log_lik
 from .model import SAVIGP, ELBOTerms
 from . import distributed
-from .training import TrainingHistory, _check_finite, _LastGood
+from .training import Batches, CheckedStep, Progress, TrainingHistory, run
 
 GAMMA_UPDATES = ("precond", "adam")
 GAMMA_PRECONDITIONERS = ("seed", "gauss-newton")
@@ -367,6 +366,11 @@ def fit_orthnat(
     natural step linearly from 1e-5 to ``natgrad_step`` over that many steps (seed 003, App. E,
     for non-conjugate likelihoods). ``hyper_lr=0`` or ``hyper_groups=()`` keeps them fixed.
 
+    The loop is fit's (:func:`savigp.training.loop.run`): ``seed`` seeds the mini-batch order and
+    the draws, every step is checked (a NaN/inf term or parameter restores the last good parameters
+    and raises :class:`savigp.TrainingDiverged`), ``callback(step, terms)`` runs after every step
+    (True stops), and ``progress`` reports on stderr as fit does (a bar on a terminal, lines in a log).
+
     Returns:
         :class:`savigp.training.TrainingHistory` (the ELBO at each step's starting parameters).
     """
@@ -384,29 +388,47 @@ def fit_orthnat(
         raise ValueError(f"batch_size must be between 1 and N={N}, got {batch_size}")
     iterations = int(iterations)
     estimator = model.resolved_estimator(estimator)
-    post, head = model.posterior, model.mean_head
+    head = model.mean_head
     hypers = _hyper_parameters(model, hyper_groups) if hyper_lr > 0 else []
     opt = torch.optim.Adam(hypers, lr=hyper_lr) if hypers else None
     gamma_opt = torch.optim.Adam([head.a], lr=gamma_lr) if (head is not None and gamma_update == "adam") else None
 
     gen = torch.Generator().manual_seed(seed)
     history = TrainingHistory(estimator=f"orthnat/{estimator}")
-    last_good = _LastGood(model)
-    perm, pos = torch.randperm(N, generator=gen), 0
-    precond = None
-    bar = tqdm(range(iterations), disable=not progress, desc="savigp orthnat", dynamic_ncols=True, leave=False)
+    rule = NaturalStep(model, opt, gamma_opt, hypers, natgrad_step=natgrad_step, natgrad_warmup=natgrad_warmup,
+                       gamma_step=gamma_step, gamma_precond=gamma_precond, gamma_jitter=gamma_jitter,
+                       precond_every=precond_every, num_samples=num_samples, estimator=estimator, generator=gen)
+    batches = Batches(N, B, gen, torch.randperm(N, generator=gen), 0, model.device)
+    report = Progress(progress, 0, iterations, history.estimator)
     t0 = time.perf_counter()
-    for step in bar:
-        if B == N:
-            batch = None
-            X, Y = model.train_x, model.train_y
-        else:
-            if pos + B > N:
-                perm, pos = torch.randperm(N, generator=gen), 0
-            batch = perm[pos:pos + B].to(model.device)
-            pos += B
-            X, Y = model.train_x[batch], model.train_y[batch]
-        tau = natgrad_step if step >= natgrad_warmup else 1e-5 + (natgrad_step - 1e-5) * step / max(1, natgrad_warmup)
+    try:
+        run(model, rule, batches, history, report, start=0, iterations=iterations, callback=callback)
+    finally:
+        report.close()
+    history.seconds = time.perf_counter() - t0
+    return history
+
+
+class NaturalStep(CheckedStep):
+    """The step of :func:`fit_orthnat` (its docstring), checked after every step: on one batch and
+    one set of draws, the natural step on q(v), the a_gamma step (preconditioned, or ``gamma_opt``)
+    and Adam (``opt``) on ``hypers``, all with gradients at the parameters the step started from."""
+
+    def __init__(self, model: SAVIGP, opt, gamma_opt, hypers: list, *, natgrad_step: float, natgrad_warmup: int,
+                 gamma_step: float, gamma_precond: str, gamma_jitter: float, precond_every: int, num_samples: int,
+                 estimator: str, generator: torch.Generator):
+        super().__init__(model, opt)
+        self.gamma_opt, self.hypers, self.generator = gamma_opt, hypers, generator
+        self.natgrad_step, self.natgrad_warmup, self.gamma_step = natgrad_step, natgrad_warmup, gamma_step
+        self.gamma_precond, self.gamma_jitter, self.precond_every = gamma_precond, gamma_jitter, precond_every
+        self.num_samples, self.estimator = num_samples, estimator
+        self.precond = None
+
+    def step(self, batch: Optional[Tensor], step: int) -> ELBOTerms:
+        model, post, head, hypers = self.model, self.model.posterior, self.model.mean_head, self.hypers
+        X, Y = (model.train_x, model.train_y) if batch is None else (model.train_x[batch], model.train_y[batch])
+        tau = self.natgrad_step if step >= self.natgrad_warmup else \
+            1e-5 + (self.natgrad_step - 1e-5) * step / max(1, self.natgrad_warmup)
 
         # ---- one forward pass with (m, S) as autograd leaves
         with torch.no_grad():
@@ -416,8 +438,9 @@ def fit_orthnat(
         S = (L0 * L0 if post.diagonal else L0 @ L0.transpose(-1, -2)).requires_grad_(True)
         Lzz = model.prior_factor()
         mean, var = whitened_marginals(model, X, Lzz, m, S)
-        ell = expected_log_lik(model.likelihood, Y, mean, var, post.weights().detach(), estimator=estimator,
-                               num_samples=num_samples, scale=N / X.shape[0], generator=gen)
+        ell = expected_log_lik(model.likelihood, Y, mean, var, post.weights().detach(), estimator=self.estimator,
+                               num_samples=self.num_samples, scale=model.num_data / X.shape[0],
+                               generator=self.generator)
         head_kl = head.kl(model.kernel, model.inducing, Lzz, mean=m) if head is not None else ell.value.new_zeros(())
         objective = ell.value - head_kl
         wrt = [m, S] + hypers + ([head.a] if head is not None else []) + [var]
@@ -429,8 +452,7 @@ def fit_orthnat(
 
         with torch.no_grad():
             terms = model._assemble(ell, post.entropy(), post.cross_entropy(), head_kl.detach(), Lzz)
-            elbo = terms.elbo
-            if torch.isfinite(elbo):
+            if torch.isfinite(terms.elbo):
                 # 1. natural step on q(v)
                 if not post.diagonal:
                     g_S = 0.5 * (g_S + g_S.transpose(-1, -2))
@@ -438,32 +460,22 @@ def fit_orthnat(
                 new_m = _coupled_mean(model, new_m)
                 # 2. a_gamma
                 if head is not None and g_a is not None:
-                    if gamma_opt is not None:
+                    if self.gamma_opt is not None:
                         head.a.grad = -g_a
-                        gamma_opt.step()
+                        self.gamma_opt.step()
                     else:
-                        if precond is None or step % max(1, int(precond_every)) == 0:
+                        if self.precond is None or step % max(1, int(self.precond_every)) == 0:
                             curv = None if g_var is None else (-2.0 * g_var[0]).transpose(0, 1)  # (Q, B)
-                            precond = gamma_preconditioner(model, Lzz.detach(), jitter=gamma_jitter, kind=gamma_precond,
-                                                           X=X, curvature=curv)
-                        head.a.add_(gamma_step * g_a / precond)
+                            self.precond = gamma_preconditioner(model, Lzz.detach(), jitter=self.gamma_jitter,
+                                                                kind=self.gamma_precond, X=X, curvature=curv)
+                        head.a.add_(self.gamma_step * g_a / self.precond)
                 # 3. Adam on the hyper-parameters
-                if opt is not None:
+                if self.optimizer is not None:
                     for p, g in zip(hypers, g_hyper):
                         p.grad = None if g is None else -g
-                    opt.step()
+                    self.optimizer.step()
                 post.set_full(new_m.unsqueeze(0), new_L.unsqueeze(0))
                 if head is not None:
                     head.clear_cache()
-        _check_finite(model, terms, step, last_good)
-        last_good.save()
-        history.elbo.append(float(elbo))
-        history.steps += 1
-        history.terms = terms.as_dict()
-        if progress:
-            bar.set_postfix(elbo=f"{history.elbo[-1]:.4g}")
-        if callback is not None and callback(step, terms):
-            break
-    bar.close()
-    history.seconds = time.perf_counter() - t0
-    return history
+        self.terms, self.index = terms, step
+        return terms

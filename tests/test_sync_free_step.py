@@ -1,5 +1,5 @@
 """The training step without host synchronization, its failure semantics, and the CUDA-graph
-decision (savigp._step, savigp._sync_free)."""
+decision (savigp.training.step, savigp._sync_free)."""
 import contextlib
 import math
 import warnings
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import savigp
-from savigp import _step
+from savigp.training import step as _step
 from savigp.kernels import RBF
 from savigp.nonfinite import NonFiniteLogProb
 from likelihoods import CallableLikelihood, Gaussian, Logistic, Poisson
@@ -169,8 +169,9 @@ def test_divergence_is_named_and_the_model_keeps_finite_parameters():
         return grad * float("inf") if calls["n"] == 3 else grad
 
     model.posterior.mean.register_hook(poison)
-    with pytest.raises(savigp.TrainingDiverged, match=r"at step 2: parameter posterior.mean has non-finite"):
+    with pytest.raises(savigp.TrainingDiverged, match=r"at step 2: parameter posterior.mean has non-finite") as err:
         savigp.fit(model, iterations=8, progress=False, log_every=5)
+    assert err.value.step == 2 and err.value.where == ("posterior.mean",)
     for (name, a), b in zip(model.named_parameters(), ref.parameters()):
         assert torch.equal(a, b), name
 

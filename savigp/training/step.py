@@ -38,7 +38,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _compile, _sync_free
+from .. import _compile, _sync_free
 
 #: eager steps before the capture (on a side stream, as CUDA graph capture requires; they also
 #: create the optimizer's state)

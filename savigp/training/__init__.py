@@ -1,0 +1,18 @@
+"""Training: :func:`fit` (Adam, Adadelta, L-BFGS; Bonilla et al. 2019, §5) and the one loop it
+shares with :func:`savigp.fit_orthnat` (Salimbeni et al. 2018's natural-gradient steps).
+
+* :mod:`savigp.training.loop`: the loop (batches, history, checks, progress, callbacks) and
+  :class:`TrainingDiverged`, :class:`TrainingHistory`, :class:`LastGood`;
+* :mod:`savigp.training.rules`: the per-step updates of fit (:class:`SyncFreeStep`,
+  :class:`GradientStep`) and the per-step check others build on (:class:`CheckedStep`);
+* :mod:`savigp.training.step`: the sync-free step (:class:`StepRunner`) and its CUDA graph;
+* :mod:`savigp.training.fitting`: :func:`fit` itself.
+"""
+from .fitting import OPTIMIZERS, PARAMETER_GROUPS, default_log_every, fit, make_adam, parameter_groups
+from .loop import Batches, BadStep, Check, LastGood, Progress, TrainingDiverged, TrainingHistory, run
+from .rules import CheckedStep, GradientStep, SyncFreeStep
+from .step import WARMUP_STEPS, StepRunner, graph_decision
+
+__all__ = ["fit", "TrainingHistory", "TrainingDiverged", "OPTIMIZERS", "PARAMETER_GROUPS", "parameter_groups",
+           "make_adam", "default_log_every", "run", "Batches", "Progress", "Check", "BadStep", "LastGood",
+           "CheckedStep", "GradientStep", "SyncFreeStep", "StepRunner", "graph_decision", "WARMUP_STEPS"]
