@@ -35,9 +35,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from . import _compile
-from ._triangular import lower_factor_gram, lower_of_product, lower_of_sym_times_lower, lower_mm, solve_lower, upper_t_mm
-from .constraints import LOG_2PI, inverse_softplus
+from .. import _compile
+from .._triangular import lower_factor_gram, lower_of_product, lower_of_sym_times_lower, lower_mm, solve_lower, upper_t_mm
+from ..constraints import LOG_2PI, inverse_softplus
 
 
 #: The full-covariance moments switch to the "middle matrix" form P = S - I (see
@@ -834,7 +834,7 @@ def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components
     if kind == "diag-whitened":
         return DiagonalMixture(num_latent, num_inducing, num_components, **options)
     if kind == "joint":
-        from .joint_posterior import JointGaussian
+        from ..joint_posterior import JointGaussian
 
         if num_components != 1:
             raise ValueError(f"posterior='joint' has one component, got num_components={num_components}")
