@@ -1,7 +1,7 @@
 """The custom autograd functions of the diagonal mixture over u (:class:`savigp.posteriors.UDiagonalMixture`):
-its marginal moments, with a hand-written backward pass that hands the gradient to K_zz directly
-(Bonilla et al. 2019, App. D-E), so the training step needs no autograd through a Cholesky
-factorization.
+its marginal moments and its u-space parameters, with hand-written backward passes that hand the
+gradient to K_zz directly (Bonilla et al. 2019, App. D-E), so the training step needs no autograd
+through a Cholesky factorization.
 """
 from __future__ import annotations
 
@@ -77,3 +77,61 @@ def fused_u_space_moments(Kzz, Kzx: Tensor, mean: Tensor, sd: Tensor, L: Tensor,
         Kzz = L.new_zeros(())
     return _USpaceMoments.apply(Kzz, Kzx, mean, sd, L.detach(), jitter_rel)
 
+
+class _UParameters(torch.autograd.Function):
+    """The prior-dependent u-space parameters of :class:`savigp.posteriors.UDiagonalMixture` with a
+    hand-written backward pass. For J = K_zz + rel * mean(diag K_zz) I = L L^T, Linv = L^-1 and
+    P = J^-1 = Linv^T Linv:
+
+        mean_k = L w_k,     log c_m = -1/2 log P_mm,     logdet = log|J| = 2 sum_m log L_mm.
+
+    Backward, with a_k = L^T g_mean_k, C = sum_k a_k w_k^T, Phi = lower triangle with halved
+    diagonal (the Cholesky adjoint, dL = L Phi(L^-1 dJ L^-T)), h_m = g_logc_m / P_mm:
+
+        dF/dw_k = a_k,      dF/dJ = Linv^T [Phi(C) + 1/2 Linv diag(h) Linv^T + g_logdet I] Linv,
+
+    symmetrized, then carried through the jitter to K_zz. Against autograd's path (a second Cholesky
+    factorization with graph, its backward, and the backward of the triangular solve for Linv) it
+    needs no factorization: one M x M x M product and two triangular solves per latent function.
+    ``L`` is the factor the model computed (no graph); K_zz receives the gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, Kzz, w, L, jitter_rel):
+        eye = torch.eye(L.shape[-1], dtype=L.dtype, device=L.device).expand_as(L)
+        Linv = torch.linalg.solve_triangular(L, eye, upper=False)
+        pdiag = (Linv * Linv).sum(-2)  # (Q, M): [J^-1]_mm = sum_i (L^-1)_im^2
+        mean = torch.matmul(L, w.unsqueeze(-1)).squeeze(-1)  # (K, Q, M)
+        log_c = -0.5 * torch.log(pdiag)
+        logdet = 2.0 * torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)  # (Q,)
+        ctx.save_for_backward(L, Linv, pdiag, w, jitter_rel)
+        return mean, log_c, logdet
+
+    @staticmethod
+    def backward(ctx, g_mean, g_logc, g_logdet):
+        L, Linv, pdiag, w, jitter_rel = ctx.saved_tensors
+        need_kzz, need_w = ctx.needs_input_grad[:2]
+        a = torch.matmul(L.transpose(-1, -2), g_mean.unsqueeze(-1)).squeeze(-1)  # (K, Q, M): L^T g_k
+        d_kzz = None
+        if need_kzz:
+            X = torch.matmul(a.permute(1, 2, 0), w.transpose(0, 1))  # (Q, M, M): sum_k a_k w_k^T
+            X = X.tril_()
+            X.diagonal(dim1=-2, dim2=-1).mul_(0.5).add_(g_logdet.unsqueeze(-1))
+            X.baddbmm_(Linv * (0.5 * g_logc / pdiag).unsqueeze(-2), Linv.transpose(-1, -2))
+            d_kzz = torch.linalg.solve_triangular(L, solve_lower(L, X, transpose=True), upper=False, left=False)
+            d_kzz = jitter_adjoint(0.5 * (d_kzz + d_kzz.transpose(-1, -2)), jitter_rel)
+        return d_kzz, (a if need_w else None), None, None
+
+
+def fused_u_parameters(Kzz: Tensor, w: Tensor, L: Tensor, jitter_rel: Tensor | None = None
+                       ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(L w, -1/2 log diag(J^-1), log|J|)`` for J = L L^T the jittered K_zz; see :class:`_UParameters`.
+
+    Args:
+        Kzz: ``(Q, M, M)`` receiving the gradient; w: whitened means ``(K, Q, M)``;
+        L: ``(Q, M, M)`` lower Cholesky factor of J (its graph is not used); jitter_rel: ``(Q,)``.
+
+    Returns:
+        u-space means ``(K, Q, M)``, log c ``(Q, M)`` and log|J| ``(Q,)``.
+    """
+    return _UParameters.apply(Kzz, w, L.detach(), jitter_rel)

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from .._linalg import jittered
 from ..constraints import LOG_2PI, inverse_softplus
-from ._u_space import fused_u_space_moments
+from ._u_space import fused_u_parameters, fused_u_space_moments
 from .base import InducingPrior
 from .mixture import MixturePosterior
 
@@ -95,7 +95,21 @@ class UDiagonalMixture(MixturePosterior):
             Kzz: ``(Q, M, M)`` with its graph, and ``jitter_rel`` ``(Q,)``: the factor is computed
                 here from K_zz + rel * mean(diag K_zz) I (the matrix the model factorizes).
             Lzz: ``(Q, M, M)``: the prior factor to use instead (with or without graph).
+
+        Given both (``Kzz`` with its graph, ``Lzz`` the factor of that matrix without one: the model's
+        fused path), the prior-dependent terms come from :func:`fused_u_parameters`, whose backward
+        pass hands the gradient to K_zz without a second factorization (the same values as the
+        autograd path that factorizes K_zz again with graph).
         """
+        if (Kzz is not None and Lzz is not None and Kzz.dim() == 3 and Kzz.requires_grad and not Lzz.requires_grad
+                and torch.is_grad_enabled()):
+            if Kzz.dtype == torch.float32:  # the factor the autograd path below uses: float64, rounded
+                J = Kzz.detach() if jitter_rel is None else jittered(Kzz.detach(), jitter_rel)
+                Lzz = torch.linalg.cholesky(J.to(torch.float64)).to(J.dtype)
+            mean, log_c, logdet = fused_u_parameters(Kzz, self.mean, Lzz, jitter_rel)
+            d = self.scale()
+            return USpaceParameters(mean=mean, sd=d * log_c.exp(), rel=d, log_cond_sd=log_c, logdet=logdet,
+                                    white_mean=self.mean)
         if Lzz is None or (Kzz is not None and Kzz.dim() == 3 and Kzz.requires_grad and not Lzz.requires_grad):
             if Kzz is None or Kzz.dim() != 3:
                 raise ValueError("UDiagonalMixture.u_parameters needs Kzz (Q, M, M) or the prior factor Lzz (Q, M, M)")
