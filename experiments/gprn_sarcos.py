@@ -73,7 +73,7 @@ def gprn_per_output_lpd(model, X, Y, num_samples=1000, seed=0, chunk=512):
     var = lik.variance().detach()
     out = []
     for i in range(0, X.shape[0], chunk):
-        f, log_pi, _, _ = model._draws(X[i:i + chunk], num_samples, seed + i)  # (S, K, B, Q)
+        f, log_pi, _, _ = model.draws(X[i:i + chunk], num_samples, seed + i)  # (S, K, B, Q)
         mu = lik.mix(f)  # (S, K, B, P)
         r = Y[i:i + chunk] - mu
         lp = -0.5 * (math.log(2 * math.pi) + torch.log(var)) - 0.5 * r * r / var

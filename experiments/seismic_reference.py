@@ -396,7 +396,7 @@ def prior_cholesky(X, x_unit: float, lengthscale: float = 1.0):
     ``savigp._linalg.robust_cholesky`` (1e-8 in float64, as in the SAVIGP model's K_zz)."""
     import torch
 
-    from savigp._linalg import robust_cholesky
+    from savigp import robust_cholesky
 
     if not (math.isfinite(x_unit) and x_unit > 0):
         raise ValueError(f"x_unit must be a finite number > 0 (metres per unit of x), got {x_unit!r}")

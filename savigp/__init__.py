@@ -17,13 +17,13 @@ from .decoupled import OrthogonalMeanHead
 from .mean_bases import DecoupledMeanHead, HybridMeanHead
 from .fourier_features import AdditiveMatern, FourierFeatureKernel, odvff_model
 from .natural_gradients import fit_orthnat
-from ._linalg import CholeskyError
+from ._linalg import CholeskyError, robust_cholesky
 from ._allocator import tune_cpu_allocator
 from .serialization import load
 
 __all__ = [
     "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
-    "CholeskyError", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
+    "CholeskyError", "robust_cholesky", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
     "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead",
     "DecoupledMeanHead", "HybridMeanHead", "AdditiveMatern", "FourierFeatureKernel", "odvff_model",
     "fit_orthnat", "tune_cpu_allocator", "load",

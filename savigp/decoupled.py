@@ -1,4 +1,4 @@
-"""The orthogonally decoupled mean head (seed 003, §3.2, App. A; DESIGN §7).
+"""The orthogonally decoupled mean head (Salimbeni et al. 2018, seed 003, §3.2, App. A).
 
 Each latent function j gets, next to its inducing inputs Z_j (the seed's beta), an extra set of
 ``G`` mean-basis inputs gamma_j (``(Q, G, D)``) with coefficients a_j (``(Q, G)``, zero at the
@@ -20,7 +20,7 @@ b_j^T w_j = ||c_j||^2. The head follows the model's two ways of differentiating 
 (:meth:`OrthogonalMeanHead.basis_terms`): autograd through L_zz, or the fused path where L_zz has
 no graph and the gradient -(K_zz^-1 dF/dw) w^T goes to K_zz directly.
 
-Why this is exact for a mixture posterior too (DESIGN §7): the head shifts every component by the
+Why this is exact for a mixture posterior too: the head shifts every component by the
 same function h, orthogonal in the RKHS to the Z-basis. The entropy of q is shift-invariant, and
 for each Gaussian component the KL to the prior splits into the coupled part plus 1/2 ||h||^2_H
 (the cross term <h, mu_k>_H vanishes by orthogonality and the covariance perturbation lives in
@@ -64,6 +64,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from . import _chunks
+from ._linalg import jittered
 
 KL_SAMPLING = ("residual", "kernel")
 
@@ -276,10 +277,7 @@ class OrthogonalMeanHead(nn.Module):
     def _basis_terms(self, kernel, Z, Lzz, Kzz, jitter_rel):
         b = kernel_matvec(kernel, Z, self.gamma, self.a)  # (Q, M)
         if Kzz is not None and torch.is_grad_enabled() and Kzz.requires_grad:
-            diag_mean = Kzz.diagonal(dim1=-2, dim2=-1).mean(-1).abs().clamp_min(1e-30)
-            rel = 0.0 if jitter_rel is None else jitter_rel
-            eye = torch.eye(Kzz.shape[-1], dtype=Kzz.dtype, device=Kzz.device)
-            A = Kzz + (rel * diag_mean)[:, None, None] * eye  # the matrix that Lzz factorizes
+            A = jittered(Kzz, 0.0 if jitter_rel is None else jitter_rel)  # the matrix that Lzz factorizes
             w = _SPDSolve.apply(A, b, Lzz.detach())
         else:
             w = _chol_solve(Lzz, b)
@@ -385,18 +383,6 @@ class OrthogonalMeanHead(nn.Module):
         if columns is None or columns >= self.size:
             return (self.a * kernel_matvec(kernel, self.gamma, self.gamma, self.a)).sum()
         return self._sampled_kernel_quadratic(kernel, self.sample_columns(int(columns), generator))
-
-    # ------------------------------------------------------------------ preconditioner (seed 003, eq. (16))
-    @torch.no_grad()
-    def residual_diagonal(self, kernel, Z: Tensor, Lzz: Tensor, block: int = 4096) -> Tensor:
-        """D_{gamma|beta} = diag(K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma), ``(Q, G)``, in blocks of gamma
-        (O(G M^2) time, O(M * block) memory); clamped at 0 against round-off."""
-        out = []
-        for s in range(0, self.size, block):
-            g = self.gamma[:, s:s + block]
-            W = torch.linalg.solve_triangular(Lzz, kernel(Z, g), upper=False)
-            out.append(kernel.diag(g) - (W * W).sum(-2))
-        return torch.cat(out, dim=-1).clamp_min(0.0)
 
     def extra_repr(self) -> str:
         return (f"Q={self.num_latent}, G={self.size}, D={self.input_dim}, kl_columns={self.kl_columns}, "

@@ -57,6 +57,7 @@ from torch import Tensor
 from likelihoods.base import log_prob_checked
 
 from . import _chunks, _compile, _sync_free
+from ._linalg import point_cholesky
 from .nonfinite import non_finite_error
 
 ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
@@ -346,28 +347,10 @@ def _quadrature(likelihood, y, mean, var, weights, scale, n):
     return ELLEstimate(_weighted_sum(weights, per, scale), (wv * values).detach().sum(0), 0.0)
 
 
-def _joint_factor(cov: Tensor) -> Tensor:
-    """Lower Cholesky factors of the marginal covariances ``(B, Q, Q)``; a factorization that fails
-    (a point with a numerically singular covariance) is retried with jitter that grows from 1e-10
-    of the mean diagonal (silent: these are per-point sampling factors, not the model's K_zz)."""
-    L, info = torch.linalg.cholesky_ex(cov)
-    if bool((info == 0).all()):
-        return L
-    eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
-    base = cov.diagonal(dim1=-2, dim2=-1).mean(-1).abs().clamp_min(1e-300)[:, None, None]  # (B, 1, 1)
-    for rel in (1e-10, 1e-8, 1e-6, 1e-4):
-        L, info = torch.linalg.cholesky_ex(cov + rel * base * eye)
-        if bool((info == 0).all()):
-            return L
-    bad = torch.nonzero(info != 0).flatten()[:10].tolist()
-    raise ValueError(f"the marginal covariance of q(f_n) is not positive definite at batch rows {bad} "
-                     f"(even with jitter 1e-4 of its diagonal)")
-
-
 def expected_log_lik_joint(likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
                            num_samples: int, scale: float = 1.0,
                            generator: torch.Generator | None = None) -> ELLEstimate:
-    """L_ell for a posterior coupled across latent functions (:mod:`savigp.joint_posterior`):
+    """L_ell for a posterior coupled across latent functions (:mod:`savigp.posteriors.joint`):
     q(f_n) = N(b_n, C_n) with a full Q x Q covariance, one component.
 
     Args:
@@ -404,7 +387,7 @@ def expected_log_lik_joint(likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, 
     if S < 2:
         raise ValueError(f"num_samples must be >= 2 for estimator={estimator!r}, got {S}")
     eps = _sample_eps((S, 1, B, Q), mean, generator)  # (S, 1, B, Q)
-    L = _joint_factor(cov)  # (B, Q, Q)
+    L = point_cholesky(cov)  # (B, Q, Q)
     if estimator == "reparam":
         f = mean + torch.matmul(L, eps.unsqueeze(-1)).squeeze(-1)  # (S, 1, B, Q)
         values = checked_log_prob(likelihood, y, f)  # (S, 1, B)

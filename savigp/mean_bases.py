@@ -54,6 +54,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from ._linalg import jittered
 from .decoupled import OrthogonalMeanHead, kernel_matvec
 
 MEAN_BASES = ("orthogonal", "decoupled", "hybrid")
@@ -75,11 +76,6 @@ class _UnprojectedMeanHead(OrthogonalMeanHead):
         """1/2 sum_j a_j^T K_gamma a_j = 1/2 sum_j ||h_j||_H^2: exact, or column-sampled."""
         C = self.kl_columns if columns is None else int(columns)
         return 0.5 * self.quadratic(kernel, columns=C, generator=generator)
-
-    @torch.no_grad()
-    def residual_diagonal(self, kernel, Z: Tensor, Lzz: Tensor, block: int = 4096) -> Tensor:
-        """diag(K_gamma), ``(Q, G)``: the KL curvature in a_gamma without a projection."""
-        return kernel.diag(self.gamma)
 
 
 class DecoupledMeanHead(_UnprojectedMeanHead):
@@ -126,7 +122,7 @@ class HybridMeanHead(_UnprojectedMeanHead):
         elif posterior is not None:
             m = torch.einsum("k,kqm->qm", posterior.weights(), posterior.mean)
             # whitened coordinates of the means (also the diagonal mixture over u's w, m = L_zz w)
-            whitened = bool(getattr(posterior, "mean_whitened", getattr(posterior, "whitened", True)))
+            whitened = bool(posterior.mean_whitened)
         else:
             raise ValueError("HybridMeanHead.kl needs the coupled means: pass posterior= or mean=")
         Q, M = Z.shape[0], Z.shape[1]
@@ -148,10 +144,7 @@ class HybridMeanHead(_UnprojectedMeanHead):
         if Kzz is not None and torch.is_grad_enabled() and Kzz.requires_grad and not Lzz.requires_grad:
             # the model's fused path: refactorize with a graph (the same jittered matrix) so the
             # gradient through L_zz reaches K_zz
-            diag_mean = Kzz.diagonal(dim1=-2, dim2=-1).mean(-1).abs().clamp_min(1e-30)
-            rel = 0.0 if jitter_rel is None else jitter_rel
-            eye = torch.eye(Kzz.shape[-1], dtype=Kzz.dtype, device=Kzz.device)
-            L = torch.linalg.cholesky(Kzz + (rel * diag_mean)[:, None, None] * eye)
+            L = torch.linalg.cholesky(jittered(Kzz, 0.0 if jitter_rel is None else jitter_rel))
         c = torch.linalg.solve_triangular(L, b.unsqueeze(-1), upper=False).squeeze(-1)
         return (c * m).sum()
 

@@ -41,7 +41,7 @@ def evaluate(model, X, Y, num_samples: int = 1000, seed: int = 0) -> dict:
     "nlp"}`` for classification ones (NLP = NLPD of the labels), plus ``"n"``. When the test
     targets have no variance SSE is undefined: ``"sse"`` is None and ``"sse_note"`` says why.
     """
-    X = model._as_model_tensor(X, "X")
+    X = model.as_model_inputs(X, "X")
     Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=model.dtype, device=model.device)
     lik = model.likelihood
     lik.validate_targets(Y)

@@ -18,13 +18,12 @@ from torch import Tensor, nn
 
 from . import _chunks, _sync_free
 from ._checks import as_inputs, as_targets
-from ._linalg import base_jitter, robust_cholesky
-from .expected_log_lik import _joint_factor, checked_log_prob, expected_log_lik, expected_log_lik_joint, resolve_estimator
+from ._linalg import base_jitter, jittered, robust_cholesky
+from .expected_log_lik import checked_log_prob, resolve_estimator
 from .inducing import initial_inducing_inputs
-from .kernels import KERNELS, Kernel, RBF
+from .kernels import KERNELS, Kernel
 from .nonfinite import NonFiniteLogProb
-from .joint_posterior import JointGaussian
-from .posteriors import MixturePosterior, make_posterior
+from .posteriors import InducingPrior, Posterior, make_posterior
 
 
 @dataclass
@@ -126,7 +125,7 @@ class SAVIGP(nn.Module):
         dense: the paper's dense case: Z = X, fixed, M = N.
         posterior: ``"full"`` (Cholesky-parametrized covariances), ``"diag"`` (the paper's diagonal
             mixture over u), ``"diag-whitened"``, ``"joint"``, or a
-            :class:`~savigp.posteriors.MixturePosterior`.
+            :class:`~savigp.posteriors.Posterior`.
         num_components: K, mixture components (K > 1: initial means spread around the prior mean,
             :func:`savigp.posteriors.spread_means`).
         entropy: the entropy term of a mixture with K > 1: ``"bound"`` (seed 004, eq. (18)) or
@@ -155,7 +154,7 @@ class SAVIGP(nn.Module):
         inducing_init: str = "kmeans",
         learn_inducing: bool = True,
         dense: bool = False,
-        posterior: Union[str, MixturePosterior] = "full",
+        posterior: Union[str, Posterior] = "full",
         num_components: int = 1,
         entropy: str = "bound",
         entropy_samples: int = 64,
@@ -233,19 +232,17 @@ class SAVIGP(nn.Module):
 
         # ---- posterior
         gen = torch.Generator().manual_seed(seed)
-        if isinstance(posterior, (MixturePosterior, JointGaussian)):
+        if isinstance(posterior, Posterior):
             if (posterior.num_latent, posterior.num_inducing) != (Q, M):
                 raise ValueError(f"posterior has (Q, M) = {(posterior.num_latent, posterior.num_inducing)}, model needs {(Q, M)}")
             self.posterior = posterior
         else:
             self.posterior = make_posterior(posterior, Q, M, num_components, generator=gen, entropy=entropy,
                                             entropy_samples=entropy_samples)
-            if hasattr(self.posterior, "spread_within_components"):
-                with torch.no_grad():
-                    self.posterior.spread_within_components(self._factorize(kernel(Z, Z).detach())[0])
-        if hasattr(self.posterior, "convert_legacy_state"):
-            # files written before the diagonal mixture over u had its prior-conditioned coordinates
-            self.register_load_state_dict_post_hook(SAVIGP._convert_legacy_posterior)
+            with torch.no_grad():
+                self.posterior.start(lambda: self._factorize(kernel(Z, Z).detach())[0])
+        # files written before the diagonal mixture over u had its prior-conditioned coordinates
+        self.register_load_state_dict_post_hook(SAVIGP._convert_legacy_posterior)
 
         # ---- optional orthogonally decoupled mean head (seed 003)
         self.mean_head = None
@@ -263,19 +260,19 @@ class SAVIGP(nn.Module):
             "input_dim": D, "num_data": N, "num_latent": Q, "num_inducing": M, "dense": self.dense,
             "learn_inducing": self.learn_inducing, "posterior": self.posterior.kind,
             "num_components": self.posterior.num_components, "learn_prior_mean": bool(learn_prior_mean),
-            "entropy": getattr(self.posterior, "entropy_estimate", "bound"),
-            "entropy_samples": int(getattr(self.posterior, "entropy_samples", entropy_samples)),
+            "entropy": self.posterior.entropy_estimate,
+            "entropy_samples": int(self.posterior.entropy_samples or entropy_samples),
             "mean_basis_size": int(mean_basis_size), "mean_basis": mean_basis,
         }
         self.to(dtype=dtype, device=device)
 
     @staticmethod
     def _convert_legacy_posterior(module: "SAVIGP", incompatible_keys) -> None:
-        """Load hook: a diagonal mixture over u read from a file of the former u-space coordinates
-        (see :meth:`savigp.posteriors.UDiagonalMixture.convert_legacy_state`) is converted with
-        the loaded kernel and inducing inputs."""
+        """Load hook: a posterior read from an older file format (a diagonal mixture over u in the
+        former u-space coordinates, see :meth:`savigp.posteriors.UDiagonalMixture.convert_legacy_state`)
+        is converted with the loaded kernel and inducing inputs (factorized only when needed)."""
         with torch.no_grad():
-            module.posterior.convert_legacy_state(module.prior_factor())
+            module.posterior.convert_legacy_state(module.prior_factor)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -286,25 +283,15 @@ class SAVIGP(nn.Module):
     def device(self) -> torch.device:
         return self.inducing.device
 
-    def _as_model_tensor(self, x, name: str) -> Tensor:
+    def as_model_inputs(self, x, name: str = "X") -> Tensor:
+        """Inputs ``x`` (array-like ``(B, D)``, or ``(B,)`` when D = 1) as a finite tensor of the
+        model's dtype and device; a ValueError names ``name`` and the shapes when they do not fit."""
         return as_inputs(x, name, dtype=self.dtype, device=self.device, input_dim=self.input_dim)
 
     def prior_factor(self) -> Tensor:
         """Cholesky factors L_zz of K_zz for every latent function, ``(Q, M, M)`` (see :meth:`_factorize`)."""
         Z = self.inducing
         return self._factorize(self.kernel(Z, Z))[0]
-
-    @staticmethod
-    def _jittered(work: Tensor, rel: float) -> Tensor:
-        """``work + rel * mean(diag work) I`` (differentiable when ``work`` carries a graph: the
-        jitter follows mean(diag K_zz), and so does its gradient)."""
-        diag = work.diagonal(dim1=-2, dim2=-1)
-        if work.requires_grad:
-            jitter = (rel * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1)
-            return work + torch.diag_embed(jitter.expand_as(diag))
-        J = work.clone()
-        J.diagonal(dim1=-2, dim2=-1).add_((rel * diag.mean(-1).abs().clamp_min(1e-30)).unsqueeze(-1))
-        return J
 
     def _factorize(self, Kzz: Tensor) -> tuple[Tensor, Tensor]:
         """Lower Cholesky factor of K_zz + rel * mean(diag K_zz) I, and rel ``(Q,)``. Differentiable.
@@ -324,12 +311,12 @@ class SAVIGP(nn.Module):
         base = max(base_jitter(Kzz.dtype), float(getattr(self, "jitter_floor", 0.0)))
         flags = _sync_free.active()
         if flags is not None:
-            L, info = torch.linalg.cholesky_ex(self._jittered(Kzz, base))
+            L, info = torch.linalg.cholesky_ex(jittered(Kzz, base))
             flags.note("cholesky", info != 0)
             return _sync_free.nan_where_failed(L, info), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype,
                                                                     device=Kzz.device)
         for work in (Kzz, Kzz.to(torch.float64)) if Kzz.dtype == torch.float32 else (Kzz,):
-            L, info = torch.linalg.cholesky_ex(self._jittered(work, base))
+            L, info = torch.linalg.cholesky_ex(jittered(work, base))
             if bool((info == 0).all()) and bool(torch.isfinite(L.diagonal(dim1=-2, dim2=-1)).all()):
                 return L.to(Kzz.dtype), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype, device=Kzz.device)
         # larger jitter (with its warning), or the error that names the problem
@@ -341,14 +328,22 @@ class SAVIGP(nn.Module):
         """K_zz with its autograd graph, its Cholesky factor L_zz *without* one, and the relative
         jitter that was added to the diagonal, ``(Q,)``.
 
-        The training step differentiates through L_zz with the fused backward pass of
-        :meth:`MixturePosterior.moments`, which hands the gradient to K_zz directly.
+        The training step differentiates through L_zz with the posteriors' fused backward passes
+        (e.g. :meth:`savigp.posteriors.MixturePosterior.moments`), which hand the gradient to K_zz.
         """
         Z = self.inducing
         Kzz = self.kernel(Z, Z)
         with torch.no_grad():
             Lzz, jitter_rel = self._factorize(Kzz.detach())
         return Kzz, Lzz, jitter_rel
+
+    def _prior(self) -> InducingPrior:
+        """The prior as the posterior family needs it for a differentiable evaluation: fused (L_zz
+        without graph, K_zz with it) or, for a family without a fused path, L_zz with autograd."""
+        if self.posterior.fused_prior:
+            Kzz, Lzz, jitter_rel = self._prior_parts()
+            return InducingPrior(Lzz, Kzz, jitter_rel)
+        return InducingPrior(self.prior_factor())
 
     def marginals(self, X: Tensor, Lzz: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
         """Marginals q_k(f_n) = prod_j N(b_knj, s2_knj) at inputs X (seed 004, eq. (22)-(23)).
@@ -358,59 +353,29 @@ class SAVIGP(nn.Module):
             b_knj  = mu_j + v_jn^T m_kj (+ the decoupled mean head r_j(x_n), seed 003)
             s2_knj = k_j(x_n, x_n) - v_jn^T v_jn + v_jn^T S_kj v_jn
 
+        (for ``posterior="joint"`` the diagonals of the coupled q(f_n)).
+
         Args:
             X: ``(B, D)``.
-            Lzz: optional precomputed :meth:`prior_factor` ``(Q, M, M)``.
+            Lzz: optional precomputed :meth:`prior_factor` ``(Q, M, M)``; with an autograd graph the
+                gradient flows through it, without one the kernel gets none through K_zz.
 
         Returns:
             means b and variances s2, each ``(K, B, Q)``.
         """
-        if getattr(self.posterior, "joint", False):
-            mean, cov = self._joint_moments(X, self.prior_factor() if Lzz is None else Lzz)
-            return mean[None], cov.diagonal(dim1=-2, dim2=-1)[None]
-        Kzz = jitter_rel = None
-        if Lzz is None:
-            Kzz, Lzz, jitter_rel = self._prior_parts()
-        return self._marginals(X, Lzz, Kzz, jitter_rel)
+        mean, cov = self._latent(X, self._prior() if Lzz is None else InducingPrior(Lzz))
+        return mean, self.posterior.variances(cov)
 
-    def _joint_moments(self, X: Tensor, Lzz: Tensor, scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-        """For ``posterior="joint"``: the mean ``(B, Q)`` and covariance ``(B, Q, Q)`` of q(f_n), with
-        autograd through ``Lzz`` (see :mod:`savigp.joint_posterior`)."""
+    def _latent(self, X: Tensor, prior: InducingPrior, state=None) -> tuple[Tensor, Tensor]:
+        """q(f_n) at inputs ``X (B, D)``: means ``(K, B, Q)`` (prior mean and mean head added) and the
+        family's covariances (:meth:`savigp.posteriors.Posterior.marginals`)."""
         Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
-        V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)
-        fmean, cov = self.posterior.joint_marginals(V, self.kernel.diag(X), scale)
-        mean = self.prior_mean[None, :] + fmean
-        if self.mean_head is not None:
-            mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, V).transpose(-1, -2)
-        return mean, cov
-
-    def _marginals(self, X: Tensor, Lzz: Tensor, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
-                   scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-        """:meth:`marginals` given the prior factor; with ``Kzz`` (and an ``Lzz`` without graph) the
-        gradient reaches the kernel through K_zz by the fused backward pass."""
-        Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
-        kxx = self.kernel.diag(X)  # (Q, B)
-        if not Lzz.requires_grad:
-            # fast path: a hand-written backward hands the gradient to K_zz (posteriors.whitened_moments,
-            # or posteriors._USpaceMoments for the paper's diagonal mixture over u)
-            fmean, dvar = self.posterior.moments(Kzz, Kzx, Lzz, scale, jitter_rel)
-            var = kxx + dvar  # (K, Q, B): k_nn - v^T v + v^T S_k v
-            head = dict(Kzx=Kzx, Kzz=Kzz, jitter_rel=jitter_rel)
-        else:
-            # reference path: autograd through L_zz
-            V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)  # (Q, M, B)
-            if self.posterior.whitened:
-                fmean = torch.einsum("kqm,qmb->kqb", self.posterior.mean, V)  # (K, Q, B)
-                quad = self.posterior.marginal_quadratic(V)
-            else:
-                fmean, quad = self.posterior.u_space_moments(V, Lzz, scale)
-            var = kxx - (V * V).sum(-2) + quad  # (K, Q, B)
-            head = dict(V=V)
-        mean = self.prior_mean[:, None] + fmean  # (K, Q, B)
+        m = self.posterior.marginals(prior, Kzx, self.kernel.diag(X), state)
+        mean = self.prior_mean + m.mean  # (K, B, Q)
         if self.mean_head is not None:  # seed 003: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a
-            mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, Lzz, **head)
-        var = torch.clamp_min(var, 1e-12 * kxx.detach().amax() + 1e-30)  # a tensor floor: no host read
-        return mean.transpose(-1, -2), var.transpose(-1, -2)
+            head = dict(V=m.V) if m.V is not None else dict(Kzx=Kzx, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel)
+            mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, prior.Lzz, **head).transpose(-1, -2)
+        return mean, m.cov
 
     # ------------------------------------------------------------------ ELBO
     def elbo(self, batch: Optional[Tensor] = None, *, num_samples: int = 100, estimator: str = "auto",
@@ -432,42 +397,25 @@ class SAVIGP(nn.Module):
 
     def _elbo(self, X: Tensor, Y: Tensor, num_samples: int, estimator: str,
               generator: Optional[torch.Generator]) -> ELBOTerms:
-        if getattr(self.posterior, "joint", False):
-            return self._joint_elbo(X, Y, num_samples, estimator, generator)
-        Kzz, Lzz, jitter_rel = self._prior_parts()  # L_zz without graph: the fused terms hand gradients to K_zz
-        # computed once per step, shared by all terms: the scales (whitened) or the u-space parameters
-        post_scale = (self.posterior.scale() if self.posterior.whitened
-                      else self.posterior.u_parameters(Kzz, Lzz, jitter_rel))
-        mean, var = self._marginals(X, Lzz, Kzz, jitter_rel, post_scale)
-        scale = self.num_data / X.shape[0]
-        ell = expected_log_lik(self.likelihood, Y, mean, var, self.posterior.weights(), estimator=estimator,
-                               num_samples=num_samples, scale=scale, generator=generator)
-        cross = (self.posterior.cross_entropy(post_scale) if self.posterior.whitened
-                 else self.posterior.cross_entropy(post_scale, Lzz, Kzz=Kzz, jitter_rel=jitter_rel))
-        head_kl = (self.mean_head.kl(self.kernel, self.inducing, Lzz, Kzz=Kzz, jitter_rel=jitter_rel, posterior=self.posterior)
-                   if self.mean_head is not None else ell.value.new_zeros(()))
-        return self._assemble(ell, self.posterior.entropy(post_scale, generator=generator), cross, head_kl, Lzz)
+        post = self.posterior
+        prior = self._prior()
+        state = post.evaluation_state(prior)  # computed once per step, shared by all terms
+        mean, cov = self._latent(X, prior, state)
+        ell = post.expected_log_lik(self.likelihood, Y, mean, cov, estimator=estimator, num_samples=num_samples,
+                                    scale=self.num_data / X.shape[0], generator=generator)
+        head_kl = (self.mean_head.kl(self.kernel, self.inducing, prior.Lzz, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel,
+                                     posterior=post) if self.mean_head is not None else ell.value.new_zeros(()))
+        ent, cross = post.kl_terms(prior, state, generator)
+        return self._assemble(ell, ent, cross, head_kl, prior.Lzz)
 
     def _assemble(self, ell, ent: Tensor, cross: Tensor, head_kl: Tensor, Lzz: Tensor) -> ELBOTerms:
-        """The ELBO and its terms; whitened terms are reported in the paper's u-space convention
-        (their log|L_zz| parts cancel in the total)."""
+        """The ELBO and its terms; the entropy and cross-entropy are reported in the paper's u-space
+        convention (:meth:`savigp.posteriors.Posterior.u_space_shift`: whitened terms' log|L_zz|
+        parts cancel in the total)."""
         total = ell.value + ent + cross - head_kl
-        half_logdet = (torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum() if self.posterior.whitened
-                       else total.new_zeros(()))
-        return ELBOTerms(total, ell.value.detach(), ent.detach() + half_logdet, cross.detach() - half_logdet,
+        shift = self.posterior.u_space_shift(Lzz)
+        return ELBOTerms(total, ell.value.detach(), ent.detach() + shift, cross.detach() - shift,
                          head_kl.detach(), ell.stderr)
-
-    def _joint_elbo(self, X: Tensor, Y: Tensor, num_samples: int, estimator: str,
-                    generator: Optional[torch.Generator]) -> ELBOTerms:
-        """:meth:`elbo` for ``posterior="joint"``: the same terms, with q(f_n) a Q-variate Gaussian."""
-        Lzz = self.prior_factor()  # with graph
-        post_scale = self.posterior.scale()
-        mean, cov = self._joint_moments(X, Lzz, post_scale)
-        ell = expected_log_lik_joint(self.likelihood, Y, mean, cov, estimator=estimator, num_samples=num_samples,
-                                     scale=self.num_data / X.shape[0], generator=generator)
-        head_kl = (self.mean_head.kl(self.kernel, self.inducing, Lzz, posterior=self.posterior) if self.mean_head
-                   is not None else ell.value.new_zeros(()))
-        return self._assemble(ell, self.posterior.entropy(post_scale), self.posterior.cross_entropy(post_scale), head_kl, Lzz)
 
     def resolved_estimator(self, estimator: str = "auto") -> str:
         """The concrete estimator that ``estimator`` stands for with this model's likelihood."""
@@ -486,34 +434,43 @@ class SAVIGP(nn.Module):
         Returns:
             means ``(K, B, Q)``, variances ``(K, B, Q)`` and mixture weights ``(K,)``.
         """
-        X = self._as_model_tensor(X, "X")
-        Lzz = self.prior_factor()
+        mean, cov = self._latent_chunks(self.as_model_inputs(X, "X"), chunk_size)
+        return mean, self.posterior.variances(cov), self.posterior.weights()
+
+    def _latent_chunks(self, X: Tensor, chunk_size: Optional[int] = None) -> tuple[Tensor, Tensor]:
+        """:meth:`_latent` (no gradient) at model inputs ``X (B, D)`` in chunks of rows."""
+        prior = InducingPrior(self.prior_factor())
         if chunk_size is None:
             row = 4 * self.num_latent * (self.num_inducing + self.posterior.num_components) * X.element_size()
             chunk_size = _chunks.chunk_size(X.shape[0], row, self.device)
-        parts = [self.marginals(X[i:i + chunk_size], Lzz) for i in range(0, X.shape[0], chunk_size)]
-        mean = torch.cat([p[0] for p in parts], dim=1)
-        var = torch.cat([p[1] for p in parts], dim=1)
-        return mean, var, self.posterior.weights()
+        parts = [self._latent(X[i:i + chunk_size], prior) for i in range(0, X.shape[0], chunk_size)]
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)
+
+    @torch.no_grad()
+    def draws(self, X, num_samples: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Samples of the latent functions f* at test inputs ``X (B, D)`` from the posterior (seed 004, §7).
+
+        The standard normal draws ``(S, K, 1, Q)`` (from a CPU generator seeded with ``seed``) are
+        shared by all rows, so a row's samples depend on its own input and the seed only, not on
+        which other rows are drawn with it.
+
+        Returns:
+            f ``(S, K, B, Q)`` (S = ``num_samples`` per component, correlated across the Q latent
+            functions for ``posterior="joint"``), log pi ``(K,)``, and the marginal means and
+            variances ``(K, B, Q)`` the samples were drawn from.
+        """
+        return self._draws(self.as_model_inputs(X, "X"), num_samples, seed)
 
     def _draws(self, X: Tensor, num_samples: int, seed: int):
-        """Samples of f* from the mixture: per component S draws, ``(S, K, B, Q)``, and log pi ``(K,)``.
-
-        The standard normal draws ``(S, K, 1, Q)`` are shared by all rows, so a row's prediction
-        depends on its own input and the seed only, not on which other rows are predicted with it.
-        """
+        """:meth:`draws` at model inputs ``X`` (already checked)."""
         gen = torch.Generator().manual_seed(seed)
-        if getattr(self.posterior, "joint", False):  # correlated across latent functions
-            Lzz = self.prior_factor()
-            mean, cov = self._joint_moments(X, Lzz)
-            Q = mean.shape[-1]
-            eps = torch.randn((num_samples, 1, 1, Q), dtype=mean.dtype, generator=gen).to(mean.device)
-            f = mean + torch.matmul(_joint_factor(cov), eps.unsqueeze(-1)).squeeze(-1)  # (S, 1, B, Q)
-            return f, self.posterior.log_weights().detach(), mean[None], cov.diagonal(dim1=-2, dim2=-1)[None]
-        mean, var, _ = self.predict_latent(X)
+        mean, cov = self._latent_chunks(X)
         K, _, Q = mean.shape
         eps = torch.randn((num_samples, K, 1, Q), dtype=mean.dtype, generator=gen).to(mean.device)
-        return mean + var.sqrt() * eps, self.posterior.log_weights().detach(), mean, var
+        f = self.posterior.draws(mean, cov, eps)
+        return f, self.posterior.log_weights().detach(), mean, self.posterior.variances(cov)
 
     def _rows_per_chunk(self, total: int, num_samples: int, per_sample: int, memory_budget: Optional[int]) -> int:
         """Test rows per chunk (at most ``total``) so that the ``(S, K, rows, per_sample)`` Monte Carlo
@@ -539,7 +496,7 @@ class SAVIGP(nn.Module):
         arrays fit in ``memory_budget`` bytes (default :data:`PREDICT_MEMORY_BUDGET`); the draws are
         shared by all rows, so the chunking does not change the result.
         """
-        X = self._as_model_tensor(X, "X")
+        X = self.as_model_inputs(X, "X")
         lik = self.likelihood
         per_sample = self.num_latent + 2 * int(lik.output_dim) + int(getattr(lik, "num_classes", 0) or 0)
         B = X.shape[0]
@@ -595,7 +552,7 @@ class SAVIGP(nn.Module):
         with S samples f*_ks from each component's marginal. Rows go in chunks of ``chunk_size``
         (default: as many as fit in ``memory_budget`` bytes, see :meth:`predict`).
         """
-        X = self._as_model_tensor(X, "X")
+        X = self.as_model_inputs(X, "X")
         Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=self.dtype, device=self.device)
         if chunk_size is None:
             chunk_size = self._rows_per_chunk(X.shape[0], num_samples,

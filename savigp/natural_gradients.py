@@ -197,20 +197,9 @@ def _natural_update(mean, scale, g_m, g_S, tau, diagonal, max_halvings):
 
 
 def _check_natgrad_posterior(model: SAVIGP) -> None:
-    post = model.posterior
-    if getattr(post, "joint", False):
-        raise ValueError("natural-gradient updates are derived for posteriors factorized over the latent functions; "
-                         "this model's posterior is 'joint' (coupled across them): use savigp.fit (Adam or L-BFGS)")
-    if not post.whitened:
-        raise ValueError(
-            f"natural-gradient updates are derived for the whitened q(v); this model's posterior is "
-            f"{type(post).__name__} (kind {post.kind!r}): use posterior='full' or 'diag-whitened', or savigp.fit (Adam)"
-        )
-    if post.num_components != 1:
-        raise ValueError(
-            f"natural-gradient updates need a single Gaussian q(v) (posterior='full' or 'diag-whitened' with "
-            f"num_components=1); this model has K={post.num_components} components: use savigp.fit (Adam)"
-        )
+    obstacle = model.posterior.natural_gradient_obstacle()  # the family says why it cannot take the step
+    if obstacle is not None:
+        raise ValueError(obstacle)
 
 
 def natural_gradient_step(model: SAVIGP, *, step: float = 1.0, batch: Optional[Tensor] = None,

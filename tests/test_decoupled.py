@@ -229,7 +229,7 @@ def test_fused_and_reference_paths_agree(posterior, K):
     g_fused = torch.autograd.grad(fused.elbo, params)
     Lzz = model.prior_factor()  # with graph: the reference path
     assert Lzz.requires_grad
-    mean, var = model._marginals(model.train_x, Lzz)
+    mean, var = model.marginals(model.train_x, Lzz)
     per = model.likelihood.expected_log_prob(model.train_y, mean, var)
     cross = model.posterior.cross_entropy() if model.posterior.whitened else model.posterior.cross_entropy(None, Lzz)
     ref = ((model.posterior.weights()[:, None] * per).sum() + model.posterior.entropy(None, Lzz) + cross

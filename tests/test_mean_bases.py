@@ -108,7 +108,7 @@ def test_fused_and_reference_paths_agree(basis, posterior, K):
     fused = model.elbo()
     g_fused = torch.autograd.grad(fused.elbo, params)
     Lzz = model.prior_factor()
-    mean, var = model._marginals(model.train_x, Lzz)
+    mean, var = model.marginals(model.train_x, Lzz)
     per = model.likelihood.expected_log_prob(model.train_y, mean, var)
     post = model.posterior
     cross = post.cross_entropy() if post.whitened else post.cross_entropy(None, Lzz)

@@ -26,20 +26,26 @@ for moderate Q * M (the seismic model: Q = 8, M = 113). The ELBO terms in whiten
 
 and the expected log-likelihood is estimated from samples of the correlated q(f_n)
 (:func:`savigp.expected_log_lik.expected_log_lik_joint`), by reparameterization or by the score
-function (black-box likelihoods). One component only (K = 1).
+function (black-box likelihoods). One component only (K = 1). The family implements the protocol of
+:mod:`savigp.posteriors.base` with covariances ``(1, B, Q, Q)`` for its marginals, and always
+differentiates through L_zz (no fused path).
 """
 from __future__ import annotations
 
 import math
+from typing import Any, Optional
 
 import torch
 from torch import Tensor, nn
 
-from .constraints import LOG_2PI, inverse_softplus
-from .posteriors import _LowerFactor
+from .._linalg import point_cholesky
+from ..constraints import LOG_2PI, inverse_softplus
+from ..expected_log_lik import expected_log_lik_joint
+from ._autograd import lower_factor
+from .base import InducingPrior, Marginals, Posterior
 
 
-class JointGaussian(nn.Module):
+class JointGaussian(Posterior):
     """q(v) = N(m, L_S L_S^T) over all Q * M whitened inducing values (see the module docstring).
 
     Args:
@@ -53,8 +59,9 @@ class JointGaussian(nn.Module):
 
     whitened: bool = True
     diagonal: bool = False
-    joint: bool = True
     kind: str = "joint"
+    fused_prior = False
+    joint = True
 
     def __init__(self, num_latent: int, num_inducing: int, init_scale: float = 1.0):
         super().__init__()
@@ -77,7 +84,7 @@ class JointGaussian(nn.Module):
 
     def scale(self) -> Tensor:
         """The lower Cholesky factor L_S of S, ``(QM, QM)``; rows and columns ordered (j, m)."""
-        return _LowerFactor.apply(self.raw_scale)
+        return lower_factor(self.raw_scale)
 
     def covariance(self) -> Tensor:
         """S, ``(QM, QM)``."""
@@ -136,6 +143,43 @@ class JointGaussian(nn.Module):
         L = self.scale() if scale is None else scale
         n = L.shape[-1]
         return -0.5 * (n * math.log(2.0 * math.pi) + (self.mean * self.mean).sum() + (L * L).sum())
+
+    # ------------------------------------------------------------------ the protocol (savigp.posteriors.base)
+    def evaluation_state(self, prior: InducingPrior) -> Tensor:
+        """:meth:`scale`, shared by the marginals and the KL terms of one evaluation."""
+        return self.scale()
+
+    def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> Marginals:
+        """q(f_n) less the prior mean: means ``(1, B, Q)`` and covariances ``(1, B, Q, Q)``
+        (:meth:`joint_marginals`), with autograd through ``prior.Lzz``."""
+        V = torch.linalg.solve_triangular(prior.Lzz, Kzx, upper=False)  # (Q, M, B)
+        fmean, cov = self.joint_marginals(V, kxx, state)
+        return Marginals(fmean[None], cov[None], V)
+
+    def variances(self, cov: Tensor) -> Tensor:
+        """The diagonals ``(1, B, Q)`` of the covariances ``(1, B, Q, Q)``."""
+        return cov.diagonal(dim1=-2, dim2=-1)
+
+    def expected_log_lik(self, likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
+                         num_samples: int, scale: float = 1.0, generator: Optional[torch.Generator] = None):
+        """L_ell with q(f_n) a Q-variate Gaussian (:func:`savigp.expected_log_lik.expected_log_lik_joint`)."""
+        return expected_log_lik_joint(likelihood, y, mean[0], cov[0], estimator=estimator, num_samples=num_samples,
+                                      scale=scale, generator=generator)
+
+    def kl_terms(self, prior: InducingPrior, state: Any = None,
+                 generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
+        """(:meth:`entropy`, :meth:`cross_entropy`) in whitened coordinates."""
+        scale = self.scale() if state is None else state
+        return self.entropy(scale), self.cross_entropy(scale)
+
+    def draws(self, mean: Tensor, cov: Tensor, eps: Tensor) -> Tensor:
+        """Correlated samples f = mean + chol(cov) eps, ``(S, 1, B, Q)``, for eps ``(S, 1, 1, Q)``."""
+        return mean[0] + torch.matmul(point_cholesky(cov[0]), eps.unsqueeze(-1)).squeeze(-1)
+
+    def natural_gradient_obstacle(self) -> Optional[str]:
+        return ("natural-gradient updates are derived for posteriors factorized over the latent functions; "
+                "this model's posterior is 'joint' (coupled across them): use savigp.fit (Adam or L-BFGS)")
+
 
     def extra_repr(self) -> str:
         return f"Q={self.num_latent}, M={self.num_inducing} (one Gaussian over all {self.num_latent * self.num_inducing} values)"

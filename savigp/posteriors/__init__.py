@@ -1,0 +1,72 @@
+"""Variational posteriors over the inducing variables (Bonilla et al. 2019, §4.3, §6.2).
+
+    q(u) = sum_k pi_k prod_j N(u_j; m_kj, S_kj),     pi = softmax(logits),   k = 1..K, j = 1..Q
+
+Every family implements the protocol of :mod:`savigp.posteriors.base` (marginals at inputs, the
+expected log-likelihood of those marginals, the entropy and cross-entropy terms, draws), so the
+model never asks which family it holds. One family per module:
+
+* :class:`FullGaussian` / :class:`FullMixture` (:mod:`.full`) -- full covariances over the whitened
+  v = L_zz^-1 (u - mu) (the paper's "fg", and eq. (8) in its general form), ``posterior="full"``.
+* :class:`DiagonalMixture` (:mod:`.diagonal`) -- diagonal in whitened coordinates,
+  ``posterior="diag-whitened"``.
+* :class:`UDiagonalMixture` (:mod:`.u_diagonal`) -- the paper's "mog1", "mog2": diagonal over u,
+  in prior-conditioned coordinates, ``posterior="diag"``.
+* :class:`JointGaussian` (:mod:`.joint`) -- one Gaussian over all Q * M whitened values, coupled
+  across the latent functions, ``posterior="joint"``.
+
+The whitened mixtures share :class:`MixturePosterior` (:mod:`.mixture`); the entropy of a mixture
+(eq. (18) or Monte Carlo) is :mod:`.entropy`; the hand-written backward passes are
+:mod:`._autograd`.
+"""
+from __future__ import annotations
+
+import torch
+
+from ._autograd import MIDDLE_FORM_MIN_RATIO, use_middle_form, whitened_moments
+from .base import InducingPrior, Marginals, Posterior
+from .diagonal import DiagonalMixture
+from .entropy import ENTROPY_ESTIMATES, spread_means
+from .full import FullGaussian, FullMixture
+from .joint import JointGaussian
+from .mixture import MixturePosterior
+from .u_diagonal import UDiagonalMixture, USpaceParameters
+
+__all__ = ["DiagonalMixture", "ENTROPY_ESTIMATES", "FullGaussian", "FullMixture", "InducingPrior", "JointGaussian",
+           "MIDDLE_FORM_MIN_RATIO", "Marginals", "MixturePosterior", "POSTERIOR_KINDS", "Posterior",
+           "UDiagonalMixture", "USpaceParameters", "make_posterior", "spread_means", "use_middle_form",
+           "whitened_moments"]
+
+
+POSTERIOR_KINDS = ("full", "diag", "diag-whitened", "joint")
+
+
+def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components: int = 1,
+                   generator: torch.Generator | None = None, entropy: str = "bound",
+                   entropy_samples: int = 64) -> Posterior:
+    """Build a posterior by name.
+
+    * ``"full"`` (or ``"fg"``): full covariances, whitened; K = 1 is :class:`FullGaussian`.
+    * ``"diag"`` (or ``"mog"``): the paper's diagonal mixture over u, :class:`UDiagonalMixture`.
+    * ``"diag-whitened"``: diagonal in whitened coordinates, :class:`DiagonalMixture`.
+    * ``"joint"``: one Gaussian over all Q * M whitened values, coupled across the latent
+      functions (:class:`JointGaussian`; K = 1).
+
+    ``entropy`` (``"bound"``, eq. (18), or ``"mc"``) and ``entropy_samples`` choose the entropy
+    term of mixtures with K > 1 (see :meth:`MixturePosterior.entropy`).
+    """
+    options = dict(generator=generator, entropy=entropy, entropy_samples=entropy_samples)
+    if kind in ("full", "fg"):
+        if num_components == 1:
+            return FullGaussian(num_latent, num_inducing)
+        return FullMixture(num_latent, num_inducing, num_components, **options)
+    if kind in ("diag", "diagonal", "mog"):
+        return UDiagonalMixture(num_latent, num_inducing, num_components, **options)
+    if kind == "diag-whitened":
+        return DiagonalMixture(num_latent, num_inducing, num_components, **options)
+    if kind == "joint":
+        if num_components != 1:
+            raise ValueError(f"posterior='joint' has one component, got num_components={num_components}")
+        return JointGaussian(num_latent, num_inducing)
+    raise ValueError(f"posterior must be one of {POSTERIOR_KINDS}, got {kind!r}")
+

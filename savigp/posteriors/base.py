@@ -1,0 +1,171 @@
+"""The protocol every variational posterior family implements, so that the model holds no branch
+on the family (seed 004, §4-7: Bonilla et al. 2019).
+
+A family describes q(u) over the inducing values u_j = u(Z_j) of the Q latent functions (M per
+function, K mixture components) in its own coordinates (whitened v = L_zz^-1 (u - mu), or u
+itself). One evaluation of the ELBO (eq. (17)) asks it, in this order:
+
+1. :meth:`Posterior.evaluation_state` -- whatever it computes once per evaluation and shares
+   between the terms (its scales, or its u-space parameters for the current prior);
+2. :meth:`Posterior.marginals` -- q(f_n) less the prior mean at B inputs (eq. (22)-(23)):
+   means ``(K, B, Q)`` and either variances ``(K, B, Q)`` (families factorized over the latent
+   functions) or covariances ``(K, B, Q, Q)`` (a family coupled across them);
+3. :meth:`Posterior.expected_log_lik` -- the estimate of L_ell (eq. (24), (29)) for those
+   marginals: univariate Gaussians or a Q-variate one, each family picks its estimator;
+4. :meth:`Posterior.kl_terms` -- the entropy (eq. (18)) and cross-entropy (eq. (19)) terms in
+   the family's coordinates; adding :meth:`Posterior.u_space_shift` to the entropy and
+   subtracting it from the cross-entropy gives them in the paper's u-space convention.
+
+Prediction asks :meth:`Posterior.draws` for samples of f* from the same marginals, and
+:meth:`Posterior.variances` for their variances. The prior enters through :class:`InducingPrior`:
+a Cholesky factor L_zz of the (jittered) K_zz, with autograd through it (the reference path), or
+without graph together with K_zz itself (the fused path, where the families' hand-written backward
+passes hand the gradient to K_zz; :attr:`Posterior.fused_prior` says which a family needs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class InducingPrior:
+    """The prior over the inducing values as one ELBO evaluation sees it.
+
+    Attributes:
+        Lzz: ``(Q, M, M)`` lower Cholesky factor of K_zz + rel * mean(diag K_zz) I; with an autograd
+            graph (reference path) or without one (fused path).
+        Kzz: ``(Q, M, M)`` K_zz with its graph on the fused path (the hand-written backward passes
+            give it the gradient), else None.
+        jitter_rel: ``(Q,)`` the relative jitter rel that was added before factorizing, or None.
+    """
+
+    Lzz: Tensor
+    Kzz: Optional[Tensor] = None
+    jitter_rel: Optional[Tensor] = None
+
+    @property
+    def fused(self) -> bool:
+        """Whether L_zz carries no graph (the gradient reaches the kernel only through ``Kzz``)."""
+        return not self.Lzz.requires_grad
+
+
+class Marginals(NamedTuple):
+    """q(f_n) less the prior mean at B inputs.
+
+    Attributes:
+        mean: ``(K, B, Q)``.
+        cov: variances ``(K, B, Q)`` or covariances ``(K, B, Q, Q)`` (see :meth:`Posterior.variances`).
+        V: the whitened cross-covariances L_zz^-1 K_zx ``(Q, M, B)`` when the family formed them with
+            autograd through L_zz (the mean head then reuses them), else None.
+    """
+
+    mean: Tensor
+    cov: Tensor
+    V: Optional[Tensor] = None
+
+
+def variance_floor(kxx: Tensor) -> Tensor:
+    """The smallest marginal variance kept, 1e-12 max_n k(x_n, x_n) (+1e-30): a 0-dim tensor (no host read)."""
+    return 1e-12 * kxx.detach().amax() + 1e-30
+
+
+class Posterior(nn.Module):
+    """Base class of the variational posterior families (the protocol of the module docstring).
+
+    Subclasses set ``kind`` (the name :func:`savigp.posteriors.make_posterior` builds them from),
+    ``num_components`` (K), ``num_latent`` (Q) and ``num_inducing`` (M).
+    """
+
+    kind: str = ""
+    #: the parameters describe q(v) of the whitened v = L_zz^-1 (u - mu) (True) or q(u - mu) (False)
+    whitened: bool = True
+    #: the means are whitened coordinates of u (a linear functional of the mean, such as the hybrid
+    #: mean head's <h, mu>_H, is then taken as for a whitened family)
+    mean_whitened: bool = True
+    #: whether :meth:`marginals` may be given a prior factor without graph together with K_zz (the
+    #: fused path); False: the model factorizes K_zz with autograd for this family
+    fused_prior: bool = True
+    #: q(f_n) is coupled across the latent functions (covariances ``(K, B, Q, Q)``); its samples need
+    #: per-point factorizations that check their status on the host (no CUDA-graph capture)
+    joint: bool = False
+    #: the entropy term of a mixture with K > 1, ``"bound"`` (eq. (18)) or ``"mc"``, and its draws
+    #: per component (None: the family has no Monte Carlo entropy)
+    entropy_estimate: str = "bound"
+    entropy_samples: Optional[int] = None
+
+    # ------------------------------------------------------------------ weights
+    def weights(self) -> Tensor:
+        """Mixture weights pi, ``(K,)``."""
+        return torch.exp(self.log_weights())
+
+    def log_weights(self) -> Tensor:
+        """log pi, ``(K,)``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ one ELBO evaluation
+    def evaluation_state(self, prior: InducingPrior) -> Any:
+        """What one evaluation computes once and shares between :meth:`marginals` and
+        :meth:`kl_terms` (None: nothing)."""
+        return None
+
+    def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> Marginals:
+        """q(f_n) less the prior mean at B inputs.
+
+        Args:
+            prior: the prior factor (and K_zz on the fused path).
+            Kzx: ``(Q, M, B)`` cross-covariances k(Z_j, x_n); kxx: ``(Q, B)`` prior variances.
+            state: :meth:`evaluation_state` of this evaluation, or None (computed here).
+        """
+        raise NotImplementedError
+
+    def variances(self, cov: Tensor) -> Tensor:
+        """The marginal variances ``(K, B, Q)`` of :attr:`Marginals.cov`."""
+        return cov
+
+    def expected_log_lik(self, likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
+                         num_samples: int, scale: float = 1.0, generator: Optional[torch.Generator] = None):
+        """L_ell (seed 004, eq. (24), (29)) for marginals ``mean (K, B, Q)``, ``cov`` (as returned by
+        :meth:`marginals`, prior mean added) and targets ``y (B, P)``; an
+        :class:`savigp.expected_log_lik.ELLEstimate`."""
+        raise NotImplementedError
+
+    def kl_terms(self, prior: InducingPrior, state: Any = None,
+                 generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
+        """The entropy (eq. (18)) and cross-entropy (eq. (19)) terms, scalars, in the family's
+        coordinates (see :meth:`u_space_shift`). ``generator``: for Monte Carlo entropies."""
+        raise NotImplementedError
+
+    def u_space_shift(self, Lzz: Tensor) -> Tensor:
+        """sum_j log|L_zz^j| for whitened families, 0 for u-space ones (a 0-dim tensor without
+        graph): entropy + shift and cross-entropy - shift are the paper's u-space terms."""
+        if self.whitened:
+            return torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum()
+        return Lzz.new_zeros(())
+
+    def draws(self, mean: Tensor, cov: Tensor, eps: Tensor) -> Tensor:
+        """Samples of f from the marginals ``mean (K, B, Q)``, ``cov``: ``(S, K, B, Q)`` for standard
+        normal ``eps`` ``(S, K, 1, Q)`` (shared by the B rows)."""
+        return mean + cov.sqrt() * eps
+
+    # ------------------------------------------------------------------ set-up and capabilities
+    def start(self, prior_factor: Callable[[], Tensor]) -> None:
+        """Called once by a model that built this posterior from its name; families whose initial
+        state depends on the prior call ``prior_factor()`` (``(Q, M, M)``)."""
+
+    def convert_legacy_state(self, Lzz: Union[Tensor, Callable[[], Tensor]]) -> bool:
+        """After loading a state dict: rewrite parameters of an older file format for the prior
+        factor ``Lzz`` (a tensor or a callable giving it); returns whether it converted."""
+        return False
+
+    def natural_gradient_obstacle(self) -> Optional[str]:
+        """Why :func:`savigp.fit_orthnat` cannot update this posterior (a message), or None."""
+        return None
+
+    @property
+    def supports_natural_gradients(self) -> bool:
+        """Whether :func:`savigp.fit_orthnat`'s natural-gradient step applies to this posterior."""
+        return self.natural_gradient_obstacle() is None
