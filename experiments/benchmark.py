@@ -349,7 +349,7 @@ class GPyTorchStep:
 class DenseStep:
     """The dense linear algebra of one savigp step alone: what the step would cost with no kernel,
     likelihood, elementwise or framework work at all (K = 1 full posterior, batched over Q), in the
-    form :class:`savigp.posteriors._WhitenedMoments` picks for M and B, called back to back with
+    form :class:`savigp.posteriors._autograd._WhitenedMoments` picks for M and B, called back to back with
     savigp's own blocked helpers. Both forms: Cholesky of K_zz and V = L^-1 K_zx forward, and the
     K_zz adjoint L^-T Phi L^-1 (two solves) backward; in between,
 
