@@ -249,5 +249,7 @@ def test_report_without_raising_and_bad_arguments():
         check_likelihood(Gaussian(), np.zeros((8, 2)))
     with pytest.raises(ValueError, match=r"mean must have shape \(B, Q\) = \(8, 1\), got \(8, 2\)"):
         check_likelihood(Gaussian(), np.zeros((8, 1)), mean=np.zeros((8, 2)))
+    with pytest.raises(ValueError, match=r"bad_targets\[0\] must be .* got y_bad of shape \(2, 1\) and row 5"):
+        check_likelihood(Gaussian(), np.zeros((8, 1)), bad_targets=[(np.zeros((2, 1)), 5)])
     with pytest.raises(TypeError, match="must be a likelihoods.Likelihood"):
         check_likelihood(lambda y, f: f, np.zeros((8, 1)))

@@ -19,8 +19,8 @@ class Problem:
     """What the checks run on.
 
     Attributes:
-        likelihood: a float64 copy of the user's likelihood (the original is never modified).
-        original: the likelihood as given (for the float32 and device copies).
+        likelihood: a float64 copy of the user's likelihood, initialized from ``y`` (the original
+            is never modified); the float32 and device checks copy it again.
         y: valid targets, shape ``(B, P)``, float64.
         mean, var: the Gaussian over f at each row, shape ``(B, Q)``, float64, var > 0.
         num_samples: S, the Monte Carlo draws of the expectation checks.
@@ -28,7 +28,6 @@ class Problem:
     """
 
     likelihood: Likelihood
-    original: Likelihood
     y: Tensor
     mean: Tensor
     var: Tensor

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 from likelihoods.base import Likelihood
@@ -79,7 +80,7 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
     Returns:
         the :class:`LikelihoodReport` (``report.passed``, ``report.failures``, ``report["shapes"]``).
     """
-    problem = _problem(likelihood, y, num_latent, mean, var, num_samples, seed)
+    problem = _problem(likelihood, y, num_latent, mean, var, num_samples, seed, bad_targets)
     report = LikelihoodReport(_describe(likelihood))
     for name, run, needs in CHECKS:
         broken = [n for n in needs if report[n].status == FAILED]
@@ -96,7 +97,7 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
     return report
 
 
-def _problem(lik, y, num_latent, mean, var, num_samples, seed) -> Problem:
+def _problem(lik, y, num_latent, mean, var, num_samples, seed, bad_targets) -> Problem:
     if not isinstance(lik, Likelihood):
         raise TypeError(f"check_likelihood: likelihood must be a likelihoods.Likelihood, got {type(lik).__name__}")
     device = likelihood_device(lik)
@@ -119,7 +120,20 @@ def _problem(lik, y, num_latent, mean, var, num_samples, seed) -> Problem:
         raise ValueError(f"check_likelihood: num_samples must be at least 100, got {num_samples}")
     work = copy_to(lik, torch.float64)
     work.initialize_from_data(y)
-    return Problem(work, lik, y, mean, var, int(num_samples), int(seed))
+    _check_bad_targets(bad_targets, P)
+    return Problem(work, y, mean, var, int(num_samples), int(seed))
+
+
+def _check_bad_targets(bad_targets, P: int) -> None:
+    for i, entry in enumerate(bad_targets):
+        try:
+            bad, row = entry
+            shape = np.shape(bad)
+        except (TypeError, ValueError):
+            raise ValueError(f"check_likelihood: bad_targets[{i}] must be a pair (y_bad (N, {P}), row), got {entry!r}")
+        if len(shape) != 2 or shape[1] != P or not 0 <= int(row) < shape[0]:
+            raise ValueError(f"check_likelihood: bad_targets[{i}] must be (y_bad of shape (N, {P}), a row index in "
+                             f"[0, N)), got y_bad of shape {shape} and row {row}")
 
 
 def _describe(lik: Likelihood) -> str:

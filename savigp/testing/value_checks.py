@@ -45,7 +45,8 @@ def shapes(p: Problem):
 
 
 def factorizes(p: Problem):
-    """log p(y_n | f_n) depends on row n only: a subset of the rows gives the same values."""
+    """log p(y_n | f_n) depends on row n only, as the likelihood factorizes over data points
+    (Bonilla et al. 2019, eq. (1)): a subset of the rows gives the same values."""
     B = p.y.shape[0]
     if B < 2:
         return SKIPPED, "needs at least 2 rows of y"
@@ -75,7 +76,7 @@ def finite(p: Problem):
 def dtypes(p: Problem):
     """A float32 copy of the likelihood given float32 inputs returns float32 (log_prob,
     expected_log_prob, conditional_moments)."""
-    lik = copy_to(p.original, torch.float32, p.y.device)
+    lik = copy_to(p.likelihood, torch.float32, p.y.device)
     y, m, v = p.y.float(), p.mean.float(), p.var.float()
     got = {"log_prob": lik.log_prob(y, m).dtype}
     if lik.has_closed_form_ell:
@@ -96,7 +97,7 @@ def device(p: Problem):
     if not torch.cuda.is_available():
         return SKIPPED, "no CUDA device"
     dev = torch.device("cuda")
-    lik = copy_to(p.original, torch.float64, dev)
+    lik = copy_to(p.likelihood, torch.float64, dev)
     out = lik.log_prob(p.y.to(dev), p.mean.to(dev))
     if out.device.type != "cuda":
         return FAILED, f"log_prob of CUDA inputs returned a tensor on {out.device}; expected cuda"
