@@ -7,13 +7,11 @@ import importlib.util
 import json
 import math
 import re
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+from conftest import DATA, ROOT  # noqa: E402  (the repository root, ../shared/data)
 
 
 def _load(name: str):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -38,7 +37,7 @@ from likelihoods import (
 )
 from savigp.constraints import PositiveParameter
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+from conftest import DATA  # noqa: E402  (../shared/data)
 
 
 # float64 by default: tests/conftest.py's autouse fixture

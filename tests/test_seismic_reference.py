@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+from conftest import DATA, ROOT  # noqa: E402  (the repository root, ../shared/data)
 
 # (tests/conftest.py runs torch on one thread)
 if str(ROOT / "experiments") not in sys.path:
