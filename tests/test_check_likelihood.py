@@ -24,6 +24,7 @@ from likelihoods import (
     StudentT,
     WarpedGaussian,
 )
+from conftest import requires_cuda
 from savigp.testing import LikelihoodCheckError, check_likelihood
 from savigp.testing.examples import nb_numpy, nb_torch, ordinal_numpy, ordinal_torch, probit_numpy
 
@@ -126,6 +127,16 @@ def test_runs_under_a_float32_default_and_leaves_the_likelihood_alone():
         torch.set_default_dtype(old)
     assert all(torch.equal(before[k], v) for k, v in lik.state_dict().items())
     assert lik.offset.dtype == torch.float32
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("name", ["gaussian", "softmax-index", "warped", "callable-numpy-laplace"])
+def test_on_a_cuda_device_the_checks_run_there(name):
+    make, sample, bad = BUILTIN[name]
+    report = check_likelihood(make().cuda(), sample(_rng()), bad_targets=bad)
+    assert report["device"].status == "passed", str(report)
+    assert report.passed
 
 
 # ---------------------------------------------------------------------------- broken likelihoods
