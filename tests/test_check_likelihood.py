@@ -70,6 +70,7 @@ BUILTIN = {
     "warped": (lambda: WarpedGaussian(num_tanh=2, variance=0.4, a=[0.8, 0.5], b=[1.3, 0.7], c=[-0.4, 0.9]),
                _normal(1), []),
     "multi-gaussian": (lambda: MultiGaussian(3, variance=[0.2, 0.5, 1.1]), _normal(3), []),
+    "multi-gaussian-12": (lambda: MultiGaussian(12, variance=[0.5] * 12), _normal(12), []),  # Q too large for quadrature
     "gprn": (lambda: GPRN(num_outputs=2, num_nodes=2, variance=[0.3, 0.6]), _normal(2), []),
     "seismic": (Seismic, None, []),
     "student-t": (lambda: StudentT(df=3.5, scale=0.6), _normal(1), []),
@@ -92,9 +93,9 @@ def test_every_builtin_likelihood_passes(name):
     report = check_likelihood(make(), y, bad_targets=bad, **kw)
     assert report.passed
     ran = {c.name for c in report.checks if c.status == "passed"}
-    assert {"shapes", "factorizes", "finite", "dtype", "monte_carlo_expectation", "validate_targets"} <= ran
-    if make().has_closed_form_ell:
-        assert "closed_form_expectation" in ran
+    assert {"shapes", "factorizes", "finite", "dtype", "validate_targets"} <= ran
+    assert ("monte_carlo_expectation" in ran) == (name != "multi-gaussian-12")  # no quadrature for Q = 12
+    assert ("closed_form_expectation" in ran) == make().has_closed_form_ell
 
 
 def test_callable_wrappers_of_numpy_and_torch_functions_pass():
@@ -196,6 +197,16 @@ class Float64Constant(_Gauss):
         return super().log_prob(y, f) * self.scale
 
 
+class WrongClosedFormLargeQ(MultiGaussian):
+    """Q = 12: too many dimensions for product quadrature, so the closed form meets Monte Carlo."""
+
+    def __init__(self):
+        super().__init__(12, variance=[0.5] * 12)
+
+    def expected_log_prob(self, y, mean, var):
+        return self.log_prob(y, mean)  # forgot the variance term
+
+
 class AcceptsAnything(Poisson):
     def validate_targets(self, y):
         if y.dim() != 2 or y.shape[1] != 1:
@@ -218,6 +229,7 @@ BROKEN = [
     (NaNRows, "finite"),
     (MixesRows, "factorizes"),
     (WrongClosedForm, "closed_form_expectation"),
+    (WrongClosedFormLargeQ, "closed_form_expectation"),
     (LyingGradient, "gradient_in_f"),
     (LyingParameterGradient, "parameter_gradients"),
     (Float64Constant, "dtype"),
@@ -234,6 +246,8 @@ def test_each_fault_is_caught_by_its_check(cls, check):
         y = _labels([-1.0, 1.0])(rng)
     elif cls is AcceptsAnything:
         y = rng.poisson(2.0, (B, 1)).astype(float)
+    elif cls is WrongClosedFormLargeQ:
+        y = rng.standard_normal((B, 12))
     else:
         y = np.linspace(-2.0, 2.0, B)[:, None]  # rows above 1 make NaNRows return NaN
     bad = [(np.array([[1.0], [-3.0]]), 1)] if cls is AcceptsAnything else []
@@ -246,8 +260,9 @@ def test_each_fault_is_caught_by_its_check(cls, check):
     if cls is WrongShape:
         assert "returned shape (8, 1); expected (8,)" in report[check].message
         assert report["monte_carlo_expectation"].status == "skipped"  # meaningless after a shape failure
-    if cls is WrongClosedForm:
+    if cls in (WrongClosedForm, WrongClosedFormLargeQ):
         assert "got" in report[check].message and "expected" in report[check].message
+        assert ("Monte Carlo" in report[check].message) == (cls is WrongClosedFormLargeQ)
     if cls is NaNRows:
         assert "row 6" in report[check].message and "row 0" not in report[check].message
 

@@ -49,7 +49,8 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
     * ``monte_carlo_expectation``: the mean of log p(y | f) over ``num_samples`` draws agrees with
       Gauss-Hermite product quadrature within 4 standard errors plus the quadrature's error
       (the first 4 rows; skipped when n^Q grid points do not fit in 20000 for n >= 3);
-    * ``closed_form_expectation``: ``expected_log_prob`` (if declared) agrees with quadrature;
+    * ``closed_form_expectation``: ``expected_log_prob`` (if declared) agrees with quadrature
+      (with Monte Carlo within 4 standard errors where Q is too large for it);
     * ``validate_targets``: accepts y; rejects a wrong column count, a NaN row (if the likelihood
       defines its own validation) and each ``bad_targets`` entry, naming the row;
     * ``conditional_moments`` / ``predictive_moments``: shapes, finiteness, non-negative variances,
