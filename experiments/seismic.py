@@ -38,7 +38,7 @@ The shipped MCMC reference is not the posterior of the model stated above. The o
 Stan model (Karl-Krauth/Sparse-GP, experiments/seismic_stan) is this model with x in metres and a
 1 m length-scale (sites independent); its exact posterior has stds 1.66-2.11 x the reference's for
 all 8 functions (HMC here; per-site importance sampling from the prior agrees at the sites checked in
-``tests/test_seismic_reference.py``), and with x in km 1.63-1.67 x. A floor shows this is not a
+``tests/experiments/test_seismic_reference.py``), and with x in km 1.63-1.67 x. A floor shows this is not a
 sampler artefact: y_1 identifies only the ratio c = d_1 / v_1 (0.099 s at the median site), so
 even with c known exactly sd(d_1) >= (1 / 30^2 + 1 / (195 c)^2)^(-1/2) = 16.3 m at the median site
 (15.2-17.8 m across sites; prior sds 30 m and 195 m/s) at any length-scale, since neighbouring sites share nearly the same c and pooling cannot shrink it; the
