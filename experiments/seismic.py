@@ -38,7 +38,7 @@ The shipped MCMC reference is not the posterior of the model stated above. The o
 Stan model (Karl-Krauth/Sparse-GP, experiments/seismic_stan) is this model with x in metres and a
 1 m length-scale (sites independent); its exact posterior has stds 1.66-2.11 x the reference's for
 all 8 functions (HMC here; per-site importance sampling from the prior agrees at the sites checked in
-``tests/test_seismic_reference.py``), and with x in km 1.63-1.67 x. A floor shows this is not a
+``tests/experiments/test_seismic_reference.py``), and with x in km 1.63-1.67 x. A floor shows this is not a
 sampler artefact: y_1 identifies only the ratio c = d_1 / v_1 (0.099 s at the median site), so
 even with c known exactly sd(d_1) >= (1 / 30^2 + 1 / (195 c)^2)^(-1/2) = 16.3 m at the median site
 (15.2-17.8 m across sites; prior sds 30 m and 195 m/s) at any length-scale, since neighbouring sites share nearly the same c and pooling cannot shrink it; the
@@ -87,13 +87,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _flagship_io as io  # noqa: E402
 from _common import add_device_arguments, device_and_dtype  # noqa: E402
-
-PRIOR_DEPTH = (200.0, 500.0, 1600.0, 2200.0)
-PRIOR_VELOCITY = (1950.0, 2300.0, 2750.0, 3650.0)
-DEPTH_REL_STD, VELOCITY_REL_STD = 0.15, 0.10
-NOISE_STD = (0.025, 0.05, 0.075, 0.1)
-SCALE = 10.0  # the original code's division of depths and velocities
-LATENT_NAMES = ["depth_1", "depth_2", "depth_3", "depth_4", "vel_1", "vel_2", "vel_3", "vel_4"]
+from seismic_model import LATENT_NAMES, NOISE_STD, SCALE, agreement, load, prior  # noqa: E402
 
 # (estimator, optimizer, samples, iterations, lr) per mode. L-BFGS iterations are outer steps of
 # `lbfgs_max_iter` inner iterations with fixed draws; Adam iterations are full-batch steps.
@@ -101,22 +95,6 @@ FULL = {"reparam": ("lbfgs", 500, 15, 1.0), "score": ("adam", 2000, 3000, 0.01)}
 QUICK = {"reparam": ("lbfgs", 100, 4, 1.0), "score": ("adam", 200, 400, 0.02)}
 POSTERIORS = {"full": ("full", 1), "mog1": ("diag", 1), "mog2": ("diag", 2), "fg2": ("full", 2),
               "joint": ("joint", 1)}
-
-
-def load(data: Path):
-    """Times Y (113, 4), locations x (113, 1) in metres, MCMC means and stds (113, 8) each."""
-    d = np.loadtxt(data / "seismic" / "data.csv", delimiter=",")
-    ref = np.genfromtxt(data / "seismic" / "mcmc_reference.csv", delimiter=",", names=True)
-    names = ref.dtype.names
-    mcmc_mean = np.stack([ref[n] for n in names[:8]], 1)
-    mcmc_std = np.stack([ref[n] for n in names[8:16]], 1)
-    return d[:, :4], d[:, 4:5], mcmc_mean, mcmc_std
-
-
-def prior():
-    mean = np.array(PRIOR_DEPTH + PRIOR_VELOCITY)
-    std = np.r_[DEPTH_REL_STD * mean[:4], VELOCITY_REL_STD * mean[4:]]
-    return mean, std
 
 
 def build_model(Y, X, posterior: str = "full", num_components: int = 1, x_unit: float = 1.0,
@@ -147,12 +125,6 @@ def build_model(Y, X, posterior: str = "full", num_components: int = 1, x_unit: 
     m0 = model.posterior.mean.detach() if K > 1 else torch.zeros(K, Q, M, dtype=torch.float64)
     model.posterior.set_full(m0, chol)
     return model
-
-
-def agreement(mean, std, ref_mean, ref_std) -> tuple[np.ndarray, np.ndarray]:
-    """Per latent function, over the N sites of ``(N, Q)`` arrays: the mean error
-    mean_n |mean - ref_mean| / ref_std and the std ratio median_n std / ref_std, each ``(Q,)``."""
-    return (np.abs(mean - ref_mean) / ref_std).mean(0), np.median(std / ref_std, 0)
 
 
 def metric_columns(err, ratio, prefix: str = "") -> dict:

@@ -1,6 +1,6 @@
 """An exact posterior reference for the seismic model (seed 004, §9.8) by Hamiltonian Monte Carlo.
 
-The model is the one ``seismic.py`` fits with SAVIGP: Q = 8 latent functions over the sensor
+The model (``seismic_model.py``) is the one ``seismic.py`` fits with SAVIGP: Q = 8 latent functions over the sensor
 location x (4 layer depths, 4 velocities), independent GP priors
 
     f_q ~ GP(mu_q, sd_q^2 k(x, x')),   k(x, x') = exp(-(x - x')^2 / (2 x_unit^2)),
@@ -72,7 +72,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _flagship_io as io  # noqa: E402
 from _common import write_text_atomic  # noqa: E402
-import seismic  # noqa: E402  (the model's definition: prior, noise, latent names, data loader)
+import seismic_model  # noqa: E402  (the model's definition: prior, noise, latent names, data loader)
 
 LogLik = Callable[["torch.Tensor"], "torch.Tensor"]  # noqa: F821
 
@@ -412,7 +412,7 @@ def seismic_log_lik(Y) -> LogLik:
 
     from likelihoods import Seismic
 
-    lik = Seismic(4, noise_std=seismic.NOISE_STD, depth_scale=1.0, velocity_scale=1.0)
+    lik = Seismic(4, noise_std=seismic_model.NOISE_STD, depth_scale=1.0, velocity_scale=1.0)
     y = torch.as_tensor(np.asarray(Y, dtype=np.float64))
     return lambda f: lik.log_prob(y, f).sum(-1)
 
@@ -439,7 +439,7 @@ def hmc_reference(Y, X, *, x_unit: float = 1000.0, chains: int = FULL["chains"],
         raise ValueError(f"hmc_reference: X must hold one location per row of Y ({Y.shape[0]}), "
                          f"got shape {np.asarray(X).shape}")
     keep = kwargs.pop("keep_draws", False)
-    mean, std = seismic.prior()
+    mean, std = seismic_model.prior()
     log_lik, L = seismic_log_lik(Y), prior_cholesky(X, x_unit)
     res = whitened_hmc(log_lik, mean, std, L, chains=chains, draws=draws, warmup=warmup, seed=seed,
                        progress=progress, keep_draws=True, **kwargs)
@@ -477,7 +477,7 @@ def write_reference(res: HMCResult, X, out: Path) -> Path:
     (``res.diagnostics``). Returns the CSV path."""
     d = res.diagnostics
     stem = reference_stem(out, d["x_unit"], d["chains"], d["draws"], d["warmup"], d["seed"])
-    cols = [f"{k}_{n}" for k in SUMMARIES for n in seismic.LATENT_NAMES]
+    cols = [f"{k}_{n}" for k in SUMMARIES for n in seismic_model.LATENT_NAMES]
     buf = StringIO()  # written atomically: the next run reads it back as its cached reference
     np.savetxt(buf, np.hstack([np.reshape(X, (-1, 1))] + [getattr(res, k) for k in SUMMARIES]),
                delimiter=",", header="x," + ",".join(cols), comments="")
@@ -496,7 +496,7 @@ def load_reference(out: Path, x_unit: float, settings: dict) -> Optional[HMCResu
         table = np.loadtxt(stem.with_suffix(".csv"), delimiter=",", skiprows=1, ndmin=2)
     except (OSError, ValueError):
         return None
-    Q = len(seismic.LATENT_NAMES)
+    Q = len(seismic_model.LATENT_NAMES)
     if table.shape[1] != 1 + Q * len(SUMMARIES):
         return None
     if any(diag.get(k) != v for k, v in {**settings, "x_unit": float(x_unit)}.items()):
@@ -524,12 +524,12 @@ def main(argv=None) -> HMCResult:
     args = parse(argv)
     torch.set_num_threads(args.threads)
     out = io.out_dir(args.out, "seismic")
-    Y, X, mcmc_mean, mcmc_std = seismic.load(io.resolve_data_dir(args.data_dir))
+    Y, X, mcmc_mean, mcmc_std = seismic_model.load(io.resolve_data_dir(args.data_dir))
     res = hmc_reference(Y, X, x_unit=args.x_unit, chains=args.chains, draws=args.draws, warmup=args.warmup,
                         seed=args.seed, progress=args.progress)
-    err, ratio = seismic.agreement(res.mean, res.std, mcmc_mean, mcmc_std)
-    res.diagnostics.update({f"mcmc_err_{n}": float(e) for n, e in zip(seismic.LATENT_NAMES, err)})
-    res.diagnostics.update({f"mcmc_ratio_{n}": float(r) for n, r in zip(seismic.LATENT_NAMES, ratio)})
+    err, ratio = seismic_model.agreement(res.mean, res.std, mcmc_mean, mcmc_std)
+    res.diagnostics.update({f"mcmc_err_{n}": float(e) for n, e in zip(seismic_model.LATENT_NAMES, err)})
+    res.diagnostics.update({f"mcmc_ratio_{n}": float(r) for n, r in zip(seismic_model.LATENT_NAMES, ratio)})
     path = write_reference(res, X, out)
     d = res.diagnostics
     print(f"[seismic_reference] {path}: {d['seconds']:.0f} s, R-hat max {d['rhat_max']:.3f}, bulk ESS min "

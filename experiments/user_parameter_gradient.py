@@ -23,38 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy import special, stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import savigp  # noqa: E402
 from likelihoods import CallableLikelihood  # noqa: E402
-
-
-def nb(y, f, r):
-    mu, y = np.exp(f[..., 0]), y[:, 0]
-    return (special.gammaln(y + r) - special.gammaln(r) - special.gammaln(y + 1)
-            + r * np.log(r / (r + mu)) + y * np.log(mu / (r + mu)))
-
-
-def nb_dr(y, f, r):
-    mu, y = np.exp(f[..., 0]), y[:, 0]
-    return special.digamma(y + r) - special.digamma(r) + np.log(r / (r + mu)) + (mu - y) / (r + mu)
-
-
-def ordinal_numpy(y, f, c0, gaps):
-    cuts = np.concatenate([[-np.inf, c0], c0 + np.cumsum(gaps), [np.inf]])
-    k = y[:, 0].astype(int)
-    return np.log(stats.norm.cdf(cuts[k + 1] - f[..., 0]) - stats.norm.cdf(cuts[k] - f[..., 0]))
-
-
-def ordinal_torch(y, f, c0, gaps):
-    cuts = torch.cat([c0.reshape(1), c0 + torch.cumsum(gaps, 0)])
-    lo = torch.cat([cuts.new_full((1,), -np.inf), cuts])
-    hi = torch.cat([cuts, cuts.new_full((1,), np.inf)])
-    k = y[:, 0].long()
-    n = torch.distributions.Normal(0.0, 1.0)
-    return torch.log(n.cdf(hi[k] - f[..., 0]) - n.cdf(lo[k] - f[..., 0]))
+from savigp.testing.examples import nb_dlogp_dr, nb_numpy, ordinal_numpy, ordinal_torch  # noqa: E402
 
 
 def nb_errors(rng) -> list:
@@ -63,11 +37,11 @@ def nb_errors(rng) -> list:
         y = rng.poisson(5.0, (200, 1)).astype(float)
         f = torch.as_tensor(1.5 + 0.7 * rng.standard_normal((100, 1, 200, 1)))
         w = torch.as_tensor(rng.standard_normal((100, 1, 200)))
-        lik = CallableLikelihood(nb, backend="numpy", params={"r": r}, constraints={"r": "positive"})
+        lik = CallableLikelihood(nb_numpy, backend="numpy", params={"r": r}, constraints={"r": "positive"})
         (lik.log_prob(torch.as_tensor(y), f) * w).sum().backward()
         raw = lik.raw_params["r"]
         rr = float(lik.parameter_values()["r"].detach())
-        exact = float((w.numpy() * nb_dr(y, f.numpy(), rr)).sum()) * float(torch.sigmoid(raw.detach()))
+        exact = float((w.numpy() * nb_dlogp_dr(y, f.numpy(), rr)).sum()) * float(torch.sigmoid(raw.detach()))
         out.append((r, abs(raw.grad.item() - exact) / abs(exact)))
     return out
 
@@ -90,7 +64,7 @@ def step_times(rng, steps: int, rounds: int) -> tuple:
     Y = rng.poisson(rng.gamma(4.0, np.exp(1.5 + np.sin(2 * X)) / 4.0)).astype(float)
     models = {}
     for kind in ("positive", "fixed"):
-        lik = CallableLikelihood(nb, backend="numpy", params={"r": 2.0}, constraints={"r": kind})
+        lik = CallableLikelihood(nb_numpy, backend="numpy", params={"r": 2.0}, constraints={"r": kind})
         models[kind] = savigp.SAVIGP(X, Y, lik, num_inducing=20)
     times = {"positive": [], "fixed": []}
     for _ in range(rounds):

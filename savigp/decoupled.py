@@ -25,7 +25,7 @@ same function h, orthogonal in the RKHS to the Z-basis. The entropy of q is shif
 for each Gaussian component the KL to the prior splits into the coupled part plus 1/2 ||h||^2_H
 (the cross term <h, mu_k>_H vanishes by orthogonality and the covariance perturbation lives in
 span Psi_Z), so the extra term is the same for every component and leaves sum_k pi_k unchanged.
-``tests/test_decoupled.py`` checks this against an explicit construction of the joint Gaussian
+``tests/savigp/test_decoupled.py`` checks this against an explicit construction of the joint Gaussian
 over [Z, gamma].
 
 Large G: the quadratic a^T K_gamma a costs O(G^2). ``kl_columns = C`` replaces it by an unbiased

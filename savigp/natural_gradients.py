@@ -38,7 +38,7 @@ orthogonality the q(v) and a_gamma updates are independent.
 Conjugate check: for a Gaussian likelihood, g_S^ell = -V V^T / (2 sigma^2) and
 g_m^ell = V (y - mu - r - V^T m) / sigma^2, so tau = 1 gives Lambda' = I + V V^T / sigma^2 and
 m' = Lambda'^-1 V (y - mu - r) / sigma^2 -- the optimal q(v) (Titsias' collapsed bound) in one
-step, whatever the starting point. ``tests/test_decoupled.py`` checks this.
+step, whatever the starting point. ``tests/savigp/test_decoupled.py`` checks this.
 
 A diagonal Gaussian (``DiagonalMixture`` with K = 1) is an exponential family with diagonal
 Lambda; its natural gradient is the same update restricted to the diagonal of g_S. Mixtures with

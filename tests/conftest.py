@@ -1,9 +1,21 @@
+"""Shared fixtures and helpers of the test suite (float64 by default, one torch thread), the
+repository paths tests import (``from conftest import ROOT, DATA``), and the ``experiments``
+marker, given by path to every test under ``tests/experiments/`` so that
+``python -m pytest -q tests -m "not experiments"`` runs the library's tests alone."""
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 import savigp
+
+#: the repository root (wherever a test file sits below tests/)
+ROOT = Path(__file__).resolve().parents[1]
+#: the shared data folder next to the repository (tests that need it skip when it is absent)
+DATA = ROOT.parent / "shared" / "data"
+#: tests of the experiment scripts (marked ``experiments``)
+EXPERIMENT_TESTS = Path(__file__).resolve().parent / "experiments"
 
 # the test problems are small: one thread is as fast and is immune to oversubscription
 torch.set_num_threads(1)
@@ -45,3 +57,10 @@ def cuda_available():
 
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test collected from tests/experiments/ with ``experiments``."""
+    for item in items:
+        if EXPERIMENT_TESTS in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.experiments)

@@ -4,12 +4,11 @@ on three datasets and skip when ../shared/data is absent."""
 import csv
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT  # noqa: E402  (the repository root)
 sys.path.insert(0, str(ROOT))
 
 from experiments import _common  # noqa: E402

@@ -1,19 +1,16 @@
 """Smoke tests of the flagship experiments (seismic inversion, GPRN on SARCOS; MNIST is tested with the
-large-scale experiments) in their ``--quick`` mode, called through ``main(argv)`` in-process, and of the code in
-docs/custom_likelihood.md. The shared data must be at ``../shared/data`` (skipped otherwise)."""
+large-scale experiments) in their ``--quick`` mode, called through ``main(argv)`` in-process. The shared data
+must be at ``../shared/data`` (skipped otherwise)."""
 from __future__ import annotations
 
 import importlib.util
 import json
 import math
-import re
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+from conftest import DATA, ROOT  # noqa: E402  (the repository root, ../shared/data)
 
 
 def _load(name: str):
@@ -90,14 +87,3 @@ def test_scripts_have_help(capsys):
             mod.parse(["--help"])
         assert exc.value.code == 0
         assert "--quick" in capsys.readouterr().out
-
-
-def test_custom_likelihood_guide_runs(capsys):
-    text = (ROOT / "docs" / "custom_likelihood.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 4
-    ns: dict = {"__name__": "custom_likelihood_guide"}
-    for i, block in enumerate(blocks):
-        exec(compile(block, f"docs/custom_likelihood.md[block {i}]", "exec"), ns)
-    out = capsys.readouterr().out
-    assert "reparam" in out and "score" in out

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+from conftest import DATA, ROOT  # noqa: E402  (the repository root, ../shared/data)
 
 # (tests/conftest.py runs torch on one thread)
 if str(ROOT / "experiments") not in sys.path:
@@ -117,15 +115,15 @@ def _importance_sampling(y, prior_mean, prior_std, noise_std, S, rng):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data not found at {DATA}")
 def test_seismic_reference_in_metres_matches_importance_sampling():
-    Y, X, _, _ = ref.seismic.load(DATA)
+    Y, X, _, _ = ref.seismic_model.load(DATA)
     sites = [0, 56, 112]
     res = ref.hmc_reference(Y[sites], X[sites], x_unit=1.0, chains=4, draws=1000, warmup=400, seed=0)
     assert res.diagnostics["rhat_max"] < 1.02 and res.diagnostics["divergences"] == 0, res.diagnostics
-    prior_mean, prior_std = ref.seismic.prior()
+    prior_mean, prior_std = ref.seismic_model.prior()
     rng = np.random.default_rng(0)
+    noise_std = np.array(ref.seismic_model.NOISE_STD)
     for i, n in enumerate(sites):
-        m, s, se_m, se_s, ess_is = _importance_sampling(Y[n], prior_mean, prior_std, np.array(ref.seismic.NOISE_STD),
-                                                        1_000_000, rng)
+        m, s, se_m, se_s, ess_is = _importance_sampling(Y[n], prior_mean, prior_std, noise_std, 1_000_000, rng)
         assert ess_is > 5000, ess_is
         z_mean = (res.mean[i] - m) / np.sqrt(se_m ** 2 + res.mcse_mean[i] ** 2)
         z_std = (res.std[i] - s) / np.sqrt(se_s ** 2 + res.mcse_std[i] ** 2)

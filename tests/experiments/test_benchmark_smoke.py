@@ -8,11 +8,10 @@ import csv
 import importlib.util
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT  # noqa: E402  (the repository root)
 
 
 def _load_benchmark():

@@ -33,7 +33,8 @@ from savigp.distributed import DataParallel
 from savigp.model import ELBOTerms
 from savigp.serialization import load_model
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402  (the repository root)
+REPO = str(ROOT)
 ENV = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
 for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "SAVIGP_CLI_TEST_SIGINT_AFTER"):
     ENV.pop(key, None)

@@ -1,7 +1,8 @@
-"""User likelihoods the library has never seen, written from scratch here, through
-:class:`likelihoods.CallableLikelihood` in Python: every task (regression with a predictive mean,
-binary and multi-class classification, counts), learnable keyword parameters (autograd for torch,
-central differences for numpy), honest ``differentiable``, non-finite values and their floor.
+"""User likelihoods the library has never seen, written from scratch (here and in
+``savigp.testing.examples``), through :class:`likelihoods.CallableLikelihood` in Python: every task
+(regression with a predictive mean, binary and multi-class classification, counts), learnable
+keyword parameters (autograd for torch, central differences for numpy), honest ``differentiable``,
+non-finite values and their floor.
 
 Statistical checks compare with closed forms (probit predictive probabilities, the negative
 binomial's derivative in r) or with a built-in likelihood on the same model and draws.
@@ -13,60 +14,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy import special, stats
+from scipy import stats
 
 import savigp
 from likelihoods import CallableLikelihood, Poisson, Softmax
 from savigp.nonfinite import NonFiniteLogProb
+from savigp.testing.examples import nb_dlogp_dr, nb_numpy, nb_torch, ordinal_numpy, ordinal_torch, probit_numpy
 
 
 # ---------------------------------------------------------------------------- the user's functions
-def nb_numpy(y, f, r):
-    """Negative binomial counts, mean exp(f), dispersion r: y (B, 1), f (..., B, 1) -> (..., B)."""
-    mu = np.exp(f[..., 0])
-    y = y[:, 0]
-    return (special.gammaln(y + r) - special.gammaln(r) - special.gammaln(y + 1)
-            + r * np.log(r / (r + mu)) + y * np.log(mu / (r + mu)))
-
-
-def nb_torch(y, f, r):
-    mu = torch.exp(f[..., 0])
-    y = y[:, 0]
-    return (torch.lgamma(y + r) - torch.lgamma(r) - torch.lgamma(y + 1)
-            + r * torch.log(r / (r + mu)) + y * torch.log(mu / (r + mu)))
-
-
-def nb_dlogp_dr(y, f, r):
-    """The closed-form derivative of nb_numpy in r."""
-    mu = np.exp(f[..., 0])
-    y = y[:, 0]
-    return special.digamma(y + r) - special.digamma(r) + np.log(r / (r + mu)) + (mu - y) / (r + mu)
-
-
-def ordinal_numpy(y, f, c0, gaps):
-    """Ordinal probit over labels 0..3 with cut-points c0, c0 + gaps[0], c0 + gaps[0] + gaps[1];
-    the naive log(Phi(b - f) - Phi(a - f)) of a first attempt (underflows to -inf far out)."""
-    cuts = np.concatenate([[-np.inf, c0], c0 + np.cumsum(gaps), [np.inf]])
-    k = y[:, 0].astype(int)
-    f0 = f[..., 0]
-    with np.errstate(divide="ignore"):
-        return np.log(stats.norm.cdf(cuts[k + 1] - f0) - stats.norm.cdf(cuts[k] - f0))
-
-
-def ordinal_torch(y, f, c0, gaps):
-    cuts = torch.cat([c0.reshape(1), c0 + torch.cumsum(gaps, 0)])
-    lo = torch.cat([cuts.new_full((1,), -math.inf), cuts])
-    hi = torch.cat([cuts, cuts.new_full((1,), math.inf)])
-    k = y[:, 0].long()
-    n = torch.distributions.Normal(0.0, 1.0)
-    return torch.log(n.cdf(hi[k] - f[..., 0]) - n.cdf(lo[k] - f[..., 0]))
-
-
-def probit_numpy(y, f):
-    """Binary probit, labels {0, 1}."""
-    return stats.norm.logcdf((2 * y[:, 0] - 1) * f[..., 0])
-
-
+# nb_numpy, nb_torch, nb_dlogp_dr, ordinal_numpy, ordinal_torch, probit_numpy: savigp/testing/examples.py
 def softmax_torch(y, f):
     """Three-class softmax written by hand in torch."""
     return torch.gather(f, -1, y.long().expand(f.shape[:-1] + (1,))).squeeze(-1) - torch.logsumexp(f, -1)
@@ -201,7 +158,7 @@ def test_ordinal_cut_points_learned_and_the_floor_for_underflow():
     naive = CallableLikelihood(ordinal_numpy, **kw)
     model = savigp.SAVIGP(X, Y, naive, num_inducing=10)
     far = torch.full((2, 1, 100, 1), 40.0, dtype=torch.float64)  # Phi(b - 40) - Phi(a - 40) = 0 in float64
-    with pytest.raises(NonFiniteLogProb, match=r"'ordinal_numpy' \(.*test_user_likelihoods.py, line \d+\) returned "
+    with pytest.raises(NonFiniteLogProb, match=r"'ordinal_numpy' \(.*examples.py, line \d+\) returned "
                                                r"NaN or inf .*f = \[40\] -> -inf.*min_log_prob"):
         savigp.expected_log_lik.checked_log_prob(naive, model.train_y, far)
     floored = CallableLikelihood(ordinal_numpy, min_log_prob=-200.0, **kw)

@@ -7,11 +7,10 @@ import json
 import platform
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT  # noqa: E402  (the repository root)
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 _FIT = """
@@ -39,6 +38,7 @@ def test_fit_tunes_the_allocator_once_unless_told_not_to():
     assert off["before"] is None and off["after"] is None
 
 
+@pytest.mark.experiments
 @pytest.mark.skipif(not GLIBC, reason="glibc only")
 def test_allocator_effect_script_runs():
     out = subprocess.run([sys.executable, str(ROOT / "experiments" / "allocator_effect.py"), "--M", "20", "--B", "50",

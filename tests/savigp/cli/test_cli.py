@@ -22,7 +22,8 @@ from savigp.cli import TEST_SIGINT_ENV, main
 from savigp.csv_data import DataError, read_csv, resolve_columns, split_columns, write_csv
 from savigp.serialization import ModelFileError, SavedModel, build_model, load_model, save_model
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402  (the repository root)
+REPO = str(ROOT)
 ENV = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
 ENV.pop(TEST_SIGINT_ENV, None)
 ENV.pop("SAVIGP_DEBUG", None)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -38,7 +37,7 @@ from likelihoods import (
 )
 from likelihoods.parameters import PositiveParameter
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+from conftest import DATA  # noqa: E402  (../shared/data)
 
 
 # float64 by default: tests/conftest.py's autouse fixture
@@ -314,7 +313,7 @@ def test_every_exported_likelihood_is_registered():
     exported = [getattr(likelihoods, name) for name in likelihoods.__all__]
     concrete = {c for c in exported if isinstance(c, type) and issubclass(c, Likelihood) and c is not Likelihood}
     missing = sorted(c.__name__ for c in concrete - set(REGISTRY))
-    assert not missing, f"likelihoods without test cases in tests/test_likelihoods.py CASES: {missing}"
+    assert not missing, f"likelihoods without test cases in tests/likelihoods/test_likelihoods.py CASES: {missing}"
     assert {Gaussian, Logistic, CallableLikelihood, Softmax, Poisson, WarpedGaussian, MultiGaussian, GPRN, Seismic,
             StudentT} <= concrete
 

@@ -1,0 +1,83 @@
+"""Checks of the predictive side of a likelihood: ``conditional_moments(f)`` (E[y | f] and
+Var[y | f]) and ``predictive_moments(mean, var)`` against Monte Carlo over f ~ N(mean, var) by the
+laws of total expectation and variance,
+
+    E[y] = E_f[E[y | f]],   Var[y] = E_f[Var[y | f] + E[y | f]^2] - E[y]^2,
+
+with the standard error of the variance by the delta method (per-draw influence
+Var[y | f] + E[y | f]^2 - 2 E[y] E[y | f]).
+
+Each check takes a :class:`~savigp.testing.problem.Problem` and returns ``(status, message)``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .problem import Problem, worst
+from .report import FAILED, PASSED, SKIPPED
+from .value_checks import EXPECTATION_ROWS, Z
+
+#: Monte Carlo draws of the predictive check at most (conditional moments may be costly per point,
+#: e.g. by quadrature for a warped Gaussian)
+MAX_DRAWS = 1000
+
+
+def conditional_moments(p: Problem):
+    """``conditional_moments(f)`` returns E[y | f] and Var[y | f] (or None) of shape ``(..., B, P)``,
+    the mean finite and the variance non-negative."""
+    f = p.draws((3,), offset=11)
+    try:
+        with torch.no_grad():
+            mean, var = p.likelihood.conditional_moments(f)
+    except NotImplementedError as err:
+        return SKIPPED, f"not implemented ({err})"
+    expected = (3,) + tuple(p.y.shape)
+    for label, t in (("E[y | f]", mean), ("Var[y | f]", var)):
+        if t is not None and tuple(t.shape) != expected:
+            return FAILED, f"{label} has shape {tuple(t.shape)} for f of shape {tuple(f.shape)}; expected {expected}"
+    if not bool(torch.isfinite(mean).all()):
+        return FAILED, "E[y | f] is not finite at draws of f"
+    if var is not None and bool((var < 0).any()):
+        return FAILED, f"Var[y | f] is negative: min {float(var.min()):.3g}"
+    return PASSED, "variance None (mean only)" if var is None else ""
+
+
+def predictive_moments(p: Problem):
+    """``predictive_moments(mean, var)`` (when declared) agrees with Monte Carlo over f of
+    ``conditional_moments`` within Z standard errors."""
+    lik = p.likelihood
+    rows = min(EXPECTATION_ROWS, p.y.shape[0])
+    expected = (rows, p.y.shape[1])
+    try:
+        with torch.no_grad():
+            pm, pv = lik.predictive_moments(p.mean[:rows], p.var[:rows])
+    except NotImplementedError:
+        return SKIPPED, "no predictive_moments"
+    if tuple(pm.shape) != expected or tuple(pv.shape) != expected:
+        return FAILED, f"predictive_moments(mean {(rows, p.num_latent)}, var) returned shapes {tuple(pm.shape)} and " \
+                       f"{tuple(pv.shape)}; expected {expected} each"
+    S = min(p.num_samples, MAX_DRAWS)
+    try:
+        with torch.no_grad():
+            a, v = lik.conditional_moments(p.draws((S,), rows, offset=12))
+    except NotImplementedError:
+        return PASSED, "shapes only (no conditional_moments to compare with)"
+    mu = a.mean(0)
+    problems = []
+    se_mu = a.std(0) / math.sqrt(S)
+    excess = (pm - mu).abs() - (Z * se_mu + 1e-10 * (1 + mu.abs()))
+    if bool((excess > 0).any()):
+        problems.append(worst(pm, mu, excess, f"E[y] vs Monte Carlo (S = {S}) beyond {Z:g} standard errors"))
+    if v is not None:
+        second = v + a * a
+        total = second.mean(0) - mu * mu
+        se_v = (second - 2 * mu * a).std(0) / math.sqrt(S)
+        ok = torch.isfinite(total) & torch.isfinite(pv)
+        excess = torch.where(ok, (pv - total).abs() - (Z * se_v + 1e-10 * (1 + total.abs())), -1.0)
+        if bool((excess > 0).any()):
+            problems.append(worst(pv, total, excess, f"Var[y] vs Monte Carlo (S = {S}) beyond {Z:g} standard errors"))
+    if problems:
+        return FAILED, "; ".join(problems)
+    return PASSED, f"S = {S}"

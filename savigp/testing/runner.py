@@ -1,0 +1,142 @@
+"""``check_likelihood``: run on one likelihood every check savigp runs on its own likelihoods and
+report what failed."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from likelihoods.base import Likelihood
+
+from . import gradient_checks, moment_checks, target_checks, value_checks
+from .problem import Problem, as_float64, copy_to, likelihood_device
+from .report import FAILED, SKIPPED, Check, LikelihoodCheckError, LikelihoodReport
+
+# (name, function, checks whose failure makes it meaningless)
+_VALUES = ("shapes", "finite")
+CHECKS = (
+    ("shapes", value_checks.shapes, ()),
+    ("factorizes", value_checks.factorizes, ("shapes",)),
+    ("finite", value_checks.finite, ("shapes",)),
+    ("dtype", value_checks.dtypes, ("shapes",)),
+    ("device", value_checks.device, ("shapes",)),
+    ("monte_carlo_expectation", value_checks.monte_carlo_expectation, _VALUES),
+    ("closed_form_expectation", value_checks.closed_form_expectation, _VALUES),
+    ("validate_targets", target_checks.validation, ()),
+    ("conditional_moments", moment_checks.conditional_moments, ()),
+    ("predictive_moments", moment_checks.predictive_moments, ()),
+    ("class_probabilities", target_checks.class_probabilities, _VALUES),
+    ("gradient_in_f", gradient_checks.gradient_in_f, _VALUES),
+    ("parameter_gradients", gradient_checks.parameter_gradients, _VALUES),
+)
+
+
+def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = None, mean=None, var=None,
+                     bad_targets: Sequence = (), num_samples: int = 4000, seed: int = 0,
+                     raise_on_failure: bool = True) -> LikelihoodReport:
+    """Check a likelihood the way savigp checks its own (shapes, values, expectations, targets,
+    moments, classes, gradients) and report every failure.
+
+    The checks (each a :class:`Check` of the report, in this order):
+
+    * ``shapes``: ``log_prob(y, f)`` is ``(..., B)`` for f ``(..., B, Q)`` with leading shapes
+      (), (3,), (2, 3), in f's dtype, each leading index as if f[i] were passed alone;
+    * ``factorizes``: a subset of rows gives the same values (log p(y_n | f_n) reads row n only);
+    * ``finite``: no NaN or inf at draws f ~ N(mean, var);
+    * ``dtype``: a float32 copy given float32 inputs returns float32; ``device``: outputs stay on
+      a CUDA device (skipped without one);
+    * ``monte_carlo_expectation``: the mean of log p(y | f) over ``num_samples`` draws agrees with
+      Gauss-Hermite product quadrature within 4 standard errors plus the quadrature's error
+      (the first 4 rows; skipped when n^Q grid points do not fit in 20000 for n >= 3);
+    * ``closed_form_expectation``: ``expected_log_prob`` (if declared) agrees with quadrature
+      (with Monte Carlo within 4 standard errors where Q is too large for it);
+    * ``validate_targets``: accepts y; rejects a wrong column count, a NaN row (if the likelihood
+      defines its own validation) and each ``bad_targets`` entry, naming the row;
+    * ``conditional_moments`` / ``predictive_moments``: shapes, finiteness, non-negative variances,
+      and predictive moments against Monte Carlo over f (laws of total expectation and variance);
+    * ``class_probabilities`` (classification): non-negative, sum to 1, equal to
+      exp(log_prob(y, f)) at each row's class;
+    * ``gradient_in_f`` (``differentiable = True``) and ``parameter_gradients``: autograd against
+      central differences.
+
+    The likelihood is never modified: checks run on a deep copy in float64 (and float32 for
+    ``dtype``), after ``initialize_from_data(y)`` as a model would call it.
+
+    Args:
+        likelihood: a :class:`likelihoods.Likelihood` (built-in, ``CallableLikelihood`` or a subclass).
+        y: valid targets, shape ``(B, P)`` with P = ``likelihood.output_dim``; a few to a few
+            dozen rows (the checks evaluate the likelihood thousands of times per row).
+        num_latent: Q; default ``likelihood.num_latent``.
+        mean, var: the Gaussian N(f; mean, diag var) over the latent values of each row, shape
+            ``(B, Q)`` each, var > 0; default mean ~ N(0, 1) and var ~ U(0.05, 0.5) (seeded).
+            Give values in the range the likelihood is meant for (e.g. physical depths).
+        bad_targets: ``[(y_bad (N, P), row), ...]``: targets the likelihood must reject with a
+            ``ValueError`` naming ``row <row>``.
+        num_samples: Monte Carlo draws of the expectation checks.
+        seed: seeds every draw.
+        raise_on_failure: raise :class:`LikelihoodCheckError` (an ``AssertionError``) listing every
+            failed check with what was expected and what was got.
+
+    Returns:
+        the :class:`LikelihoodReport` (``report.passed``, ``report.failures``, ``report["shapes"]``).
+    """
+    problem = _problem(likelihood, y, num_latent, mean, var, num_samples, seed, bad_targets)
+    report = LikelihoodReport(_describe(likelihood))
+    for name, run, needs in CHECKS:
+        broken = [n for n in needs if report[n].status == FAILED]
+        if broken:
+            report.checks.append(Check(name, SKIPPED, f"not run: {', '.join(broken)} failed"))
+            continue
+        try:
+            status, message = run(problem, bad_targets) if name == "validate_targets" else run(problem)
+        except Exception as err:  # a check that raises has found a failure: report it
+            status, message = FAILED, f"raised {type(err).__name__}: {err}"
+        report.checks.append(Check(name, status, message))
+    if raise_on_failure and not report.passed:
+        raise LikelihoodCheckError(report)
+    return report
+
+
+def _problem(lik, y, num_latent, mean, var, num_samples, seed, bad_targets) -> Problem:
+    if not isinstance(lik, Likelihood):
+        raise TypeError(f"check_likelihood: likelihood must be a likelihoods.Likelihood, got {type(lik).__name__}")
+    device = likelihood_device(lik)
+    y = as_float64(y, "y", device)
+    P, Q = lik.output_dim, int(num_latent if num_latent is not None else lik.num_latent)
+    if y.dim() != 2 or y.shape[1] != P or y.shape[0] < 1:
+        raise ValueError(f"check_likelihood: y must have shape (B, {P}) (B >= 1 rows, output_dim = {P}), "
+                         f"got {tuple(y.shape)}")
+    B = y.shape[0]
+    g = torch.Generator().manual_seed(seed)
+    mean = torch.randn(B, Q, generator=g, dtype=torch.float64) if mean is None else mean
+    var = 0.05 + 0.45 * torch.rand(B, Q, generator=g, dtype=torch.float64) if var is None else var
+    mean, var = as_float64(mean, "mean", device), as_float64(var, "var", device)
+    for name, t in (("mean", mean), ("var", var)):
+        if tuple(t.shape) != (B, Q):
+            raise ValueError(f"check_likelihood: {name} must have shape (B, Q) = {(B, Q)}, got {tuple(t.shape)}")
+    if not bool((var > 0).all()) or not bool(torch.isfinite(mean).all()):
+        raise ValueError("check_likelihood: var must be positive and mean finite")
+    if num_samples < 100:
+        raise ValueError(f"check_likelihood: num_samples must be at least 100, got {num_samples}")
+    work = copy_to(lik, torch.float64)
+    work.initialize_from_data(y)
+    _check_bad_targets(bad_targets, P)
+    return Problem(work, y, mean, var, int(num_samples), int(seed))
+
+
+def _check_bad_targets(bad_targets, P: int) -> None:
+    for i, entry in enumerate(bad_targets):
+        try:
+            bad, row = entry
+            shape = np.shape(bad)
+        except (TypeError, ValueError):
+            raise ValueError(f"check_likelihood: bad_targets[{i}] must be a pair (y_bad (N, {P}), row), got {entry!r}")
+        if len(shape) != 2 or shape[1] != P or not 0 <= int(row) < shape[0]:
+            raise ValueError(f"check_likelihood: bad_targets[{i}] must be (y_bad of shape (N, {P}), a row index in "
+                             f"[0, N)), got y_bad of shape {shape} and row {row}")
+
+
+def _describe(lik: Likelihood) -> str:
+    describe = getattr(lik, "describe", None)
+    return describe() if callable(describe) else type(lik).__name__

@@ -1,0 +1,178 @@
+"""Checks of the values of ``log_prob`` and ``expected_log_prob``: shapes under leading sample
+axes, factorization over data points, finiteness, dtype and device following, and the Monte Carlo
+and closed-form expectations against Gauss-Hermite quadrature.
+
+Each check takes a :class:`~savigp.testing.problem.Problem` and returns ``(status, message)``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .problem import Problem, copy_to, worst
+from .quadrature import expectation_with_error
+from .report import FAILED, PASSED, SKIPPED
+
+LEADING_SHAPES = ((), (3,), (2, 3))
+#: rows used by the expectation checks (quadrature costs n^Q evaluations per row)
+EXPECTATION_ROWS = 4
+#: Monte Carlo estimates may differ from their reference by this many standard errors
+Z = 4.0
+
+
+def shapes(p: Problem):
+    """``log_prob(y, f)`` returns ``(..., B)`` for f of shape ``(..., B, Q)``, for several leading
+    shapes, in the dtype of f; each leading index gives what the same f alone gives."""
+    B = p.y.shape[0]
+    for lead in LEADING_SHAPES:
+        f = p.draws(lead, offset=1)
+        with torch.no_grad():
+            out = p.log_prob(f)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != lead + (B,):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            return FAILED, (f"log_prob(y {tuple(p.y.shape)}, f {tuple(f.shape)}) returned shape {got}; "
+                            f"expected {lead + (B,)} (one value per leading index and data point)")
+        if out.dtype != f.dtype:
+            return FAILED, f"log_prob returned {out.dtype} for f in {f.dtype}; expected {f.dtype}"
+        if lead:
+            with torch.no_grad():
+                alone = torch.stack([p.log_prob(f[idx]) for idx in _indices(lead)]).reshape(out.shape)
+            if not _close(out, alone):
+                return FAILED, worst(out, alone, _excess(out, alone),
+                                     f"with f of shape {tuple(f.shape)} the values differ from f[i] passed alone")
+    return PASSED, f"leading shapes {[lead for lead in LEADING_SHAPES]}"
+
+
+def factorizes(p: Problem):
+    """log p(y_n | f_n) depends on row n only, as the likelihood factorizes over data points
+    (Bonilla et al. 2019, eq. (1)): a subset of the rows gives the same values."""
+    B = p.y.shape[0]
+    if B < 2:
+        return SKIPPED, "needs at least 2 rows of y"
+    f = p.draws((2,), offset=2)
+    rows = torch.arange(B - 1, -1, -2, device=p.y.device)  # reversed, every other row
+    with torch.no_grad():
+        full = p.log_prob(f)[..., rows]
+        sub = p.likelihood.log_prob(p.y[rows], f[..., rows, :])
+    if not _close(sub, full):
+        return FAILED, worst(sub, full, _excess(sub, full), "log_prob on rows y[idx] differs from log_prob(y)[..., idx]")
+    return PASSED, ""
+
+
+def finite(p: Problem):
+    """``log_prob`` is finite at draws of f ~ N(mean, var) for every row."""
+    f = p.draws((8,), offset=3)
+    with torch.no_grad():
+        out = p.log_prob(f)
+    bad = ~torch.isfinite(out).all(0)
+    if bool(bad.any()):
+        rows = torch.nonzero(bad).flatten()[:5].tolist()
+        shown = "; ".join(f"row {r}: y = {p.y[r].tolist()}, values {out[:, r][:3].tolist()}" for r in rows)
+        return FAILED, f"{int(bad.sum())} of {len(bad)} rows give NaN or inf at f ~ N(mean, var): {shown}"
+    return PASSED, f"{tuple(out.shape)} values"
+
+
+def dtypes(p: Problem):
+    """A float32 copy of the likelihood given float32 inputs returns float32 (log_prob,
+    expected_log_prob, conditional_moments)."""
+    lik = copy_to(p.likelihood, torch.float32, p.y.device)
+    y, m, v = p.y.float(), p.mean.float(), p.var.float()
+    got = {"log_prob": lik.log_prob(y, m).dtype}
+    if lik.has_closed_form_ell:
+        got["expected_log_prob"] = lik.expected_log_prob(y, m, v).dtype
+    try:
+        moments = lik.conditional_moments(m)
+        got["conditional_moments"] = moments[0].dtype
+    except NotImplementedError:
+        pass
+    wrong = {k: str(d) for k, d in got.items() if d != torch.float32}
+    if wrong:
+        return FAILED, f"float32 inputs gave {wrong}; expected torch.float32 throughout"
+    return PASSED, ", ".join(got)
+
+
+def device(p: Problem):
+    """On a CUDA device (when there is one) the likelihood's outputs stay on that device."""
+    if not torch.cuda.is_available():
+        return SKIPPED, "no CUDA device"
+    dev = torch.device("cuda")
+    lik = copy_to(p.likelihood, torch.float64, dev)
+    out = lik.log_prob(p.y.to(dev), p.mean.to(dev))
+    if out.device.type != "cuda":
+        return FAILED, f"log_prob of CUDA inputs returned a tensor on {out.device}; expected cuda"
+    return PASSED, str(dev)
+
+
+def monte_carlo_expectation(p: Problem):
+    """The Monte Carlo mean of log p(y | f) over S draws f ~ N(mean, var) agrees with Gauss-Hermite
+    quadrature within Z standard errors plus the quadrature's estimated error."""
+    rows = min(EXPECTATION_ROWS, p.y.shape[0])
+    quad = _quadrature(p, rows)
+    if quad is None:
+        return SKIPPED, f"Q = {p.num_latent} is too large for a product quadrature rule"
+    reference, quad_err = quad
+    mc, se = _monte_carlo(p, rows, offset=4)
+    tol = Z * se + quad_err + 1e-10 * (1 + reference.abs())
+    excess = (mc - reference).abs() - tol
+    if bool((excess > 0).any()) or not bool(torch.isfinite(mc).all()):
+        return FAILED, worst(mc, reference, excess.nan_to_num(math.inf),
+                             f"Monte Carlo (S = {p.num_samples}) vs quadrature beyond {Z:g} standard errors")
+    return PASSED, f"max |MC - quadrature| / se = {float(((mc - reference).abs() / se.clamp_min(1e-300)).max()):.2f}"
+
+
+def closed_form_expectation(p: Problem):
+    """``expected_log_prob(y, mean, var)`` (when the likelihood declares it) agrees with
+    quadrature, with a leading mixture-component axis, to 1e-6 relative plus the quadrature error
+    (with Monte Carlo within Z standard errors where Q is too large for a product rule)."""
+    lik = p.likelihood
+    if not lik.has_closed_form_ell:
+        return SKIPPED, "no closed-form expected_log_prob"
+    rows = min(EXPECTATION_ROWS, p.y.shape[0])
+    quad = _quadrature(p, rows)
+    if quad is None:
+        reference, se = _monte_carlo(p, rows, offset=13)
+        slack = Z * se + 1e-10 * (1 + reference.abs())
+        against = f"Monte Carlo (S = {p.num_samples}; Q = {p.num_latent} is too large for quadrature)"
+    else:
+        reference, quad_err = quad
+        slack, against = 1e-6 * (1 + reference.abs()) + 2 * quad_err, "quadrature"
+    m, v = p.mean[:rows], p.var[:rows]
+    with torch.no_grad():
+        closed = lik.expected_log_prob(p.y[:rows], m.expand(2, *m.shape), v.expand(2, *v.shape))
+    if tuple(closed.shape) != (2, rows):
+        return FAILED, f"expected_log_prob with mean and var of shape {(2,) + tuple(m.shape)} returned shape " \
+                       f"{tuple(closed.shape)}; expected {(2, rows)}"
+    reference = reference.expand(2, rows)
+    excess = (closed - reference).abs() - slack
+    if bool((excess > 0).any()) or not bool(torch.isfinite(closed).all()):
+        return FAILED, worst(closed, reference, excess.nan_to_num(math.inf), f"closed form vs {against}")
+    return PASSED, f"max |closed form - {against}| = {float((closed - reference).abs().max()):.2e}"
+
+
+def _monte_carlo(p: Problem, rows: int, offset: int):
+    """The mean of log p(y | f) over S draws and its standard error, each ``(rows,)``."""
+    with torch.no_grad():
+        values = p.log_prob(p.draws((p.num_samples,), rows, offset=offset), rows)
+    return values.mean(0), values.std(0) / math.sqrt(p.num_samples)
+
+
+def _quadrature(p: Problem, rows: int):
+    y = p.y[:rows]
+    with torch.no_grad():
+        return expectation_with_error(lambda f: p.likelihood.log_prob(y, f), p.mean[:rows], p.var[:rows])
+
+
+def _indices(lead: tuple):
+    if len(lead) == 1:
+        return [(i,) for i in range(lead[0])]
+    return [(i, j) for i in range(lead[0]) for j in range(lead[1])]
+
+
+def _excess(a, b):
+    return (a - b).abs() - (1e-8 * b.abs() + 1e-10)
+
+
+def _close(a, b) -> bool:
+    """Equal to 1e-8 relative (NaN where the other is NaN: finiteness is its own check)."""
+    return a.shape == b.shape and bool(torch.isclose(a, b, rtol=1e-8, atol=1e-10, equal_nan=True).all())
