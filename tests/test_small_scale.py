@@ -121,3 +121,33 @@ def test_exact_baseline_retried_at_a_smaller_step_is_not_reported_diverged(tmp_p
     (gp,) = base
     assert float(gp["baseline_lr"]) == 0.1 and not gp.get("diverged")
     assert "diverged" not in (tmp_path / "boston" / "summary.md").read_text()
+
+
+def test_early_stop_default_per_optimizer_waits_for_lbfgs_to_converge():
+    """L-BFGS (deterministic ELBO) stops only once converged: a plateau that improves by 1e-6
+    relative per window (abalone's mixtures crossed one at the former 1e-4 default) goes on; an
+    exactly flat ELBO stops. Adam keeps 1e-4; an explicit --tol wins."""
+    from experiments import small_scale
+
+    assert small_scale.parse_args(["boston"]).tol == small_scale.DEFAULT_TOL["lbfgs"] == 1e-9
+    assert small_scale.parse_args(["wisconsin"]).tol == small_scale.DEFAULT_TOL["adam"] == 1e-4
+    assert small_scale.parse_args(["boston", "--tol", "1e-3"]).tol == 1e-3
+    assert small_scale.parse_args(["wisconsin", "--optimizer", "lbfgs"]).tol == 1e-9
+
+    class Terms:
+        def __init__(self, v):
+            import torch
+
+            self.elbo = torch.tensor(v)
+
+    def stops_at(values, tol):
+        stop = small_scale._EarlyStop(window=5, tol=tol)
+        for i, v in enumerate(values):
+            if stop(i, Terms(v)):
+                return i + 1
+        return None
+
+    creeping = [-937.0 * (1 - 1e-6 * i) for i in range(40)]  # improves by ~1e-6 relative per step
+    assert stops_at(creeping, 1e-4) == 10  # the former default stopped here
+    assert stops_at(creeping, small_scale.DEFAULT_TOL["lbfgs"]) is None
+    assert stops_at([-674.0] * 40, small_scale.DEFAULT_TOL["lbfgs"]) == 10
