@@ -151,3 +151,26 @@ def test_early_stop_default_per_optimizer_waits_for_lbfgs_to_converge():
     assert stops_at(creeping, 1e-4) == 10  # the former default stopped here
     assert stops_at(creeping, small_scale.DEFAULT_TOL["lbfgs"]) is None
     assert stops_at([-674.0] * 40, small_scale.DEFAULT_TOL["lbfgs"]) == 10
+
+
+def test_closed_form_diagonal_optimum_matches_the_trained_diagonal_family():
+    """experiments/diagonal_gap.py's closed form of the best diagonal q(u) (dense, Gaussian
+    likelihood, hyper-parameters fixed) gives the test SSE and NLPD that training the diagonal
+    family with L-BFGS reaches (a wrong mean or variance formula misses by far more than 1e-4)."""
+    import torch
+
+    import savigp
+    from likelihoods import Gaussian
+    from experiments.diagonal_gap import closed_form_diagonal_nlpd
+
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(40, 1, generator=g, dtype=torch.float64) * 6
+    y = torch.sin(X) + 0.3 * torch.randn(40, 1, generator=g, dtype=torch.float64)
+    Xs = torch.linspace(0.1, 5.9, 30, dtype=torch.float64)[:, None]
+    ys = torch.sin(Xs) + 0.3 * torch.randn(30, 1, generator=g, dtype=torch.float64)
+    kernel = savigp.RBF(1, 1, lengthscale=1.0, variance=1.0, learn=False)
+    model = savigp.SAVIGP(X, y, Gaussian(variance=0.09, learn_variance=False), kernel, dense=True, posterior="diag")
+    savigp.fit(model, iterations=30, optimizer="lbfgs", lr=1.0, progress=False, lbfgs_max_iter=10)
+    cf = closed_form_diagonal_nlpd(model, y.numpy(), Xs.numpy(), ys.numpy())
+    met = savigp.evaluate(model, Xs.numpy(), ys.numpy(), seed=0)
+    assert cf["nlpd"] == pytest.approx(met["nlpd"], abs=1e-4) and cf["sse"] == pytest.approx(met["sse"], rel=1e-4)
