@@ -48,8 +48,9 @@ Choices (the paper's where it states them, seed 004 §9.2):
   averaged over the last window (100 Adam / 5 L-BFGS steps) improved by less than ``--tol``
   relative to the previous window: by default 1e-4 for Adam (a noisy ELBO) and 1e-9 for L-BFGS
   (a deterministic ELBO: it stops only once L-BFGS has converged, since a mixture can cross a
-  plateau slowly and then improve by hundreds of nats; a converged outer step costs one or two
-  ELBO evaluations, so running on is cheap).
+  plateau slowly and then improve by hundreds of nats). An L-BFGS stop is confirmed by a restart
+  with a fresh curvature history (a stale one can stall L-BFGS far from the optimum); training
+  ends when a restarted round makes no progress or the budget is spent.
 * Estimator: ``"auto"`` (closed form for Gaussian, warped Gaussian and Poisson; the
   reparameterization estimator for logistic and softmax). For wisconsin the grid is also run
   with ``estimator="score"`` (score function with control variates, the likelihood only
@@ -241,15 +242,30 @@ def build_model(X: np.ndarray, Y: np.ndarray, likelihood, kernel, posterior: str
 
 
 def train(model, args, estimator: str, num_samples: int, seed: int, groups=None) -> dict:
+    """Train for ``args.iterations`` steps or until the early stop. Under L-BFGS a stop is checked
+    by a restart: a fresh L-BFGS (its curvature history dropped) runs on from the stopping point, and
+    training ends only when a round ends without improving on where it began. An L-BFGS whose history
+    no longer gives a descent direction stalls for good (abalone split 5, SF 0.2, mog1: ELBO -1021
+    after 30 outer steps); restarted, the same run reaches -734 (fg: -736)."""
     lbfgs = args.optimizer == "lbfgs"
-    stop = _EarlyStop(window=5 if lbfgs else 100, tol=args.tol)
     t0 = time.perf_counter()
-    hist = savigp.fit(model, iterations=args.iterations, lr=args.lr, optimizer=args.optimizer,
-                      num_samples=num_samples, estimator=estimator, seed=seed, progress=False, callback=stop,
-                      groups=groups, lbfgs_max_iter=LBFGS_INNER)
+    steps, elbo, restarts, stopped, estimator_used = 0, [], 0, False, estimator
+    while steps < args.iterations:
+        stop = _EarlyStop(window=5 if lbfgs else 100, tol=args.tol)
+        hist = savigp.fit(model, iterations=args.iterations - steps, lr=args.lr, optimizer=args.optimizer,
+                          num_samples=num_samples, estimator=estimator, seed=seed, progress=False, callback=stop,
+                          groups=groups, lbfgs_max_iter=LBFGS_INNER)
+        steps, elbo, estimator_used = steps + hist.steps, elbo + list(hist.elbo), hist.estimator
+        if stop.stopped_at is None:
+            break
+        improved = len(hist.elbo) > 1 and hist.elbo[-1] - hist.elbo[0] > args.tol * abs(hist.elbo[-1])
+        if not (lbfgs and improved):
+            stopped = True
+            break
+        restarts += steps < args.iterations
     seconds = time.perf_counter() - t0
-    return {"iterations": hist.steps, "train_seconds": seconds, "elbo": float(np.mean(hist.elbo[-20:])),
-            "estimator_used": hist.estimator, "early_stopped": stop.stopped_at is not None}
+    return {"iterations": steps, "train_seconds": seconds, "elbo": float(np.mean(elbo[-20:])),
+            "estimator_used": estimator_used, "early_stopped": stopped, "lbfgs_restarts": restarts}
 
 
 # ======================================================================================= exact baselines

@@ -174,3 +174,41 @@ def test_closed_form_diagonal_optimum_matches_the_trained_diagonal_family():
     cf = closed_form_diagonal_nlpd(model, y.numpy(), Xs.numpy(), ys.numpy())
     met = savigp.evaluate(model, Xs.numpy(), ys.numpy(), seed=0)
     assert cf["nlpd"] == pytest.approx(met["nlpd"], abs=1e-4) and cf["sse"] == pytest.approx(met["sse"], rel=1e-4)
+
+
+def test_lbfgs_stop_is_confirmed_by_a_restart(monkeypatch):
+    """A stalled L-BFGS (flat ELBO) is restarted; training ends when a restarted round does not
+    improve, or when the budget is spent. Adam (noisy ELBO) is never restarted."""
+    import types
+
+    from experiments import small_scale
+
+    rounds = iter([[-1000.0 + 10 * min(i, 12) for i in range(60)],  # improves, then stalls at step 12
+                   [-880.0 + 5 * min(i, 20) for i in range(60)],  # a fresh L-BFGS improves again, stalls
+                   [-780.0] * 60])  # converged: no progress
+    calls = []
+    import torch
+
+    def fake_fit(model, iterations, callback, **kw):
+        values = next(rounds)
+        calls.append(iterations)
+        elbo = []
+        for i in range(iterations):
+            elbo.append(values[i])
+            if callback(i, types.SimpleNamespace(elbo=torch.tensor(values[i]))):
+                break
+        return types.SimpleNamespace(steps=len(elbo), elbo=elbo, estimator="closed-form")
+
+    monkeypatch.setattr(small_scale.savigp, "fit", fake_fit)
+    args = small_scale.parse_args(["boston", "--iterations", "100"])
+    res = small_scale.train(None, args, "auto", 1, 0)
+    assert res["lbfgs_restarts"] == 2 and res["early_stopped"]  # windows of 5: stops at 25, 30, 10 steps
+    assert calls == [100, 100 - 25, 100 - 25 - 30] and res["iterations"] == 25 + 30 + 10
+    args = small_scale.parse_args(["boston", "--iterations", "40"])  # the budget ends the second round
+    rounds = iter([[-1000.0 + 10 * min(i, 12) for i in range(60)], [-880.0 + 5 * i for i in range(60)]])
+    res = small_scale.train(None, args, "auto", 1, 0)
+    assert res["iterations"] == 40 and res["lbfgs_restarts"] == 1 and not res["early_stopped"]
+    args = small_scale.parse_args(["wisconsin"])
+    rounds = iter([[-100.0] * 500])
+    res = small_scale.train(None, args, "auto", 1, 0)
+    assert res["iterations"] == 200 and res["lbfgs_restarts"] == 0 and res["early_stopped"]
