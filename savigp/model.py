@@ -406,12 +406,20 @@ class SAVIGP(nn.Module):
         head_kl = (self.mean_head.kl(self.kernel, self.inducing, prior.Lzz, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel,
                                      posterior=post) if self.mean_head is not None else ell.value.new_zeros(()))
         ent, cross = post.kl_terms(prior, state, generator)
-        return self._assemble(ell, ent, cross, head_kl, prior.Lzz)
+        return self.assemble_terms(ell, ent, cross, head_kl, prior.Lzz)
 
-    def _assemble(self, ell, ent: Tensor, cross: Tensor, head_kl: Tensor, Lzz: Tensor) -> ELBOTerms:
-        """The ELBO and its terms; the entropy and cross-entropy are reported in the paper's u-space
-        convention (:meth:`savigp.posteriors.Posterior.u_space_shift`: whitened terms' log|L_zz|
-        parts cancel in the total)."""
+    def assemble_terms(self, ell, ent: Tensor, cross: Tensor, head_kl: Tensor, Lzz: Tensor) -> ELBOTerms:
+        """The ELBO L = ELL + H[q] + E_q[log p(u)] - KL(head) (Bonilla et al. 2019, eq. (17)) and its
+        terms, from the pieces a training rule computed itself (``savigp.fit_orthnat`` uses it).
+
+        Args:
+            ell: the expected log-likelihood estimate (an ``ELLEstimate``: value and stderr, 0-dim).
+            ent, cross, head_kl: the entropy, cross-entropy and mean head's KL, 0-dim tensors.
+            Lzz: the prior factor ``(Q, M, M)``.
+
+        The entropy and cross-entropy are reported in the paper's u-space convention
+        (:meth:`savigp.posteriors.Posterior.u_space_shift`: whitened terms' log|L_zz| parts cancel
+        in the total)."""
         total = ell.value + ent + cross - head_kl
         shift = self.posterior.u_space_shift(Lzz)
         return ELBOTerms(total, ell.value.detach(), ent.detach() + shift, cross.detach() - shift,

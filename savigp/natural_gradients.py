@@ -440,7 +440,7 @@ class NaturalStep(CheckedStep):
         g_var = grads[-1]
 
         with torch.no_grad():
-            terms = model._assemble(ell, post.entropy(), post.cross_entropy(), head_kl.detach(), Lzz)
+            terms = model.assemble_terms(ell, post.entropy(), post.cross_entropy(), head_kl.detach(), Lzz)
             if torch.isfinite(terms.elbo):
                 # 1. natural step on q(v)
                 if not post.diagonal:
