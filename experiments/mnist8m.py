@@ -243,7 +243,7 @@ def main(argv=None) -> dict:
     device, dtype = io.device_and_dtype(args)
     import torch
 
-    from savigp.serialization import atomic_torch_save
+    from savigp.model_files import atomic_torch_save
     from savigp.training import make_adam
 
     out = io.out_dir(args.out, "mnist8m")

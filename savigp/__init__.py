@@ -19,7 +19,7 @@ from .fourier_features import AdditiveMatern, FourierFeatureKernel, odvff_model
 from .natural_gradients import fit_orthnat
 from ._linalg import CholeskyError, robust_cholesky
 from ._allocator import tune_cpu_allocator
-from .serialization import load
+from .model_files import load
 
 __all__ = [
     "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",

@@ -587,7 +587,7 @@ class SAVIGP(nn.Module):
         function is defined (its ``import_path``, or the module/file of a top-level function) and
         the SHA-256 of that file; loading runs it only when asked to.
         """
-        from .serialization import save_model
+        from .model_files import save_model
 
         save_model(path, self, {})
 

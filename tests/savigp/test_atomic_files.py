@@ -55,7 +55,7 @@ def test_csvs_plots_model_files_and_experiment_tables_go_through_it(tmp_path, mo
 
     import experiments._common as common
     from savigp.csv_data import write_csv
-    from savigp.serialization import atomic_torch_save
+    from savigp.model_files import atomic_torch_save
 
     made = []
     real = tempfile.mkstemp

@@ -31,7 +31,7 @@ from likelihoods import CallableLikelihood, Gaussian
 from savigp import expected_log_lik as ell_module
 from savigp.distributed import DataParallel
 from savigp.model import ELBOTerms
-from savigp.serialization import load_model
+from savigp.model_files import load_model
 
 from conftest import ROOT  # noqa: E402  (the repository root)
 REPO = str(ROOT)

@@ -17,7 +17,7 @@ from likelihoods import Gaussian, Logistic, MultiGaussian
 from savigp import SAVIGP, fit
 from savigp.mean_bases import MEAN_BASES, DecoupledMeanHead, HybridMeanHead, make_mean_head
 from savigp.natural_gradients import fit_orthnat, gamma_preconditioner, natural_gradient_step
-from savigp.serialization import SavedModel, load_model
+from savigp.model_files import SavedModel, load_model
 from test_decoupled import _data, _explicit_component_kl, _randomize, cuda, needs_cuda
 
 _U = "diag"  # the paper's mixture over u (held in prior-conditioned coordinates, m = L_zz w)

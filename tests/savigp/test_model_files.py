@@ -14,7 +14,7 @@ import likelihoods
 import savigp
 from savigp.cli import main
 from savigp.csv_data import write_csv
-from savigp.serialization import LikelihoodImportError, ModelFileError, load_model
+from savigp.model_files import LikelihoodImportError, ModelFileError, load_model
 
 FAST = ["--num-inducing", "6", "--samples", "10", "--threads", "1", "--quiet", "--iterations", "3"]
 
@@ -161,7 +161,7 @@ def test_python_user_likelihood_consent_hash_and_moved_file(tmp_path, capsys):
     command line loads the same file (one path)."""
     src = tmp_path / "userlik.py"
     src.write_text("import torch\n\ndef log_lik(y, f):\n    return -0.5 * (y[:, 0] - f[..., 0]) ** 2 / 0.04\n")
-    fn = __import__("savigp.serialization", fromlist=["import_callable"]).import_callable(f"{src}:log_lik")
+    fn = __import__("savigp.model_files", fromlist=["import_callable"]).import_callable(f"{src}:log_lik")
     X, Y = _data()
     model = savigp.SAVIGP(X, Y, likelihoods.CallableLikelihood(fn), num_inducing=6)
     savigp.fit(model, iterations=3, num_samples=5, progress=False)
@@ -238,7 +238,7 @@ def probit(y, f):
 def _user_module(tmp_path):
     src = tmp_path / "usercode.py"
     src.write_text(USER_CODE)
-    from savigp.serialization import import_callable
+    from savigp.model_files import import_callable
 
     return src, {name: import_callable(f"{src}:{name}") for name in ("log_lik", "moments", "probit")}
 

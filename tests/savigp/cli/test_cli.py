@@ -20,7 +20,7 @@ from likelihoods import registry
 
 from savigp.cli import TEST_SIGINT_ENV, main
 from savigp.csv_data import DataError, read_csv, resolve_columns, split_columns, write_csv
-from savigp.serialization import ModelFileError, SavedModel, build_model, load_model, save_model
+from savigp.model_files import ModelFileError, SavedModel, build_model, load_model, save_model
 
 from conftest import ROOT  # noqa: E402  (the repository root)
 REPO = str(ROOT)

@@ -6,7 +6,7 @@ import pytest
 
 from savigp.cli.checkpoint import Checkpointer
 from savigp.cli.errors import UserCodeExit
-from savigp.serialization import SavedModel, build_model, load_model
+from savigp.model_files import SavedModel, build_model, load_model
 from savigp.training import fit
 
 

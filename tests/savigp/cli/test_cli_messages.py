@@ -9,7 +9,7 @@ import pytest
 
 from savigp.cli import main
 from savigp.csv_data import DataError, read_csv, write_csv
-from savigp.serialization import load_model
+from savigp.model_files import load_model
 
 FAST = ["--num-inducing", "6", "--samples", "10", "--threads", "1", "--quiet"]
 

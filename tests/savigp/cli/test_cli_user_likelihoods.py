@@ -16,7 +16,7 @@ import torch
 
 from savigp.cli import EXIT_BAD_INPUT, EXIT_NON_FINITE, main
 from savigp.csv_data import write_csv
-from savigp.serialization import load_model
+from savigp.model_files import load_model
 
 FAST = ["--num-inducing", "8", "--samples", "10", "--threads", "1"]
 
