@@ -260,8 +260,7 @@ def train(model, args, estimator: str, num_samples: int, seed: int, groups=None)
     lbfgs = args.optimizer == "lbfgs"
     t0 = time.perf_counter()
     steps, elbo, restarts, stopped, estimator_used = 0, [], 0, False, estimator
-    K = getattr(getattr(model, "posterior", None), "num_components", 1)
-    warmup = lbfgs and args.q_warmup > 0 and groups is None and K > 1
+    warmup = lbfgs and args.q_warmup > 0 and groups is None and model.posterior.num_components > 1
     if warmup:  # q and the likelihood first (--q-warmup), within the budget
         hist = savigp.fit(model, iterations=min(args.q_warmup, args.iterations), lr=args.lr, optimizer="lbfgs",
                           num_samples=num_samples, estimator=estimator, seed=seed, progress=False,
