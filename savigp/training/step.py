@@ -215,7 +215,6 @@ class StepRunner:
                 for v in state.values():
                     if isinstance(v, Tensor) and v.is_floating_point():
                         torch.nan_to_num_(v, nan=0.0, posinf=0.0, neginf=0.0)
-        with torch.no_grad():
             self.alive.fill_(True)
             self.first_bad.fill_(-1)
             self.bad_flags.zero_()
