@@ -7,8 +7,7 @@ unless ``--cuda-graphs off``), with fit's host read of the ELBO every ``log_ever
 step on the CPU, every 100 on CUDA), and for GPyTorch the usual SVGP step
 (``-VariationalELBO(model(x), y)``, backward, Adam). Neither step reads its loss back otherwise.
 
-and for GPyTorch the usual SVGP step (``-VariationalELBO(model(x), y)``, backward, Adam). Both
-libraries get identical data (N x D inputs, the same mini-batch indices at every step), the
+Both libraries get identical data (N x D inputs, the same mini-batch indices at every step), the
 same RBF ARD kernel initialization, the same M inducing inputs (learned), the same
 full-Cholesky whitened q(u) (K = 1) and the same dtype and device. Steps of the two libraries
 alternate inside one process (``--rounds`` rounds of ``--steps`` steps each, after

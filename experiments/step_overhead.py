@@ -51,7 +51,6 @@ def main(argv=None) -> dict:
     cfg = bm.Config(args.lik, args.M, args.B, S=args.S)
     data = bm.Data(50_000, 8, 10, 0, torch.float64, torch.device("cpu"))
     Z = data.inducing(cfg.M, 0)
-    runs = {}
 
     old = bm.SavigpStep(cfg, data, Z)  # its model and optimizer; stepped the old way below
     rule = GradientStep(old.model, old.opt, num_samples=cfg.S, estimator=cfg.estimator,

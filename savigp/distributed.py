@@ -152,9 +152,9 @@ class DataParallel:
     def _agree(self, check: dict) -> None:
         names = list(check)
         v = torch.tensor([float(check[k]) for k in names], dtype=torch.float64, device=self._comm_device())
-        hi, lo = v.clone(), v.clone()
-        self._collective(lambda: dist.all_reduce(hi, op=dist.ReduceOp.MAX), "checking the ranks' settings")
-        self._collective(lambda: dist.all_reduce(lo, op=dist.ReduceOp.MIN), "checking the ranks' settings")
+        both = torch.cat([v, -v])  # max and min in one collective: min(v) = -max(-v), exactly
+        self._collective(lambda: dist.all_reduce(both, op=dist.ReduceOp.MAX), "checking the ranks' settings")
+        hi, lo = both[:len(names)], -both[len(names):]
         bad = [f"{k} ({lo[i].item():g} to {hi[i].item():g})" for i, k in enumerate(names) if hi[i] != lo[i]]
         if bad:
             raise ValueError(f"rank {self.rank} of {self.world}: the ranks disagree on {', '.join(bad)}; every rank "

@@ -51,7 +51,8 @@ class CheckedStep:
     def check(self) -> Check:
         terms = self.terms
         values = {n: getattr(terms, n) for n in CHECKED_TERMS}
-        params_ok = [bool(torch.isfinite(p).all()) for p in self.model.parameters()]
+        # one host read for all parameters (a bool() per parameter would wait for the device P times)
+        params_ok = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).tolist()
         if not all(math.isfinite(v) for v in values.values()) or not all(params_ok):
             return Check([], BadStep(self.index, {n: float(v) for n, v in values.items()}, params_ok))
         self.last_good.save()

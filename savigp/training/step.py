@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from .. import _compile, _sync_free
+from .loop import LastGood
 
 #: eager steps before the capture (on a side stream, as CUDA graph capture requires; they also
 #: create the optimizer's state)
@@ -85,21 +86,13 @@ def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer
     return (not reasons), "; ".join(reasons)
 
 
-class _Snapshot:
+class _Snapshot(LastGood):
     """The parameters after the last good step, on their device, saved under a device flag."""
-
-    def __init__(self, params: list):
-        self.pairs = [(p, p.detach().clone()) for p in params]
 
     @torch.no_grad()
     def save_if(self, ok: Tensor) -> None:
         for p, c in self.pairs:
             torch.where(ok, p, c, out=c)  # in place: no allocation, one pass
-
-    @torch.no_grad()
-    def restore(self) -> None:
-        for p, c in self.pairs:
-            p.copy_(c)
 
 
 class StepRunner:
@@ -121,7 +114,7 @@ class StepRunner:
         self.num_samples, self.estimator, self.generator = num_samples, estimator, generator
         dev, dt = model.device, model.dtype
         self.params = list(model.parameters())
-        self.snapshot = _Snapshot(self.params)
+        self.snapshot = _Snapshot(model)
         self.flags = _sync_free.StepFlags(dev)
         P = len(self.params)
         self.alive = torch.ones((), dtype=torch.bool, device=dev)
@@ -222,7 +215,6 @@ class StepRunner:
                 for v in state.values():
                     if isinstance(v, Tensor) and v.is_floating_point():
                         torch.nan_to_num_(v, nan=0.0, posinf=0.0, neginf=0.0)
-        with torch.no_grad():
             self.alive.fill_(True)
             self.first_bad.fill_(-1)
             self.bad_flags.zero_()
