@@ -83,8 +83,8 @@ class _NumpyWithParameters(torch.autograd.Function):
         y, f, *values = ctx.saved_tensors
         lik, names = ctx.lik, ctx.names
         grads = []
-        for name, v in zip(names, values):
-            if not ctx.needs_input_grad[4 + names.index(name)]:
+        for j, (name, v) in enumerate(zip(names, values)):
+            if not ctx.needs_input_grad[4 + j]:
                 grads.append(None)
                 continue
             g = torch.zeros_like(v)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +25,8 @@ class Problem:
         mean, var: the Gaussian over f at each row, shape ``(B, Q)``, float64, var > 0.
         num_samples: S, the Monte Carlo draws of the expectation checks.
         seed: seeds every draw.
+        bad_targets: ``[(y_bad (N, P), row), ...]``: targets ``validate_targets`` must reject
+            naming ``row <row>``.
     """
 
     likelihood: Likelihood
@@ -33,6 +35,7 @@ class Problem:
     var: Tensor
     num_samples: int
     seed: int
+    bad_targets: Sequence = ()
 
     @property
     def num_latent(self) -> int:

@@ -89,7 +89,7 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
             report.checks.append(Check(name, SKIPPED, f"not run: {', '.join(broken)} failed"))
             continue
         try:
-            status, message = run(problem, bad_targets) if name == "validate_targets" else run(problem)
+            status, message = run(problem)
         except Exception as err:  # a check that raises has found a failure: report it
             status, message = FAILED, f"raised {type(err).__name__}: {err}"
         report.checks.append(Check(name, status, message))
@@ -122,7 +122,7 @@ def _problem(lik, y, num_latent, mean, var, num_samples, seed, bad_targets) -> P
     work = copy_to(lik, torch.float64)
     work.initialize_from_data(y)
     _check_bad_targets(bad_targets, P)
-    return Problem(work, y, mean, var, int(num_samples), int(seed))
+    return Problem(work, y, mean, var, int(num_samples), int(seed), bad_targets)
 
 
 def _check_bad_targets(bad_targets, P: int) -> None:

@@ -18,10 +18,10 @@ from .problem import Problem, worst
 from .report import FAILED, PASSED, SKIPPED
 
 
-def validation(p: Problem, bad_targets=()):
+def validation(p: Problem):
     """``validate_targets`` accepts ``y``, rejects a wrong number of columns naming the shape, and,
     when the likelihood defines its own, rejects a row set to NaN and each ``(y_bad, row)`` of
-    ``bad_targets`` with a ``ValueError`` naming ``row <index>``."""
+    ``p.bad_targets`` with a ``ValueError`` naming ``row <index>``."""
     lik = p.likelihood
     try:
         lik.validate_targets(p.y)
@@ -36,7 +36,7 @@ def validation(p: Problem, bad_targets=()):
     except ValueError as err:
         if f"(4, {P + 1})" not in str(err):
             problems.append(f"the message for y of shape {(4, P + 1)} does not name that shape: {err}")
-    cases = [(torch.as_tensor(b, dtype=p.y.dtype, device=p.y.device), int(r)) for b, r in bad_targets]
+    cases = [(torch.as_tensor(b, dtype=p.y.dtype, device=p.y.device), int(r)) for b, r in p.bad_targets]
     if type(lik).validate_targets is not Likelihood.validate_targets:
         row = min(2, p.y.shape[0] - 1)
         nan = p.y.clone()

@@ -6,6 +6,7 @@ Each check takes a :class:`~savigp.testing.problem.Problem` and returns ``(statu
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -37,7 +38,8 @@ def shapes(p: Problem):
             return FAILED, f"log_prob returned {out.dtype} for f in {f.dtype}; expected {f.dtype}"
         if lead:
             with torch.no_grad():
-                alone = torch.stack([p.log_prob(f[idx]) for idx in _indices(lead)]).reshape(out.shape)
+                each = [p.log_prob(f[idx]) for idx in itertools.product(*map(range, lead))]
+                alone = torch.stack(each).reshape(out.shape)
             if not _close(out, alone):
                 return FAILED, worst(out, alone, _excess(out, alone),
                                      f"with f of shape {tuple(f.shape)} the values differ from f[i] passed alone")
@@ -161,12 +163,6 @@ def _quadrature(p: Problem, rows: int):
     y = p.y[:rows]
     with torch.no_grad():
         return expectation_with_error(lambda f: p.likelihood.log_prob(y, f), p.mean[:rows], p.var[:rows])
-
-
-def _indices(lead: tuple):
-    if len(lead) == 1:
-        return [(i,) for i in range(lead[0])]
-    return [(i, j) for i in range(lead[0]) for j in range(lead[1])]
 
 
 def _excess(a, b):

@@ -18,7 +18,6 @@ from typing import Callable
 import numpy as np
 import pytest
 import torch
-from numpy.polynomial.hermite_e import hermegauss
 from scipy import integrate, special, stats
 
 import likelihoods
@@ -36,6 +35,7 @@ from likelihoods import (
     WarpedGaussian,
 )
 from likelihoods.parameters import PositiveParameter
+from savigp.testing.quadrature import gauss_hermite
 
 from conftest import DATA  # noqa: E402  (../shared/data)
 
@@ -297,15 +297,9 @@ def _data(case: Case, B: int, seed: int = 0):
 
 def gauss_hermite_expectation(lik: Likelihood, y: np.ndarray, m: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     """E_{N(f; m, diag v)}[log p(y | f)] by tensor-product Gauss-Hermite quadrature: ``(B,)``."""
-    x, w = hermegauss(n)
-    w = w / w.sum()
-    Q = m.shape[-1]
-    pts = np.stack([g.ravel() for g in np.meshgrid(*([x] * Q), indexing="ij")], -1)  # (n^Q, Q)
-    wts = np.prod(np.stack([g.ravel() for g in np.meshgrid(*([w] * Q), indexing="ij")], -1), -1)
-    f = m[None] + np.sqrt(v)[None] * pts[:, None, :]
+    yt = torch.as_tensor(y)
     with torch.no_grad():
-        vals = lik.log_prob(torch.as_tensor(y), torch.as_tensor(f)).numpy()
-    return (wts[:, None] * vals).sum(0)
+        return gauss_hermite(lambda f: lik.log_prob(yt, f), torch.as_tensor(m), torch.as_tensor(v), n).numpy()
 
 
 # ====================================================================== the guard
