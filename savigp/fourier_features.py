@@ -61,7 +61,7 @@ not exploited).
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor

@@ -8,7 +8,6 @@ setting (60k x 784 -> 2400 centres).
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 import torch

@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from ._checks import as_targets

@@ -445,9 +445,11 @@ class SAVIGP(nn.Module):
         mean, cov = self._latent_chunks(self.as_model_inputs(X, "X"), chunk_size)
         return mean, self.posterior.variances(cov), self.posterior.weights()
 
-    def _latent_chunks(self, X: Tensor, chunk_size: Optional[int] = None) -> tuple[Tensor, Tensor]:
-        """:meth:`_latent` (no gradient) at model inputs ``X (B, D)`` in chunks of rows."""
-        prior = InducingPrior(self.prior_factor())
+    def _latent_chunks(self, X: Tensor, chunk_size: Optional[int] = None,
+                       prior: Optional[InducingPrior] = None) -> tuple[Tensor, Tensor]:
+        """:meth:`_latent` (no gradient) at model inputs ``X (B, D)`` in chunks of rows; ``prior``:
+        the factor of K_zz when the caller has it already (else factorized here)."""
+        prior = InducingPrior(self.prior_factor()) if prior is None else prior
         if chunk_size is None:
             row = 4 * self.num_latent * (self.num_inducing + self.posterior.num_components) * X.element_size()
             chunk_size = _chunks.chunk_size(X.shape[0], row, self.device)
@@ -471,10 +473,10 @@ class SAVIGP(nn.Module):
         """
         return self._draws(self.as_model_inputs(X, "X"), num_samples, seed)
 
-    def _draws(self, X: Tensor, num_samples: int, seed: int):
-        """:meth:`draws` at model inputs ``X`` (already checked)."""
+    def _draws(self, X: Tensor, num_samples: int, seed: int, prior: Optional[InducingPrior] = None):
+        """:meth:`draws` at model inputs ``X`` (already checked); ``prior`` as :meth:`_latent_chunks`."""
         gen = torch.Generator().manual_seed(seed)
-        mean, cov = self._latent_chunks(X)
+        mean, cov = self._latent_chunks(X, prior=prior)
         K, _, Q = mean.shape
         eps = torch.randn((num_samples, K, 1, Q), dtype=mean.dtype, generator=gen).to(mean.device)
         f = self.posterior.draws(mean, cov, eps)
@@ -512,10 +514,11 @@ class SAVIGP(nn.Module):
         if B <= rows:
             return self._predict_rows(X, num_samples, seed)
         _tune_allocator()
+        prior = InducingPrior(self.prior_factor())  # K_zz factorized once for all chunks
         fields = ("latent_mean", "latent_var", "mean", "variance", "probabilities")
         out = None
         for i in range(0, B, rows):
-            part = self._predict_rows(X[i:i + rows], num_samples, seed)
+            part = self._predict_rows(X[i:i + rows], num_samples, seed, prior)
             if out is None:  # outputs allocated once: chunks' results kept in a list pin glibc's heap
                 out = {f: None if getattr(part, f) is None else getattr(part, f).new_empty((B,) + getattr(part, f).shape[1:])
                        for f in fields}
@@ -525,9 +528,11 @@ class SAVIGP(nn.Module):
             del part
         return Prediction(*[out[f] for f in fields])
 
-    def _predict_rows(self, X: Tensor, num_samples: int, seed: int) -> Prediction:
-        """:meth:`predict` for one chunk of rows ``X (B, D)`` (a model tensor)."""
-        f, log_pi, mean, var = self._draws(X, num_samples, seed)
+    def _predict_rows(self, X: Tensor, num_samples: int, seed: int,
+                      prior: Optional[InducingPrior] = None) -> Prediction:
+        """:meth:`predict` for one chunk of rows ``X (B, D)`` (a model tensor); ``prior`` as
+        :meth:`_latent_chunks`."""
+        f, log_pi, mean, var = self._draws(X, num_samples, seed, prior)
         pi = log_pi.exp()
         latent_mean = torch.einsum("k,kbq->bq", pi, mean)
         latent_var = torch.einsum("k,kbq->bq", pi, var + mean * mean) - latent_mean ** 2
@@ -568,9 +573,10 @@ class SAVIGP(nn.Module):
         if X.shape[0] > chunk_size:
             _tune_allocator()
         out = X.new_empty(X.shape[0])
+        prior = InducingPrior(self.prior_factor())  # K_zz factorized once for all chunks
         for i in range(0, X.shape[0], chunk_size):
             xb, yb = X[i:i + chunk_size], Y[i:i + chunk_size]
-            f, log_pi, _, _ = self._draws(xb, num_samples, seed)
+            f, log_pi, _, _ = self._draws(xb, num_samples, seed, prior)
             try:
                 lp = checked_log_prob(self.likelihood, yb, f)  # (S, K, B)
             except NonFiniteLogProb as err:

@@ -88,7 +88,7 @@ class _WhitenedMoments(torch.autograd.Function):
     def backward(ctx, g_mean, g_var):
         V, A, P, L, mean, scale, jitter_rel = ctx.saved_tensors
         need_kzz, need_kzx, need_mean, need_scale = ctx.needs_input_grad[:4]
-        K, Q = mean.shape[0], mean.shape[1]
+        K = mean.shape[0]
         d_kzz = d_kzx = d_mean = d_scale = None
         gT = g_var.transpose(0, 1)  # (Q, K, B)
         gmT = g_mean.transpose(0, 1)  # (Q, K, B)

@@ -6,9 +6,7 @@ S_kj = L_kj L_kj^T through lower Cholesky factors with a positive (softplus) dia
 """
 from __future__ import annotations
 
-import torch
-
-from .mixture import MixturePosterior
+from .mixture import MixtureFamily, MixturePosterior
 
 
 class FullGaussian(MixturePosterior):
@@ -20,14 +18,8 @@ class FullGaussian(MixturePosterior):
         super().__init__(1, num_latent, num_inducing, diagonal=False, init_scale=init_scale)
 
 
-class FullMixture(MixturePosterior):
+class FullMixture(MixtureFamily):
     """K > 1 components with full covariances (seed 004, eq. (8))."""
 
     kind = "full"
-
-    def __init__(self, num_latent: int, num_inducing: int, num_components: int = 2, init_scale: float = 1.0,
-                 mean_spread: float = 1.0, generator: torch.Generator | None = None, entropy: str = "bound",
-                 entropy_samples: int = 64):
-        super().__init__(num_components, num_latent, num_inducing, diagonal=False, init_scale=init_scale,
-                         mean_spread=mean_spread, generator=generator, entropy=entropy,
-                         entropy_samples=entropy_samples)
+    default_components = 2

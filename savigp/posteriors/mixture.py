@@ -253,3 +253,28 @@ class MixturePosterior(Posterior):
     def extra_repr(self) -> str:
         return (f"K={self.num_components}, Q={self.num_latent}, M={self.num_inducing}, "
                 f"covariance={'diagonal' if self.diagonal else 'full'}")
+
+
+class MixtureFamily(MixturePosterior):
+    """A mixture family :func:`savigp.posteriors.make_posterior` builds by name: the sizes in
+    (Q, M, K) order, the covariance structure fixed by the subclass.
+
+    Args:
+        num_latent: Q.
+        num_inducing: M.
+        num_components: K (None: the subclass's ``default_components``).
+        init_scale, mean_spread, generator, entropy, entropy_samples: as :class:`MixturePosterior`.
+    """
+
+    #: diagonal S_kj (True) or full S_kj through Cholesky factors (False)
+    covariance_diagonal: bool = False
+    #: K when ``num_components`` is not given
+    default_components: int = 1
+
+    def __init__(self, num_latent: int, num_inducing: int, num_components: int | None = None,
+                 init_scale: float = 1.0, mean_spread: float = 1.0, generator: torch.Generator | None = None,
+                 entropy: str = "bound", entropy_samples: int = 64):
+        K = self.default_components if num_components is None else num_components
+        super().__init__(K, num_latent, num_inducing, diagonal=self.covariance_diagonal, init_scale=init_scale,
+                         mean_spread=mean_spread, generator=generator, entropy=entropy,
+                         entropy_samples=entropy_samples)

@@ -12,7 +12,7 @@ from .._linalg import jittered
 from ..constraints import LOG_2PI, inverse_softplus
 from ._u_space import fused_u_parameters, fused_u_space_moments
 from .base import InducingPrior
-from .mixture import MixturePosterior
+from .mixture import MixtureFamily
 
 
 @dataclass
@@ -37,7 +37,7 @@ class USpaceParameters:
     white_mean: Tensor
 
 
-class UDiagonalMixture(MixturePosterior):
+class UDiagonalMixture(MixtureFamily):
     """The paper's "mog1" / "mog2" (seed 004, §6.2): K >= 1 components, each a Gaussian over u with
     *diagonal* covariance, q(u) = sum_k pi_k prod_j N(u_j; mu_j 1 + m_kj, diag(s_kj^2)).
     ``posterior="diag"``.
@@ -78,12 +78,13 @@ class UDiagonalMixture(MixturePosterior):
     #: buffer and hold m and s directly (converted by :meth:`convert_legacy_state`)
     PARAMETRIZATION = 1
 
-    def __init__(self, num_latent: int, num_inducing: int, num_components: int = 1, init_scale: float = 1.0,
+    covariance_diagonal = True
+
+    def __init__(self, num_latent: int, num_inducing: int, num_components: int | None = None, init_scale: float = 1.0,
                  mean_spread: float = 1.0, generator: torch.Generator | None = None, entropy: str = "bound",
                  entropy_samples: int = 64):
-        super().__init__(num_components, num_latent, num_inducing, diagonal=True, init_scale=init_scale,
-                         mean_spread=mean_spread, generator=generator, entropy=entropy,
-                         entropy_samples=entropy_samples)
+        super().__init__(num_latent, num_inducing, num_components, init_scale=init_scale, mean_spread=mean_spread,
+                         generator=generator, entropy=entropy, entropy_samples=entropy_samples)
         self.register_buffer("parametrization", torch.tensor(self.PARAMETRIZATION))
 
     # ------------------------------------------------------------------ the u-space parameters

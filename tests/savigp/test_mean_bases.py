@@ -8,7 +8,9 @@ float64 round-off.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -202,6 +204,9 @@ def test_black_box_training_improves(basis, posterior, K, estimator):
 
 @pytest.mark.parametrize("basis", MEAN_BASES)
 def test_model_file_round_trip(basis, tmp_path):
+    # test_cli lives in tests/savigp/cli, on sys.path only once pytest has collected it: put it
+    # there so that this file also runs on its own
+    sys.path.insert(0, str(Path(__file__).parent / "cli"))
     from test_cli import _minimal_config
 
     X, Y = _data(30, seed=12)
