@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -156,18 +157,13 @@ class TrainingClock:
         self._sync()
         return self.offset + time.perf_counter() - self.t0 - self.paused
 
+    @contextmanager
     def pause(self):
         """Context manager: time spent inside is excluded from :meth:`seconds`."""
-        clock = self
-
-        class _Pause:
-            def __enter__(self):
-                clock._sync()
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                clock._sync()
-                clock.paused += time.perf_counter() - self.start
-                return False
-
-        return _Pause()
+        self._sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._sync()
+            self.paused += time.perf_counter() - start
