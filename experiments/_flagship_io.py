@@ -114,11 +114,14 @@ def parser(doc: str, name: str, *, quick_help: Optional[str] = None, data_folder
 
 
 def save_figure(fig, path: Path, title: Optional[str] = None) -> Path:
-    """Optional suptitle, tight layout, a 120-dpi PNG at ``path``, and the figure closed."""
+    """Optional suptitle, tight layout, a 120-dpi PNG at ``path`` (written atomically), and the figure closed."""
+    from savigp.atomic_files import atomic_write
+
     if title is not None:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_write(path, "wb") as fh:
+        fig.savefig(fh, dpi=120, format=Path(path).suffix.lstrip(".") or None)
     pyplot().close(fig)
     return path
 
