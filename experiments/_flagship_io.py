@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -113,11 +114,14 @@ def parser(doc: str, name: str, *, quick_help: Optional[str] = None, data_folder
 
 
 def save_figure(fig, path: Path, title: Optional[str] = None) -> Path:
-    """Optional suptitle, tight layout, a 120-dpi PNG at ``path``, and the figure closed."""
+    """Optional suptitle, tight layout, a 120-dpi PNG at ``path`` (written atomically), and the figure closed."""
+    from savigp.atomic_files import atomic_write
+
     if title is not None:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_write(path, "wb") as fh:
+        fig.savefig(fh, dpi=120, format=Path(path).suffix.lstrip(".") or None)
     pyplot().close(fig)
     return path
 
@@ -156,18 +160,13 @@ class TrainingClock:
         self._sync()
         return self.offset + time.perf_counter() - self.t0 - self.paused
 
+    @contextmanager
     def pause(self):
         """Context manager: time spent inside is excluded from :meth:`seconds`."""
-        clock = self
-
-        class _Pause:
-            def __enter__(self):
-                clock._sync()
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                clock._sync()
-                clock.paused += time.perf_counter() - self.start
-                return False
-
-        return _Pause()
+        self._sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._sync()
+            self.paused += time.perf_counter() - start

@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Optional
 
 from .errors import CLIError, UserCodeExit
@@ -36,14 +37,20 @@ def training_options(args) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items() if k in RESUME_KEYS}
 
 
-def _train_default(key: str):
-    """The parser's default of ``train``'s option ``key`` (as :func:`training_options` records it)."""
+@lru_cache(maxsize=1)
+def _train_parser():
+    """``train``'s sub-parser (built once: :func:`resume` may ask it for several defaults)."""
     import argparse
 
     from .parser import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    value = sub.choices["train"].get_default(key)
+    return sub.choices["train"]
+
+
+def _train_default(key: str):
+    """The parser's default of ``train``'s option ``key`` (as :func:`training_options` records it)."""
+    value = _train_parser().get_default(key)
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -170,8 +177,7 @@ class Checkpointer:
             self._generator = (done, self.state["generator"].get_state())
         every = self.every
         if (self.interrupted and done < self.total) or (every and done % every == 0 and done < self.total):
-            self.write(self.path, done, False, self.elbo)
-            self.written = done
+            self.checkpoint(done)
         return self.interrupted
 
     def _on_signal(self, signum, frame) -> None:

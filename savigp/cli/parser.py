@@ -82,6 +82,26 @@ def _add_column_options(p) -> None:
                         "(default: by the training column names; a missing name is an error)")
 
 
+def _add_model_and_data(p) -> None:
+    """predict, evaluate: the model file and the CSV file, positional."""
+    p.add_argument("model", metavar="MODEL.pt")
+    p.add_argument("data", metavar="DATA.csv")
+
+
+def _add_saved_input_options(p) -> None:
+    """predict, evaluate: which columns are the saved model's inputs, and how the CSV file is read."""
+    p.add_argument("--inputs", metavar="COLS", help="input columns (default: the training header names)")
+    _add_column_options(p)
+    _add_csv_options(p)
+
+
+def _add_sampling_options(p, samples: int) -> None:
+    """predict, evaluate: Monte Carlo samples (default ``samples``), seed and device."""
+    p.add_argument("--samples", type=int, default=samples, help=f"Monte Carlo samples (default {samples})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+
+
 def _add_trust_options(p) -> None:
     p.add_argument("--likelihood", metavar="FILE.py[:FN]",
                    help="for a model trained with your own likelihood: run this file's function (also where the file "
@@ -198,16 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     # ---------------------------------------------------------------- predict
     p = sub.add_parser("predict", formatter_class=fmt, epilog=EPILOG_PREDICT, help="predict at the rows of a CSV file",
                        description="Write predictive means and variances (and class probabilities) for each row.")
-    p.add_argument("model", metavar="MODEL.pt")
-    p.add_argument("data", metavar="DATA.csv")
+    _add_model_and_data(p)
     p.add_argument("--out", default="-", metavar="PRED.csv", help="output CSV (default '-': standard output)")
-    p.add_argument("--inputs", metavar="COLS", help="input columns (default: the training header names)")
-    _add_column_options(p)
-    _add_csv_options(p)
+    _add_saved_input_options(p)
     p.add_argument("--latent", action="store_true", help="also write the latent functions' means and variances")
-    p.add_argument("--samples", type=int, default=500, help="Monte Carlo samples (default 500)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
+    _add_sampling_options(p, samples=500)
     p.add_argument("--quiet", action="store_true")
     _add_trust_options(p)
     p.add_argument("--plot", metavar="FIT.png",
@@ -217,16 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     # ---------------------------------------------------------------- evaluate
     e = sub.add_parser("evaluate", formatter_class=fmt, epilog=EPILOG_EVALUATE, help="the paper's metrics on a CSV file",
                        description="Evaluate a model on labelled data: SSE and NLPD, or error rate and NLP.")
-    e.add_argument("model", metavar="MODEL.pt")
-    e.add_argument("data", metavar="DATA.csv")
+    _add_model_and_data(e)
     e.add_argument("--targets", metavar="COLS", help="target column(s) (default: the training target names)")
-    e.add_argument("--inputs", metavar="COLS", help="input columns (default: the training header names)")
-    _add_column_options(e)
-    _add_csv_options(e)
+    _add_saved_input_options(e)
     e.add_argument("--json", action="store_true", help="print a JSON object instead of a table")
-    e.add_argument("--samples", type=int, default=1000, help="Monte Carlo samples (default 1000)")
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--device", default=None)
+    _add_sampling_options(e, samples=1000)
     _add_trust_options(e)
     _add_threads_option(e)
 

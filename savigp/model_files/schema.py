@@ -74,6 +74,9 @@ LIKELIHOOD_FIELDS = {
     "sha256": Opt(Str(pattern=r"[0-9a-f]{64}")),
     "code_kwargs": Opt(Dict(extra=CODE_REFERENCE, key_pattern=_IDENTIFIER, max_len=100)),
 }
+#: the check of a user function's ``kwargs``: each optional, except the code arguments that must be absent
+_USER_FUNCTION_KWARGS_SCHEMA = Dict({k: Opt(v) if not isinstance(v, Absent) else v
+                                     for k, v in USER_FUNCTION_KWARGS.items()}, extra=BoundedPlain())
 MODEL_FIELDS = {
     "input_dim": Int(1, MAX_INPUT_DIM),
     "num_data": Int(1, MAX_NUM_DATA),
@@ -141,8 +144,7 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
     CONFIG_SCHEMA.check(config, "config")
     lik = config["likelihood"]
     if lik["name"] == "callable":
-        Dict({k: Opt(v) if not isinstance(v, Absent) else v for k, v in USER_FUNCTION_KWARGS.items()},
-             extra=BoundedPlain()).check(lik.get("kwargs") or {}, "config.likelihood.kwargs")
+        _USER_FUNCTION_KWARGS_SCHEMA.check(lik.get("kwargs") or {}, "config.likelihood.kwargs")
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise SchemaError("state_dict must map parameter names to tensors")
     mc = config["model"]
