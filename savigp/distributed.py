@@ -135,6 +135,20 @@ class DataParallel:
                 self._ddp = DistributedDataParallel(_Objective(model), broadcast_buffers=False,
                                                     device_ids=[model.device] if model.device.type == "cuda" else None)
 
+    def close(self) -> None:
+        """Release the DistributedDataParallel wrapper now, while the process group is alive.
+
+        Its gradient reducer sits in a reference cycle (hooks on the model's parameters), so without
+        this it would be freed by a later garbage collection: possibly after
+        ``destroy_process_group`` or during interpreter shutdown, where gloo aborts the process
+        ("terminate called without an active exception"). Idempotent.
+        """
+        if self._ddp is not None:
+            import gc
+
+            self._ddp = None
+            gc.collect()
+
     # ------------------------------------------------------------------ collectives with clear failures
     def _collective(self, fn: Callable, what: str):
         try:
@@ -219,7 +233,7 @@ class DataParallel:
         local, w = self.shard(batch)
         if self._ddp is not None and backward:
             loss = self._ddp(local, w * self.world, num_samples, estimator, generator)  # DDP averages: times R
-            terms = self._ddp.module.terms
+            terms, self._ddp.module.terms = self._ddp.module.terms, None  # no cycle through the graph
             self._collective(lambda: (-loss).backward(), "the gradient all-reduce (DDP)")
             extras = self._extras(terms, w)
             self._collective(lambda: dist.all_reduce(extras), "summing the ELBO over the ranks")
@@ -297,6 +311,9 @@ def setup(model, params, seed: int, check: dict) -> Optional[DataParallel]:
 def finish() -> None:
     """Leave the process group, if one is initialized (at the end of a successful run)."""
     if dist.is_available() and dist.is_initialized():
+        import gc
+
+        gc.collect()  # free unreachable DDP reducers and pending work before the group goes (see close)
         dist.destroy_process_group()
 
 

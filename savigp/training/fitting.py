@@ -214,5 +214,7 @@ def fit(
                  iterations=iterations, callback=callback, state=state)
     finally:
         report.close()
+        if ddp is not None:
+            ddp.close()
     history.seconds = time.perf_counter() - t0
     return history
