@@ -475,12 +475,18 @@ class SAVIGP(nn.Module):
 
     def _draws(self, X: Tensor, num_samples: int, seed: int, prior: Optional[InducingPrior] = None):
         """:meth:`draws` at model inputs ``X`` (already checked); ``prior`` as :meth:`_latent_chunks`."""
-        gen = torch.Generator().manual_seed(seed)
         mean, cov = self._latent_chunks(X, prior=prior)
-        K, _, Q = mean.shape
-        eps = torch.randn((num_samples, K, 1, Q), dtype=mean.dtype, generator=gen).to(mean.device)
-        f = self.posterior.draws(mean, cov, eps)
+        f = self._sample_latent(mean, cov, num_samples, seed)
         return f, self.posterior.log_weights().detach(), mean, self.posterior.variances(cov)
+
+    def _sample_latent(self, mean: Tensor, cov: Tensor, num_samples: int, seed: int) -> Tensor:
+        """``num_samples`` draws of f* from every component's marginal, ``(S, K, B, Q)``, from the
+        latent moments ``mean (K, B, Q)`` and ``cov`` of :meth:`_latent_chunks`; the same draws for a
+        given seed whichever rows are asked for."""
+        K, _, Q = mean.shape
+        gen = torch.Generator().manual_seed(seed)
+        eps = torch.randn((num_samples, K, 1, Q), dtype=mean.dtype, generator=gen).to(mean.device)
+        return self.posterior.draws(mean, cov, eps)
 
     def _rows_per_chunk(self, total: int, num_samples: int, per_sample: int, memory_budget: Optional[int]) -> int:
         """Test rows per chunk (at most ``total``) so that the ``(S, K, rows, per_sample)`` Monte Carlo
@@ -532,18 +538,26 @@ class SAVIGP(nn.Module):
                       prior: Optional[InducingPrior] = None) -> Prediction:
         """:meth:`predict` for one chunk of rows ``X (B, D)`` (a model tensor); ``prior`` as
         :meth:`_latent_chunks`."""
-        f, log_pi, mean, var = self._draws(X, num_samples, seed, prior)
-        pi = log_pi.exp()
+        mean, cov = self._latent_chunks(X, prior=prior)
+        var = self.posterior.variances(cov)
+        pi = self.posterior.log_weights().detach().exp()
         latent_mean = torch.einsum("k,kbq->bq", pi, mean)
         latent_var = torch.einsum("k,kbq->bq", pi, var + mean * mean) - latent_mean ** 2
         lik = self.likelihood
+        drawn = {}
+
+        def f():  # the Monte Carlo draws, made only when something below needs them
+            if "f" not in drawn:
+                drawn["f"] = self._sample_latent(mean, cov, num_samples, seed)
+            return drawn["f"]
+
         y_mean = y_var = probs = None
         try:
             try:  # per component without Monte Carlo, when the likelihood can (closed form, quadrature)
                 m_k, v_k = lik.predictive_moments(mean, var)  # (K, B, P)
                 second = v_k + m_k * m_k
             except NotImplementedError:
-                cm, cv = lik.conditional_moments(f)  # (S, K, B, P); cv None: E[y | f] only
+                cm, cv = lik.conditional_moments(f())  # (S, K, B, P); cv None: E[y | f] only
                 m_k = cm.mean(0)
                 second = None if cv is None else (cv + cm * cm).mean(0)
             y_mean = torch.einsum("k,kbp->bp", pi, m_k)
@@ -552,7 +566,7 @@ class SAVIGP(nn.Module):
         except NotImplementedError:
             pass
         if lik.task == "classification":
-            probs = torch.einsum("k,kbc->bc", pi, lik.class_probabilities(f).mean(0))
+            probs = torch.einsum("k,kbc->bc", pi, lik.class_probabilities(f()).mean(0))
         return Prediction(latent_mean, latent_var, y_mean, y_var, probs)
 
     @torch.no_grad()
