@@ -8,6 +8,7 @@ posterior (:func:`point_cholesky`).
 from __future__ import annotations
 
 import warnings
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -35,7 +36,8 @@ def jittered(matrix: Tensor, rel) -> Tensor:
     return out
 
 
-def robust_cholesky(matrix: Tensor, name: str = "matrix", max_tries: int = 6, return_jitter: bool = False):
+def robust_cholesky(matrix: Tensor, name: str = "matrix", max_tries: int = 6, return_jitter: bool = False,
+                    initial_jitter: Optional[float] = None):
     """Lower Cholesky factor of a batch of symmetric positive (semi-)definite matrices.
 
     Args:
@@ -43,6 +45,8 @@ def robust_cholesky(matrix: Tensor, name: str = "matrix", max_tries: int = 6, re
         name: what the matrix is (used in warnings and errors, e.g. ``"K_zz"``).
         max_tries: how many times the jitter may grow tenfold after a failure.
         return_jitter: also return the relative jitter that was added (a float).
+        initial_jitter: the relative jitter of the first try when larger than ``base_jitter(dtype)``
+            (e.g. one that training already found necessary); never less is added.
 
     A relative jitter ``base_jitter(dtype) * mean(diag)`` is always added. If the factorization
     still fails, the jitter grows tenfold per try with a ``RuntimeWarning``; after ``max_tries``
@@ -51,7 +55,7 @@ def robust_cholesky(matrix: Tensor, name: str = "matrix", max_tries: int = 6, re
     if not torch.isfinite(matrix).all():
         bad = (~torch.isfinite(matrix)).sum().item()
         raise CholeskyError(f"{name} of shape {tuple(matrix.shape)} has {bad} non-finite entries (NaN or inf)")
-    rel = base_jitter(matrix.dtype)
+    rel = max(base_jitter(matrix.dtype), float(initial_jitter or 0.0))
     for attempt in range(max_tries + 1):
         chol, info = torch.linalg.cholesky_ex(jittered(matrix, rel))
         if not bool((info > 0).any()):

@@ -320,7 +320,8 @@ class SAVIGP(nn.Module):
             if bool((info == 0).all()) and bool(torch.isfinite(L.diagonal(dim1=-2, dim2=-1)).all()):
                 return L.to(Kzz.dtype), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype, device=Kzz.device)
         # larger jitter (with its warning), or the error that names the problem
-        L, rel = robust_cholesky(Kzz, name="K_zz (inducing-point kernel matrix)", return_jitter=True)
+        L, rel = robust_cholesky(Kzz, name="K_zz (inducing-point kernel matrix)", return_jitter=True,
+                                 initial_jitter=10.0 * base)
         rel = torch.full(Kzz.shape[:-2], rel, dtype=Kzz.dtype, device=Kzz.device)
         return L, rel
 

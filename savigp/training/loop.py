@@ -172,7 +172,8 @@ def grow_jitter(model, step: int) -> None:
         Z = model.inducing
         Kzz = model.kernel(Z, Z)
         old = max(base_jitter(Kzz.dtype), float(getattr(model, "jitter_floor", 0.0)))
-        _, rel = robust_cholesky(Kzz, name="K_zz (inducing-point kernel matrix)", return_jitter=True)
+        _, rel = robust_cholesky(Kzz, name="K_zz (inducing-point kernel matrix)", return_jitter=True,
+                                 initial_jitter=old)
     model.jitter_floor = 10.0 * max(rel, old)  # a decade above what factorizes now: the kernel keeps moving
     warnings.warn(f"savigp.fit: K_zz could not be factorized at step {step} with relative jitter {old:.1e}; "
                   f"continuing from the last good step with {model.jitter_floor:.1e}", RuntimeWarning, stacklevel=3)

@@ -100,6 +100,14 @@ def test_jitter_grows_with_a_warning_then_fails_clearly():
     assert rel > 1e-8  # grew from the base jitter
     shift = rel * A.diagonal().mean()
     assert torch.allclose(L @ L.T, A + shift * torch.eye(6), rtol=0, atol=1e-12)
+    import warnings as _warnings
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("error")  # the first try works: no warning
+        _, rel_from = robust_cholesky(A, name="K_zz", return_jitter=True, initial_jitter=1e-3)
+    assert rel_from == 1e-3  # starts where training's jitter floor is, never below
+    with pytest.warns(RuntimeWarning, match="needed relative jitter"):
+        _, rel_up = robust_cholesky(A, name="K_zz", return_jitter=True, initial_jitter=rel / 100)
+    assert rel_up == pytest.approx(rel, rel=1e-12)  # from below: grows to the same jitter as from the base
     eig[-1] = -1.0  # far from positive definite: no jitter helps
     with pytest.raises(savigp.CholeskyError, match=r"K_zz of shape \(6, 6\) is not positive definite even with relative jitter"):
         robust_cholesky(Qm @ torch.diag(eig) @ Qm.T, name="K_zz")
