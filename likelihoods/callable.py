@@ -38,15 +38,12 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from .base import Likelihood, bad_rows_message
-from .parameters import inverse_softplus
+from .parameters import POSITIVE_FLOOR, positive_from_raw, raw_from_positive
 
 #: constraints a user parameter can have
 CONSTRAINTS = ("real", "positive", "fixed")
-#: lower bound of a positive parameter (softplus(raw) + floor)
-POSITIVE_FLOOR = 1e-6
 #: the most labels a classification likelihood takes from its training targets (more: pass classes)
 MAX_INFERRED_CLASSES = 1000
 #: relative central-difference step for numpy parameter derivatives: eps^(1/3)
@@ -211,7 +208,7 @@ class CallableLikelihood(Likelihood):
                 if not bool((v > POSITIVE_FLOOR).all()):
                     raise ValueError(f"CallableLikelihood: positive parameter {name!r} must start above "
                                      f"{POSITIVE_FLOOR}, got {value!r}")
-                v = inverse_softplus(v - POSITIVE_FLOOR)
+                v = raw_from_positive(v)
             self.raw_params[name] = nn.Parameter(v, requires_grad=kind != "fixed")
             self.constraints[name] = kind
             self._param_init[name] = np.asarray(value, dtype=np.float64).tolist()
@@ -260,7 +257,7 @@ class CallableLikelihood(Likelihood):
         """The current parameter values: name -> tensor (constrained, differentiable)."""
         out = {}
         for name, raw in self.raw_params.items():
-            out[name] = F.softplus(raw) + POSITIVE_FLOOR if self.constraints[name] == "positive" else raw
+            out[name] = positive_from_raw(raw) if self.constraints[name] == "positive" else raw
         return out
 
     def spec(self) -> dict:

@@ -18,6 +18,7 @@ from scipy import stats
 
 import savigp
 from likelihoods import CallableLikelihood, Poisson, Softmax
+from likelihoods.parameters import PositiveParameter
 from savigp.nonfinite import NonFiniteLogProb
 from savigp.testing.examples import nb_dlogp_dr, nb_numpy, nb_torch, ordinal_numpy, ordinal_torch, probit_numpy
 
@@ -96,6 +97,11 @@ def test_parameters_checked_at_construction():
         CallableLikelihood(nb_numpy, params={"r": 1.0}, constraints={"r": "log"})
     fixed = CallableLikelihood(nb_numpy, params={"r": 2.0}, constraints={"r": "fixed"})
     assert not fixed.raw_params["r"].requires_grad and float(fixed.parameter_values()["r"]) == 2.0
+    # a positive user parameter is stored and read through the same transform as PositiveParameter
+    pos = CallableLikelihood(ordinal_numpy, params={"c0": -0.8, "gaps": [0.9, 1e-5, 40.0]}, constraints={"gaps": "positive"})
+    ref = PositiveParameter([0.9, 1e-5, 40.0])
+    assert torch.equal(pos.raw_params["gaps"].detach(), ref.raw.detach())
+    assert torch.equal(pos.parameter_values()["gaps"].detach(), ref().detach())
 
 
 # ---------------------------------------------------------------------------- classification
