@@ -18,6 +18,7 @@ from scipy import stats
 
 import savigp
 from likelihoods import CallableLikelihood, Poisson, Softmax
+from likelihoods.callable import MAX_INFERRED_CLASSES, label_set
 from likelihoods.parameters import PositiveParameter
 from savigp.nonfinite import NonFiniteLogProb
 from savigp.testing.examples import nb_dlogp_dr, nb_numpy, nb_torch, ordinal_numpy, ordinal_torch, probit_numpy
@@ -188,6 +189,26 @@ def test_classification_labels_are_validated_and_unnormalized_functions_warned()
     with pytest.warns(RuntimeWarning, match=r"sum to exp\(0.7\) instead of 1"):
         p = half.class_probabilities(torch.zeros(3, 5, 1, dtype=torch.float64))
     assert torch.allclose(p, torch.full_like(p, 0.5))
+
+
+def test_one_label_set_rule_for_the_constructor_the_training_labels_and_the_command_line():
+    """label_set is the one check of a label set: classes, num_classes, or the training labels."""
+    assert label_set(num_classes=3) == [0.0, 1.0, 2.0] and label_set() is None
+    assert label_set(targets=torch.tensor([2.0, -1.0, 2.0])) == [-1.0, 2.0]
+    lik = CallableLikelihood(probit_numpy, task="classification")
+    lik.initialize_from_data(torch.tensor([[1.0], [-1.0], [1.0]]))
+    assert lik.classes == [-1.0, 1.0]
+    for kwargs, needle in [({"num_classes": 1}, "integer >= 2"), ({"classes": [0, 0]}, "distinct"),
+                           ({"classes": [0, 1], "num_classes": 3}, "num_classes=3 but 2 classes"),
+                           ({"targets": np.ones(4)}, r"only the label\(s\) \[1.0\]"),
+                           ({"targets": np.arange(MAX_INFERRED_CLASSES + 1.0)},
+                            f"{MAX_INFERRED_CLASSES + 1} distinct")]:
+        with pytest.raises(ValueError, match=needle):
+            label_set(**kwargs)
+    with pytest.raises(ValueError, match=r"CallableLikelihood: num_classes must be an integer >= 2, got 1"):
+        CallableLikelihood(probit_numpy, task="classification", num_classes=1)
+    with pytest.raises(ValueError, match=r"'probit_numpy'.*only the label\(s\) \[1.0\]"):
+        CallableLikelihood(probit_numpy, task="classification").initialize_from_data(torch.ones(3, 1))
 
 
 # ---------------------------------------------------------------------------- estimator honesty
