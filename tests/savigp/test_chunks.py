@@ -1,5 +1,4 @@
 """Chunk sizes from a memory budget (savigp._chunks) and the chunked computations that use them."""
-import pytest
 import torch
 
 import savigp
