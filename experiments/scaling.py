@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -57,12 +56,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import REPO_ROOT, markdown_table, read_csv_rows, write_csv_atomic, write_text_atomic  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _model(cfg: dict):
@@ -97,9 +90,11 @@ def _worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
 
 def run_config(cfg: dict) -> dict:
     """Start ``cfg["ranks"]`` processes for one configuration and return rank 0's timing."""
+    from savigp.distributed import free_loopback_port
+
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rank{rank}.json")
-        mp.spawn(_worker, args=(cfg["ranks"], _free_port(), cfg, out), nprocs=cfg["ranks"], join=True)
+        mp.spawn(_worker, args=(cfg["ranks"], free_loopback_port(), cfg, out), nprocs=cfg["ranks"], join=True)
         res = [json.loads(Path(out.format(rank=r)).read_text()) for r in range(cfg["ranks"])]
     ms = 1000.0 * res[0]["seconds"] / cfg["steps"]
     cpu_ms = 1000.0 * sum(r["cpu_seconds"] for r in res) / cfg["steps"]

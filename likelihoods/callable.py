@@ -38,15 +38,12 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from .base import Likelihood, bad_rows_message
-from .parameters import inverse_softplus
+from .parameters import POSITIVE_FLOOR, positive_from_raw, raw_from_positive
 
 #: constraints a user parameter can have
 CONSTRAINTS = ("real", "positive", "fixed")
-#: lower bound of a positive parameter (softplus(raw) + floor)
-POSITIVE_FLOOR = 1e-6
 #: the most labels a classification likelihood takes from its training targets (more: pass classes)
 MAX_INFERRED_CLASSES = 1000
 #: relative central-difference step for numpy parameter derivatives: eps^(1/3)
@@ -211,7 +208,7 @@ class CallableLikelihood(Likelihood):
                 if not bool((v > POSITIVE_FLOOR).all()):
                     raise ValueError(f"CallableLikelihood: positive parameter {name!r} must start above "
                                      f"{POSITIVE_FLOOR}, got {value!r}")
-                v = inverse_softplus(v - POSITIVE_FLOOR)
+                v = raw_from_positive(v)
             self.raw_params[name] = nn.Parameter(v, requires_grad=kind != "fixed")
             self.constraints[name] = kind
             self._param_init[name] = np.asarray(value, dtype=np.float64).tolist()
@@ -242,25 +239,17 @@ class CallableLikelihood(Likelihood):
         if self.output_dim != 1:
             raise ValueError(f"CallableLikelihood: a classification likelihood takes one column of labels "
                              f"(output_dim=1), got output_dim={self.output_dim}")
-        if classes is None:
-            if num_classes is None:
-                return  # set from the training labels by initialize_from_data
-            if int(num_classes) != num_classes or int(num_classes) < 2:
-                raise ValueError(f"CallableLikelihood: num_classes must be an integer >= 2, got {num_classes!r}")
-            classes = list(range(int(num_classes)))
-        labels = [float(c) for c in classes]
-        if len(labels) < 2 or len(set(labels)) != len(labels) or not all(math.isfinite(c) for c in labels):
-            raise ValueError(f"CallableLikelihood: classes must be two or more distinct finite labels, got {classes!r}")
-        if num_classes is not None and int(num_classes) != len(labels):
-            raise ValueError(f"CallableLikelihood: num_classes={num_classes} but {len(labels)} classes were given")
-        self.classes = labels
+        try:  # None without classes and num_classes: set from the training labels by initialize_from_data
+            self.classes = label_set(classes, num_classes)
+        except ValueError as err:
+            raise ValueError(f"CallableLikelihood: {err}") from None
 
     # ------------------------------------------------------------------ parameters
     def parameter_values(self) -> dict:
         """The current parameter values: name -> tensor (constrained, differentiable)."""
         out = {}
         for name, raw in self.raw_params.items():
-            out[name] = F.softplus(raw) + POSITIVE_FLOOR if self.constraints[name] == "positive" else raw
+            out[name] = positive_from_raw(raw) if self.constraints[name] == "positive" else raw
         return out
 
     def spec(self) -> dict:
@@ -476,19 +465,45 @@ class CallableLikelihood(Likelihood):
     def initialize_from_data(self, y: Tensor) -> None:
         """Classification without a label set: the sorted distinct training labels."""
         if self.task == "classification" and self.classes is None:
-            labels = torch.unique(y[:, 0]).tolist()
-            if len(labels) < 2:
-                raise ValueError(f"{self.describe()}: the training targets hold only the label(s) {labels}; pass "
-                                 "classes=[...] or num_classes=C")
-            if len(labels) > MAX_INFERRED_CLASSES:
-                raise ValueError(f"{self.describe()}: the training targets hold {len(labels)} distinct labels; for "
-                                 "classification pass classes=[...] (or use task='regression')")
-            self.classes = [float(v) for v in labels]
+            try:
+                self.classes = label_set(targets=y[:, 0])
+            except ValueError as err:
+                raise ValueError(f"{self.describe()}: {err}") from None
 
     def extra_repr(self) -> str:
         extra = f", params={sorted(self.raw_params)}" if len(self.raw_params) else ""
         cls = f", classes={self.classes}" if self.classes is not None else ""
         return f"fn={self._name}, num_latent={self.num_latent}, backend={self.backend}, task={self.task}{cls}{extra}"
+
+
+def label_set(classes: Optional[Sequence[float]] = None, num_classes: Optional[int] = None,
+              targets=None) -> Optional[list]:
+    """The labels of a classification likelihood, in order, checked: ``classes`` (two or more
+    distinct finite values; ``num_classes``, if also given, must count them), else
+    ``0, ..., num_classes - 1`` (an integer >= 2), else the sorted distinct values of ``targets``
+    (training labels, a tensor or array of shape ``(N,)``; two to ``MAX_INFERRED_CLASSES`` of them),
+    else None. A ValueError names the argument; callers prefix who they are (the command line
+    uses it for ``--num-classes`` and the target column, so there is one check of a label set)."""
+    if classes is None and num_classes is not None:
+        if int(num_classes) != num_classes or int(num_classes) < 2:
+            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        classes = list(range(int(num_classes)))
+    if classes is not None:
+        labels = [float(c) for c in classes]
+        if len(labels) < 2 or len(set(labels)) != len(labels) or not all(math.isfinite(c) for c in labels):
+            raise ValueError(f"classes must be two or more distinct finite labels, got {classes!r}")
+        if num_classes is not None and int(num_classes) != len(labels):
+            raise ValueError(f"num_classes={num_classes} but {len(labels)} classes were given")
+        return labels
+    if targets is None:
+        return None
+    labels = [float(v) for v in torch.unique(torch.as_tensor(targets)).tolist()]
+    if len(labels) < 2:
+        raise ValueError(f"the training targets hold only the label(s) {labels}; pass classes=[...] or num_classes=C")
+    if len(labels) > MAX_INFERRED_CLASSES:
+        raise ValueError(f"the training targets hold {len(labels)} distinct labels; for classification pass "
+                         "classes=[...] (or use task='regression')")
+    return labels
 
 
 def _label(v: float) -> str:

@@ -20,22 +20,13 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence, Union
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from .base import Likelihood, bad_rows_message
 from .densities import gaussian_log_density
 from .parameters import PositiveParameter
-
-
-def _gauss_hermite(num_points: int, like: Tensor) -> tuple[Tensor, Tensor]:
-    """Probabilists' Gauss-Hermite nodes x_k and normalized weights w_k (sum 1), so that
-    E_{N(0,1)}[g] ~= sum_k w_k g(x_k); dtype and device of ``like``."""
-    x, w = np.polynomial.hermite_e.hermegauss(num_points)
-    x = torch.as_tensor(x, dtype=like.dtype, device=like.device)
-    w = torch.as_tensor(w / w.sum(), dtype=like.dtype, device=like.device)
-    return x, w
+from .quadrature import gauss_hermite
 
 
 class WarpedGaussian(Likelihood):
@@ -155,7 +146,7 @@ class WarpedGaussian(Likelihood):
     # ------------------------------------------------------------------ predictions
     def _moments_of_inverse(self, mean_z: Tensor, var_z: Tensor) -> tuple[Tensor, Tensor]:
         """Mean and variance of t^{-1}(z), z ~ N(mean_z, var_z), by Gauss-Hermite quadrature."""
-        x, w = _gauss_hermite(self.quadrature_points, mean_z)
+        x, w = gauss_hermite(self.quadrature_points, mean_z)
         y = self.inverse_warp(mean_z.unsqueeze(-1) + var_z.sqrt().unsqueeze(-1) * x)
         mean = (w * y).sum(dim=-1)
         var = (w * (y - mean.unsqueeze(-1)) ** 2).sum(dim=-1)

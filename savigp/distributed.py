@@ -58,6 +58,17 @@ def launched() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the system picks it), for a one-machine
+    rendezvous (``MASTER_PORT``). Another process may take it before the ranks bind it; the
+    rendezvous then fails with an address-in-use error."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def rank() -> int:
     """This process's rank: the process group's if one is initialized, else ``RANK`` (0 when unset)."""
     if dist.is_available() and dist.is_initialized():

@@ -50,11 +50,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from likelihoods.base import log_prob_checked
+from likelihoods.quadrature import gauss_hermite_grid
 
 from . import _chunks, _compile, _sync_free
 from ._linalg import point_cholesky
@@ -329,11 +329,7 @@ def _quadrature(likelihood, y, mean, var, weights, scale, n):
     K, B, Q = mean.shape
     if n ** Q > 20000:
         raise ValueError(f"estimator='quadrature' with Q={Q} needs {n}^{Q} grid points; use 'score' or fewer points")
-    x, w = np.polynomial.hermite_e.hermegauss(n)
-    w = w / w.sum()
-    grids = np.meshgrid(*([x] * Q), indexing="ij")
-    nodes = torch.as_tensor(np.stack([g.ravel() for g in grids], -1), dtype=mean.dtype, device=mean.device)  # (G, Q)
-    wgrid = torch.as_tensor(np.prod(np.meshgrid(*([w] * Q), indexing="ij"), axis=0).ravel(), dtype=mean.dtype, device=mean.device)
+    nodes, wgrid = gauss_hermite_grid(n, Q, mean)  # (G, Q), (G,)
     eps = nodes[:, None, None, :].expand(-1, K, B, Q)  # (G, K, B, Q)
     sd = torch.sqrt(var)
     values = checked_log_prob(likelihood, y, mean.detach() + sd.detach() * eps)  # (G, K, B)

@@ -78,7 +78,6 @@ sigma and G, at O(B M G + G min(G, 512) M) per refresh.
 """
 from __future__ import annotations
 
-import time
 import warnings
 from typing import Callable, Optional, Sequence
 
@@ -88,7 +87,7 @@ from torch import Tensor
 from .expected_log_lik import expected_log_lik
 from .model import SAVIGP, ELBOTerms
 from . import distributed
-from .training import Batches, CheckedStep, Progress, TrainingHistory, run
+from .training import Batches, CheckedStep, TrainingHistory, run
 
 GAMMA_UPDATES = ("precond", "adam")
 GAMMA_PRECONDITIONERS = ("seed", "gauss-newton")
@@ -388,13 +387,7 @@ def fit_orthnat(
                        gamma_step=gamma_step, gamma_precond=gamma_precond, gamma_jitter=gamma_jitter,
                        precond_every=precond_every, num_samples=num_samples, estimator=estimator, generator=gen)
     batches = Batches(N, B, gen, torch.randperm(N, generator=gen), 0, model.device)
-    report = Progress(progress, 0, iterations, history.estimator)
-    t0 = time.perf_counter()
-    try:
-        run(model, rule, batches, history, report, start=0, iterations=iterations, callback=callback)
-    finally:
-        report.close()
-    history.seconds = time.perf_counter() - t0
+    run(model, rule, batches, history, start=0, iterations=iterations, progress=progress, callback=callback)
     return history
 
 

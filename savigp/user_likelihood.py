@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-import numpy as np
 
 #: spec names of likelihoods defined in user code
 USER_KINDS = ("callable", "user-class")
@@ -87,14 +86,6 @@ def parse_lik_params(items) -> tuple[dict, dict]:
         params[name] = vals[0] if len(vals) == 1 else vals
         constraints[name] = kind
     return params, constraints
-
-
-def labels_of(Y: np.ndarray, num_classes: Optional[int]) -> list:
-    """The label set of a user classification likelihood: ``0..C-1`` for ``num_classes`` C, else
-    the sorted distinct values of the target column ``Y[:, 0]``."""
-    if num_classes is not None:
-        return [float(c) for c in range(int(num_classes))]
-    return [float(v) for v in np.unique(Y[:, 0])]
 
 
 def unused_latents(likelihood, y, f) -> list:

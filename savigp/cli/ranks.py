@@ -10,8 +10,9 @@ import sys
 def launch_ranks(args) -> int:
     """``train --nproc N``: run this same command as N ranks on this machine under ``torchrun``
     (static rendezvous on the loopback address, a free port), and return its exit status."""
-    import socket
     import subprocess
+
+    from ..distributed import free_loopback_port
 
     argv, rest = [], list(args.argv)
     while rest:
@@ -20,9 +21,7 @@ def launch_ranks(args) -> int:
             rest.pop(0)
         elif not a.startswith("--nproc="):
             argv.append(a)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_loopback_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0",
            "--nproc-per-node", str(args.nproc), "--master-addr", "127.0.0.1", "--master-port", str(port),
            "-m", "savigp", *argv]

@@ -11,11 +11,11 @@ import sys
 
 import numpy as np
 
-from likelihoods.callable import MAX_INFERRED_CLASSES
+from likelihoods.callable import label_set
 
 from ..model_files.schema import USER_CODE_ARGUMENTS
 from ..nonfinite import NonFiniteLogProb
-from ..user_likelihood import is_likelihood_class, labels_of, parse_lik_params, unused_latents
+from ..user_likelihood import is_likelihood_class, parse_lik_params, unused_latents
 from .errors import CLIError, one_line
 
 #: options that only a user *function* takes
@@ -66,18 +66,12 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
     if num_latent < 1:
         raise CLIError(f"--num-latent must be >= 1, got {num_latent}")
     kwargs = {"num_latent": num_latent, "output_dim": int(Y.shape[1]), "backend": "auto", "task": task}
-    if task == "classification":
-        if Y.shape[1] != 1:
-            raise CLIError(f"--task classification takes one target column of labels, got {Y.shape[1]}")
-        if num_classes is not None and (int(num_classes) != num_classes or int(num_classes) < 2):
-            raise CLIError(f"--num-classes must be an integer >= 2, got {num_classes}")
-        labels = labels_of(Y, num_classes)
-        if num_classes is None and len(labels) > MAX_INFERRED_CLASSES:
-            raise CLIError(f"--task classification: the targets hold {len(labels)} distinct labels; give "
-                             "--num-classes C (labels 0..C-1) or use a regression task")
-        if len(labels) < 2:
-            raise CLIError(f"--task classification: the targets hold only the label {labels}; give --num-classes")
-        kwargs["classes"] = labels
+    if task == "classification":  # the label set as the model file records it, checked by the likelihood's rule
+        try:
+            kwargs["classes"] = label_set(num_classes=num_classes, targets=Y[:, 0])
+        except ValueError as err:
+            raise CLIError(f"--task classification: {err} (on the command line: --num-classes C for labels "
+                           "0..C-1)") from None
     elif task != "regression":
         raise CLIError(f"--task must be regression or classification, got {task!r}")
     elif num_classes is not None:

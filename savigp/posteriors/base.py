@@ -169,3 +169,31 @@ class Posterior(nn.Module):
     def supports_natural_gradients(self) -> bool:
         """Whether :func:`savigp.fit_orthnat`'s natural-gradient step applies to this posterior."""
         return self.natural_gradient_obstacle() is None
+
+
+class ScaledPosterior(Posterior):
+    """A family whose terms all start from its covariance scale (:meth:`scale`: Cholesky factors
+    or standard deviations of S): one evaluation computes it once (:meth:`evaluation_state`) and
+    the KL terms are :meth:`entropy` (eq. (18)) and :meth:`cross_entropy` (eq. (19)) of it."""
+
+    def scale(self) -> Tensor:
+        """The factors of the covariance(s) of q, in the family's own layout."""
+        raise NotImplementedError
+
+    def entropy(self, scale: Optional[Tensor] = None, *, generator: Optional[torch.Generator] = None) -> Tensor:
+        """The entropy term from ``scale`` (default :meth:`scale`); ``generator`` for a Monte Carlo one."""
+        raise NotImplementedError
+
+    def cross_entropy(self, scale: Optional[Tensor] = None) -> Tensor:
+        """The cross-entropy term from ``scale`` (default :meth:`scale`)."""
+        raise NotImplementedError
+
+    def evaluation_state(self, prior: InducingPrior) -> Tensor:
+        """:meth:`scale`, shared by the marginals and the KL terms of one evaluation."""
+        return self.scale()
+
+    def kl_terms(self, prior: InducingPrior, state: Any = None,
+                 generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
+        """(:meth:`entropy`, :meth:`cross_entropy`) of ``state`` (default :meth:`scale`)."""
+        scale = self.scale() if state is None else state
+        return self.entropy(scale, generator=generator), self.cross_entropy(scale)

@@ -42,10 +42,10 @@ from .._linalg import point_cholesky
 from ..constraints import LOG_2PI, inverse_softplus
 from ..expected_log_lik import expected_log_lik_joint
 from ._autograd import lower_factor
-from .base import InducingPrior, Marginals, Posterior
+from .base import InducingPrior, Marginals, ScaledPosterior
 
 
-class JointGaussian(Posterior):
+class JointGaussian(ScaledPosterior):
     """q(v) = N(m, L_S L_S^T) over all Q * M whitened inducing values (see the module docstring).
 
     Args:
@@ -132,8 +132,8 @@ class JointGaussian(Posterior):
         return fmean, cov
 
     # ------------------------------------------------------------------ ELBO terms
-    def entropy(self, scale: Tensor | None = None) -> Tensor:
-        """Entropy of q(v): QM/2 log(2 pi e) + sum log diag L_S."""
+    def entropy(self, scale: Tensor | None = None, *, generator: Optional[torch.Generator] = None) -> Tensor:
+        """Entropy of q(v): QM/2 log(2 pi e) + sum log diag L_S (closed form: ``generator`` unused)."""
         L = self.scale() if scale is None else scale
         n = L.shape[-1]
         return 0.5 * n * (LOG_2PI + 1.0) + torch.log(L.diagonal()).sum()
@@ -145,10 +145,6 @@ class JointGaussian(Posterior):
         return -0.5 * (n * math.log(2.0 * math.pi) + (self.mean * self.mean).sum() + (L * L).sum())
 
     # ------------------------------------------------------------------ the protocol (savigp.posteriors.base)
-    def evaluation_state(self, prior: InducingPrior) -> Tensor:
-        """:meth:`scale`, shared by the marginals and the KL terms of one evaluation."""
-        return self.scale()
-
     def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> Marginals:
         """q(f_n) less the prior mean: means ``(1, B, Q)`` and covariances ``(1, B, Q, Q)``
         (:meth:`joint_marginals`), with autograd through ``prior.Lzz``."""
@@ -165,12 +161,6 @@ class JointGaussian(Posterior):
         """L_ell with q(f_n) a Q-variate Gaussian (:func:`savigp.expected_log_lik.expected_log_lik_joint`)."""
         return expected_log_lik_joint(likelihood, y, mean[0], cov[0], estimator=estimator, num_samples=num_samples,
                                       scale=scale, generator=generator)
-
-    def kl_terms(self, prior: InducingPrior, state: Any = None,
-                 generator: Optional[torch.Generator] = None) -> tuple[Tensor, Tensor]:
-        """(:meth:`entropy`, :meth:`cross_entropy`) in whitened coordinates."""
-        scale = self.scale() if state is None else state
-        return self.entropy(scale), self.cross_entropy(scale)
 
     def draws(self, mean: Tensor, cov: Tensor, eps: Tensor) -> Tensor:
         """Correlated samples f = mean + chol(cov) eps, ``(S, 1, B, Q)``, for eps ``(S, 1, 1, Q)``."""

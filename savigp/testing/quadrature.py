@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import Tensor
+
+from likelihoods.quadrature import gauss_hermite_grid
 
 #: the most grid points (n^Q) one quadrature uses
 MAX_GRID = 20000
@@ -41,12 +42,7 @@ def gauss_hermite(h: Callable[[Tensor], Tensor], mean: Tensor, var: Tensor, n: i
         shape ``(B, ...)``, in the dtype and on the device of ``mean``.
     """
     Q = mean.shape[-1]
-    x, w = np.polynomial.hermite_e.hermegauss(n)
-    w = w / w.sum()
-    grid = np.meshgrid(*([x] * Q), indexing="ij")
-    nodes = torch.as_tensor(np.stack([g.ravel() for g in grid], -1), dtype=mean.dtype, device=mean.device)
-    weights = torch.as_tensor(np.prod(np.meshgrid(*([w] * Q), indexing="ij"), axis=0).ravel(),
-                              dtype=mean.dtype, device=mean.device)
+    nodes, weights = gauss_hermite_grid(n, Q, mean)  # (G, Q), (G,)
     values = h(mean + var.sqrt() * nodes[:, None, :])  # (G, B, ...)
     return torch.tensordot(weights, values, dims=1)
 

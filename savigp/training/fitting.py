@@ -12,7 +12,6 @@ the updates are the rules of :mod:`savigp.training.rules`.
 from __future__ import annotations
 
 import math
-import time
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -21,7 +20,7 @@ from .. import distributed
 from .._allocator import tune_cpu_allocator
 from ..model import SAVIGP, ELBOTerms
 from . import loop, step as _step
-from .loop import Batches, Progress, TrainingHistory
+from .loop import Batches, TrainingHistory
 from .rules import GradientStep, SyncFreeStep
 
 OPTIMIZERS = ("adam", "adadelta", "lbfgs")
@@ -207,14 +206,10 @@ def fit(
     else:
         rule = SyncFreeStep(model, opt, num_samples=num_samples, estimator=estimator, draw_generator=draw_gen,
                             batch_generator=gen, start=start, window=window, graphs=graphs)
-    report = Progress(progress, start, iterations, estimator)
-    t0 = time.perf_counter()
     try:
-        loop.run(model, rule, Batches(N, B, gen, perm, pos, model.device), history, report, start=start,
-                 iterations=iterations, callback=callback, state=state)
+        loop.run(model, rule, Batches(N, B, gen, perm, pos, model.device), history, start=start,
+                 iterations=iterations, progress=progress, callback=callback, state=state)
     finally:
-        report.close()
         if ddp is not None:
             ddp.close()
-    history.seconds = time.perf_counter() - t0
     return history

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -197,15 +198,27 @@ def diverged_error(model, bad: BadStep) -> Exception:
         step=bad.step, where=tuple(terms + params))
 
 
-def run(model, rule, batches: Batches, history: TrainingHistory, report: Progress, *, start: int, iterations: int,
-        callback: Optional[Callable] = None, state: Optional[dict] = None) -> None:
+def run(model, rule, batches: Batches, history: TrainingHistory, *, start: int, iterations: int,
+        progress: bool = False, callback: Optional[Callable] = None, state: Optional[dict] = None) -> None:
     """Steps ``start .. start + iterations - 1`` of ``rule`` on ``batches`` (module docstring).
 
+    ``progress`` reports on stderr (:class:`Progress`, labelled with ``history.estimator``).
     ``callback(step, terms)`` runs at each check with the terms of the step just taken; a true
     answer stops training. ``state`` (fit's resumable state) receives, after every step, the rule's
     :meth:`state_entries`, the batch generator, ``perm``, ``pos`` and ``step`` (steps taken).
+    ``history.seconds`` is set to the loop's wall-clock time when it ends without an error.
     """
-    last = start + iterations
+    report = Progress(progress, start, iterations, history.estimator)
+    t0 = time.perf_counter()
+    try:
+        _steps(model, rule, batches, history, report, start, start + iterations, callback, state)
+    finally:
+        report.close()
+    history.seconds = time.perf_counter() - t0
+
+
+def _steps(model, rule, batches: Batches, history: TrainingHistory, report: Progress, start: int, last: int,
+           callback: Optional[Callable], state: Optional[dict]) -> None:
     for step in range(start, last):
         terms = rule.step(batches.next(), step)
         history.cuda_graph = rule.captured

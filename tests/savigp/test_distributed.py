@@ -16,7 +16,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ import torch.multiprocessing as mp
 import savigp
 from likelihoods import CallableLikelihood, Gaussian
 from savigp import expected_log_lik as ell_module
-from savigp.distributed import DataParallel
+from savigp.distributed import DataParallel, free_loopback_port
 from savigp.model import ELBOTerms
 from savigp.model_files import load_model
 
@@ -39,12 +38,6 @@ REPO = str(ROOT)
 ENV = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
 for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "SAVIGP_CLI_TEST_SIGINT_AFTER"):
     ENV.pop(key, None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _data(N=64, seed=0):
@@ -188,14 +181,14 @@ def two_ranks(tmp_path_factory):
     """Both in-process checks on 2 spawned ranks at once (every process pays the torch import)."""
     out = str(tmp_path_factory.mktemp("ddp") / "result.pt")
     try:
-        mp.spawn(_worker, args=(2, _free_port(), out, _task), nprocs=2, join=True)
+        mp.spawn(_worker, args=(2, free_loopback_port(), out, _task), nprocs=2, join=True)
     except mp.ProcessExitedException as err:  # killed by a signal, not a Python error: once more, said aloud
         if not err.signal_name:
             raise
         import warnings
 
         warnings.warn(f"a gloo rank died with {err.signal_name}; the 2-rank run was repeated once")
-        mp.spawn(_worker, args=(2, _free_port(), out, _task), nprocs=2, join=True)
+        mp.spawn(_worker, args=(2, free_loopback_port(), out, _task), nprocs=2, join=True)
     return torch.load(out)
 
 
@@ -258,7 +251,7 @@ def test_killed_rank_stops_the_other_and_leaves_a_resumable_checkpoint(tmp_path)
     args = [sys.executable, "-m", "savigp", "train", str(data), "--targets", "y", "--out", str(out),
             "--num-inducing", "10", "--batch-size", "20", "--iterations", "100000", "--checkpoint-every", "20",
             "--quiet", "--estimator", "reparam", "--samples", "10"]
-    port = _free_port()
+    port = free_loopback_port()
     procs = [subprocess.Popen(args, env={**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
                                          "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "SAVIGP_DIST_TIMEOUT": "30"},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]

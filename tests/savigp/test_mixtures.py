@@ -136,6 +136,22 @@ def test_monte_carlo_entropy_is_unbiased_and_tighter_than_the_bound(kind):
     assert all(float(p.grad.abs().sum()) > 0 for p in post.parameters())
 
 
+def test_monte_carlo_entropy_sd_is_sqrt_d_over_2_s_k_for_separate_components():
+    """The sd quoted in MixturePosterior._mixture_entropy: for K equal-weight components that do not
+    overlap, H_hat = const + (1 / (S K)) sum_{k,s} ||eps_ks||^2 / 2, whose variance is exactly
+    (D / 2) / (S K) (D = Q M): 0.125 at D = 4, S = 64, K = 2. The sample variance of n = 4000
+    replicates has relative sd sqrt(2 / (n - 1)) (its excess kurtosis, 12 / (D S K), is negligible);
+    tolerance 4 of those."""
+    post = make_posterior("full", 1, 4, num_components=2, entropy="mc", entropy_samples=64)
+    g = torch.Generator().manual_seed(0)
+    n = 4000
+    with torch.no_grad():
+        post.mean[1] += 100.0  # N(m_1, S_1) is below 1e-300 at every draw of component 0, and back
+        h = torch.stack([post.entropy(generator=g) for _ in range(n)])
+    var, ref = float(h.var()), (4 / 2) / (64 * 2)
+    assert abs(var / ref - 1.0) < 4 * math.sqrt(2 / (n - 1)), (math.sqrt(var), math.sqrt(ref))
+
+
 # ---------------------------------------------------------------------- the diagonal mixture over u fits
 def _mean_field_optimum(X, y, kernel, noise):
     """The best diagonal Gaussian over u = f (dense, Gaussian likelihood) and its ELBO: the mean is

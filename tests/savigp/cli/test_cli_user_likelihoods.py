@@ -258,6 +258,25 @@ def test_user_likelihood_option_errors(files, capsys):
     assert torch.load(d / "t.pt", weights_only=True)["config"]["class_labels"] == [-1.0, 1.0]
 
 
+def test_label_set_errors_are_the_likelihoods_checks_in_one_line(files, capsys):
+    """--task classification: the label set (--num-classes, else the target column's values) and the
+    one label column are checked once, by the likelihood's rule (likelihoods.callable.label_set),
+    and reported in one line with exit 2."""
+    d = files
+    write_csv(str(d / "one_label.csv"), ["a", "label"], np.column_stack([np.arange(12.0), np.ones(12)]))
+    base = ["train", "--likelihood", d / "clf.py:probit", "--task", "classification", "--iterations", "1",
+            "--out", d / "lab.pt", *FAST]
+    cases = [
+        ([d / "pm.csv", "--targets", "label", "--num-classes", "1"], "num_classes must be an integer >= 2, got 1"),
+        ([d / "one_label.csv", "--targets", "label"], "hold only the label(s) [1.0]"),
+        ([d / "pm.csv", "--targets", "a,label"], "takes one column of labels (output_dim=1), got output_dim=2"),
+    ]
+    for extra, needle in cases:
+        code, out, err = _run(capsys, *base[:1], *extra, *base[1:])
+        assert code == EXIT_BAD_INPUT and needle in err and err.count("\n") == 1, (extra, err)
+    assert not (d / "lab.pt").exists()
+
+
 def test_plots_from_train_and_predict(files, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
     d = files
