@@ -369,13 +369,19 @@ def exact_gp_baseline(kernel, Xtr, ytr, Xte, yte, warped: bool, max_iter: int = 
 
 
 # ======================================================================================= mixture starts
-def final_elbo(model, estimator: str, num_samples: int, seed: int) -> float:
-    """The training ELBO of the fitted model, full batch, draws from a generator seeded with ``seed``
-    (exact for closed-form likelihoods): the figure the mixture starts are compared by."""
+#: draws per point and component for the final ELBO of a Monte Carlo estimator (at least the training's)
+FINAL_ELBO_SAMPLES = 1000
+
+
+def final_elbo(model, estimator: str, num_samples: int, seed: int) -> tuple[float, float]:
+    """The training ELBO of the fitted model and its Monte Carlo standard error: full batch, at least
+    :data:`FINAL_ELBO_SAMPLES` draws from a generator seeded with ``seed`` (exact, standard error 0,
+    for closed-form likelihoods): the figure the mixture starts are compared by."""
     gen = torch.Generator(device=model.device).manual_seed(seed)
     with torch.no_grad():
-        value = float(model.elbo(num_samples=num_samples, estimator=estimator, generator=gen).elbo)
-    return value if math.isfinite(value) else -math.inf
+        terms = model.elbo(num_samples=max(num_samples, FINAL_ELBO_SAMPLES), estimator=estimator, generator=gen)
+    value = float(terms.elbo)
+    return (value if math.isfinite(value) else -math.inf), float(terms.ell_stderr)
 
 
 def fit_from(model, args, estimator: str, num_samples: int, seed: int) -> tuple[object, dict]:
@@ -384,7 +390,7 @@ def fit_from(model, args, estimator: str, num_samples: int, seed: int) -> tuple[
         info = train(model, args, estimator, num_samples, seed)
     except savigp.TrainingDiverged as e:
         info = {"diverged": str(e)[:200]}
-    info["elbo_final"] = final_elbo(model, estimator, num_samples, seed)
+    info["elbo_final"], info["elbo_final_stderr"] = final_elbo(model, estimator, num_samples, seed)
     return model, info
 
 

@@ -290,7 +290,7 @@ def test_mixture_keeps_the_start_with_the_higher_training_elbo(monkeypatch):
 
     elbos = {}
     monkeypatch.setattr(small_scale, "train", lambda model, *a, **k: {"iterations": 3})
-    monkeypatch.setattr(small_scale, "final_elbo", lambda model, *a: elbos[model.start])
+    monkeypatch.setattr(small_scale, "final_elbo", lambda model, *a: (elbos[model.start], 0.0))
     monkeypatch.setattr(small_scale.savigp, "warm_start", lambda model, source, seed: setattr(model, "start", "fg"))
     sources = []
 
