@@ -51,6 +51,12 @@ Choices (the paper's where it states them, seed 004 §9.2):
   plateau slowly and then improve by hundreds of nats). An L-BFGS stop is confirmed by a restart
   with a fresh curvature history (a stale one can stall L-BFGS far from the optimum); training
   ends when a restarted round makes no progress or the budget is spent.
+* Mixture starts (``--mixture-starts``, default ``default,fg``): mog1 and mog2 are fitted twice, from
+  the posterior's own initial state and from the full Gaussian fitted for the same split and SF
+  (``savigp.warm_start``: its hyper-parameters, and q(u) from its moments), and the fit with the
+  higher training ELBO is kept (never chosen on test metrics); ``results.csv`` records ``start``,
+  ``elbo_default_start``, ``elbo_fg_start`` and the losing fit's test metrics. (Not for mining, whose
+  kernel is fixed: its mixtures match fg from the default start.)
 * Estimator: ``"auto"`` (closed form for Gaussian, warped Gaussian and Poisson; the
   reparameterization estimator for logistic and softmax). For wisconsin the grid is also run
   with ``estimator="score"`` (score function with control variates, the likelihood only
@@ -216,6 +222,11 @@ DEFAULT_TOL = {"adam": 1e-4, "lbfgs": 1e-9}
 # split 5 mog2 ELBO -894 / -1052 at SF 0.1 / 0.2 against -727 / -961 without it (q alone instead of q and the
 # likelihood: SF 0.5 falls into the same pure-noise fit, SSE 1.009).
 Q_WARMUP_GROUPS = ["posterior", "likelihood"]
+# --mixture-starts: a mixture (mog1, mog2) is fitted from each start and the fit with the higher training ELBO
+# is kept (selection on the training objective only). "default": the posterior's own initial state at the initial
+# hyper-parameters; "fg": savigp.warm_start from the full Gaussian fitted for the same split, likelihood,
+# estimator and SF (the one of this run, else fitted first with the same settings).
+MIXTURE_STARTS = ("default", "fg")
 
 class _EarlyStop:
     """fit() callback: stop when the mean ELBO of the last ``window`` steps improved by less than
@@ -357,6 +368,54 @@ def exact_gp_baseline(kernel, Xtr, ytr, Xte, yte, warped: bool, max_iter: int = 
                 "elbo": float(-neg_log_ml() * N), "ymean": ymean.numpy()}
 
 
+# ======================================================================================= mixture starts
+#: draws per point and component for the final ELBO of a Monte Carlo estimator (at least the training's)
+FINAL_ELBO_SAMPLES = 1000
+
+
+def final_elbo(model, estimator: str, num_samples: int, seed: int) -> tuple[float, float]:
+    """The training ELBO of the fitted model and its Monte Carlo standard error: full batch, at least
+    :data:`FINAL_ELBO_SAMPLES` draws from a generator seeded with ``seed`` (exact, standard error 0,
+    for closed-form likelihoods): the figure the mixture starts are compared by."""
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    with torch.no_grad():
+        terms = model.elbo(num_samples=max(num_samples, FINAL_ELBO_SAMPLES), estimator=estimator, generator=gen)
+    value = float(terms.elbo)
+    return (value if math.isfinite(value) else -math.inf), float(terms.ell_stderr)
+
+
+def fit_from(model, args, estimator: str, num_samples: int, seed: int) -> tuple[object, dict]:
+    """:func:`train` ``model``; a divergence is recorded (the last good parameters are kept)."""
+    try:
+        info = train(model, args, estimator, num_samples, seed)
+    except savigp.TrainingDiverged as e:
+        info = {"diverged": str(e)[:200]}
+    info["elbo_final"], info["elbo_final_stderr"] = final_elbo(model, estimator, num_samples, seed)
+    return model, info
+
+
+def fit_mixture(make_model, fg_source, args, estimator: str, num_samples: int, seed: int,
+                test_metrics) -> tuple[object, dict]:
+    """Fit a mixture from each of ``args.mixture_starts`` and keep the fit with the higher training
+    ELBO (:func:`final_elbo`). ``make_model()`` builds the mixture at its default start; ``fg_source()``
+    gives the fitted full Gaussian of the same setting. The row records ``start`` (the winner),
+    ``elbo_<start>_start`` for every start and, for the record only (never for the choice), the
+    losing fits' test metrics ``<metric>_<start>_start`` from ``test_metrics(model)``."""
+    fits = {}
+    for start in args.mixture_starts:
+        model = make_model()
+        if start == "fg":
+            savigp.warm_start(model, fg_source(), seed=seed)
+        fits[start] = fit_from(model, args, estimator, num_samples, seed)
+    best = max(fits, key=lambda k: fits[k][1]["elbo_final"])
+    model, info = fits[best]
+    info = dict(info, start=best, **{f"elbo_{k}_start": fits[k][1]["elbo_final"] for k in fits})
+    for k in fits:
+        if k != best:
+            info.update({f"{name}_{k}_start": value for name, value in test_metrics(fits[k][0]).items()})
+    return model, info
+
+
 # ======================================================================================= one dataset
 def run_key(r: dict) -> tuple:
     return (str(r.get("method")), str(r.get("likelihood")), str(r.get("estimator")), int(float(r.get("split", 0))),
@@ -419,7 +478,8 @@ def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
         subsets = nested_subsets(N, [m for sf, m in sizes.items() if sf < 1.0], seed=split)
         for lik_kind in liks:
             for est in ests:
-                for post in args.posteriors:
+                fg_fits: dict = {}  # sf -> the fitted fg model of this split, likelihood and estimator
+                for post in sorted(args.posteriors, key=lambda p: p != "fg"):  # fg first: the mixtures' warm start
                     for sf in args.sparsity:
                         M = N if sf >= 1.0 else sizes[sf]
                         row = dict(base, method="savigp", likelihood=lik_kind, estimator=est, posterior=post, sf=sf,
@@ -427,26 +487,40 @@ def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
                         if run_key(row) in done:
                             continue
                         seed = 1000 * split + 7
-                        torch.manual_seed(seed)
-                        lik = make_likelihood(lik_kind, num_classes=spec.target_cols)
-                        t0 = time.perf_counter()
-                        kernel = make_kernel(spec, Xtr, lik.num_latent)
-                        model = build_model(Xtr, ytr, lik, kernel, post, sf, subsets.get(M), args.learn_inducing, seed,
-                                            args.placement)
                         num_samples = args.num_samples or (100 if est == "score" else spec.num_samples)
-                        try:
-                            row.update(train(model, args, est, num_samples, seed))
-                        except savigp.TrainingDiverged as e:  # keep the last good parameters, note it
-                            row.update(diverged=str(e)[:200])
-                        metrics = savigp.evaluate(model, Xte, yte, seed=split)
-                        row["num_samples"] = num_samples
-                        if spec.task == "regression":
+
+                        def make_model(post=post, sf=sf, M=M):
+                            torch.manual_seed(seed)
+                            lik = make_likelihood(lik_kind, num_classes=spec.target_cols)
+                            kernel = make_kernel(spec, Xtr, lik.num_latent)
+                            return build_model(Xtr, ytr, lik, kernel, post, sf, subsets.get(M), args.learn_inducing,
+                                               seed, args.placement)
+
+                        def fg_source(sf=sf, make=make_model):
+                            if sf not in fg_fits:  # fg not run here (--posteriors, --resume): fit it first
+                                fg_fits[sf] = fit_from(make(post="fg"), args, est, num_samples, seed)[0]
+                            return fg_fits[sf]
+
+                        def test_metrics(model):
+                            metrics = savigp.evaluate(model, Xte, yte, seed=split)
+                            if spec.task != "regression":
+                                return dict(error_rate=metrics["error_rate"], nlp=metrics["nlp"])
                             sd = float(np.exp(log_sd))
-                            row.update(sse=metrics["sse"], nlpd=metrics["nlpd"] + log_sd,
-                                       mse=metrics["mse"] * sd * sd, mae=metrics["mae"] * sd,
-                                       elbo_original_scale=row.get("elbo", float("nan")) - N * log_sd)
+                            return dict(sse=metrics["sse"], nlpd=metrics["nlpd"] + log_sd,
+                                        mse=metrics["mse"] * sd * sd, mae=metrics["mae"] * sd)
+
+                        t0 = time.perf_counter()
+                        if post != "fg" and args.mixture_starts != ["default"]:
+                            model, info = fit_mixture(make_model, fg_source, args, est, num_samples, seed, test_metrics)
                         else:
-                            row.update(error_rate=metrics["error_rate"], nlp=metrics["nlp"])
+                            model, info = fit_from(make_model(), args, est, num_samples, seed)
+                        if post == "fg":
+                            fg_fits[sf] = model
+                        row.update(info)
+                        row["num_samples"] = num_samples
+                        row.update(test_metrics(model))
+                        if spec.task == "regression":
+                            row["elbo_original_scale"] = row.get("elbo", float("nan")) - N * log_sd
                         row["seconds"] = time.perf_counter() - t0
                         record(row)
                         _log(args, row)
@@ -455,7 +529,7 @@ def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
 
 def _log(args, row: dict) -> None:
     keys = ("split", "method", "likelihood", "estimator", "posterior", "sf", "M", "iterations", "seconds", "sse",
-            "nlpd", "error_rate", "nlp", "elbo")
+            "nlpd", "error_rate", "nlp", "elbo", "start", "elbo_default_start", "elbo_fg_start")
     print("  " + " ".join(f"{k}={row[k]:.4g}" if isinstance(row.get(k), float) else f"{k}={row.get(k)}"
                           for k in keys if k in row and row.get(k) != ""), flush=True)
 
@@ -703,6 +777,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--q-warmup", type=int, default=0, metavar="N",
                    help="L-BFGS: a mixture (mog2) first fits q and the likelihood for N outer steps at the initial "
                         "kernel (default 0: off; 5 avoids creep SF 1 mog2's pure-noise fit, see Q_WARMUP_GROUPS)")
+    p.add_argument("--mixture-starts", type=_names, default=list(MIXTURE_STARTS),
+                   help="starts a mixture (mog1, mog2) is fitted from; the fit with the higher training ELBO is kept "
+                        "(default: default,fg; 'default' alone: the mixture's own initial state only)")
     p.add_argument("--tol", type=float, default=None,
                    help="early stop: relative improvement of the mean ELBO between successive windows of 100 Adam "
                         f"/ 5 L-BFGS steps (0 disables; default {DEFAULT_TOL['adam']:g} for Adam, "
@@ -725,6 +802,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"unknown posterior(s) {sorted(bad)}; choose from {list(POSTERIORS)}")
     if any(not 0 < s <= 1 for s in args.sparsity):
         p.error(f"sparsity factors must lie in (0, 1], got {args.sparsity}")
+    if not args.mixture_starts or set(args.mixture_starts) - set(MIXTURE_STARTS):
+        p.error(f"--mixture-starts must be among {list(MIXTURE_STARTS)}, got {args.mixture_starts}")
     allowed = set(spec.likelihoods) | set(spec.extra_likelihoods)
     if args.likelihoods and set(args.likelihoods) - allowed:
         p.error(f"{args.dataset}: likelihoods must be among {sorted(allowed)}")

@@ -20,12 +20,13 @@ from .natural_gradients import fit_orthnat
 from ._linalg import CholeskyError, robust_cholesky
 from ._allocator import tune_cpu_allocator
 from .model_files import load
+from .warm_start import warm_start
 
 __all__ = [
     "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
     "CholeskyError", "robust_cholesky", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
     "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead",
     "DecoupledMeanHead", "HybridMeanHead", "AdditiveMatern", "FourierFeatureKernel", "odvff_model",
-    "fit_orthnat", "tune_cpu_allocator", "load",
+    "fit_orthnat", "tune_cpu_allocator", "load", "warm_start",
 ]
 __version__ = "0.1.0"

@@ -17,7 +17,9 @@ model never asks which family it holds. One family per module:
 
 The whitened mixtures share :class:`MixturePosterior` (:mod:`.mixture`); the entropy of a mixture
 (eq. (18) or Monte Carlo) is :mod:`.entropy`; the hand-written backward passes are
-:mod:`._autograd`.
+:mod:`._autograd`. A family is set from another's moments over u (:meth:`Posterior.u_moments`,
+:meth:`Posterior.init_from_moments`: the warm start of :func:`savigp.warm_start`) with the rules of
+:mod:`.moments`.
 """
 from __future__ import annotations
 

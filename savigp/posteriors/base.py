@@ -151,6 +151,22 @@ class Posterior(nn.Module):
         normal ``eps`` ``(S, K, 1, Q)`` (shared by the B rows)."""
         return mean + cov.sqrt() * eps
 
+    # ------------------------------------------------------------------ moments over u (warm starts)
+    def u_moments(self, Lzz: Tensor) -> tuple[Tensor, Tensor]:
+        """q(u - mu) per component: means ``(K, Q, M)`` and lower factors ``(K, Q, M, M)`` of the
+        covariances C_kj = F_kj F_kj^T, for the prior factor ``Lzz`` ``(Q, M, M)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not give its moments over u (u_moments)")
+
+    def init_from_moments(self, mean: Tensor, factor: Tensor, Lzz: Tensor, *, variances: str = "mean-field",
+                          spread: float = 1.0, generator: Optional[torch.Generator] = None) -> None:
+        """Set this posterior from a Gaussian q(u - mu) = N(mean, factor factor^T) per latent function
+        (``mean (Q, M)``, ``factor (Q, M, M)`` lower triangular) for the prior factor ``Lzz (Q, M, M)``:
+        the warm start of :func:`savigp.warm_start`. ``variances``: the diagonal a factorized family
+        keeps (:mod:`savigp.posteriors.moments`); ``spread``: K > 1 components' means are spread
+        around ``mean`` by :func:`~savigp.posteriors.spread_means` in units of their own standard
+        deviations; equal weights."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be set from moments over u (init_from_moments)")
+
     # ------------------------------------------------------------------ set-up and capabilities
     def start(self, prior_factor: Callable[[], Tensor]) -> None:
         """Called once by a model that built this posterior from its name; families whose initial

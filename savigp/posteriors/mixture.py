@@ -28,6 +28,7 @@ from ..expected_log_lik import expected_log_lik
 from ._autograd import lower_factor, squared_norm, whitened_moments
 from .base import InducingPrior, Marginals, ScaledPosterior, variance_floor
 from .entropy import ENTROPY_ESTIMATES, entropy_bound, entropy_monte_carlo, spread_means
+from .moments import check_moments, diagonal_variances, raw_scale
 
 
 class MixturePosterior(ScaledPosterior):
@@ -112,6 +113,46 @@ class MixturePosterior(ScaledPosterior):
                 raw = torch.tril(chol, -1).clone()
                 raw.diagonal(dim1=-2, dim2=-1).copy_(inverse_softplus(chol.diagonal(dim1=-2, dim2=-1).clamp_min(1e-9)))
                 self.raw_scale.copy_(raw.expand_as(self.raw_scale))
+
+    # ------------------------------------------------------------------ moments over u (warm starts)
+    @torch.no_grad()
+    def u_moments(self, Lzz: Tensor) -> tuple[Tensor, Tensor]:
+        """q(u - mu) per component: means L_zz m_kj ``(K, Q, M)`` and lower factors L_zz L_kj of the
+        covariances L_zz S_kj L_zz^T ``(K, Q, M, M)`` (L_kj = diag of the standard deviations for
+        diagonal S_kj), for the prior factor ``Lzz`` ``(Q, M, M)``."""
+        L = self.scale()
+        factor = Lzz @ (torch.diag_embed(L) if self.diagonal else L)
+        return (Lzz @ self.mean.unsqueeze(-1)).squeeze(-1), factor
+
+    @torch.no_grad()
+    def init_from_moments(self, mean: Tensor, factor: Tensor, Lzz: Tensor, *, variances: str = "mean-field",
+                          spread: float = 1.0, generator: torch.Generator | None = None) -> None:
+        """Set q(v) from q(u - mu) = N(mean, F F^T) per latent function (see
+        :meth:`~savigp.posteriors.base.Posterior.init_from_moments`): in whitened coordinates
+        v = L_zz^-1 (u - mu) the source is N(L_zz^-1 mean, B B^T) with B = L_zz^-1 F (lower
+        triangular). Full S_kj: L_kj = B (the source itself for K = 1); diagonal S_kj: the
+        ``variances`` diagonal of B B^T (:func:`~savigp.posteriors.moments.diagonal_variances`).
+        For K > 1 the means are v + spread * L_kj z_k with :func:`spread_means`' z_k (centred, so
+        the mixture's mean stays the source's); the weights are equal.
+
+        Args:
+            mean: ``(Q, M)``; factor: ``(Q, M, M)`` lower triangular; Lzz: ``(Q, M, M)``.
+        """
+        K, Q, M = self.num_components, self.num_latent, self.num_inducing
+        check_moments(mean, factor, Lzz, Q, M, variances)
+        v = torch.linalg.solve_triangular(Lzz, mean.unsqueeze(-1), upper=False).squeeze(-1)  # (Q, M)
+        B = torch.linalg.solve_triangular(Lzz, factor, upper=False)  # (Q, M, M)
+        z = spread_means(K, Q, M, spread, generator).to(v)  # (K, Q, M), zeros for K = 1
+        if self.diagonal:
+            sd = diagonal_variances(B, variances).sqrt()  # (Q, M)
+            self.mean.copy_(v + sd * z)
+            self.raw_scale.copy_(raw_scale(sd).expand_as(self.raw_scale))
+        else:
+            self.mean.copy_(v + (B @ z.unsqueeze(-1)).squeeze(-1))
+            raw = torch.tril(B, -1)
+            raw.diagonal(dim1=-2, dim2=-1).copy_(raw_scale(B.diagonal(dim1=-2, dim2=-1)))
+            self.raw_scale.copy_(raw.expand_as(self.raw_scale))
+        self.logits.zero_()
 
     # ------------------------------------------------------------------ marginals
     def marginal_quadratic(self, V: Tensor) -> Tensor:

@@ -12,7 +12,9 @@ from .._linalg import jittered
 from ..constraints import LOG_2PI, inverse_softplus
 from ._u_space import fused_u_parameters, fused_u_space_moments
 from .base import InducingPrior
+from .entropy import spread_means
 from .mixture import MixtureFamily
+from .moments import check_moments, diagonal_variances, raw_scale
 
 
 @dataclass
@@ -203,6 +205,37 @@ class UDiagonalMixture(MixtureFamily):
         p = self.u_parameters(Lzz=Lzz)
         z = self.mean * p.sd / p.rel  # c * z_k, (K, Q, M)
         self.mean.copy_(torch.linalg.solve_triangular(Lzz, z.unsqueeze(-1), upper=False).squeeze(-1))
+
+    # ------------------------------------------------------------------ moments over u (warm starts)
+    @torch.no_grad()
+    def u_moments(self, Lzz: Tensor) -> tuple[Tensor, Tensor]:
+        """q(u - mu) per component: means m_kj = L_zz w_kj ``(K, Q, M)`` and the diagonal factors
+        diag(s_kj) ``(K, Q, M, M)``, for the prior factor ``Lzz`` ``(Q, M, M)``."""
+        p = self.u_parameters(Lzz=Lzz)
+        return p.mean, torch.diag_embed(p.sd)
+
+    @torch.no_grad()
+    def init_from_moments(self, mean: Tensor, factor: Tensor, Lzz: Tensor, *, variances: str = "mean-field",
+                          spread: float = 1.0, generator: torch.Generator | None = None) -> None:
+        """Set q(u) from q(u - mu) = N(mean, F F^T) per latent function (see
+        :meth:`~savigp.posteriors.base.Posterior.init_from_moments`): the u-space standard
+        deviations s_j are the square roots of the ``variances`` diagonal of F F^T
+        (:func:`~savigp.posteriors.moments.diagonal_variances`), the means m_kj = mean_j +
+        spread * s_j z_kj (:func:`spread_means`' centred z_k; K = 1: the source's mean), held as
+        w = L_zz^-1 m and d = s / c (the prior-conditioned coordinates of the class docstring);
+        equal weights.
+
+        Args:
+            mean: ``(Q, M)``; factor: ``(Q, M, M)`` lower triangular; Lzz: ``(Q, M, M)``.
+        """
+        K, Q, M = self.num_components, self.num_latent, self.num_inducing
+        check_moments(mean, factor, Lzz, Q, M, variances)
+        sd = diagonal_variances(factor, variances).sqrt()  # (Q, M)
+        m = mean + sd * spread_means(K, Q, M, spread, generator).to(sd)  # (K, Q, M)
+        self.mean.copy_(torch.linalg.solve_triangular(Lzz, m.unsqueeze(-1), upper=False).squeeze(-1))
+        d = sd * torch.exp(-self.u_parameters(Lzz=Lzz).log_cond_sd)  # s / c
+        self.raw_scale.copy_(raw_scale(d).expand_as(self.raw_scale))
+        self.logits.zero_()
 
     # ------------------------------------------------------------------ the protocol (savigp.posteriors.base)
     def evaluation_state(self, prior: InducingPrior) -> USpaceParameters:
