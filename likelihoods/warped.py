@@ -40,6 +40,18 @@ class WarpedGaussian(Likelihood):
         learn_warp: learn a, b, c with their own gradient (seed 004, App. D.2).
         learn_variance: learn sigma^2.
         quadrature_points: Gauss-Hermite points for the predictive mean and variance.
+        max_slope: a bound on the slopes b_i (None: none). The warp uses the effective slopes
+            b_max tanh(b_i / b_max) (= b_i for b_i << b_max, never above b_max). ``"data"``:
+            at ``initialize_from_data``, b_max = 1 / (the smallest gap between distinct targets)
+            when the targets lie on a lattice (at most half of them distinct, e.g. integer
+            counts), else no bound. On such targets the density is unbounded without it: a
+            tanh step steeper than the lattice's spacing, placed at one level, gives those
+            points log t'(y) as large as the slope allows while costing the Gaussian term only a
+            rescaling, so maximizing the likelihood (or an ELBO) buys density that no continuous
+            target would see. Measured on abalone (integer ring counts, 21 levels in 1000
+            targets), split 5, SF 0.5, full Gaussian: NLPD 1.76 without the bound against 1.97 with
+            it and 1.96 for the exact warped GP; mixtures started from that optimum end at tanh
+            slopes up to e^1934 (``experiments/small_scale.py abalone --splits 5 --sparsity 0.5``).
 
     With none of a, b, c given, ``initialize_from_data`` rescales the default warping to the data:
     c_i = -(the i/(I+1) quantile of y), b_i = 1 / std(y), a_i = std(y).
@@ -63,8 +75,14 @@ class WarpedGaussian(Likelihood):
         learn_warp: bool = True,
         learn_variance: bool = True,
         quadrature_points: int = 20,
+        max_slope: Optional[Union[float, str]] = None,
     ):
         super().__init__()
+        if max_slope is not None and max_slope != "data":
+            if isinstance(max_slope, str) or not (float(max_slope) > 0 and math.isfinite(float(max_slope))):
+                raise ValueError(f"WarpedGaussian: max_slope must be None, 'data' or a finite number > 0, got {max_slope!r}")
+            max_slope = float(max_slope)
+        self.max_slope = max_slope
         if int(num_tanh) != num_tanh or int(num_tanh) < 0:
             raise ValueError(f"WarpedGaussian: num_tanh must be an integer >= 0, got {num_tanh!r}")
         if int(quadrature_points) < 2:
@@ -100,11 +118,18 @@ class WarpedGaussian(Likelihood):
     # ------------------------------------------------------------------ the warping
     def warp(self, y: Tensor) -> tuple[Tensor, Tensor]:
         """t(y) and t'(y) for ``y`` of any shape ``(...)``: each ``(...)``."""
-        a, b, c = self.a().to(y), self.b().to(y), self.c.to(y)
+        a, b, c = self.a().to(y), self.slopes().to(y), self.c.to(y)
         th = torch.tanh(b * (y.unsqueeze(-1) + c))
         t = y + (a * th).sum(dim=-1)
         dt = 1 + (a * b * (1 - th * th)).sum(dim=-1)
         return t, dt
+
+    def slopes(self) -> Tensor:
+        """The effective slopes ``(I,)``: b, or b_max tanh(b / b_max) under ``max_slope``."""
+        b = self.b()
+        if isinstance(self.max_slope, float):
+            return self.max_slope * torch.tanh(b / self.max_slope)
+        return b
 
     def inverse_warp(self, z: Tensor, max_iter: int = 100) -> Tensor:
         """t^{-1}(z) for ``z`` of any shape ``(...)``: ``(...)``.
@@ -196,12 +221,13 @@ class WarpedGaussian(Likelihood):
 
     @torch.no_grad()
     def initialize_from_data(self, y: Tensor) -> None:
-        """Rescale the default warping to the data (only when none of a, b, c was given)."""
-        if self._warp_given or self.num_tanh == 0:
-            return
+        """Rescale the default warping to the data (only when none of a, b, c was given); resolve
+        ``max_slope="data"``, and warn when the targets lie on a lattice without a bound."""
         v = y[:, 0].to(self.c.dtype)
         v = v[torch.isfinite(v)]
-        if v.numel() < 2:
+        if self.num_tanh > 0 and v.numel() >= 2:
+            self._bound_slopes_on_a_lattice(v)
+        if self._warp_given or self.num_tanh == 0 or v.numel() < 2:
             return
         sd = float(v.std())
         if not (sd > 0 and math.isfinite(sd)):
@@ -211,5 +237,21 @@ class WarpedGaussian(Likelihood):
         self.b.set(1.0 / sd)
         self.a.set(sd)
 
+    def _bound_slopes_on_a_lattice(self, v: Tensor) -> None:
+        """``v``: the finite targets ``(N,)``. See ``max_slope`` in the class docstring."""
+        levels = torch.unique(v)
+        lattice = 1 < levels.numel() <= v.numel() // 2
+        gap = float((levels[1:] - levels[:-1]).min()) if levels.numel() > 1 else 0.0
+        if self.max_slope == "data":
+            self.max_slope = 1.0 / gap if lattice and gap > 0 else None
+        elif self.max_slope is None and lattice:
+            import warnings
+
+            warnings.warn(f"WarpedGaussian: the {v.numel()} targets take only {levels.numel()} distinct values (smallest "
+                          f"gap {gap:.3g}); on targets on a lattice the warped density is unbounded (a tanh step at "
+                          "one level raises the likelihood without limit). Pass WarpedGaussian(max_slope='data') to "
+                          "bound the slopes by the lattice's spacing", RuntimeWarning, stacklevel=4)
+
     def extra_repr(self) -> str:
-        return f"num_tanh={self.num_tanh}, variance={float(self.variance()):.4g}"
+        bound = f", max_slope={self.max_slope:.4g}" if isinstance(self.max_slope, float) else ""
+        return f"num_tanh={self.num_tanh}, variance={float(self.variance()):.4g}{bound}"
