@@ -82,7 +82,11 @@ class WarpedGaussian(Likelihood):
             if isinstance(max_slope, str) or not (float(max_slope) > 0 and math.isfinite(float(max_slope))):
                 raise ValueError(f"WarpedGaussian: max_slope must be None, 'data' or a finite number > 0, got {max_slope!r}")
             max_slope = float(max_slope)
-        self.max_slope = max_slope
+        self.max_slope = max_slope  # the constructor's argument ("data" stays "data": model files rebuild from it)
+        dtype0 = torch.get_default_dtype()
+        bound = max_slope if isinstance(max_slope, float) else math.inf
+        self.register_buffer("slope_bound", torch.tensor(bound, dtype=dtype0))  # the bound in use (inf: none)
+        self._bound = float(self.slope_bound) if isinstance(max_slope, float) else None  # host copy: no read in warp
         if int(num_tanh) != num_tanh or int(num_tanh) < 0:
             raise ValueError(f"WarpedGaussian: num_tanh must be an integer >= 0, got {num_tanh!r}")
         if int(quadrature_points) < 2:
@@ -127,9 +131,20 @@ class WarpedGaussian(Likelihood):
     def slopes(self) -> Tensor:
         """The effective slopes ``(I,)``: b, or b_max tanh(b / b_max) under ``max_slope``."""
         b = self.b()
-        if isinstance(self.max_slope, float):
-            return self.max_slope * torch.tanh(b / self.max_slope)
+        if self._bound is not None:
+            return self._bound * torch.tanh(b / self._bound)
         return b
+
+    def _set_bound(self, bound: Optional[float]) -> None:
+        self.slope_bound.fill_(math.inf if bound is None else bound)
+        self._bound = None if bound is None else float(self.slope_bound)  # as stored (a model file's value)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """Model files written before ``slope_bound`` existed load with no bound (theirs had none)."""
+        state_dict.setdefault(prefix + "slope_bound", self.slope_bound.detach().clone())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        bound = float(self.slope_bound)
+        self._bound = bound if math.isfinite(bound) else None
 
     def inverse_warp(self, z: Tensor, max_iter: int = 100) -> Tensor:
         """t^{-1}(z) for ``z`` of any shape ``(...)``: ``(...)``.
@@ -243,15 +258,15 @@ class WarpedGaussian(Likelihood):
         lattice = 1 < levels.numel() <= v.numel() // 2
         gap = float((levels[1:] - levels[:-1]).min()) if levels.numel() > 1 else 0.0
         if self.max_slope == "data":
-            self.max_slope = 1.0 / gap if lattice and gap > 0 else None
+            self._set_bound(1.0 / gap if lattice and gap > 0 else None)
         elif self.max_slope is None and lattice:
             import warnings
 
             warnings.warn(f"WarpedGaussian: the {v.numel()} targets take only {levels.numel()} distinct values (smallest "
                           f"gap {gap:.3g}); on targets on a lattice the warped density is unbounded (a tanh step at "
-                          "one level raises the likelihood without limit). Pass WarpedGaussian(max_slope='data') to "
-                          "bound the slopes by the lattice's spacing", RuntimeWarning, stacklevel=4)
+                          "one level raises the likelihood without limit). Pass WarpedGaussian(max_slope='data') (command line: "
+                          "--lik-option max_slope=data) to bound the slopes by the lattice's spacing", RuntimeWarning, stacklevel=4)
 
     def extra_repr(self) -> str:
-        bound = f", max_slope={self.max_slope:.4g}" if isinstance(self.max_slope, float) else ""
+        bound = f", slope bound {self._bound:.4g}" if self._bound is not None else ""
         return f"num_tanh={self.num_tanh}, variance={float(self.variance()):.4g}{bound}"

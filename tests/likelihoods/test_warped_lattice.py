@@ -44,11 +44,11 @@ def test_data_resolves_the_bound_from_the_lattice_spacing():
     y = _integers()
     lik = WarpedGaussian(num_tanh=3, max_slope="data")
     lik.initialize_from_data(y)
-    assert lik.max_slope == pytest.approx(1.0 / 0.5, rel=1e-12)
+    assert float(lik.slope_bound) == pytest.approx(1.0 / 0.5, rel=1e-12)
     with torch.no_grad():
         lik.b.set(torch.tensor([1e-3, 1.0, 1e8], dtype=torch.float64))
     b = lik.slopes()
-    assert float(b.max()) <= 2.0 * (1 + 1e-15)
+    assert float(b.detach().max()) <= 2.0 * (1 + 1e-15)
     assert float(b[0]) == pytest.approx(1e-3, rel=(1e-3 / 2.0) ** 2)  # = b for b << b_max
     # the inverse warp inverts the bounded warp
     z, _ = lik.warp(y[:, 0])
@@ -63,7 +63,7 @@ def test_continuous_targets_get_no_bound_and_the_same_values():
         bounded, free = WarpedGaussian(num_tanh=3, max_slope="data"), WarpedGaussian(num_tanh=3)
         bounded.initialize_from_data(y)
         free.initialize_from_data(y)
-    assert bounded.max_slope is None
+    assert not math.isfinite(float(bounded.slope_bound))
     assert torch.equal(bounded.log_prob(y, f), free.log_prob(y, f))
 
 
@@ -79,15 +79,47 @@ def test_a_bad_max_slope_is_refused(bad):
 
 
 def test_the_resolved_bound_is_kept_by_a_model_file(tmp_path):
+    """Python save / load, and the CLI (--lik-option max_slope=data): the file rebuilds the likelihood
+    from its arguments ("data") without the training targets, so the bound travels in the state."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
     rng = np.random.default_rng(0)
     X = rng.uniform(-2, 2, (60, 1))
     Y = np.round(2 * np.sin(X) + rng.normal(0, 0.3, (60, 1)))  # integer targets
     model = savigp.SAVIGP(X, Y, WarpedGaussian(num_tanh=2, max_slope="data"), num_inducing=6)
-    assert isinstance(model.likelihood.max_slope, float)
+    bound = float(model.likelihood.slope_bound)
+    assert bound == pytest.approx(1.0, rel=1e-12)  # integer targets, spacing 1 (not standardized here)
     path = tmp_path / "m.pt"
     model.save(str(path))
     loaded = savigp.load(str(path)).model
-    assert loaded.likelihood.max_slope == model.likelihood.max_slope
+    assert float(loaded.likelihood.slope_bound) == bound
     y = torch.as_tensor(Y[:5], dtype=torch.float64)
     f = torch.zeros(2, 5, 1, dtype=torch.float64)
-    torch.testing.assert_close(loaded.likelihood.log_prob(y, f), model.likelihood.log_prob(y, f), rtol=0, atol=1e-12)
+    with torch.no_grad():
+        for lik in (model.likelihood, loaded.likelihood):
+            lik.b.set(torch.tensor([50.0, 0.5], dtype=torch.float64))  # one slope far above the bound
+        torch.testing.assert_close(loaded.likelihood.log_prob(y, f), model.likelihood.log_prob(y, f), rtol=0, atol=1e-12)
+    csv = tmp_path / "int.csv"
+    np.savetxt(csv, np.hstack([X, Y]), delimiter=",", header="x,y", comments="")
+    out = tmp_path / "cli.pt"
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "savigp", "train", str(csv), "--targets", "y", "--likelihood", "warped",
+                           "--lik-option", "max_slope=data", "--iterations", "3", "--quiet", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    cli_bound = float(savigp.load(str(out)).model.likelihood.slope_bound)
+    assert math.isfinite(cli_bound) and cli_bound > 0, cli_bound  # the CLI standardizes: 1 / (1 / std(y))
+
+
+def test_a_model_file_without_the_bound_loads_with_none():
+    lik = WarpedGaussian(num_tanh=2)
+    state = {k: v for k, v in lik.state_dict().items() if k != "slope_bound"}  # as written before the bound
+    fresh = WarpedGaussian(num_tanh=2, max_slope=3.0)
+    fresh.load_state_dict(state, strict=True)
+    assert fresh._bound == 3.0  # a missing entry keeps the bound the arguments gave
+    plain = WarpedGaussian(num_tanh=2)
+    plain.load_state_dict(state, strict=True)
+    assert plain._bound is None
