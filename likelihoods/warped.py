@@ -49,9 +49,9 @@ class WarpedGaussian(Likelihood):
             points log t'(y) as large as the slope allows while costing the Gaussian term only a
             rescaling, so maximizing the likelihood (or an ELBO) buys density that no continuous
             target would see. Measured on abalone (integer ring counts, 21 levels in 1000
-            targets), split 5, SF 0.5, full Gaussian: NLPD 1.76 without the bound against 1.97 with
-            it and 1.96 for the exact warped GP; mixtures started from that optimum end at tanh
-            slopes up to e^1934 (``experiments/small_scale.py abalone --splits 5 --sparsity 0.5``).
+            targets), split 5, SF 0.5, full Gaussian: test NLPD 1.76 without the bound, below the
+            exact warped GP's 1.96, against 1.96 with it; mixtures started from that optimum ended
+            at tanh slopes up to e^1934 (``experiments/small_scale.py abalone --splits 5 --sparsity 0.5``).
 
     With none of a, b, c given, ``initialize_from_data`` rescales the default warping to the data:
     c_i = -(the i/(I+1) quantile of y), b_i = 1 / std(y), a_i = std(y).
