@@ -207,13 +207,17 @@ class _SquaredNorm(torch.autograd.Function):
         return X * (2.0 * grad).reshape(grad.shape + (1,) * ctx.ndim), None
 
 
+#: the floor the mixture families add to their softplus scales (``softplus(raw) + SCALE_FLOOR``)
+SCALE_FLOOR = 1e-10
+
+
 class _LowerFactor(torch.autograd.Function):
-    """tril(raw, -1) + diag(softplus(diag(raw)) + 1e-10): one pass over M x M each way."""
+    """tril(raw, -1) + diag(softplus(diag(raw)) + SCALE_FLOOR): one pass over M x M each way."""
 
     @staticmethod
     def forward(ctx, raw: Tensor) -> Tensor:
         out = torch.tril(raw, -1)
-        out.diagonal(dim1=-2, dim2=-1).copy_(F.softplus(raw.diagonal(dim1=-2, dim2=-1)) + 1e-10)
+        out.diagonal(dim1=-2, dim2=-1).copy_(F.softplus(raw.diagonal(dim1=-2, dim2=-1)) + SCALE_FLOOR)
         ctx.save_for_backward(raw)
         return out
 
@@ -232,5 +236,5 @@ def squared_norm(X: Tensor, ndim: int) -> Tensor:
 
 
 def lower_factor(raw: Tensor) -> Tensor:
-    """The lower factor tril(raw, -1) + diag(softplus(diag raw) + 1e-10), ``(..., M, M)``."""
+    """The lower factor tril(raw, -1) + diag(softplus(diag raw) + SCALE_FLOOR), ``(..., M, M)``."""
     return _LowerFactor.apply(raw)

@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from ..constraints import LOG_2PI, inverse_softplus
 from ..expected_log_lik import expected_log_lik
-from ._autograd import lower_factor, squared_norm, whitened_moments
+from ._autograd import SCALE_FLOOR, lower_factor, squared_norm, whitened_moments
 from .base import InducingPrior, Marginals, ScaledPosterior, variance_floor
 from .entropy import ENTROPY_ESTIMATES, entropy_bound, entropy_monte_carlo, spread_means
 from .moments import check_moments, diagonal_variances, raw_scale
@@ -94,7 +94,7 @@ class MixturePosterior(ScaledPosterior):
     def scale(self) -> Tensor:
         """Cholesky factors L_kj ``(K, Q, M, M)`` (full) or standard deviations ``(K, Q, M)`` (diagonal)."""
         if self.diagonal:
-            return F.softplus(self.raw_scale) + 1e-10
+            return F.softplus(self.raw_scale) + SCALE_FLOOR
         return lower_factor(self.raw_scale)
 
     def covariance(self) -> Tensor:

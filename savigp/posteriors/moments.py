@@ -22,12 +22,11 @@ import torch
 from torch import Tensor
 
 from ..constraints import inverse_softplus
+from ._autograd import SCALE_FLOOR
 
 #: the diagonals a factorized family may take from a full covariance (see the module docstring)
 VARIANCE_RULES = ("mean-field", "marginal")
 
-#: the floor that the families' softplus scales add (``softplus(raw) + SCALE_FLOOR``)
-SCALE_FLOOR = 1e-10
 
 
 def check_moments(mean: Tensor, factor: Tensor, Lzz: Tensor, num_latent: int, num_inducing: int,
