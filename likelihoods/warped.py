@@ -83,10 +83,6 @@ class WarpedGaussian(Likelihood):
                 raise ValueError(f"WarpedGaussian: max_slope must be None, 'data' or a finite number > 0, got {max_slope!r}")
             max_slope = float(max_slope)
         self.max_slope = max_slope  # the constructor's argument ("data" stays "data": model files rebuild from it)
-        dtype0 = torch.get_default_dtype()
-        bound = max_slope if isinstance(max_slope, float) else math.inf
-        self.register_buffer("slope_bound", torch.tensor(bound, dtype=dtype0))  # the bound in use (inf: none)
-        self._bound = float(self.slope_bound) if isinstance(max_slope, float) else None  # host copy: no read in warp
         if int(num_tanh) != num_tanh or int(num_tanh) < 0:
             raise ValueError(f"WarpedGaussian: num_tanh must be an integer >= 0, got {num_tanh!r}")
         if int(quadrature_points) < 2:
@@ -96,6 +92,8 @@ class WarpedGaussian(Likelihood):
         self.quadrature_points = int(quadrature_points)
         self._warp_given = a is not None or b is not None or c is not None
         dtype = torch.get_default_dtype()
+        self.register_buffer("slope_bound", torch.tensor(math.inf, dtype=dtype))  # the bound in use (inf: none)
+        self._set_bound(max_slope if isinstance(max_slope, float) else None)  # and its host copy, _bound
 
         def vector(name, value, default):
             v = default if value is None else torch.as_tensor(value, dtype=dtype).reshape(-1)
