@@ -149,8 +149,9 @@ class DataParallel:
     def close(self) -> None:
         """Release the DistributedDataParallel wrapper now, while the process group is alive.
 
-        Its gradient reducer sits in a reference cycle (hooks on the model's parameters), so without
-        this it would be freed by a later garbage collection: possibly after
+        The wrapper sits in a reference cycle (measured: with the collector off it outlives its
+        DataParallel, even with its stored ELBO terms cleared), so without this it would be freed
+        by a later garbage collection: possibly after
         ``destroy_process_group`` or during interpreter shutdown, where gloo aborts the process
         ("terminate called without an active exception"). Idempotent.
         """
