@@ -86,7 +86,12 @@ from experiments._common import (  # noqa: E402
 )
 from experiments._common import add_device_arguments, device_and_dtype  # noqa: E402
 
-POSTERIORS = {"fg": ("full", 1), "mog1": ("diag", 1), "mog2": ("diag", 2)}
+# The paper's three (fg, mog1, mog2: diagonal over u, Bonilla et al. 2019, §9.3) and, opt-in with --posteriors,
+# the library's other mixture families: diagonal in whitened coordinates v = L_zz^-1 u (wmog1, wmog2) and a
+# mixture of two full Gaussians (fmog2).
+POSTERIORS = {"fg": ("full", 1), "mog1": ("diag", 1), "mog2": ("diag", 2),
+              "wmog1": ("diag-whitened", 1), "wmog2": ("diag-whitened", 2), "fmog2": ("full", 2)}
+PAPER_POSTERIORS = ("fg", "mog1", "mog2")
 SPARSITY = (0.1, 0.2, 0.5, 1.0)
 
 # What the paper reports for each dataset. Its results are box plots (figures 1-5, 13) whose images are not
@@ -227,6 +232,13 @@ Q_WARMUP_GROUPS = ["posterior", "likelihood"]
 # hyper-parameters; "fg": savigp.warm_start from the full Gaussian fitted for the same split, likelihood,
 # estimator and SF (the one of this run, else fitted first with the same settings).
 MIXTURE_STARTS = ("default", "fg")
+# --mixture-hypers: "joint" (the paper's method) learns a mixture's kernel and likelihood on its own ELBO. A
+# factorized q's ELBO prefers hyper-parameters where the factorization is tight (shorter length-scales, smaller
+# noise: experiments/diagonal_gap.py), which costs NLP(D) on dense models. "fg" learns only q(u), at the kernel,
+# likelihood and inducing inputs of the full Gaussian fitted for the same split and SF (a two-stage fit:
+# hyper-parameters from the full Gaussian's tighter bound, then the mixture over u). The default runs both, each
+# mixture row labelled by variant() ("mog1" / "mog1@fg"); mining's kernel is fixed, so there it is "joint" only.
+MIXTURE_HYPERS = ("joint", "fg")
 
 class _EarlyStop:
     """fit() callback: stop when the mean ELBO of the last ``window`` steps improved by less than
@@ -384,29 +396,45 @@ def final_elbo(model, estimator: str, num_samples: int, seed: int) -> tuple[floa
     return (value if math.isfinite(value) else -math.inf), float(terms.ell_stderr)
 
 
-def fit_from(model, args, estimator: str, num_samples: int, seed: int) -> tuple[object, dict]:
-    """:func:`train` ``model``; a divergence is recorded (the last good parameters are kept)."""
+def fit_from(model, args, estimator: str, num_samples: int, seed: int, groups=None) -> tuple[object, dict]:
+    """:func:`train` ``model`` (only ``groups``, default all); a divergence is recorded (the last good
+    parameters are kept)."""
     try:
-        info = train(model, args, estimator, num_samples, seed)
+        info = train(model, args, estimator, num_samples, seed, groups=groups)
     except savigp.TrainingDiverged as e:
         info = {"diverged": str(e)[:200]}
     info["elbo_final"], info["elbo_final_stderr"] = final_elbo(model, estimator, num_samples, seed)
     return model, info
 
 
+@torch.no_grad()
+def _copy_hyper_parameters(model, source) -> None:
+    """``--mixture-hypers fg``: give ``model`` the kernel, likelihood, inducing inputs and prior mean of
+    the fitted ``source`` (its q(u) is left as it is)."""
+    model.kernel.load_state_dict(source.kernel.state_dict())
+    model.likelihood.load_state_dict(source.likelihood.state_dict())
+    model.inducing.copy_(source.inducing)
+    model.prior_mean.copy_(source.prior_mean)
+
+
 def fit_mixture(make_model, fg_source, args, estimator: str, num_samples: int, seed: int,
-                test_metrics) -> tuple[object, dict]:
+                test_metrics, hypers: str = "joint") -> tuple[object, dict]:
     """Fit a mixture from each of ``args.mixture_starts`` and keep the fit with the higher training
     ELBO (:func:`final_elbo`). ``make_model()`` builds the mixture at its default start; ``fg_source()``
     gives the fitted full Gaussian of the same setting. The row records ``start`` (the winner),
     ``elbo_<start>_start`` for every start and, for the record only (never for the choice), the
-    losing fits' test metrics ``<metric>_<start>_start`` from ``test_metrics(model)``."""
+    losing fits' test metrics ``<metric>_<start>_start`` from ``test_metrics(model)``. With
+    ``hypers="fg"`` (:data:`MIXTURE_HYPERS`) every start has fg's hyper-parameters and only q(u) is
+    learned, so the ELBOs compared are at the same kernel and likelihood."""
     fits = {}
+    frozen = hypers == "fg"
     for start in args.mixture_starts:
         model = make_model()
         if start == "fg":
             savigp.warm_start(model, fg_source(), seed=seed)
-        fits[start] = fit_from(model, args, estimator, num_samples, seed)
+        elif frozen:  # the default q(u), at fg's kernel, likelihood and inducing inputs
+            _copy_hyper_parameters(model, fg_source())
+        fits[start] = fit_from(model, args, estimator, num_samples, seed, groups=["posterior"] if frozen else None)
     best = max(fits, key=lambda k: fits[k][1]["elbo_final"])
     model, info = fits[best]
     info = dict(info, start=best, **{f"elbo_{k}_start": fits[k][1]["elbo_final"] for k in fits})
@@ -417,9 +445,23 @@ def fit_mixture(make_model, fg_source, args, estimator: str, num_samples: int, s
 
 
 # ======================================================================================= one dataset
+def fit_cases(args) -> list[tuple[str, str]]:
+    """(posterior, mixture hyper-parameters) pairs to fit, fg first (the mixtures' warm start and,
+    with ``--mixture-hypers fg``, their hyper-parameters): fg once ("joint"), each mixture once per
+    ``args.mixture_hypers``."""
+    posts = sorted(args.posteriors, key=lambda p: p != "fg")
+    return [(p, h) for p in posts for h in (["joint"] if p == "fg" else args.mixture_hypers)]
+
+
+def variant(r: dict) -> str:
+    """A row's label in tables and figures: the posterior, with "@fg" when a mixture took fg's
+    hyper-parameters (``--mixture-hypers fg``)."""
+    return f"{r['posterior']}@fg" if r.get("mixture_hypers") == "fg" else str(r["posterior"])
+
+
 def run_key(r: dict) -> tuple:
     return (str(r.get("method")), str(r.get("likelihood")), str(r.get("estimator")), int(float(r.get("split", 0))),
-            str(r.get("posterior")), f"{float(r.get('sf', 0)):.4g}")
+            str(r.get("posterior")), f"{float(r.get('sf', 0)):.4g}", str(r.get("mixture_hypers") or "joint"))
 
 
 def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
@@ -479,11 +521,11 @@ def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
         for lik_kind in liks:
             for est in ests:
                 fg_fits: dict = {}  # sf -> the fitted fg model of this split, likelihood and estimator
-                for post in sorted(args.posteriors, key=lambda p: p != "fg"):  # fg first: the mixtures' warm start
+                for post, hypers in fit_cases(args):  # fg first: the mixtures' warm start
                     for sf in args.sparsity:
                         M = N if sf >= 1.0 else sizes[sf]
                         row = dict(base, method="savigp", likelihood=lik_kind, estimator=est, posterior=post, sf=sf,
-                                   M=M)
+                                   M=M, mixture_hypers=hypers)
                         if run_key(row) in done:
                             continue
                         seed = 1000 * split + 7
@@ -510,8 +552,9 @@ def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
                                         mse=metrics["mse"] * sd * sd, mae=metrics["mae"] * sd)
 
                         t0 = time.perf_counter()
-                        if post != "fg" and args.mixture_starts != ["default"]:
-                            model, info = fit_mixture(make_model, fg_source, args, est, num_samples, seed, test_metrics)
+                        if post != "fg" and (args.mixture_starts != ["default"] or hypers == "fg"):
+                            model, info = fit_mixture(make_model, fg_source, args, est, num_samples, seed, test_metrics,
+                                                      hypers=hypers)
                         else:
                             model, info = fit_from(make_model(), args, est, num_samples, seed)
                         if post == "fg":
@@ -632,6 +675,7 @@ def write_summary(spec: Dataset, rows: list[dict], out_dir: Path, command: str, 
     else:
         metrics = list(regression_or_classification_metrics(spec)) + ["elbo", "iterations", "seconds"]
     keys = ["method", "likelihood", "estimator", "posterior", "sf"]
+    rows = [dict(r, posterior=variant(r)) if r.get("method") == "savigp" else r for r in rows]  # mog1@fg etc.
     summ = summarize(rows, keys, metrics)
     cols, heads = list(keys) + ["n"], list(keys) + ["splits"]
     for m in metrics:
@@ -687,7 +731,8 @@ def plot_grid(spec: Dataset, rows: list[dict], out_dir: Path) -> Path:
     m1, m2 = regression_or_classification_metrics(spec)
     sav = [r for r in rows if r.get("method") == "savigp"]
     variants = sorted({(r["likelihood"], r["estimator"]) for r in sav})
-    posts = [p for p in POSTERIORS if any(r["posterior"] == p for r in sav)]
+    labels = {variant(r) for r in sav}
+    posts = [v for p in POSTERIORS for v in (p, f"{p}@fg") if v in labels]
     sfs = sorted({float(r["sf"]) for r in sav})
     base_rows = [r for r in rows if r.get("method") != "savigp"]
     fig, axes = plt.subplots(max(1, len(variants)), 2, figsize=(11, 3.6 * max(1, len(variants))),
@@ -697,7 +742,7 @@ def plot_grid(spec: Dataset, rows: list[dict], out_dir: Path) -> Path:
             data = {}
             for r in sav:
                 if (r["likelihood"], r["estimator"]) == (lik, est):
-                    data.setdefault((float(r["sf"]), r["posterior"]), []).append(r.get(metric))
+                    data.setdefault((float(r["sf"]), variant(r)), []).append(r.get(metric))
             baselines = {}
             for r in base_rows:
                 baselines.setdefault(str(r["method"]).replace("exact_", ""), []).append(r.get(metric))
@@ -764,7 +809,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="one split, fg at SF 0.2, few iterations (a smoke test, well under a minute)")
     p.add_argument("--splits", type=_ints, default=None, help="comma-separated split numbers (default: all)")
-    p.add_argument("--posteriors", type=_names, default=list(POSTERIORS), help="subset of fg,mog1,mog2")
+    p.add_argument("--posteriors", type=_names, default=list(PAPER_POSTERIORS),
+                   help="comma-separated, among " + ",".join(POSTERIORS) + " (default: the paper's fg,mog1,mog2; "
+                        "wmog1 / wmog2: diagonal in whitened coordinates, K = 1 / 2; fmog2: two full Gaussians)")
     p.add_argument("--sparsity", type=_floats, default=list(SPARSITY), help="sparsity factors M/N (1.0 = dense)")
     p.add_argument("--likelihoods", type=_names, default=None,
                    help="likelihoods to run (abalone/creep: warped and/or gaussian; default warped)")
@@ -780,6 +827,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--mixture-starts", type=_names, default=list(MIXTURE_STARTS),
                    help="starts a mixture (mog1, mog2) is fitted from; the fit with the higher training ELBO is kept "
                         "(default: default,fg; 'default' alone: the mixture's own initial state only)")
+    p.add_argument("--mixture-hypers", type=_names, default=list(MIXTURE_HYPERS),
+                   help="how a mixture gets its hyper-parameters, comma-separated, each a row of its own: joint (the "
+                        "paper's method: kernel, likelihood and q(u) learned on the mixture's own ELBO), fg (the full "
+                        "Gaussian's fitted kernel, likelihood and inducing inputs; only q(u) learned; rows labelled "
+                        "mog1@fg etc.). Default joint,fg; see MIXTURE_HYPERS")
     p.add_argument("--tol", type=float, default=None,
                    help="early stop: relative improvement of the mean ELBO between successive windows of 100 Adam "
                         f"/ 5 L-BFGS steps (0 disables; default {DEFAULT_TOL['adam']:g} for Adam, "
@@ -802,6 +854,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"unknown posterior(s) {sorted(bad)}; choose from {list(POSTERIORS)}")
     if any(not 0 < s <= 1 for s in args.sparsity):
         p.error(f"sparsity factors must lie in (0, 1], got {args.sparsity}")
+    if not args.mixture_hypers or set(args.mixture_hypers) - set(MIXTURE_HYPERS):
+        p.error(f"--mixture-hypers must be among {list(MIXTURE_HYPERS)}, got {args.mixture_hypers}")
     if not args.mixture_starts or set(args.mixture_starts) - set(MIXTURE_STARTS):
         p.error(f"--mixture-starts must be among {list(MIXTURE_STARTS)}, got {args.mixture_starts}")
     allowed = set(spec.likelihoods) | set(spec.extra_likelihoods)
