@@ -125,7 +125,11 @@ class SAVIGP(nn.Module):
         dense: the paper's dense case: Z = X, fixed, M = N.
         posterior: ``"full"`` (Cholesky-parametrized covariances), ``"diag"`` (the paper's diagonal
             mixture over u), ``"diag-whitened"``, ``"joint"``, or a
-            :class:`~savigp.posteriors.Posterior`.
+            :class:`~savigp.posteriors.Posterior`. A factorized family's ELBO pulls learned
+            hyper-parameters towards settings where the family is tight (shorter length-scales, a
+            pure-noise fit), most on dense models: fit ``"diag"`` at a full Gaussian's
+            hyper-parameters (:func:`savigp.warm_start`, then ``fit(..., groups=["posterior"])``;
+            docs/mixtures.md).
         num_components: K, mixture components (K > 1: initial means spread around the prior mean,
             :func:`savigp.posteriors.spread_means`).
         entropy: the entropy term of a mixture with K > 1: ``"bound"`` (seed 004, eq. (18)) or

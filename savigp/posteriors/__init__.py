@@ -11,7 +11,10 @@ model never asks which family it holds. One family per module:
 * :class:`DiagonalMixture` (:mod:`.diagonal`) -- diagonal in whitened coordinates,
   ``posterior="diag-whitened"``.
 * :class:`UDiagonalMixture` (:mod:`.u_diagonal`) -- the paper's "mog1", "mog2": diagonal over u,
-  in prior-conditioned coordinates, ``posterior="diag"``.
+  in prior-conditioned coordinates, ``posterior="diag"``. Its ELBO, maximized jointly with the
+  kernel, favours hyper-parameters where the u are weakly correlated (the bias of variational
+  hyper-parameter learning, Turner and Sahani 2011); on dense models take the kernel from a full
+  Gaussian (:func:`savigp.warm_start`) and learn q(u) only.
 * :class:`JointGaussian` (:mod:`.joint`) -- one Gaussian over all Q * M whitened values, coupled
   across the latent functions, ``posterior="joint"``.
 
