@@ -417,3 +417,16 @@ def test_posterior_names_and_mixture_hypers_arguments():
     for bad in (["--mixture-hypers", "prior"], ["--posteriors", "mog3"]):
         with pytest.raises(SystemExit):
             ss.parse_args(["boston", *bad])
+
+
+def test_identical_splits_are_named_in_the_summary():
+    """Splits whose files hold the same points are reported (their spread is over seeds only)."""
+    from experiments import small_scale as ss
+
+    a, b = np.arange(6.0).reshape(3, 2), np.ones((3, 1))
+    same, other = ss.split_digest(a, b, a, b), ss.split_digest(a, b + 1, a, b)
+    assert same == ss.split_digest(a.copy(), b.copy(), a, b) != other
+    rows = [{"split": s, "data_digest": d} for s, d in ((5, same), (6, same), (7, other), (8, same))]
+    (line, _) = ss.identical_splits_note(rows)
+    assert "splits 5, 6, 8 hold the same" in line and "7" not in line
+    assert ss.identical_splits_note(rows[2:3]) == []
