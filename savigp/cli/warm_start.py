@@ -75,7 +75,7 @@ def read_source(args, spec: dict, input_names: list, target_names: list):
     Returns:
         the source's :class:`~savigp.model_files.SavedModel` (on ``--device``).
     """
-    from ..model_files import ModelFileError, load_model, read_model_file
+    from ..model_files import LikelihoodImportError, ModelFileError, load_model, read_model_file
     from ..user_likelihood import USER_KINDS
 
     path = args.warm_start
@@ -104,7 +104,7 @@ def read_source(args, spec: dict, input_names: list, target_names: list):
     try:
         saved, _ = load_model(path, device=args.device, likelihood=args.likelihood if user else None,
                               trust_code=args.trust_code, code=code)
-    except ModelFileError as err:
+    except (ModelFileError, LikelihoodImportError) as err:
         raise CLIError(f"--warm-start: {one_line(err)}") from None
     return saved
 

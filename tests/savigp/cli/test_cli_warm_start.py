@@ -172,3 +172,61 @@ def test_learn_survives_an_interrupt_and_resume(files, capsys, monkeypatch):
     assert _states_equal(cut.model.state_dict(), ref.model.state_dict())
     fg = load_model(str(files["fg"]))[0].model
     assert _states_equal(cut.model.kernel.state_dict(), fg.kernel.state_dict())
+
+
+def test_warm_start_and_learn_on_two_ranks(files):
+    """``--nproc 2`` (torchrun, a subprocess): every rank warm-starts from the source and trains only
+    q(u); with the closed-form expected log-likelihood the two ranks' summed gradient is the one
+    process's, so the parameters agree with a one-process run to rounding (5e-11 measured)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    t = files["dir"]
+    args = [files["data"], "--targets", "y", "--inputs", "x", "--dense", "--posterior", "diag", "--components", "2",
+            "--iterations", "10", "--batch-size", "20", "--lr", "0.05", "--learn", "posterior",
+            "--warm-start", files["fg"]]
+    assert _train(*args, "--out", t / "one.pt") == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    env.pop(TEST_SIGINT_ENV, None)
+    r = subprocess.run([sys.executable, "-m", "savigp.cli", "train", *map(str, args), "--out", str(t / "two.pt"),
+                        "--nproc", "2", *QUIET], capture_output=True, text=True, env=env, timeout=240)
+    assert r.returncode == 0, r.stderr
+    one, two = load_model(str(t / "one.pt"))[0].model, load_model(str(t / "two.pt"))[0].model
+    fg = load_model(str(files["fg"]))[0].model
+    assert _states_equal(two.kernel.state_dict(), fg.kernel.state_dict())
+    a, b = one.posterior.state_dict(), two.posterior.state_dict()
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=0, atol=1e-8), (k, (a[k] - b[k]).abs().max())
+
+
+def test_a_user_likelihood_source_runs_only_this_runs_code(files, capsys):
+    """A source trained with a user function: the warm start runs the function of this run's own
+    --likelihood and copies the learned keyword parameter; once the file changes it is refused
+    (exit 2, naming --trust-code) unless --trust-code."""
+    t = files["dir"]
+    lik = t / "noise.py"
+    lik.write_text("import numpy as np\n\n"
+                   "def log_lik(y, f, s=0.25):\n"
+                   "    f = np.asarray(f)\n"
+                   "    return -0.5 * (np.asarray(y)[:, 0] - f[..., 0]) ** 2 / s - 0.5 * np.log(2 * np.pi * s)\n")
+    common = [files["data"], "--targets", "y", "--inputs", "x", "--likelihood", f"{lik}:log_lik", "--num-inducing", "4",
+              "--samples", "5", "--lik-param", "s=0.25:positive", "--lr", "0.1"]
+    assert _train(*common, "--iterations", "3", "--out", t / "user.pt") == 0
+    assert _train(*common, "--iterations", "0", "--posterior", "diag", "--warm-start", t / "user.pt",
+                  "--out", t / "user_ws.pt") == 0
+    src = load_model(str(t / "user.pt"), likelihood=str(lik))[0].model.likelihood.state_dict()
+    ws = load_model(str(t / "user_ws.pt"), likelihood=str(lik))[0].model.likelihood.state_dict()
+    assert _train(*common, "--iterations", "0", "--out", t / "user_0.pt") == 0  # s where training starts
+    start = load_model(str(t / "user_0.pt"), likelihood=str(lik))[0].model.likelihood.state_dict()
+    assert src and _states_equal(src, ws) and not _states_equal(src, start)
+    with open(lik, "a") as f:
+        f.write("# changed\n")
+    capsys.readouterr()
+    assert _train(*common, "--iterations", "0", "--warm-start", t / "user.pt", "--out", t / "user_ws.pt") == 2
+    err = _err(capsys)
+    assert "--warm-start" in err and "has changed since the model was trained" in err and "--trust-code" in err
+    assert _train(*common, "--iterations", "0", "--warm-start", t / "user.pt", "--out", t / "user_ws.pt",
+                  "--trust-code") == 0
