@@ -179,10 +179,10 @@ def cmd_train(args) -> int:
     check_device(args.device)
     rank = join_ranks(args)
     quiet = args.quiet or rank != 0
-    spec, likelihood, standardize, Xm, Ym, source = _likelihood_and_targets(args, table, icols, tcols, X, Y)
+    spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(args, table, icols, tcols, X, Y)
     model_options = _model_options(args)
-    if source is not None and args.num_inducing is None and not args.dense:
-        model_options["inducing_inputs"] = source.model.inducing.detach()  # M is the source's; no k-means
+    if warm is not None and args.num_inducing is None and not args.dense:
+        model_options["inducing_inputs"] = warm.model.inducing.detach()  # M is the source's; no k-means
     config = _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)
     total = config["training"]["iterations"]
 
@@ -201,9 +201,14 @@ def cmd_train(args) -> int:
             print(f"resuming from {source} at step {step} of {total}", file=sys.stderr)
     else:
         model = build_model(Xm, Ym, likelihood, model_options)  # SAVIGP calls likelihood.initialize_from_data
-        if source is not None:
-            start_from(args, model, source)
+        if warm is not None:
+            start_from(args, model, warm)
+            if not quiet:
+                print(f"warm start from {args.warm_start}: its kernel, likelihood, inducing inputs and prior mean; "
+                      f"q(u) from its moments", file=sys.stderr)
     check_groups(args, model)
+    if args.learn is not None and not quiet:
+        print(f"learning only: {', '.join(args.learn)}", file=sys.stderr)
     ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, args.checkpoint_every, rank, state,
                        keep_generator=spec["name"] == "callable")
     t0 = time.perf_counter()
