@@ -25,7 +25,7 @@ RESUME_KEYS = (
     "lik_param", "min_log_prob", "kernel", "num_inducing",
     "inducing_init", "dense", "fixed_inducing", "posterior", "components", "prior_mean", "learn_prior_mean",
     "mean_basis_size", "mean_basis", "standardize_inputs", "standardize_targets", "dtype", "seed", "batch_size", "optimizer",
-    "lr", "samples", "estimator",
+    "lr", "samples", "estimator", "learn",
 )
 #: environment variable (tests only): after this many completed steps, ``train`` sends itself
 #: SIGINT, exactly as a Ctrl-C would.

@@ -32,16 +32,20 @@ examples:
   # your own log-likelihood log_lik(y, f) in numpy or torch, with Q = 2 latent functions
   savigp train data.csv --targets 3 --likelihood my_lik.py:log_lik --num-latent 2 --out m.pt
   # ... with a learned keyword parameter log_lik(y, f, r=...) and predictive means from mean(f)
-  savigp train counts.csv --targets n --likelihood nb.py:log_lik --lik-param r=3.0:positive \
+  savigp train counts.csv --targets n --likelihood nb.py:log_lik --lik-param r=3.0:positive \\
       --mean-function nb.py:mean --out nb.pt
   # ... a classifier: class probabilities from log_lik at each label 0..3
-  savigp train grades.csv --targets g --likelihood ordinal.py:log_lik --task classification \
+  savigp train grades.csv --targets g --likelihood ordinal.py:log_lik --task classification \\
       --num-classes 4 --lik-param cut=-1,0,1 --out ord.pt
   # ... or a Likelihood subclass, constructor arguments as --lik-option
   savigp train data.csv --targets y --likelihood my_lik.py:MyLikelihood --lik-option scale=2 --out m.pt
   # checkpoint every 100 steps; after a crash or Ctrl-C continue with --resume
   savigp train big.csv --targets y --iterations 5000 --checkpoint-every 100 --out big.pt
   savigp train big.csv --targets y --iterations 5000 --checkpoint-every 100 --out big.pt --resume
+  # a full Gaussian, then a 2-component diagonal mixture that learns only q(u) at its hyper-parameters
+  savigp train data.csv --targets y --posterior full --optimizer lbfgs --iterations 100 --out fg.pt
+  savigp train data.csv --targets y --posterior diag --components 2 --optimizer lbfgs --iterations 100 \\
+      --warm-start fg.pt --learn posterior --out mog2.pt
 
 columns: comma-separated header names, 0-based indices (negative from the end) or ranges a:b.
 checkpoints are written to OUT.ckpt; the finished model replaces OUT atomically.
@@ -202,11 +206,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     g.add_argument("--estimator", choices=ESTIMATORS, default="auto",
                    help="expected log-likelihood estimator (default auto: closed form, else reparam, else score)")
+    from ..training import PARAMETER_GROUPS
+
+    g.add_argument("--warm-start", metavar="SOURCE.pt",
+                   help="start from this fitted model file (a full or diag posterior, K = 1): its kernel, likelihood, "
+                        "inducing inputs and prior mean, and q(u) from its moments; it must have the same likelihood, "
+                        "columns and --standardize-* choices (its statistics are reused); M is the source's, and "
+                        "--num-inducing or --dense, if given, must agree with it. The file never runs code by "
+                        "itself (a user likelihood runs from this run's --likelihood)")
+    g.add_argument("--learn", metavar="GROUPS",
+                   help="train only these comma-separated parameter groups: " + ", ".join(PARAMETER_GROUPS)
+                        + " (default all); e.g. --warm-start fg.pt --learn posterior learns q(u) at the source's "
+                          "kernel, likelihood and inducing inputs")
     g.add_argument("--checkpoint-every", type=int, metavar="N", help="write OUT.ckpt every N steps")
     g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (or OUT) with the same options")
     g.add_argument("--trust-code", action="store_true",
-                   help="with --resume: run the --likelihood (and --mean-function) file even though it changed since "
-                        "the checkpoint")
+                   help="with --resume or --warm-start: run the --likelihood (and --mean-function) file even though "
+                        "it changed since the checkpoint (the source) was trained")
     g.add_argument("--quiet", action="store_true", help="no progress bar (the one-line summary is still printed)")
     g.add_argument("--plot", metavar="ELBO.png", help="draw the ELBO per step to this image (needs matplotlib)")
     g.add_argument("--nproc", type=int, metavar="R",

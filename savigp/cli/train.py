@@ -21,6 +21,7 @@ from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
 from .ranks import join_ranks, launch_ranks
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
+from .warm_start import check_groups, check_warm_start_options, parse_learn, read_source, start_from
 
 DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
 #: why ``train`` used an estimator (printed with its name)
@@ -39,6 +40,8 @@ def _check_options(args) -> None:
         raise CLIError(f"--nproc must be >= 1, got {args.nproc}")
     if args.dist_timeout is not None and not args.dist_timeout > 0:
         raise CLIError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
+    args.learn = parse_learn(args.learn)  # as recorded in the run's options (--resume compares them)
+    check_warm_start_options(args)
 
 
 def _check_training_options(args) -> None:
@@ -56,9 +59,10 @@ def _check_training_options(args) -> None:
 
 def _output_files(args) -> tuple:
     """``(OUT, OUT.ckpt, --plot)`` checked; orphaned temporaries of earlier runs removed."""
-    out = output_path(args.out, [args.data], args.quiet)
-    ckpt = check_output_path(out + ".ckpt", "--out (its checkpoint)", inputs=[args.data])
-    plot = check_plot_option(args.plot, [args.data], [out, ckpt])
+    inputs = [args.data] + ([args.warm_start] if args.warm_start else [])
+    out = output_path(args.out, inputs, args.quiet)
+    ckpt = check_output_path(out + ".ckpt", "--out (its checkpoint)", inputs=inputs)
+    plot = check_plot_option(args.plot, inputs, [out, ckpt])
     for stale in remove_orphaned_temporaries(out) + remove_orphaned_temporaries(ckpt):
         if not args.quiet:
             print(f"removed {stale}, a temporary file left by an interrupted write", file=sys.stderr)
@@ -79,9 +83,11 @@ def _read_data(args) -> tuple:
     return table, icols, tcols, X, Y
 
 
-def _likelihood_and_targets(args, table, tcols, X, Y) -> tuple:
-    """``(spec, likelihood, standardize, Xm, Ym)``: the likelihood checked against the targets, and
-    the data in the model's units (standardized when asked)."""
+def _likelihood_and_targets(args, table, icols, tcols, X, Y) -> tuple:
+    """``(spec, likelihood, standardize, Xm, Ym, source)``: the likelihood checked against the
+    targets, the ``--warm-start`` model file checked against them (``source``, or None), and the
+    data in the model's units (standardized when asked: by the source's statistics when it has
+    them, so that its hyper-parameters keep their units)."""
     import torch
 
     from ..model_files import standardization_stats
@@ -99,8 +105,10 @@ def _likelihood_and_targets(args, table, tcols, X, Y) -> tuple:
     if args.standardize_targets and spec["name"] not in registry.standardizable():
         raise CLIError(f"--standardize-targets applies to real-valued targets ({', '.join(registry.standardizable())}), "
                        f"not to --likelihood {args.likelihood}")
-    in_stats = standardization_stats(X) if args.standardize_inputs else None
-    out_stats = standardization_stats(Y) if args.standardize_targets else None
+    source = read_source(args, spec, table.names(icols), table.names(tcols)) if args.warm_start else None
+    recorded = (source.config.get("standardize") or {}) if source is not None else {}
+    in_stats = (recorded.get("inputs") or standardization_stats(X)) if args.standardize_inputs else None
+    out_stats = (recorded.get("targets") or standardization_stats(Y)) if args.standardize_targets else None
     Xm = X if in_stats is None else (X - np.asarray(in_stats["mean"])) / np.asarray(in_stats["std"])
     Ym = Y if out_stats is None else (Y - np.asarray(out_stats["mean"])) / np.asarray(out_stats["std"])
     Yt = torch.as_tensor(Ym, dtype=torch.float64)
@@ -110,7 +118,7 @@ def _likelihood_and_targets(args, table, tcols, X, Y) -> tuple:
             probe_callable(likelihood, Yt, spec)
     if spec["name"] in USER_KINDS:
         warn_unused_latents(likelihood, Yt, spec)
-    return spec, likelihood, {"inputs": in_stats, "targets": out_stats}, Xm, Ym
+    return spec, likelihood, {"inputs": in_stats, "targets": out_stats}, Xm, Ym, source
 
 
 def _model_options(args) -> dict:
@@ -147,7 +155,8 @@ def _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, 
         "training": {"data": os.path.abspath(args.data), "data_rows": N, "data_checksum": data_checksum(X, Y),
                      "options": training_options(args), "iterations": total, "optimizer": optimizer,
                      "lr": args.lr if args.lr is not None else DEFAULT_LR[optimizer],
-                     "batch_size": B, "num_samples": args.samples, "estimator": args.estimator, "seed": args.seed},
+                     "batch_size": B, "num_samples": args.samples, "estimator": args.estimator, "seed": args.seed,
+                     "warm_start": os.path.abspath(args.warm_start) if args.warm_start else None},
         "step": 0, "complete": False, "elbo": None,
     }
 
@@ -170,8 +179,10 @@ def cmd_train(args) -> int:
     check_device(args.device)
     rank = join_ranks(args)
     quiet = args.quiet or rank != 0
-    spec, likelihood, standardize, Xm, Ym = _likelihood_and_targets(args, table, tcols, X, Y)
+    spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(args, table, icols, tcols, X, Y)
     model_options = _model_options(args)
+    if warm is not None and args.num_inducing is None and not args.dense:
+        model_options["inducing_inputs"] = warm.model.inducing.detach()  # M is the source's; no k-means
     config = _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)
     total = config["training"]["iterations"]
 
@@ -190,6 +201,14 @@ def cmd_train(args) -> int:
             print(f"resuming from {source} at step {step} of {total}", file=sys.stderr)
     else:
         model = build_model(Xm, Ym, likelihood, model_options)  # SAVIGP calls likelihood.initialize_from_data
+        if warm is not None:
+            start_from(args, model, warm)
+            if not quiet:
+                print(f"warm start from {args.warm_start}: its kernel, likelihood, inducing inputs and prior mean; "
+                      f"q(u) from its moments", file=sys.stderr)
+    check_groups(args, model)
+    if args.learn is not None and not quiet:
+        print(f"learning only: {', '.join(args.learn)}", file=sys.stderr)
     ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, args.checkpoint_every, rank, state,
                        keep_generator=spec["name"] == "callable")
     t0 = time.perf_counter()
@@ -199,7 +218,8 @@ def cmd_train(args) -> int:
         ckp.checkpoint(done)  # unless Ctrl-C came before the last callback, which wrote it
         if rank == 0:
             print(f"savigp train: interrupted at step {done} of {total}; checkpoint written to {ckpt}; "
-                  f"run the same command with --resume to continue", file=sys.stderr)
+                  f"run the same command with --resume{' (without --warm-start)' if args.warm_start else ''} to "
+                  "continue", file=sys.stderr)
         return EXIT_INTERRUPTED
     elbo = history.elbo[-1] if history.elbo else config.get("elbo")
     elbo_text = f"{elbo:.6g}" if elbo is not None else "n/a"
@@ -237,7 +257,7 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
             with file_lines_in_errors(table):
                 return fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
                            lr=ckp.config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
-                           seed=args.seed, progress=not quiet, callback=ckp.callback, state=ckp.state,
+                           groups=args.learn, seed=args.seed, progress=not quiet, callback=ckp.callback, state=ckp.state,
                            log_every=log_every)
         except (SystemExit, KeyboardInterrupt) as err:
             if isinstance(err, KeyboardInterrupt) and (ckp.interrupted or not handled):

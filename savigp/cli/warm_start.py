@@ -1,0 +1,130 @@
+"""``savigp train --warm-start SOURCE.pt`` and ``--learn GROUPS``: start the new model from a fitted
+model file (:func:`savigp.warm_start`) and train only some parameter groups
+(:data:`savigp.training.PARAMETER_GROUPS`).
+
+The two together are the two-stage fit of a mixture over the inducing values: a diagonal mixture
+(``--posterior diag``, the paper's "mog", Bonilla et al. 2019, §6.2) that takes the kernel,
+likelihood and inducing inputs of a fitted full Gaussian (``--posterior full``, K = 1) and learns
+only q(u) (``--learn posterior``) predicts as well as the full Gaussian, where learned jointly on
+its own ELBO it can be over-confident at high sparsity factors (see docs/cli.md for the figures).
+
+The source file is read with the model-file loader of ``savigp predict``: a model file never runs
+code by itself; a source trained with a user likelihood runs the code this command's own
+``--likelihood`` names (``--trust-code`` also when that file changed since the source was
+trained). Its configuration is checked against this run's before the model is built: the
+likelihood (class, and for user code the function), the input and target columns and the
+``--standardize-*`` choices; with standardization the new model uses the source's recorded means
+and standard deviations, so that the copied hyper-parameters keep their units. The shapes
+(Q, M, D), the number of components (K = 1) and the kernel's class are checked by
+:func:`savigp.warm_start` itself; its errors become one-line errors naming ``--warm-start``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .errors import CLIError, one_line
+
+
+def parse_learn(text: Optional[str]) -> Optional[list]:
+    """``--learn "posterior,kernel"`` -> the named groups in :data:`PARAMETER_GROUPS` order (``-``
+    may stand for ``_``); None (the option not given) -> None, i.e. every group."""
+    from ..training import PARAMETER_GROUPS
+
+    if text is None:
+        return None
+    names = [s.strip().replace("-", "_") for s in str(text).split(",") if s.strip()]
+    if not names:
+        raise CLIError(f"--learn {text!r}: name at least one parameter group ({', '.join(PARAMETER_GROUPS)})")
+    unknown = [n for n in names if n not in PARAMETER_GROUPS]
+    if unknown:
+        raise CLIError(f"--learn: unknown parameter group(s) {', '.join(map(repr, unknown))}; choose from "
+                       f"{', '.join(PARAMETER_GROUPS)} (comma-separated)")
+    return [g for g in PARAMETER_GROUPS if g in names]
+
+
+def check_warm_start_options(args) -> None:
+    """The option combinations ``--warm-start`` cannot take, before anything is read."""
+    if not args.warm_start:
+        return
+    if args.resume:
+        raise CLIError(f"--warm-start {args.warm_start} with --resume: a resumed run continues from its checkpoint, "
+                       "which already holds the warm-started model (and its --learn groups); drop --warm-start")
+    if args.posterior == "joint":
+        raise CLIError(f"--warm-start {args.warm_start}: --posterior joint cannot be started from another model's "
+                       "q(u) (one Gaussian per latent function); use full, diag or diag-whitened")
+
+
+def _likelihood_text(spec: dict) -> str:
+    """A likelihood spec as its class, with the user code it runs."""
+    text = str(spec.get("class") or spec.get("name"))
+    return f"{text} ({spec['import_path']})" if spec.get("import_path") else text
+
+
+def _compare(path: str, what: str, ours, theirs, hint: str = "") -> None:
+    if ours != theirs:
+        raise CLIError(f"--warm-start {path}: {what} {ours} here but {theirs} in the source{hint}")
+
+
+def read_source(args, spec: dict, input_names: list, target_names: list):
+    """The ``--warm-start`` file, checked against this run.
+
+    Args:
+        spec: this run's likelihood spec (``config["likelihood"]``).
+        input_names, target_names: this run's input and target column names.
+
+    Returns:
+        the source's :class:`~savigp.model_files.SavedModel` (on ``--device``).
+    """
+    from ..model_files import LikelihoodImportError, ModelFileError, load_model, read_model_file
+    from ..user_likelihood import USER_KINDS
+
+    path = args.warm_start
+    try:
+        config = read_model_file(path)["config"]  # checked, nothing imported
+    except ModelFileError as err:
+        raise CLIError(f"--warm-start: {one_line(err)}") from None
+    mc = config["model"]
+    if mc["posterior"] == "joint":
+        raise CLIError(f"--warm-start {path}: the source has --posterior joint, this run --posterior {args.posterior}; "
+                       "a warm start needs one Gaussian per latent function (a source trained with --posterior full "
+                       "or diag, K = 1)")
+    theirs = config["likelihood"]
+    _compare(path, "the likelihood is", _likelihood_text(spec), _likelihood_text(theirs))
+    columns = config.get("columns")
+    if columns is not None:  # a file written by savigp train (model.save records no columns)
+        _compare(path, "the input columns are", input_names, columns.get("inputs"))
+        _compare(path, "the target columns are", target_names, columns.get("targets"))
+    recorded = config.get("standardize") or {}
+    for side in ("inputs", "targets"):
+        _compare(path, f"--standardize-{side} is", bool(getattr(args, f"standardize_{side}")),
+                 recorded.get(side) is not None,
+                 "; the copied hyper-parameters are in the units the source was trained in")
+    user = theirs.get("name") in USER_KINDS
+    code = {"mean_fn": args.mean_function} if user and args.mean_function else None
+    try:
+        saved, _ = load_model(path, device=args.device, likelihood=args.likelihood if user else None,
+                              trust_code=args.trust_code, code=code)
+    except (ModelFileError, LikelihoodImportError) as err:
+        raise CLIError(f"--warm-start: {one_line(err)}") from None
+    return saved
+
+
+def start_from(args, model, saved) -> None:
+    """:func:`savigp.warm_start` ``model`` from the source (seeded by ``--seed``); its refusals
+    (K != 1, the shapes (Q, M, D), the kernel's class, ...) as one-line errors."""
+    from ..warm_start import warm_start
+
+    try:
+        warm_start(model, saved.model, seed=args.seed)
+    except (TypeError, ValueError) as err:
+        text = one_line(err)
+        raise CLIError(f"--warm-start {args.warm_start}: {text.removeprefix('warm_start: ')}") from None
+
+
+def check_groups(args, model) -> None:
+    """``--learn``: the groups must hold a trainable parameter of this model."""
+    from ..training import parameter_groups
+
+    if args.learn is not None and not parameter_groups(model, args.learn):
+        raise CLIError(f"--learn {','.join(args.learn)}: the model has no trainable parameters in these groups "
+                       "(e.g. inducing with --dense or --fixed-inducing, mean_head without --mean-basis-size)")
