@@ -47,7 +47,8 @@ def warm_start(model: SAVIGP, source: SAVIGP, *, variances: str = "mean-field", 
     Args:
         model: the model to start; its number of latent functions Q, inducing values M and input
             dimension D must be the source's.
-        source: a fitted :class:`SAVIGP` with one component (K = 1), not ``posterior="joint"``.
+        source: a fitted :class:`SAVIGP` with one component (K = 1), not ``posterior="joint"`` (nor
+            may ``model`` be: both are refused with a ``ValueError``).
         variances: ``"mean-field"`` or ``"marginal"`` (factorized families only).
         spread: K > 1: the components' initial distance from the source's mean, in standard deviations.
         seed: seeds the random directions of the spread.
@@ -64,6 +65,11 @@ def warm_start(model: SAVIGP, source: SAVIGP, *, variances: str = "mean-field", 
     if ours != theirs:
         raise ValueError(f"warm_start: the source's inducing inputs have shape {theirs} (Q, M, D), the model's "
                          f"{ours}; Q, M and D must agree")
+    for name, value in (("model", model), ("source", source)):
+        if getattr(value.posterior, "kind", None) == "joint":
+            raise ValueError(f"warm_start: the {name} has posterior='joint' (one Gaussian over all Q M values, "
+                             "coupled across latent functions), which has no per-function moments to start from "
+                             "or to set; use 'full', 'diag' or 'diag-whitened'")
     if source.posterior.num_components != 1:
         raise ValueError(f"warm_start: the source must have one component (K = 1), it has "
                          f"K={source.posterior.num_components}")

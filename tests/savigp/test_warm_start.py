@@ -145,3 +145,7 @@ def test_warm_start_and_init_from_moments_reject_what_does_not_fit():
                            learn_inducing=False)
     with pytest.raises(TypeError, match="kernel is a RBF, the source's a Matern52"):
         savigp.warm_start(_model("diag"), matern)
+    with pytest.raises(ValueError, match="the source has posterior='joint'"):
+        savigp.warm_start(_model("diag"), _model("joint"))
+    with pytest.raises(ValueError, match="the model has posterior='joint'"):
+        savigp.warm_start(_model("joint"), _model("full"))
