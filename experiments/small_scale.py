@@ -415,16 +415,6 @@ def fit_from(model, args, estimator: str, num_samples: int, seed: int, groups=No
     return model, info
 
 
-@torch.no_grad()
-def _copy_hyper_parameters(model, source) -> None:
-    """``--mixture-hypers fg``: give ``model`` the kernel, likelihood, inducing inputs and prior mean of
-    the fitted ``source`` (its q(u) is left as it is)."""
-    model.kernel.load_state_dict(source.kernel.state_dict())
-    model.likelihood.load_state_dict(source.likelihood.state_dict())
-    model.inducing.copy_(source.inducing)
-    model.prior_mean.copy_(source.prior_mean)
-
-
 def fit_mixture(make_model, fg_source, args, estimator: str, num_samples: int, seed: int,
                 test_metrics, hypers: str = "joint") -> tuple[object, dict]:
     """Fit a mixture from each of ``args.mixture_starts`` and keep the fit with the higher training
@@ -441,7 +431,7 @@ def fit_mixture(make_model, fg_source, args, estimator: str, num_samples: int, s
         if start == "fg":
             savigp.warm_start(model, fg_source(), seed=seed)
         elif frozen:  # the default q(u), at fg's kernel, likelihood and inducing inputs
-            _copy_hyper_parameters(model, fg_source())
+            savigp.warm_start(model, fg_source(), moments=False)
         fits[start] = fit_from(model, args, estimator, num_samples, seed, groups=["posterior"] if frozen else None)
     best = max(fits, key=lambda k: fits[k][1]["elbo_final"])
     model, info = fits[best]

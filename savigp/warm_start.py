@@ -29,8 +29,8 @@ def _copy_module(name: str, target: nn.Module, source: nn.Module) -> None:
 
 
 @torch.no_grad()
-def warm_start(model: SAVIGP, source: SAVIGP, *, variances: str = "mean-field", spread: float = 1.0,
-               seed: int = 0) -> SAVIGP:
+def warm_start(model: SAVIGP, source: SAVIGP, *, moments: bool = True, variances: str = "mean-field",
+               spread: float = 1.0, seed: int = 0) -> SAVIGP:
     """Start ``model`` from the fitted ``source`` (typically a full Gaussian, ``posterior="full"``).
 
     Copies the kernel hyper-parameters, the likelihood's parameters, the inducing inputs Z
@@ -42,13 +42,16 @@ def warm_start(model: SAVIGP, source: SAVIGP, *, variances: str = "mean-field", 
     ``variances`` diagonal of C_j in its own coordinates (``"mean-field"``: 1 / diag(C^-1), the best
     factorized Gaussian against the source; ``"marginal"``: diag(C); see
     :mod:`savigp.posteriors.moments`), with equal weights. A full model (any K) warm-started from a
-    full Gaussian with K = 1 holds the source's q(u) exactly and has its ELBO.
+    full Gaussian with K = 1 holds the source's q(u) exactly and has its ELBO. With
+    ``moments=False`` only the hyper-parameters are copied and ``model`` keeps its own q(u) (then
+    ``fit(model, groups=["posterior"])`` fits q(u) from its own start at the source's kernel).
 
     Args:
         model: the model to start; its number of latent functions Q, inducing values M and input
             dimension D must be the source's.
         source: a fitted :class:`SAVIGP` with one component (K = 1), not ``posterior="joint"`` (nor
-            may ``model`` be: both are refused with a ``ValueError``).
+            may ``model`` be: both are refused with a ``ValueError``); with ``moments=False``, any.
+        moments: set ``model``'s q(u) from the source's (default); False: leave it as it is.
         variances: ``"mean-field"`` or ``"marginal"`` (factorized families only).
         spread: K > 1: the components' initial distance from the source's mean, in standard deviations.
         seed: seeds the random directions of the spread.
@@ -65,18 +68,19 @@ def warm_start(model: SAVIGP, source: SAVIGP, *, variances: str = "mean-field", 
     if ours != theirs:
         raise ValueError(f"warm_start: the source's inducing inputs have shape {theirs} (Q, M, D), the model's "
                          f"{ours}; Q, M and D must agree")
-    for name, value in (("model", model), ("source", source)):
+    for name, value in (("model", model), ("source", source)) if moments else ():
         if getattr(value.posterior, "kind", None) == "joint":
             raise ValueError(f"warm_start: the {name} has posterior='joint' (one Gaussian over all Q M values, "
                              "coupled across latent functions), which has no per-function moments to start from "
                              "or to set; use 'full', 'diag' or 'diag-whitened'")
-    if source.posterior.num_components != 1:
+    if moments and source.posterior.num_components != 1:
         raise ValueError(f"warm_start: the source must have one component (K = 1), it has "
                          f"K={source.posterior.num_components}")
     if (model.mean_head is None) != (source.mean_head is None):
         raise ValueError("warm_start: the model and the source must both have a mean head or neither "
                          f"(model: {type(model.mean_head).__name__}, source: {type(source.mean_head).__name__})")
-    mean, factor = source.posterior.u_moments(source.prior_factor())  # (1, Q, M), (1, Q, M, M)
+    if moments:
+        mean, factor = source.posterior.u_moments(source.prior_factor())  # (1, Q, M), (1, Q, M, M)
     _copy_module("kernel", model.kernel, source.kernel)
     _copy_module("likelihood", model.likelihood, source.likelihood)
     if model.mean_head is not None:
@@ -86,6 +90,8 @@ def warm_start(model: SAVIGP, source: SAVIGP, *, variances: str = "mean-field", 
     floor = max(float(getattr(model, "jitter_floor", 0.0)), float(getattr(source, "jitter_floor", 0.0)))
     if floor > 0.0:
         model.jitter_floor = floor
+    if not moments:
+        return model
     like = dict(dtype=model.dtype, device=model.device)
     model.posterior.init_from_moments(mean[0].to(**like), factor[0].to(**like), model.prior_factor(),
                                       variances=variances, spread=spread,

@@ -149,3 +149,20 @@ def test_warm_start_and_init_from_moments_reject_what_does_not_fit():
         savigp.warm_start(_model("diag"), _model("joint"))
     with pytest.raises(ValueError, match="the model has posterior='joint'"):
         savigp.warm_start(_model("joint"), _model("full"))
+
+
+@pytest.mark.parametrize("source_kind,K", [("full", 2), ("joint", 1)])
+def test_moments_false_copies_the_hyper_parameters_and_keeps_q(source_kind, K):
+    """``moments=False``: the kernel, likelihood, inducing inputs and prior mean are the source's (any
+    source, a mixture or a joint Gaussian too), q(u) stays the model's own, bit for bit."""
+    source = _model(source_kind, K, lengthscale=1.9, variance=0.4, noise=0.05)
+    model = _model("diag", 2)
+    before = {k: v.clone() for k, v in model.posterior.state_dict().items()}
+    savigp.warm_start(model, source, moments=False)
+    for name in ("kernel", "likelihood"):
+        ours, theirs = getattr(model, name).state_dict(), getattr(source, name).state_dict()
+        assert all(torch.equal(ours[k], theirs[k]) for k in theirs), name
+    assert torch.equal(model.inducing, source.inducing) and torch.equal(model.prior_mean, source.prior_mean)
+    after = model.posterior.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert float(model.kernel.lengthscales().mean()) == pytest.approx(1.9)
