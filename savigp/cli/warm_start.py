@@ -15,8 +15,8 @@ trained). Its configuration is checked against this run's before the model is bu
 likelihood (class, and for user code the function), the input and target columns and the
 ``--standardize-*`` choices; with standardization the new model uses the source's recorded means
 and standard deviations, so that the copied hyper-parameters keep their units. The shapes
-(Q, M, D), the number of components (K = 1) and the kernel's class are checked by
-:func:`savigp.warm_start` itself; its errors become one-line errors naming ``--warm-start``.
+(Q, M, D), the number of components (K = 1), ``posterior="joint"`` on either side and the
+kernel's class are checked by :func:`savigp.warm_start` itself; its errors become one-line errors naming ``--warm-start``.
 """
 from __future__ import annotations
 
@@ -49,9 +49,6 @@ def check_warm_start_options(args) -> None:
     if args.resume:
         raise CLIError(f"--warm-start {args.warm_start} with --resume: a resumed run continues from its checkpoint, "
                        "which already holds the warm-started model (and its --learn groups); drop --warm-start")
-    if args.posterior == "joint":
-        raise CLIError(f"--warm-start {args.warm_start}: --posterior joint cannot be started from another model's "
-                       "q(u) (one Gaussian per latent function); use full, diag or diag-whitened")
 
 
 def _likelihood_text(spec: dict) -> str:
@@ -83,11 +80,6 @@ def read_source(args, spec: dict, input_names: list, target_names: list):
         config = read_model_file(path)["config"]  # checked, nothing imported
     except ModelFileError as err:
         raise CLIError(f"--warm-start: {one_line(err)}") from None
-    mc = config["model"]
-    if mc["posterior"] == "joint":
-        raise CLIError(f"--warm-start {path}: the source has --posterior joint, this run --posterior {args.posterior}; "
-                       "a warm start needs one Gaussian per latent function (a source trained with --posterior full "
-                       "or diag, K = 1)")
     theirs = config["likelihood"]
     _compare(path, "the likelihood is", _likelihood_text(spec), _likelihood_text(theirs))
     columns = config.get("columns")
