@@ -43,6 +43,20 @@ def exact_gp(X, Y, kernel, noise_var):
         return float(logml), mean, var
 
 
+def run_guide(name: str, min_blocks: int) -> dict:
+    """Execute the python blocks of ``docs/<name>`` in order in one namespace (the guide runs as it
+    stands) and return that namespace; at least ``min_blocks`` blocks must be found."""
+    import re
+
+    text = (ROOT / "docs" / name).read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= min_blocks, f"docs/{name}: {len(blocks)} python blocks, expected >= {min_blocks}"
+    ns: dict = {"__name__": name.removesuffix(".md") + "_guide"}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"docs/{name}[block {i}]", "exec"), ns)
+    return ns
+
+
 @pytest.fixture
 def regression_data():
     g = torch.Generator().manual_seed(1)

@@ -4,20 +4,13 @@ the jointly learned fit that predicts worse, and the two-stage fit (the full Gau
 hyper-parameters, then q(u) only) predicts as the full Gaussian does."""
 from __future__ import annotations
 
-import re
-
 import torch
 
-from conftest import ROOT  # the repository root
+from conftest import run_guide
 
 
 def test_mixtures_guide_runs_and_its_claims_hold(capsys):
-    text = (ROOT / "docs" / "mixtures.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 2
-    ns: dict = {"__name__": "mixtures_guide"}
-    for i, block in enumerate(blocks):
-        exec(compile(block, f"docs/mixtures.md[block {i}]", "exec"), ns)
+    ns = run_guide("mixtures.md", min_blocks=2)
     out = capsys.readouterr().out
     assert "mog1, joint" in out and "mog2 at fg's hyper-parameters" in out
     fg, joint, onward, two = (ns[k] for k in ("r_fg", "r_joint", "r_onward", "r_two"))
