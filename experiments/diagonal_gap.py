@@ -84,8 +84,7 @@ def _fit(spec, args, Xtr, ytr, post, sf, subset, seed, frozen_from=None):
     model = ss.build_model(Xtr, ytr, lik, kernel, post, sf, subset, False, seed, args.placement)
     groups = None
     if frozen_from is not None:  # hyper-parameters of another run, kept fixed: only q(u) is learned
-        model.kernel.load_state_dict(frozen_from.kernel.state_dict())
-        model.likelihood.load_state_dict(frozen_from.likelihood.state_dict())
+        savigp.warm_start(model, frozen_from, moments=False)
         groups = ["posterior"]
     num_samples = spec.num_samples
     res = ss.train(model, args, "auto", num_samples, seed, groups=groups)
@@ -104,6 +103,7 @@ def main(argv=None) -> list[dict]:
     spec = ss.DATASETS[args.dataset]
     args.optimizer, args.iterations, args.lr = spec.optimizer, spec.iterations, spec.lr
     args.tol = ss.DEFAULT_TOL[spec.optimizer]
+    args.q_warmup = 0  # ss.train's option (off, the suite's default)
     args.placement = {"device": None, "dtype": torch.float64}
     data_dir = resolve_data_dir(None) / spec.folder
     rows = []

@@ -175,6 +175,21 @@ def test_closed_form_diagonal_optimum_matches_the_trained_diagonal_family():
     assert cf["nlpd"] == pytest.approx(met["nlpd"], abs=1e-4) and cf["sse"] == pytest.approx(met["sse"], rel=1e-4)
 
 
+@needs_data
+def test_diagonal_gap_runs_and_freezes_the_hyper_parameters(tmp_path):
+    """experiments/diagonal_gap.py end to end on boston split 1 at SF 0.1: the four fits, each
+    "@" fit at the other's kernel and noise (copied, not trained), and the CSV written."""
+    from experiments import diagonal_gap
+
+    rows = diagonal_gap.main(["boston", "--splits", "1", "--sf", "0.1", "--out", str(tmp_path / "gap.csv")])
+    by = {r["case"]: r for r in rows}
+    assert set(by) == {"fg", "mog1", "mog1@fg", "fg@mog1"} and (tmp_path / "gap.csv").is_file()
+    for frozen, source in (("mog1@fg", "fg"), ("fg@mog1", "mog1")):
+        for key in ("signal_variance", "lengthscale_gmean", "noise_variance"):
+            assert by[frozen][key] == by[source][key], (frozen, key)
+    assert all(0 < r["sse"] < 0.6 and math.isfinite(r["nlpd"]) for r in rows)
+
+
 def test_lbfgs_stop_is_confirmed_by_a_restart(monkeypatch):
     """A stalled L-BFGS (flat ELBO) is restarted; training ends when a restarted round does not
     improve, or when the budget is spent. Adam (noisy ELBO) is never restarted."""
