@@ -5,9 +5,13 @@ from __future__ import annotations
 import csv
 import math
 
+import pytest
+
+from conftest import DATA  # noqa: E402  (../shared/data)
 from experiments import decoupled_comparison as dc
 
 
+@pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data not found at {DATA} (boston_housing)")
 def test_quick_comparison_writes_tables(tmp_path):
     out = tmp_path / "dec"
     assert dc.main(["--quick", "--no-timing", "--datasets", "boston,gp-matern", "--seeds", "0", "--out", str(out)]) == 0
