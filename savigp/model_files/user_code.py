@@ -85,7 +85,8 @@ def import_callable(spec: str) -> Callable:
         except BaseException as err:
             if isinstance(err, KeyboardInterrupt):
                 raise
-            raise LikelihoodImportError(f"likelihood {spec!r}: cannot import module {target!r}: {type(err).__name__}: {err}") from None
+            raise LikelihoodImportError(f"likelihood {spec!r}: cannot import module {target!r}: {type(err).__name__}: {err}"
+                                        + _file_hint(err, target, name)) from None
         finally:
             if added:
                 sys.path.remove(os.getcwd())
@@ -95,6 +96,16 @@ def import_callable(spec: str) -> Callable:
     if not callable(fn):
         raise LikelihoodImportError(f"likelihood {spec!r}: {target}.{name} is a {type(fn).__name__}, not a function")
     return fn
+
+
+def _file_hint(err: BaseException, target: str, name: str) -> str:
+    """For a module that is not found (not on ``sys.path``, not in the current folder): how to
+    name its file instead, which works from any folder."""
+    if not isinstance(err, ModuleNotFoundError) or not err.name or not target.startswith(err.name):
+        return ""
+    file = target.replace(".", "/") + ".py"
+    return (f" (looked on sys.path and in {os.getcwd()}); a module in another folder is found by its file path: "
+            f"likelihood='path/to/{file}:{name}' (command line: --likelihood path/to/{file}:{name})")
 
 
 def file_sha256(path: str) -> str:

@@ -345,3 +345,28 @@ def test_user_function_fields_are_checked(tmp_path, capsys):
         assert main(["predict", bad, data, "--likelihood", str(src)]) == 2, edit
         err = capsys.readouterr().err
         assert needle in err and "bad.pt" in err, (edit, err)
+
+
+def test_a_likelihood_module_from_another_folder_names_the_file_path_alternative(tmp_path, monkeypatch):
+    """Issue 28: a function imported as module ``zip_lik`` from another folder is recorded as
+    ``zip_lik:log_lik``; ``trust_code=True`` cannot import it elsewhere, and the error says how to
+    name the file instead (which works)."""
+    folder = tmp_path / "mylibs"
+    folder.mkdir()
+    (folder / "zip_lik.py").write_text("def log_lik(y, f):\n    return -0.5 * (y[:, 0] - f[..., 0]) ** 2 / 0.04\n")
+    monkeypatch.syspath_prepend(str(folder))
+    fn = __import__("zip_lik").log_lik
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, likelihoods.CallableLikelihood(fn), num_inducing=6)
+    path = str(tmp_path / "z.pt")
+    model.save(path)
+    assert _payload(path)["config"]["likelihood"]["import_path"] == "zip_lik:log_lik"
+    monkeypatch.undo()  # a fresh session elsewhere: the folder is not on sys.path
+    monkeypatch.delitem(__import__("sys").modules, "zip_lik")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LikelihoodImportError) as err:
+        savigp.load(path, trust_code=True)
+    message = str(err.value)
+    assert "cannot import module 'zip_lik'" in message
+    assert "likelihood='path/to/zip_lik.py:log_lik'" in message and "--likelihood path/to/zip_lik.py:log_lik" in message
+    assert savigp.load(path, likelihood=str(folder / "zip_lik.py"), trust_code=True).likelihood_loaded
