@@ -16,7 +16,8 @@ labels gets a warning once).
 
 **Learnable parameters.** ``params={"r": 3.0}`` adds keyword arguments of ``log_lik`` that are
 learned with the rest of the model (``constraints={"r": "positive"}`` keeps one positive through
-a softplus, ``"fixed"`` holds it). They enter the ELBO only through the expected log-likelihood,
+a softplus, ``"unit_interval"`` keeps one in (0, 1) through the logistic function, e.g. a
+zero-inflation probability, ``"fixed"`` holds it). They enter the ELBO only through the expected log-likelihood,
 whose gradient in a parameter phi is (phi does not enter q)
 
     d/dphi E_q[log p(y | f, phi)] = E_q[d/dphi log p(y | f, phi)],
@@ -24,7 +25,7 @@ whose gradient in a parameter phi is (phi does not enter q)
 estimated from the same Monte Carlo draws as the value. The derivative inside comes from torch
 autograd for a torch function and from central finite differences for a numpy one (two extra
 calls per scalar parameter in the backward pass; a positive parameter is differenced in log
-phi). The finite-difference step h = eps^(1/3) * max(1, |phi|) balances truncation, O(h^2), and
+phi, one in (0, 1) in logit(phi)). The finite-difference step h = eps^(1/3) * max(1, |phi|) balances truncation, O(h^2), and
 rounding, O(eps / h): measured 1e-10 to 6e-9 relative against closed-form and autograd
 derivatives (experiments/user_parameter_gradient.py), far below the Monte Carlo error.
 """
@@ -40,10 +41,10 @@ import torch
 from torch import Tensor, nn
 
 from .base import Likelihood, bad_rows_message
-from .parameters import POSITIVE_FLOOR, positive_from_raw, raw_from_positive
+from .parameters import POSITIVE_FLOOR, positive_from_raw, raw_from_positive, raw_from_unit, unit_from_raw
 
 #: constraints a user parameter can have
-CONSTRAINTS = ("real", "positive", "fixed")
+CONSTRAINTS = ("real", "positive", "unit_interval", "fixed")
 #: the most labels a classification likelihood takes from its training targets (more: pass classes)
 MAX_INFERRED_CLASSES = 1000
 #: relative central-difference step for numpy parameter derivatives: eps^(1/3)
@@ -115,7 +116,8 @@ class CallableLikelihood(Likelihood):
             ``"file.py:function"``); recorded in model files so that they can be loaded again.
         params: learnable keyword parameters of ``log_lik`` (and of ``mean_fn`` when it accepts
             them): name -> initial value (a number or a list of numbers).
-        constraints: name -> ``"real"`` (default), ``"positive"`` or ``"fixed"``.
+        constraints: name -> ``"real"`` (default), ``"positive"`` (softplus), ``"unit_interval"``
+            (in (0, 1) through the logistic function: a probability) or ``"fixed"``.
         classes: classification: the label of each class (numbers); default
             ``0, ..., num_classes - 1``.
         num_classes: classification: C, when ``classes`` is not given.
@@ -209,6 +211,11 @@ class CallableLikelihood(Likelihood):
                     raise ValueError(f"CallableLikelihood: positive parameter {name!r} must start above "
                                      f"{POSITIVE_FLOOR}, got {value!r}")
                 v = raw_from_positive(v)
+            if kind == "unit_interval":
+                if not bool(((v > 0) & (v < 1)).all()):
+                    raise ValueError(f"CallableLikelihood: parameter {name!r} in the unit interval must start "
+                                     f"strictly between 0 and 1, got {value!r}")
+                v = raw_from_unit(v)
             self.raw_params[name] = nn.Parameter(v, requires_grad=kind != "fixed")
             self.constraints[name] = kind
             self._param_init[name] = np.asarray(value, dtype=np.float64).tolist()
@@ -249,7 +256,8 @@ class CallableLikelihood(Likelihood):
         """The current parameter values: name -> tensor (constrained, differentiable)."""
         out = {}
         for name, raw in self.raw_params.items():
-            out[name] = positive_from_raw(raw) if self.constraints[name] == "positive" else raw
+            kind = self.constraints[name]
+            out[name] = positive_from_raw(raw) if kind == "positive" else unit_from_raw(raw) if kind == "unit_interval" else raw
         return out
 
     def spec(self) -> dict:
@@ -364,17 +372,23 @@ class CallableLikelihood(Likelihood):
         y, f = y.detach().to(torch.float64), f.detach().to(torch.float64)
         params = {k: v.detach().to(torch.float64) for k, v in zip(names, values)}
         base = params[name]
-        positive = self.constraints.get(name) == "positive"
+        kind = self.constraints.get(name)
         phi = float(base.view(-1)[i])
-        h = _FD_STEP if positive else _FD_STEP * max(1.0, abs(phi))
+        h = _FD_STEP if kind in ("positive", "unit_interval") else _FD_STEP * max(1.0, abs(phi))
         vals = []
         for sign in (1.0, -1.0):
             p = base.clone()
-            p.view(-1)[i] = phi * math.exp(sign * h) if positive else phi + sign * h
+            if kind == "positive":  # in log phi
+                p.view(-1)[i] = phi * math.exp(sign * h)
+            elif kind == "unit_interval":  # in logit phi: d phi / d logit phi = phi (1 - phi)
+                p.view(-1)[i] = 1.0 / (1.0 + math.exp(-(math.log(phi / (1 - phi)) + sign * h)))
+            else:
+                p.view(-1)[i] = phi + sign * h
             params[name] = p
             vals.append(self._numpy_values(self.fn, (y, f), params, like=f))
         diff = (vals[0] - vals[1]) / (2 * h)
-        return (diff / phi if positive else diff).to(like.dtype)
+        scale = phi if kind == "positive" else phi * (1 - phi) if kind == "unit_interval" else 1.0
+        return (diff / scale).to(like.dtype)
 
     def _floored(self, out: Tensor) -> Tensor:
         if self.min_log_prob is None:

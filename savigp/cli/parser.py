@@ -166,9 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mean-function", metavar="FILE.py:FN",
                    help="user function: E[y | f] as mean(f) (or the pair E[y | f], Var[y | f]) for predictive "
                         "means, SSE and MSE")
-    g.add_argument("--lik-param", action="append", metavar="NAME=VALUE[:positive|:fixed]",
+    g.add_argument("--lik-param", action="append", metavar="NAME=VALUE[:positive|:unit_interval|:fixed]",
                    help="user function: a keyword parameter of log_lik learned with the model (VALUE: a number or "
-                        "comma-separated numbers; :positive keeps it > 0, :fixed holds it) (repeatable)")
+                        "comma-separated numbers; :positive keeps it > 0, :unit_interval in (0, 1), :fixed holds "
+                        "it) (repeatable)")
     g.add_argument("--min-log-prob", type=float, metavar="L",
                    help="user function: replace -inf and values below L by L (for simulators whose density underflows)")
     g = t.add_argument_group("model")
