@@ -69,6 +69,10 @@ class Likelihood(nn.Module):
     differentiable: bool = True
     #: "regression" or "classification": which of the paper's metrics apply.
     task: str = "regression"
+    #: classification: True when the labels are ordered (ordinal), so that the mean and variance of
+    #: the label are summaries worth reporting (``savigp predict`` writes them only then; for
+    #: unordered classes the class probabilities say everything).
+    ordered: bool = False
     #: the name of this class on the command line (``savigp train --likelihood NAME``), or None.
     #: Defining it in a class body registers the class (see :mod:`likelihoods.registry`).
     cli_name: Optional[str] = None

@@ -121,6 +121,8 @@ class CallableLikelihood(Likelihood):
         classes: classification: the label of each class (numbers); default
             ``0, ..., num_classes - 1``.
         num_classes: classification: C, when ``classes`` is not given.
+        ordered: classification: the labels are ordered (an ordinal likelihood), so that the mean
+            and variance of the label are meaningful (``savigp predict`` writes them only then).
         min_log_prob: optional floor for the function's values: -inf (and anything below) is
             replaced by it, for simulators whose densities underflow. NaN still raises.
         mean_import_path: how to re-import ``mean_fn`` (recorded in model files).
@@ -145,6 +147,7 @@ class CallableLikelihood(Likelihood):
         constraints: Optional[Mapping[str, str]] = None,
         classes: Optional[Sequence[float]] = None,
         num_classes: Optional[int] = None,
+        ordered: bool = False,
         min_log_prob: Optional[float] = None,
         mean_import_path: Optional[str] = None,
     ):
@@ -183,6 +186,9 @@ class CallableLikelihood(Likelihood):
         self._warned_normalization = False
         self._init_parameters(dict(params or {}), dict(constraints or {}))
         self._init_classes(classes, num_classes)
+        if ordered and task != "classification":
+            raise ValueError("CallableLikelihood: ordered=True applies to task='classification' only")
+        self.ordered = bool(ordered)
 
     # ------------------------------------------------------------------ construction helpers
     def _init_parameters(self, params: dict, constraints: dict) -> None:
@@ -277,6 +283,8 @@ class CallableLikelihood(Likelihood):
             kwargs["constraints"] = dict(self.constraints)
         if self.classes is not None:
             kwargs["classes"] = list(self.classes)
+        if self.ordered:
+            kwargs["ordered"] = True
         if self.min_log_prob is not None:
             kwargs["min_log_prob"] = self.min_log_prob
         spec = {"name": "callable", "class": "CallableLikelihood", "import_path": self.import_path, "kwargs": kwargs}

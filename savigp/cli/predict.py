@@ -28,15 +28,17 @@ def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
 
     ``pred`` is ``Prediction.numpy()`` (the same fields and shapes as :meth:`SAVIGP.predict`).
     Columns: ``mean_<target>`` and ``var_<target>`` for each target (when the likelihood has
-    predictive moments; ``var_`` is left out for a user mean function that gives E[y | f] only),
-    ``prob_<label>`` for each class and ``predicted_<target>`` (the most probable label) for
-    classification, and ``latent_mean_<j>``/``latent_var_<j>`` for the Q latent functions with
+    predictive moments; ``var_`` is left out for a user mean function that gives E[y | f] only;
+    for classification only when the likelihood says its labels are ordered, ``ordered = True``:
+    the mean of an unordered class label means nothing), ``prob_<label>`` for each class and
+    ``predicted_<target>`` (the most probable label) for classification, and ``latent_mean_<j>``/``latent_var_<j>`` for the Q latent functions with
     ``latent=True`` or when there are no predictive moments.
     """
     cfg = saved.config
     names = (cfg.get("columns") or {}).get("targets") or [f"y{p}" for p in range(len(cfg["example_target"]))]
     header, blocks = [], []
-    if pred["mean"] is not None:
+    unordered = pred["probabilities"] is not None and not getattr(saved.model.likelihood, "ordered", False)
+    if pred["mean"] is not None and not unordered:
         for p, t in enumerate(names):
             header.append(f"mean_{t}")
             blocks.append(pred["mean"][:, p:p + 1])
@@ -85,6 +87,10 @@ def cmd_predict(args) -> int:
         print(f"savigp predict: note: latent predictions only ({saved.model.likelihood.note})", file=sys.stderr)
     with file_lines_in_errors(table):
         pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed).numpy()
+    if saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None and not args.quiet:
+        print(f"savigp predict: note: latent predictions only: the likelihood gives no predictive mean; pass "
+              f"--mean-function FILE.py:FN (E[y | f], or the pair E[y | f], Var[y | f]) for mean_ columns",
+              file=sys.stderr)
     header, values = prediction_table(saved, pred, latent=args.latent)
     write_csv(out, header, values)
     if out != "-" and not args.quiet:

@@ -58,6 +58,7 @@ USER_FUNCTION_KWARGS = {
     "task": Str(choices=("regression", "classification")),
     "classes": List(Float(), 2, MAX_CLASSES),
     "num_classes": Int(2, MAX_CLASSES),
+    "ordered": Bool(),
     "params": Dict(extra=_NUMBERS, key_pattern=_IDENTIFIER, max_len=1000),
     "constraints": Dict(extra=Str(choices=CONSTRAINTS), key_pattern=_IDENTIFIER, max_len=1000),
     "min_log_prob": Float(),
