@@ -145,6 +145,13 @@ class Likelihood(nn.Module):
         """
         raise NotImplementedError(f"{type(self).__name__} does not define conditional_moments(f)")
 
+    def sample(self, f: Tensor, generator: torch.Generator) -> Tensor:
+        """Optional: draws y ~ p(y | f), shape ``(..., B, P)`` for ``f`` of shape ``(..., B, Q)``,
+        from ``generator`` (on f's device). Plots use it for predictive quantiles of y, which stay
+        in the support of y (counts >= 0, a probability in (0, 1)) where mean +- 2 sd does not;
+        without it they draw mean +- 2 sd, labelled so."""
+        raise NotImplementedError(f"{type(self).__name__} cannot sample y given f")
+
     def class_probabilities(self, f: Tensor) -> Tensor:
         """Classification likelihoods only: p(y = c | f) for every class c, shape ``(..., B, C)``."""
         raise NotImplementedError(f"{type(self).__name__} is not a classification likelihood")

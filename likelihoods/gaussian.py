@@ -53,6 +53,11 @@ class Gaussian(Likelihood):
     def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
         return f[..., :1], self.variance().to(f).expand_as(f[..., :1])
 
+    def sample(self, f: Tensor, generator: torch.Generator) -> Tensor:
+        """y = f + sigma eps, eps ~ N(0, 1): ``(..., B, 1)``."""
+        eps = torch.randn(f[..., :1].shape, generator=generator, dtype=f.dtype, device=f.device)
+        return f[..., :1] + self.variance().to(f).sqrt() * eps
+
     def validate_targets(self, y: Tensor) -> None:
         super().validate_targets(y)
         msg = bad_rows_message(~torch.isfinite(y), y, "are not finite")

@@ -75,6 +75,10 @@ class Poisson(Likelihood):
         rate = torch.exp(self.log_rate(f)).unsqueeze(-1)
         return rate, rate
 
+    def sample(self, f: Tensor, generator: torch.Generator) -> Tensor:
+        """Counts y ~ Poisson(lambda), lambda = w exp(f + m): ``(..., B, 1)``."""
+        return torch.poisson(torch.exp(self.log_rate(f)).unsqueeze(-1), generator=generator)
+
     def validate_targets(self, y: Tensor) -> None:
         """Raise ``ValueError`` unless ``y`` (shape ``(N, 1)``) holds non-negative integer counts."""
         super().validate_targets(y)
