@@ -171,7 +171,7 @@ class OrthogonalMeanHead(nn.Module):
     Args:
         X: training inputs ``(N, D)`` (gamma is initialized from random rows).
         num_latent: Q.
-        size: G = |gamma| per latent function (seed 003 uses G a few times M).
+        size: G = len(gamma) per latent function (seed 003 uses G a few times M).
         seed: seeds the initial subset and the head's generator for column sampling.
         learn_inputs: learn gamma (otherwise it is a fixed buffer).
         gamma_inputs: explicit initial gamma ``(G, D)`` or ``(Q, G, D)`` instead of a subset of X.

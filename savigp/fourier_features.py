@@ -4,7 +4,7 @@
 The prior is additive over the D inputs, each term a one-dimensional Matern kernel of order
 nu = p + 1/2 (p = 0, 1, 2) with its own variance s_d and length-scale l_d (lambda_d = sqrt(2 nu) / l_d):
 
-    k(x, x') = sum_d s_d kappa_nu(|x_d - x'_d| / l_d),
+    k(x, x') = sum_d s_d kappa_nu(abs(x_d - x'_d) / l_d),
     kappa_1/2(r) = e^-r,  kappa_3/2(r) = (1 + sqrt3 r) e^(-sqrt3 r),  kappa_5/2(r) = (1 + sqrt5 r + 5 r^2 / 3) e^(-sqrt5 r).
 
 Inducing features (Hensman et al. 2018, §3-4). On an interval [a_d, b_d] per input, with
@@ -111,7 +111,7 @@ def _boundary_weights(p: int, lam: Tensor, var: Tensor) -> Tensor:
 
 
 class AdditiveMatern(Kernel):
-    """k(x, x') = sum_d s_d kappa_nu(|x_d - x'_d| / l_d) for Q latent functions (module docstring).
+    """k(x, x') = sum_d s_d kappa_nu(abs(x_d - x'_d) / l_d) for Q latent functions (module docstring).
 
     Args:
         input_dim: D; num_latent: Q; nu: 0.5, 1.5 or 2.5.

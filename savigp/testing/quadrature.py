@@ -8,7 +8,7 @@ Carlo and closed forms with, right for smooth and for non-smooth or discontinuou
 
 exact for polynomials of degree < 2n in each coordinate and converging geometrically in n for an
 analytic h, but slowly and erratically for a kink or a jump (a hard-threshold classifier,
-|y - f|, a censoring point): a node moving across a jump changes the sum by its weight times the
+abs(y - f), a censoring point): a node moving across a jump changes the sum by its weight times the
 jump. The rule is therefore computed at n, n - 1 and about n / 2 points per dimension; when the
 three agree to ``SMOOTH_RTOL`` (relative), h is smooth enough at this scale and the n-point value
 is the reference with the largest of the two differences as its error.
@@ -96,7 +96,7 @@ def gauss_hermite(h: Callable[[Tensor], Tensor], mean: Tensor, var: Tensor, n: i
 
 
 def expectation_with_error(h: Callable[[Tensor], Tensor], mean: Tensor, var: Tensor) -> Optional[tuple]:
-    """(E[h(f)] by the n-point rule, its error estimate max(|GH_n - GH_{n-1}|, |GH_n - GH_{~n/2}|)),
+    """(E[h(f)] by the n-point rule, its error estimate max(abs(GH_n - GH_{n-1}), abs(GH_n - GH_{~n/2}))),
     each ``(B, ...)``, with n from :func:`points_per_dimension`; ``None`` when Q is too large for
     a product rule."""
     n = points_per_dimension(mean.shape[-1])

@@ -50,7 +50,7 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
       a reference expectation within 4 standard errors plus the reference's error (the first 4
       rows; skipped when n^Q grid points do not fit in 20000 for n >= 3). The reference is
       Gauss-Hermite product quadrature where rules of n, n - 1 and ~n / 2 points agree; where
-      they do not (a kink or a jump: hard thresholds, |y - f|, censoring) it is adaptive
+      they do not (a kink or a jump: hard thresholds, abs(y - f), censoring) it is adaptive
       quadrature for Q = 1 and Monte Carlo with 25 ``num_samples`` draws for Q > 1
       (:func:`savigp.testing.quadrature.reference_expectation`);
     * ``closed_form_expectation``: ``expected_log_prob`` (if declared) agrees with that reference
