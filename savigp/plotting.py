@@ -35,6 +35,9 @@ GRID_1D, GRID_2D = 200, 60
 MAX_CLASS_MAPS = 6
 #: the central predictive interval of y drawn in 1-D (lower and upper quantile levels)
 INTERVAL = (0.025, 0.975)
+#: draws of y per grid point for that interval (the standard error of a 2.5% quantile is then
+#: about 0.02 predictive sd: a smooth band)
+QUANTILE_SAMPLES = 2000
 #: data markers per class (cycled), drawn in tab10 colours with white edges
 CLASS_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
@@ -181,7 +184,7 @@ def _plot_1d(model, X, Y, num_samples, seed, xname):
         ax = axes[j, 0]
         m, s = pred["latent_mean"][:, j], np.sqrt(np.maximum(pred["latent_var"][:, j], 0))
         ax.plot(g, m, color="C0", label="mean of q(f)")
-        ax.fill_between(g, m - 2 * s, m + 2 * s, color="C0", alpha=0.25, label="+-2 sd")
+        ax.fill_between(g, m - 2 * s, m + 2 * s, color="C0", alpha=0.25, label="+-2 sd of f")
         ax.set_ylabel(f"latent f{j}")
         ax.legend(loc="best", fontsize="small")
     if classifier:
@@ -199,7 +202,7 @@ def _plot_1d(model, X, Y, num_samples, seed, xname):
         ax.legend(loc="best", fontsize="small")
     else:
         tnames = _target_names(model, outputs) if outputs else []
-        quantiles = predictive_quantiles(model, g[:, None], num_samples=max(num_samples, 400), seed=seed) \
+        quantiles = predictive_quantiles(model, g[:, None], num_samples=max(num_samples, QUANTILE_SAMPLES), seed=seed) \
             if outputs else None
         for p in range(outputs):
             ax = axes[Q + p, 0]
