@@ -41,6 +41,17 @@ def parse_lik_options(items) -> dict:
     return out
 
 
+def code_inputs(args) -> list:
+    """The files of the user code that ``--likelihood`` and ``--mean-function`` name (inputs too:
+    never an output)."""
+    files = []
+    for spec in (getattr(args, "likelihood", None), getattr(args, "mean_function", None)):
+        target = str(spec or "").rpartition(":")[0] or str(spec or "")
+        if target.endswith(".py") or os.sep in target:
+            files.append(os.path.expanduser(target))
+    return files
+
+
 def output_path(path: str, inputs: list, quiet: bool, allow_stdout: bool = False) -> str:
     """``--out`` checked (see :mod:`savigp.output_paths`); a symlink's target, said on stderr."""
     target = check_output_path(path, "--out", inputs=inputs, allow_stdout=allow_stdout)

@@ -15,7 +15,7 @@ from ..csv_data import DataError, data_checksum, read_csv, split_columns
 from ..output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
 from .checkpoint import Checkpointer, resume, training_options
-from .checks import check_device, check_plot_option, output_path, parse_floats
+from .checks import check_device, check_plot_option, code_inputs, output_path, parse_floats
 from .columns import validate_targets
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
 from .ranks import join_ranks, launch_ranks
@@ -59,7 +59,7 @@ def _check_training_options(args) -> None:
 
 def _output_files(args) -> tuple:
     """``(OUT, OUT.ckpt, --plot)`` checked; orphaned temporaries of earlier runs removed."""
-    inputs = [args.data] + ([args.warm_start] if args.warm_start else [])
+    inputs = [args.data] + ([args.warm_start] if args.warm_start else []) + code_inputs(args)
     out = output_path(args.out, inputs, args.quiet)
     ckpt = check_output_path(out + ".ckpt", "--out (its checkpoint)", inputs=inputs)
     plot = check_plot_option(args.plot, inputs, [out, ckpt])
