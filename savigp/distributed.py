@@ -106,6 +106,18 @@ def init_from_env(device: torch.device | str = "cpu", timeout: Optional[float] =
     return True
 
 
+def _backend_message(err: BaseException) -> str:
+    """The first line of a gloo / NCCL error without the backend's source locations
+    (``[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer`` ->
+    ``Connection closed by peer``), or the error's type name."""
+    import re
+
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    text = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|cxx|c|h|hpp|cu|py):\d+\]\s*", "", lines[0]) if lines else ""
+    text = re.sub(r"\s*\((?:[^()\s]*/)?[^()\s/]+\.(?:cc|cpp|cxx|c|h|hpp|cu):\d+\)", "", text)
+    return " ".join(text.split()) or type(err).__name__
+
+
 def _draw_seed(seed: int, rank_: int, step: int) -> int:
     """A 63-bit seed for the Monte Carlo draws of ``rank_`` at ``step`` (SeedSequence mixing)."""
     state = np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, int(rank_), int(step)]).generate_state(2, np.uint64)
@@ -167,7 +179,7 @@ class DataParallel:
             return fn()
         except RuntimeError as err:  # DistBackendError and the gloo / NCCL errors are RuntimeErrors
             at = f" at step {self.step}" if self.step is not None else ""
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            first = _backend_message(err)
             limit = ("the process group's timeout" if self.timeout is None
                      else f"the {self.timeout:g} s process-group timeout")
             raise DistributedError(

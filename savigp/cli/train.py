@@ -3,10 +3,12 @@ fit it with checkpoints and a graceful Ctrl-C, and write the model file atomical
 runs the same command as R data-parallel ranks under ``torchrun`` (:mod:`savigp.cli.ranks`)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 import time
+import types
 
 import numpy as np
 from likelihoods import registry
@@ -19,6 +21,7 @@ from .checks import check_device, check_plot_option, code_inputs, output_path, p
 from .columns import validate_targets
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
 from .ranks import join_ranks, launch_ranks
+from .run_lock import LOCK_ENV, lock_output
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
 from .warm_start import check_groups, check_warm_start_options, parse_learn, read_source, start_from
@@ -166,12 +169,24 @@ def cmd_train(args) -> int:
     Under ``torchrun`` every rank trains its share of each mini-batch and rank 0 alone prints and
     writes checkpoints and the model."""
     _check_options(args)
-    from ..distributed import finish, launched
+    from ..distributed import launched
 
-    if args.nproc is not None and args.nproc > 1 and not launched():
-        return launch_ranks(args)
     _check_training_options(args)
     out, ckpt, plot = _output_files(args)
+    lock = lock_output(out, getattr(args, "argv", None))  # one run per --out (None: a rank whose launcher holds it)
+    try:
+        if args.nproc is not None and args.nproc > 1 and not launched():
+            return launch_ranks(args, out, {LOCK_ENV: out + ".lock"} if lock is not None else {})
+        return _train(args, out, ckpt, plot)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(args, out: str, ckpt: str, plot) -> int:
+    """``cmd_train`` in one process (or one rank), its output paths checked and locked."""
+    from ..distributed import finish
+
     table, icols, tcols, X, Y = _read_data(args)
 
     from ..model_files import SavedModel, build_model
@@ -225,18 +240,56 @@ def cmd_train(args) -> int:
     elbo_text = f"{elbo:.6g}" if elbo is not None else "n/a"
     config["training"]["estimator_used"] = history.estimator
     ckp.finish(out, done, elbo)
-    finish()
-    if rank == 0:
-        # the one-line summary is printed even with --quiet (which silences progress only)
-        print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s, "
-              f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
-        if plot:
-            from ..plotting import save_elbo_plot
+    # the model is complete: a Ctrl-C, a SIGTERM or a rank that stops from here on does not undo that
+    # (exit 0, said in one line; the --plot may be missing)
+    with _after_the_model(rank == 0, out, done, plot) as after:
+        finish()
+        if rank == 0:
+            # the one-line summary is printed even with --quiet (which silences progress only)
+            print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s, "
+                  f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
+            if plot:
+                from ..plotting import save_elbo_plot
 
-            save_elbo_plot(history.elbo, plot, start=done - history.steps,
-                           title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
-            print(f"wrote {plot}", file=sys.stderr)
+                save_elbo_plot(history.elbo, plot, start=done - history.steps,
+                               title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
+                after.plot_written = True
+                print(f"wrote {plot}", file=sys.stderr)
+    if after.stopped is not None and rank != 0:
+        raise after.stopped  # rank 0 wrote the model, or says why not; the launcher reads the file
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _after_the_model(writer: bool, out: str, step: int, plot):
+    """Within: the model was completely written to ``out``; an interrupt (SIGINT, SIGTERM) or a
+    failed process group stops what is left (``after.stopped``) and rank 0 says that the model is
+    complete."""
+    import signal
+
+    from ..distributed import DistributedError
+
+    after = types.SimpleNamespace(stopped=None, plot_written=False)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        yield after
+    except (KeyboardInterrupt, DistributedError) as err:
+        after.stopped = err
+        if writer:
+            what = "interrupted" if isinstance(err, KeyboardInterrupt) else "another rank stopped"
+            missing = f"; --plot {plot} was not written" if plot and not after.plot_written else ""
+            print(f"savigp train: {what} after {out} was completely written ({step} steps): the model is "
+                  f"complete{missing}", file=sys.stderr)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
