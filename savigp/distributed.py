@@ -107,15 +107,16 @@ def init_from_env(device: torch.device | str = "cpu", timeout: Optional[float] =
 
 
 def _backend_message(err: BaseException) -> str:
-    """The first line of a gloo / NCCL error without the backend's source locations
-    (``[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer`` ->
-    ``Connection closed by peer``), or the error's type name."""
+    """The first sentence of a gloo / NCCL error without the backend's source locations
+    (``[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [...]. This
+    is typically ...`` -> ``Connection closed by peer [...]``), or the error's type name."""
     import re
 
     lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
     text = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|cxx|c|h|hpp|cu|py):\d+\]\s*", "", lines[0]) if lines else ""
     text = re.sub(r"\s*\((?:[^()\s]*/)?[^()\s/]+\.(?:cc|cpp|cxx|c|h|hpp|cu):\d+\)", "", text)
-    return " ".join(text.split()) or type(err).__name__
+    text = text.split(". ")[0]  # gloo goes on: "This is typically caused by a remote worker crashing. ..."
+    return " ".join(text.split())[:200] or type(err).__name__
 
 
 def _draw_seed(seed: int, rank_: int, step: int) -> int:
@@ -184,7 +185,7 @@ class DataParallel:
                      else f"the {self.timeout:g} s process-group timeout")
             raise DistributedError(
                 f"rank {self.rank} of {self.world}: {what}{at} failed: another rank stopped or did not answer "
-                f"within {limit} ({first[:200]}). The last checkpoint is "
+                f"within {limit} ({first}). The last checkpoint is "
                 "intact: run again with --resume (with any number of ranks)") from err
 
     def _agree(self, check: dict) -> None:

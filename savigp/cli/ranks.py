@@ -31,14 +31,9 @@ import time
 from typing import Optional
 
 #: what each rank runs (``python -c``): the working folder off ``sys.path`` before any import
-BOOT = ("import sys\n"
-        "if sys.path and sys.path[0] == '':\n"
-        "    del sys.path[0]\n"
-        "import importlib.util\n"
-        "if importlib.util.find_spec('savigp') is None:\n"
-        "    sys.path.append({root!r})\n"
-        "from savigp.cli import main\n"
-        "sys.exit(main())\n")
+BOOT = ("import sys, importlib.util; sys.path[:1] = [p for p in sys.path[:1] if p]; "
+        "importlib.util.find_spec('savigp') or sys.path.append({root!r}); "
+        "from savigp.cli import main; sys.exit(main())")
 
 
 def rank_command(argv: list) -> list:

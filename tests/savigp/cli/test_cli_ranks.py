@@ -119,7 +119,8 @@ def test_backend_errors_lose_their_source_paths():
     from savigp.distributed import _backend_message
 
     gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
-                        "[127.0.0.1]:29500\nException raised from recvBytes at /pytorch/torch/csrc/x.cpp:1")
+                        "[127.0.0.1]:29500. This is typically caused by a remote worker crashing. GLHF!"
+                        "\nException raised from recvBytes at /pytorch/torch/csrc/x.cpp:1")
     assert _backend_message(gloo) == "Connection closed by peer [127.0.0.1]:29500"
     assert _backend_message(RuntimeError("reset (/pytorch/torch/csrc/distributed/c10d/ProcessGroupGloo.cpp:12)")) == "reset"
     assert _backend_message(RuntimeError("")) == "RuntimeError"
