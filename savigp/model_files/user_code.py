@@ -6,8 +6,12 @@ changed since training (SHA-256).
 user function is imported only when the caller says so: ``load(path, likelihood="my_lik.py:log_lik")``
 (``--likelihood`` on the command line; the file may have moved: a path without ``:function`` keeps
 the recorded function name) or ``load(path, trust_code=True)`` (``--trust-code``: import what the
-file names). Either way, when a SHA-256 was recorded at training and the file now differs, it is
-refused before it is imported (``trust_code=True`` overrides that too).
+file names). Either way the code runs by :func:`load_code`'s rule -- the bytes are read once,
+hashed, and exactly those bytes are compiled and run (never a ``__pycache__`` entry, never a
+second read); a module name is found as its ``.py`` file first -- and, unless
+``trust_code=True``, it is refused when its SHA-256 differs from the recorded one, when none was
+recorded, or when the caller names another function than the file records. Modules the user file
+imports in turn are not covered by the hash (docs/cli.md says so).
 """
 from __future__ import annotations
 
