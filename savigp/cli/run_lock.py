@@ -13,6 +13,7 @@ already removed tries again, so that two runs never hold locks on two different 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from typing import Optional
@@ -61,7 +62,13 @@ def lock_output(out: str, argv: Optional[list] = None) -> Optional[RunLock]:
     except ImportError:  # pragma: no cover - Windows
         return None
     for _ in range(100):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:  # never through a link (it could name any file), never anything but a regular file
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        except OSError as err:
+            raise CLIError(f"--out {out}: cannot create its lock file {path} ({err.strerror})") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise CLIError(f"--out {out}: its lock file {path} is not a regular file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

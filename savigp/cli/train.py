@@ -1,6 +1,6 @@
 """``savigp train``: read and check the data, build the likelihood and the model (or resume one),
 fit it with checkpoints and a graceful Ctrl-C, and write the model file atomically. ``--nproc R``
-runs the same command as R data-parallel ranks under ``torchrun`` (:mod:`savigp.cli.ranks`)."""
+runs the same command as R data-parallel ranks, started and watched by :mod:`savigp.cli.ranks`."""
 from __future__ import annotations
 
 import contextlib
@@ -65,6 +65,7 @@ def _output_files(args) -> tuple:
     inputs = [args.data] + ([args.warm_start] if args.warm_start else []) + code_inputs(args)
     out = output_path(args.out, inputs, args.quiet)
     ckpt = check_output_path(out + ".ckpt", "--out (its checkpoint)", inputs=inputs)
+    check_output_path(out + ".lock", "--out (its lock file)", inputs=inputs)
     plot = check_plot_option(args.plot, inputs, [out, ckpt])
     for stale in remove_orphaned_temporaries(out) + remove_orphaned_temporaries(ckpt):
         if not args.quiet:

@@ -124,3 +124,14 @@ def test_backend_errors_lose_their_source_paths():
     assert _backend_message(gloo) == "Connection closed by peer [127.0.0.1]:29500"
     assert _backend_message(RuntimeError("reset (/pytorch/torch/csrc/distributed/c10d/ProcessGroupGloo.cpp:12)")) == "reset"
     assert _backend_message(RuntimeError("")) == "RuntimeError"
+
+
+def test_the_lock_file_never_replaces_an_input(tmp_path, capsys):
+    data = _data(tmp_path / "d.csv")
+    before = open(data, "rb").read()
+    os.symlink(data, tmp_path / "m.pt.lock")  # the lock's name, a link to the data
+    assert main(["train", data, "--targets", "y", "--out", str(tmp_path / "m.pt"), *FAST]) == 2
+    assert "--out (its lock file)" in capsys.readouterr().err and open(data, "rb").read() == before
+    with pytest.raises(Exception, match="lock file"):  # and the lock itself never opens through a link
+        lock_output(str(tmp_path / "m.pt"))
+    assert open(data, "rb").read() == before
