@@ -12,6 +12,7 @@ Model files, the command line's CSVs and plots, and the experiments' tables all 
 """
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from contextlib import contextmanager
@@ -34,9 +35,12 @@ def atomic_write(path: "os.PathLike | str", mode: str = "w", newline=None) -> It
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write: mode must be 'w' or 'wb', got {mode!r}")
-    from .output_paths import resolve_output_path
+    from .output_paths import OutputPathError, resolve_output_path
 
-    path = resolve_output_path(os.fspath(path), "write")  # the folder as the kernel resolves it, never `..` as text
+    try:  # the folder as the kernel resolves it, never `..` collapsed as text
+        path = resolve_output_path(os.fspath(path), "write")
+    except OutputPathError as err:  # as open() would say it (an OSError), with the reason
+        raise FileNotFoundError(errno.ENOENT, str(err), os.fspath(path)) from None
     folder = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:

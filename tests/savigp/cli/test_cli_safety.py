@@ -175,7 +175,7 @@ def test_atomic_write_resolves_the_folder_as_the_kernel_does(tmp_path, monkeypat
     (tmp_path / "keep.txt").write_text("input\n")
     (tmp_path / "far" / "sub").mkdir(parents=True)
     os.symlink("far/sub", "other")
-    with pytest.raises(OutputPathError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match="the folder nonexist/.. does not exist"):
         with atomic_write("nonexist/../keep.txt") as fh:
             fh.write("replaced\n")
     with atomic_write("other/../keep.txt") as fh:
