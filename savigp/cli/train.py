@@ -240,10 +240,10 @@ def _train(args, out: str, ckpt: str, plot) -> int:
     elbo = history.elbo[-1] if history.elbo else config.get("elbo")
     elbo_text = f"{elbo:.6g}" if elbo is not None else "n/a"
     config["training"]["estimator_used"] = history.estimator
-    ckp.finish(out, done, elbo)
-    # the model is complete: a Ctrl-C, a SIGTERM or a rank that stops from here on does not undo that
-    # (exit 0, said in one line; the --plot may be missing)
-    with _after_the_model(rank == 0, out, done, plot) as after:
+    # once the model is complete, a Ctrl-C, a SIGTERM or a rank that stops does not undo that (exit 0,
+    # said in one line; the --plot may be missing); before, they stop the run as ever
+    with _after_the_model(rank == 0, out, done, plot, ckp) as after:
+        ckp.finish(out, done, elbo)
         finish()
         if rank == 0:
             # the one-line summary is printed even with --quiet (which silences progress only)
@@ -262,10 +262,11 @@ def _train(args, out: str, ckpt: str, plot) -> int:
 
 
 @contextlib.contextmanager
-def _after_the_model(writer: bool, out: str, step: int, plot):
-    """Within: the model was completely written to ``out``; an interrupt (SIGINT, SIGTERM) or a
-    failed process group stops what is left (``after.stopped``) and rank 0 says that the model is
-    complete."""
+def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer):
+    """Within: ``ckp`` writes the finished model to ``out`` and the run ends; an interrupt (SIGINT,
+    SIGTERM) or a failed process group once the model is completely written
+    (``ckp.finished``) stops what is left (``after.stopped``) and rank 0 says that the model is
+    complete; before that, it propagates (a SIGTERM as KeyboardInterrupt)."""
     import signal
 
     from ..distributed import DistributedError
@@ -282,6 +283,8 @@ def _after_the_model(writer: bool, out: str, step: int, plot):
     try:
         yield after
     except (KeyboardInterrupt, DistributedError) as err:
+        if writer and not ckp.finished:
+            raise
         after.stopped = err
         if writer:
             what = "interrupted" if isinstance(err, KeyboardInterrupt) else "another rank stopped"

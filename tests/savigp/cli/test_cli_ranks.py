@@ -94,6 +94,16 @@ def test_an_interrupt_after_the_model_was_written(tmp_path, monkeypatch, capsys)
     from savigp.model_files import load_model
 
     assert load_model(str(tmp_path / "m.pt"))[0].config["complete"]
+    # interrupted while the model is being written: not complete, an interrupt as ever
+    from savigp.cli.checkpoint import Checkpointer
+
+    def write(self, path, step, complete, elbo):
+        if complete:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpointer, "write", write)
+    assert main(["train", data, "--targets", "y", "--out", str(tmp_path / "m2.pt"), *FAST]) == 130
+    assert "completely written" not in capsys.readouterr().err and not os.path.exists(tmp_path / "m2.pt")
 
 
 def test_one_run_per_out(tmp_path, capsys):
