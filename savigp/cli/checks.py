@@ -42,13 +42,22 @@ def parse_lik_options(items) -> dict:
 
 
 def code_inputs(args) -> list:
-    """The files of the user code that ``--likelihood`` and ``--mean-function`` name (inputs too:
-    never an output)."""
+    """The files of the user code that ``--likelihood`` and ``--mean-function`` name, module names
+    included (found without running anything): inputs too, never an output."""
+    from likelihoods import registry
+
+    from ..model_files.errors import LikelihoodImportError
+    from ..model_files.user_code import source_file
+
     files = []
     for spec in (getattr(args, "likelihood", None), getattr(args, "mean_function", None)):
         target = str(spec or "").rpartition(":")[0] or str(spec or "")
-        if target.endswith(".py") or os.sep in target:
-            files.append(os.path.expanduser(target))
+        if not target or str(spec) in registry.names():
+            continue  # a built-in likelihood's name
+        try:
+            files.append(source_file(target))
+        except LikelihoodImportError:
+            continue  # reported when it is imported
     return files
 
 

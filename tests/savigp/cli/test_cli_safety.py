@@ -165,7 +165,11 @@ def test_no_spelling_of_an_output_path_replaces_an_input(trained, tmp_path, caps
                  *FAST]) == 2
     assert main(["train", "test.csv", "--targets", "y", "--likelihood", "lik.py:log_lik", "--out", "./lik.py",
                  *FAST]) == 2
-    assert "is an input" in capsys.readouterr().err and open("lik.py", "rb").read() == code
+    assert "is an input" in capsys.readouterr().err
+    for lik in ("lik:log_lik", "lik", "lik.py", f"{tmp_path}/lik.py:log_lik"):  # a module name too
+        assert main(["predict", "m.pt", "test.csv", "--likelihood", lik, "--out", "other/../../lik.py"]) == 2
+        assert "is an input of this command" in _err(capsys), lik
+    assert open("lik.py", "rb").read() == code
 
 
 def test_atomic_write_resolves_the_folder_as_the_kernel_does(tmp_path, monkeypatch):
