@@ -71,7 +71,7 @@ def supervise(procs: list, grace_s: float = 10.0) -> tuple:
             if waited > 2 * grace_s or (waited > grace_s and not termed):
                 for q in procs:
                     if q.poll() is None:
-                        q.send_signal(signal.SIGKILL if termed else signal.SIGTERM)
+                        q.kill() if termed else q.terminate()
                 termed = True
         time.sleep(0.01)
     codes = [p.returncode for p in procs]

@@ -145,3 +145,14 @@ def test_the_lock_file_never_replaces_an_input(tmp_path, capsys):
     with pytest.raises(Exception, match="lock file"):  # and the lock itself never opens through a link
         lock_output(str(tmp_path / "m.pt"))
     assert open(data, "rb").read() == before
+
+
+def test_ranks_that_hang_after_another_failed_are_stopped():
+    """A rank that fails while the others wait in a collective: they get SIGTERM, then SIGKILL."""
+    hang = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)\n"
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]),
+             subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"]),
+             subprocess.Popen([sys.executable, "-c", hang])]
+    codes, first = ranks.supervise(procs, grace_s=0.3)
+    assert first == 1 and codes == [-15, 2, -9]
+    assert ranks.describe_status(-9) == "killed by SIGKILL" and ranks.describe_status(3) == "exit status 3"
