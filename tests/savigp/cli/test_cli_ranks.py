@@ -147,12 +147,17 @@ def test_the_lock_file_never_replaces_an_input(tmp_path, capsys):
     assert open(data, "rb").read() == before
 
 
-def test_ranks_that_hang_after_another_failed_are_stopped():
+def test_ranks_that_hang_after_another_failed_are_stopped(tmp_path):
     """A rank that fails while the others wait in a collective: they get SIGTERM, then SIGKILL."""
-    hang = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)\n"
+    import time
+
+    ready = tmp_path / "ready"
+    hang = f"import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nopen({str(ready)!r}, 'w')\ntime.sleep(60)\n"
+    deaf = subprocess.Popen([sys.executable, "-c", hang])
+    while not ready.exists() and deaf.poll() is None:
+        time.sleep(0.01)
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]),
-             subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"]),
-             subprocess.Popen([sys.executable, "-c", hang])]
+             subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"]), deaf]
     codes, first = ranks.supervise(procs, grace_s=0.3)
     assert first == 1 and codes == [-15, 2, -9]
     assert ranks.describe_status(-9) == "killed by SIGKILL" and ranks.describe_status(3) == "exit status 3"
