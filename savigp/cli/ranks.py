@@ -148,7 +148,7 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
     what += f" ({'; '.join(others)})" if others else ""
     step = _complete_model(out) if out and _file_identity(out) != before else None
     if step is not None:
-        print(f"{what}, after {out} was completely written ({step} steps): the model is complete", file=sys.stderr)
+        print(f"{what}, after {out} was completely written ({step} step(s)): the model is complete", file=sys.stderr)
         return EXIT_OK
     if all(c == code for c in codes):  # every rank said the same (bad input, interrupted): its status
         return code

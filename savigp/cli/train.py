@@ -289,7 +289,7 @@ def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer)
         if writer:
             what = "interrupted" if isinstance(err, KeyboardInterrupt) else "another rank stopped"
             missing = f"; --plot {plot} was not written" if plot and not after.plot_written else ""
-            print(f"savigp train: {what} after {out} was completely written ({step} steps): the model is "
+            print(f"savigp train: {what} after {out} was completely written ({step} step(s)): the model is "
                   f"complete{missing}", file=sys.stderr)
     finally:
         if previous is not None:

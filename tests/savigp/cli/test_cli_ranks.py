@@ -20,7 +20,7 @@ from savigp.csv_data import write_csv
 
 from conftest import ROOT  # noqa: E402
 
-FAST = ["--num-inducing", "5", "--samples", "5", "--threads", "1", "--quiet", "--iterations", "2"]
+FAST = ["--num-inducing", "4", "--samples", "3", "--threads", "1", "--quiet", "--iterations", "1"]
 
 
 def _data(path):
@@ -73,7 +73,7 @@ def test_a_model_written_before_a_rank_died_is_reported_complete(tmp_path, monke
             f"while os.path.exists({str(ready)!r}):\n    time.sleep(0.01)\nos.kill(os.getpid(), signal.SIGKILL)\n")
     assert _launch(tmp_path, monkeypatch, code, out=str(out)) == 0
     err = capsys.readouterr().err
-    assert f"rank 1 of 2 killed by SIGKILL, after {out} was completely written (7 steps): the model is complete" in err
+    assert f"rank 1 of 2 killed by SIGKILL, after {out} was completely written (7 step(s)): the model is complete" in err
     # an unchanged file is not this run's model: a failure
     assert _launch(tmp_path, monkeypatch, code.replace("os.replace", "print"), out=str(out)) == 1
     capsys.readouterr()
@@ -90,7 +90,7 @@ def test_an_interrupt_after_the_model_was_written(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(savigp.distributed, "finish", interrupted)
     assert main(["train", data, "--targets", "y", "--out", str(tmp_path / "m.pt"), *FAST]) == 0
     err = capsys.readouterr().err.strip()
-    assert err == f"savigp train: interrupted after {tmp_path / 'm.pt'} was completely written (2 steps): the model is complete"
+    assert err == f"savigp train: interrupted after {tmp_path / 'm.pt'} was completely written (1 step(s)): the model is complete"
     from savigp.model_files import load_model
 
     assert load_model(str(tmp_path / "m.pt"))[0].config["complete"]
