@@ -133,6 +133,7 @@ class Checkpointer:
         self.interrupted = False
         self.elbo = config.get("elbo")  # the ELBO at the last step called back
         self.written: Optional[int] = None  # the step of the last checkpoint written by this run
+        self.finished = False  # the finished model was completely written (finish)
         self._generator = None  # (step, generator state) after the last step called back
         hook = os.environ.get(TEST_SIGINT_ENV)
         self._hook_step = int(hook) if hook and hook.strip().isdigit() else None
@@ -224,5 +225,6 @@ class Checkpointer:
     def finish(self, out: str, step: int, elbo: Optional[float]) -> None:
         """The finished model to ``out``; the checkpoint is removed."""
         self.write(out, step, True, elbo)
+        self.finished = True
         if self.rank == 0 and os.path.exists(self.path):
             os.unlink(self.path)

@@ -41,6 +41,26 @@ def parse_lik_options(items) -> dict:
     return out
 
 
+def code_inputs(args) -> list:
+    """The files of the user code that ``--likelihood`` and ``--mean-function`` name, module names
+    included (found without running anything): inputs too, never an output."""
+    from likelihoods import registry
+
+    from ..model_files.errors import LikelihoodImportError
+    from ..model_files.user_code import source_file
+
+    files = []
+    for spec in (getattr(args, "likelihood", None), getattr(args, "mean_function", None)):
+        target = str(spec or "").rpartition(":")[0] or str(spec or "")
+        if not target or str(spec) in registry.names():
+            continue  # a built-in likelihood's name
+        try:
+            files.append(source_file(target))
+        except LikelihoodImportError:
+            continue  # reported when it is imported
+    return files
+
+
 def output_path(path: str, inputs: list, quiet: bool, allow_stdout: bool = False) -> str:
     """``--out`` checked (see :mod:`savigp.output_paths`); a symlink's target, said on stderr."""
     target = check_output_path(path, "--out", inputs=inputs, allow_stdout=allow_stdout)

@@ -227,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quiet", action="store_true", help="no progress bar (the one-line summary is still printed)")
     g.add_argument("--plot", metavar="ELBO.png", help="draw the ELBO per step to this image (needs matplotlib)")
     g.add_argument("--nproc", type=int, metavar="R",
-                   help="train data-parallel on R processes of this machine (runs torchrun; see docs/cli.md)")
+                   help="train data-parallel on R processes of this machine (started as torchrun would; see docs/cli.md)")
     g.add_argument("--dist-timeout", type=float, metavar="SEC",
                    help="data-parallel: seconds a rank waits for the others before failing (default 300)")
     _add_threads_option(g)

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from ..csv_data import read_csv, write_csv
-from .checks import check_device, check_plot_option, check_samples, output_path
+from .checks import check_device, check_plot_option, check_samples, code_inputs, output_path
 from .columns import select_inputs, select_targets, targets_if_present, validate_targets
 from .errors import EXIT_OK, CLIError
 from .user_options import file_lines_in_errors
@@ -77,8 +77,9 @@ def _model_and_table(args):
 def cmd_predict(args) -> int:
     """``savigp predict``: predictive means/variances (and class probabilities) per row."""
     check_samples(args.samples)
-    out = output_path(args.out, [args.model, args.data], args.quiet, allow_stdout=True)
-    plot = check_plot_option(args.plot, [args.model, args.data], [out])
+    inputs = [args.model, args.data, *code_inputs(args)]
+    out = output_path(args.out, inputs, args.quiet, allow_stdout=True)
+    plot = check_plot_option(args.plot, inputs, [out])
     table, saved = _model_and_table(args)
     if plot and int(saved.config["model"]["input_dim"]) > 2:
         raise CLIError(f"--plot draws models of 1 or 2 inputs; {args.model} has {saved.config['model']['input_dim']}")

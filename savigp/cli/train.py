@@ -1,12 +1,14 @@
 """``savigp train``: read and check the data, build the likelihood and the model (or resume one),
 fit it with checkpoints and a graceful Ctrl-C, and write the model file atomically. ``--nproc R``
-runs the same command as R data-parallel ranks under ``torchrun`` (:mod:`savigp.cli.ranks`)."""
+runs the same command as R data-parallel ranks, started and watched by :mod:`savigp.cli.ranks`."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 import time
+import types
 
 import numpy as np
 from likelihoods import registry
@@ -15,10 +17,11 @@ from ..csv_data import DataError, data_checksum, read_csv, split_columns
 from ..output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
 from .checkpoint import Checkpointer, resume, training_options
-from .checks import check_device, check_plot_option, output_path, parse_floats
+from .checks import check_device, check_plot_option, code_inputs, output_path, parse_floats
 from .columns import validate_targets
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
 from .ranks import join_ranks, launch_ranks
+from .run_lock import LOCK_ENV, lock_output
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
 from .warm_start import check_groups, check_warm_start_options, parse_learn, read_source, start_from
@@ -59,9 +62,10 @@ def _check_training_options(args) -> None:
 
 def _output_files(args) -> tuple:
     """``(OUT, OUT.ckpt, --plot)`` checked; orphaned temporaries of earlier runs removed."""
-    inputs = [args.data] + ([args.warm_start] if args.warm_start else [])
+    inputs = [args.data] + ([args.warm_start] if args.warm_start else []) + code_inputs(args)
     out = output_path(args.out, inputs, args.quiet)
     ckpt = check_output_path(out + ".ckpt", "--out (its checkpoint)", inputs=inputs)
+    check_output_path(out + ".lock", "--out (its lock file)", inputs=inputs)
     plot = check_plot_option(args.plot, inputs, [out, ckpt])
     for stale in remove_orphaned_temporaries(out) + remove_orphaned_temporaries(ckpt):
         if not args.quiet:
@@ -166,12 +170,24 @@ def cmd_train(args) -> int:
     Under ``torchrun`` every rank trains its share of each mini-batch and rank 0 alone prints and
     writes checkpoints and the model."""
     _check_options(args)
-    from ..distributed import finish, launched
+    from ..distributed import launched
 
-    if args.nproc is not None and args.nproc > 1 and not launched():
-        return launch_ranks(args)
     _check_training_options(args)
     out, ckpt, plot = _output_files(args)
+    lock = lock_output(out, getattr(args, "argv", None))  # one run per --out (None: a rank whose launcher holds it)
+    try:
+        if args.nproc is not None and args.nproc > 1 and not launched():
+            return launch_ranks(args, out, {LOCK_ENV: out + ".lock"} if lock is not None else {})
+        return _train(args, out, ckpt, plot)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(args, out: str, ckpt: str, plot) -> int:
+    """``cmd_train`` in one process (or one rank), its output paths checked and locked."""
+    from ..distributed import finish
+
     table, icols, tcols, X, Y = _read_data(args)
 
     from ..model_files import SavedModel, build_model
@@ -224,19 +240,60 @@ def cmd_train(args) -> int:
     elbo = history.elbo[-1] if history.elbo else config.get("elbo")
     elbo_text = f"{elbo:.6g}" if elbo is not None else "n/a"
     config["training"]["estimator_used"] = history.estimator
-    ckp.finish(out, done, elbo)
-    finish()
-    if rank == 0:
-        # the one-line summary is printed even with --quiet (which silences progress only)
-        print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s, "
-              f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
-        if plot:
-            from ..plotting import save_elbo_plot
+    # once the model is complete, a Ctrl-C, a SIGTERM or a rank that stops does not undo that (exit 0,
+    # said in one line; the --plot may be missing); before, they stop the run as ever
+    with _after_the_model(rank == 0, out, done, plot, ckp) as after:
+        ckp.finish(out, done, elbo)
+        finish()
+        if rank == 0:
+            # the one-line summary is printed even with --quiet (which silences progress only)
+            print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s, "
+                  f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
+            if plot:
+                from ..plotting import save_elbo_plot
 
-            save_elbo_plot(history.elbo, plot, start=done - history.steps,
-                           title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
-            print(f"wrote {plot}", file=sys.stderr)
+                save_elbo_plot(history.elbo, plot, start=done - history.steps,
+                               title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
+                after.plot_written = True
+                print(f"wrote {plot}", file=sys.stderr)
+    if after.stopped is not None and rank != 0:
+        raise after.stopped  # rank 0 wrote the model, or says why not; the launcher reads the file
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer):
+    """Within: ``ckp`` writes the finished model to ``out`` and the run ends; an interrupt (SIGINT,
+    SIGTERM) or a failed process group once the model is completely written
+    (``ckp.finished``) stops what is left (``after.stopped``) and rank 0 says that the model is
+    complete; before that, it propagates (a SIGTERM as KeyboardInterrupt)."""
+    import signal
+
+    from ..distributed import DistributedError
+
+    after = types.SimpleNamespace(stopped=None, plot_written=False)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        yield after
+    except (KeyboardInterrupt, DistributedError) as err:
+        if writer and not ckp.finished:
+            raise
+        after.stopped = err
+        if writer:
+            what = "interrupted" if isinstance(err, KeyboardInterrupt) else "another rank stopped"
+            missing = f"; --plot {plot} was not written" if plot and not after.plot_written else ""
+            print(f"savigp train: {what} after {out} was completely written ({step} step(s)): the model is "
+                  f"complete{missing}", file=sys.stderr)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):

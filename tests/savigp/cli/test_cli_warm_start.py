@@ -174,7 +174,7 @@ def test_learn_survives_an_interrupt_and_resume(files, capsys, monkeypatch):
 
 
 def test_warm_start_and_learn_on_two_ranks(files):
-    """``--nproc 2`` (torchrun, a subprocess): every rank warm-starts from the source and trains only
+    """``--nproc 2`` (two ranks, a subprocess): every rank warm-starts from the source and trains only
     q(u); with the closed-form expected log-likelihood the two ranks' summed gradient is the one
     process's, so the parameters agree with a one-process run to rounding (5e-11 measured)."""
     import os
