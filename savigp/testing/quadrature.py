@@ -152,9 +152,7 @@ def adaptive_quadrature(h: Callable[[Tensor], Tensor], mean: Tensor, var: Tensor
     norm over rows); ``None`` when it does not converge to ``ADAPTIVE_TOL`` or is not finite."""
     from scipy.integrate import quad_vec
 
-    sd = var.sqrt()
-
-    B = mean.shape[0]
+    sd, B = var.sqrt(), mean.shape[0]
 
     def integrand(x: float) -> np.ndarray:
         values = h(mean + sd * x).detach().cpu().numpy()  # (B,)
