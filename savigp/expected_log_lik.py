@@ -57,10 +57,10 @@ from likelihoods.base import log_prob_checked
 from likelihoods.quadrature import gauss_hermite_grid
 
 from . import _chunks, _compile, _sync_free
+from ._choices import ESTIMATORS
 from ._linalg import point_cholesky
 from .nonfinite import non_finite_error
 
-ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
 #: below this many samples the score estimator's control variate is the leave-one-out baseline,
 #: from it on the leave-one-out regression coefficient (see the module docstring)
 CV_REGRESSION_MIN_SAMPLES = 50

@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 from likelihoods import registry
@@ -221,15 +222,22 @@ def cmd_train(args) -> int:
                   f"run the same command with --resume{' (without --warm-start)' if args.warm_start else ''} to "
                   "continue", file=sys.stderr)
         return EXIT_INTERRUPTED
-    elbo = history.elbo[-1] if history.elbo else config.get("elbo")
-    elbo_text = f"{elbo:.6g}" if elbo is not None else "n/a"
+    elbo = history.final_elbo if history.final_elbo is not None else config.get("elbo")
+    se = history.final_elbo_stderr
+    elbo_text = "n/a" if elbo is None else (f"{elbo:.6g} +- {se:.2g} (on all {X.shape[0]} rows; +- its Monte Carlo "
+                                            "standard error)" if se else f"{elbo:.6g} (on all {X.shape[0]} rows)")
     config["training"]["estimator_used"] = history.estimator
+    config["training"]["elbo_stderr"] = history.final_elbo_stderr
     ckp.finish(out, done, elbo)
     finish()
     if rank == 0:
         # the one-line summary is printed even with --quiet (which silences progress only)
-        print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s, "
+        threads = f", {history.threads} thread{'s' if history.threads != 1 else ''}" if history.threads else ""
+        print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s{threads}, "
               f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
+        if history.still_rising:
+            print(f"savigp train: note: {history.still_rising} (the same command with --resume and a larger "
+                  "--iterations continues from the model)", file=sys.stderr)
         if plot:
             from ..plotting import save_elbo_plot
 
@@ -242,7 +250,7 @@ def cmd_train(args) -> int:
 def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
     """:func:`savigp.training.fit` for the remaining steps, under ``ckp``'s signal handlers."""
     from ..distributed import launched
-    from ..training import default_log_every, fit
+    from ..training import ConvergenceWarning, default_log_every, fit
 
     remaining = ckp.total - int(ckp.state.get("step", 0))
     with ckp.signals(sigterm=launched()) as handled:
@@ -255,10 +263,12 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
             log_every = math.gcd(int(args.checkpoint_every), log_every)
         try:
             with file_lines_in_errors(table):
-                return fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
-                           lr=ckp.config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
-                           groups=args.learn, seed=args.seed, progress=not quiet, callback=ckp.callback, state=ckp.state,
-                           log_every=log_every)
+                with warnings.catch_warnings():  # (the still-rising hint is printed after the summary)
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    return fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
+                               lr=ckp.config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
+                               groups=args.learn, seed=args.seed, progress=not quiet, callback=ckp.callback,
+                               state=ckp.state, log_every=log_every, threads=args.threads)
         except (SystemExit, KeyboardInterrupt) as err:
             if isinstance(err, KeyboardInterrupt) and (ckp.interrupted or not handled):
                 raise  # Ctrl-C pressed twice: stop at once
