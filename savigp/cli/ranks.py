@@ -28,6 +28,11 @@ def launch_ranks(args) -> int:
     env = dict(os.environ)
     if args.threads is None and "OMP_NUM_THREADS" not in env:  # torchrun would set 1 and warn
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc))
+    if not args.quiet:
+        threads = args.threads if args.threads is not None else env["OMP_NUM_THREADS"]
+        backend = "nccl" if (args.device or "cpu").startswith("cuda") else "gloo"
+        print(f"savigp train: starting {args.nproc} data-parallel processes on this machine (ranks 0-{args.nproc - 1}, "
+              f"torchrun, {backend} backend, {threads} thread(s) per rank); rank 0 reports", file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd, env=env)
     # A terminal's Ctrl-C reaches torchrun too, which then stops the ranks with SIGTERM (each checkpoints
     # as after Ctrl-C): wait for it rather than die first; a SIGTERM sent to this process is passed on.

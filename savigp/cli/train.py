@@ -249,6 +249,7 @@ def cmd_train(args) -> int:
 
 def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
     """:func:`savigp.training.fit` for the remaining steps, under ``ckp``'s signal handlers."""
+    from .. import distributed
     from ..distributed import launched
     from ..training import ConvergenceWarning, default_log_every, fit
 
@@ -257,6 +258,13 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
         estimator = model.resolved_estimator(args.estimator)  # an impossible choice: one line, exit 2
         if not quiet:
             print(f"estimator: {estimator} ({ESTIMATOR_WHY[estimator]})", file=sys.stderr)
+        if args.estimator == "auto" and estimator in ("score", "score-nocv"):
+            hint = getattr(model.likelihood, "suggest_differentiable", None)  # (once: fit then says nothing)
+            if hint is not None and hint(model.train_y) and distributed.rank() == 0:  # (even with --quiet)
+                print(f"savigp train: note: --likelihood {spec.get('import_path') or spec['name']} is differentiable "
+                      "in f with torch (autograd gave finite gradients): --lik-option differentiable=True selects "
+                      "the reparameterization estimator, usually much less noisy than the score function",
+                      file=sys.stderr)
         # fit calls back at its reads of the device: at every checkpoint step at least
         log_every = default_log_every(model.device)
         if args.checkpoint_every:

@@ -12,6 +12,7 @@ the updates are the rules of :mod:`savigp.training.rules`.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -181,19 +182,19 @@ def fit(
     iterations = int(iterations)
     if iterations < 0:
         raise ValueError(f"iterations must be >= 0, got {iterations}")
-    estimator = model.resolved_estimator(estimator)
+    requested, estimator = estimator, model.resolved_estimator(estimator)
     n_threads = (choose_threads(step_work(model, B, num_samples), threads)
                  if model.device.type == "cpu" or threads is not None else None)
     with torch_threads(n_threads or torch.get_num_threads()):
         history = _fit(model, iterations=iterations, B=B, optimizer=optimizer, lr=lr, num_samples=num_samples,
-                       estimator=estimator, groups=groups, seed=seed, progress=progress, callback=callback,
+                       estimator=estimator, requested=requested, groups=groups, seed=seed, progress=progress, callback=callback,
                        lbfgs_max_iter=lbfgs_max_iter, state=state, tune_allocator=tune_allocator,
                        log_every=log_every, cuda_graphs=cuda_graphs, final_elbo=final_elbo)
     history.threads = n_threads
     return history
 
 
-def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, groups, seed, progress, callback,
+def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, requested, groups, seed, progress, callback,
          lbfgs_max_iter, state, tune_allocator, log_every, cuda_graphs, final_elbo) -> TrainingHistory:
     """:func:`fit` with its arguments checked and the threads set."""
     N = model.num_data
@@ -238,6 +239,11 @@ def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, groups,
     ddp = distributed.setup(model, params, seed, {"N": N, "batch_size": B, "iterations": iterations,
                                                   "start step": start, "seed": seed, "batch position": pos})
     progress = progress and (ddp is None or ddp.rank == 0)
+    if requested == "auto" and estimator in ("score", "score-nocv") and (ddp is None or ddp.rank == 0):
+        hint = getattr(model.likelihood, "suggest_differentiable", None)  # (a user function in torch)
+        hint = hint(model.train_y) if hint is not None else None
+        if hint:
+            warnings.warn(f"savigp.fit: {hint}", UserWarning, stacklevel=3)
     if optimizer == "lbfgs" or ddp is not None:  # (the last good state: rank 0's broadcast parameters)
         rule = GradientStep(model, opt, num_samples=num_samples, estimator=estimator, generator=gen, ddp=ddp)
     else:
