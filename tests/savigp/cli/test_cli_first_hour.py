@@ -76,3 +76,75 @@ def test_lazy_package_names_resolve():
         assert "no_such_name" in str(err)
     else:
         raise AssertionError("an unknown name must raise AttributeError")
+
+
+# ---------------------------------------------------------------------------- train's readout and notes
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_train_prints_the_full_data_elbo_the_rising_note_and_the_differentiable_hint(tmp_path, capsys):
+    import numpy as np
+
+    from savigp.cli import main
+    from savigp.csv_data import write_csv
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 6, (60, 1))
+    data = str(tmp_path / "d.csv")
+    write_csv(data, ["x", "y"], np.column_stack([X, np.sin(X) + 0.3 * rng.standard_normal((60, 1))]))
+    lik = _write(tmp_path / "lik.py", "def log_lik(y, f):\n    return -0.5 * (y[:, 0] - f[..., 0]) ** 2 / 0.09\n")
+    base = ["train", data, "--targets", "y", "--num-inducing", "5", "--seed", "0"]
+    # a truncated fit: still rising, said after the summary; Monte Carlo: the ELBO with its standard error
+    assert main(base + ["--iterations", "100", "--lr", "0.01", "--estimator", "reparam", "--samples", "20",
+                        "--out", str(tmp_path / "a.pt")]) == 0
+    out, err = capsys.readouterr()
+    assert "final ELBO " in out and " +- " in out and "(on all 60 rows; +- its Monte Carlo standard error)" in out
+    assert "savigp train: note: the ELBO was still rising at the end" in err and "--resume" in err
+    assert "(mean of the last 10 steps, sd " in err
+    # a torch user function that is differentiable: the hint, once, on stderr (and no Python warning)
+    assert main(base + ["--iterations", "3", "--likelihood", f"{lik}:log_lik", "--samples", "5",
+                        "--out", str(tmp_path / "b.pt")]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("is differentiable in f with torch") == 1
+    assert "note: --likelihood " in err and "--lik-option differentiable=True" in err
+    assert "UserWarning" not in err and "note: the ELBO was still rising" not in err
+    # declared differentiable: reparam, nothing to suggest
+    assert main(base + ["--iterations", "3", "--likelihood", f"{lik}:log_lik", "--samples", "5",
+                        "--lik-option", "differentiable=True", "--out", str(tmp_path / "c.pt")]) == 0
+    out, err = capsys.readouterr()
+    assert "estimator: reparam" in err and "differentiable in f" not in err
+
+
+def test_nproc_says_it_starts_the_ranks(tmp_path, monkeypatch, capsys):
+    """``train --nproc 2`` says on stderr that it starts two processes, with the backend and the
+    threads per rank (the ranks themselves are not started here: torchrun is replaced)."""
+    import subprocess as sp
+
+    from savigp.cli import build_parser, ranks
+
+    started = {}
+
+    class FakePopen:
+        def __init__(self, cmd, env):
+            started.update(cmd=cmd, env=env)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(sp, "Popen", FakePopen)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    argv = ["train", "d.csv", "--targets", "y", "--out", "m.pt", "--nproc", "2"]
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    assert ranks.launch_ranks(args) == 0
+    err = capsys.readouterr().err
+    threads = max(1, (os.cpu_count() or 1) // 2)
+    assert err.strip() == (f"savigp train: starting 2 data-parallel processes on this machine (ranks 0-1, torchrun, "
+                           f"gloo backend, {threads} thread(s) per rank); rank 0 reports")
+    assert started["env"]["OMP_NUM_THREADS"] == str(threads) and "--nproc" not in started["cmd"]
+    args = build_parser().parse_args(argv + ["--threads", "1", "--device", "cuda"])
+    args.argv = argv
+    assert ranks.launch_ranks(args) == 0
+    assert "nccl backend, 1 thread(s) per rank" in capsys.readouterr().err
