@@ -249,7 +249,6 @@ def cmd_train(args) -> int:
 
 def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
     """:func:`savigp.training.fit` for the remaining steps, under ``ckp``'s signal handlers."""
-    from .. import distributed
     from ..distributed import launched
     from ..training import ConvergenceWarning, default_log_every, fit
 
@@ -258,9 +257,9 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
         estimator = model.resolved_estimator(args.estimator)  # an impossible choice: one line, exit 2
         if not quiet:
             print(f"estimator: {estimator} ({ESTIMATOR_WHY[estimator]})", file=sys.stderr)
-        if args.estimator == "auto" and estimator in ("score", "score-nocv"):
+        if args.estimator == "auto" and estimator in ("score", "score-nocv") and not quiet:
             hint = getattr(model.likelihood, "suggest_differentiable", None)  # (once: fit then says nothing)
-            if hint is not None and hint(model.train_y) and distributed.rank() == 0:  # (even with --quiet)
+            if hint is not None and hint(model.train_y):
                 print(f"savigp train: note: --likelihood {spec.get('import_path') or spec['name']} is differentiable "
                       "in f with torch (autograd gave finite gradients): --lik-option differentiable=True selects "
                       "the reparameterization estimator, usually much less noisy than the score function",
@@ -273,6 +272,7 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
             with file_lines_in_errors(table):
                 with warnings.catch_warnings():  # (the still-rising hint is printed after the summary)
                     warnings.simplefilter("ignore", ConvergenceWarning)
+                    warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
                     return fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
                                lr=ckp.config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
                                groups=args.learn, seed=args.seed, progress=not quiet, callback=ckp.callback,
