@@ -4,14 +4,14 @@ cores unless the caller says (``fit(threads=T)``, ``savigp train --threads T``, 
 
 Why not torch's default (one thread per core): torch's CPU kernels split an operation over threads
 that wait for each other at its end, so one thread descheduled by another process stalls them all.
-Measured on the project's 2-core machine while other jobs kept it busy (load average 2.6-6.4), 200
-steps of the README's first example (N = 500, M = 20, B = 100, a numpy likelihood, score
-estimator): 0.83 s median with 1 thread against 13.1 s (0.99-35.2 s) with 2; an M = 500, B = 1000,
-S = 20 Gaussian/reparameterization step: 137-210 ms with 1 thread against 0.94-1.75 s with 2 (see
-docs/cli.md, "Threads", for the commands). A second thread can at best halve a step on an idle
-2-core machine and multiplies it by 5-40 on a busy one, and small steps (a few milliseconds) gain
-nothing from threads even when idle (the issue's quiet machine: 1.6 s for those 200 steps with 1
-or 2 threads). Hence the rule of :func:`choose_threads`:
+Measured on the project's 2-core machine while other jobs kept it busy (load average 9.3-9.5),
+with ``experiments/threads.py`` (docs/cli.md, "Threads"): 200 steps of the README's first example
+(N = 500, M = 20, B = 100, a numpy likelihood, score estimator) took 1.56 s (median; 0.75-2.06)
+with 1 thread against 15.9 s (12.0-51.9) with 2; 10 steps at M = 500, B = 1000, S = 20
+(Gaussian, reparameterization) 1.60 s against 11.6 s (7.6-15.6). A second thread can at best
+halve a step on an idle 2-core machine and multiplied these by 7-10 (up to 33) on a busy one;
+small steps (a few milliseconds) gain nothing from threads even on an idle machine (issue 28
+reports 1.6 s for those 200 steps with 1 or 2 threads on a quiet one). Hence the rule of :func:`choose_threads`:
 
 * a small step, :func:`step_work` below :data:`SMALL_WORK` multiply-adds (about M = 300 at B = 1000
   for one latent function and component): **1 thread**;

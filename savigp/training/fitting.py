@@ -130,11 +130,12 @@ def fit(
             None: 1 thread for a small step (:func:`savigp._threads.step_work` below 1e8
             multiply-adds, e.g. M <= 300 at B = 1000 for Q = K = 1), else torch's setting capped at
             the cores idle now; ``OMP_NUM_THREADS`` in the environment keeps torch's setting.
-            Measured on a busy 2-core machine (other jobs running), 200 steps of the README's first
-            example: 0.83 s with 1 thread, 13.1 s (0.99-35.2 s) with 2; M = 500, B = 1000: 137-210 ms
-            a step with 1 thread, 0.94-1.75 s with 2. Threads that wait for a descheduled sibling
-            make a busy machine 5-40 times slower, and one thread costs at most the number of cores
-            on an idle one (see :mod:`savigp._threads`, docs/cli.md "Threads").
+            Measured on a busy 2-core machine (load average 9.3-9.5, ``experiments/threads.py``),
+            200 steps of the README's first example: 1.56 s with 1 thread, 15.9 s with 2; M = 500,
+            B = 1000, S = 20: 10 steps in 1.60 s with 1 thread, 11.6 s with 2. Threads that wait for
+            a descheduled sibling make a busy machine 7-10 times slower (up to 33), and one thread
+            costs at most the number of cores on an idle one (see :mod:`savigp._threads`,
+            docs/cli.md "Threads").
         final_elbo: after the last step, estimate the ELBO on all N points with the training
             estimator and its Monte Carlo standard error (one pass without gradients, in chunks:
             :func:`savigp.training.convergence.full_data_elbo`), recorded as
