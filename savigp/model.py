@@ -185,7 +185,10 @@ class SAVIGP(nn.Module):
             name = kernel or "rbf"
             if name not in KERNELS:
                 raise ValueError(f"kernel must be one of {sorted(KERNELS)} or a Kernel, got {name!r}")
-            std = X.std(0).clamp_min(1e-6) if N > 1 else torch.ones(D, dtype=X.dtype)
+            # a column without spread (constant) gets length-scale sqrt(D): any value fits it, and
+            # sqrt(D) * 0 would be below the length-scale's floor
+            std = X.std(0) if N > 1 else torch.ones(D, dtype=X.dtype)
+            std = torch.where(std > 0, std.clamp_min(1e-5), torch.ones_like(std))
             kernel = KERNELS[name](D, Q, lengthscale=std * D ** 0.5, variance=1.0)
         if kernel.num_latent != Q:
             raise ValueError(

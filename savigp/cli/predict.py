@@ -86,6 +86,7 @@ def cmd_predict(args) -> int:
     with file_lines_in_errors(table):
         pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed).numpy()
     header, values = prediction_table(saved, pred, latent=args.latent)
+    check_finite_predictions(values, header, table, args.model)
     write_csv(out, header, values)
     if out != "-" and not args.quiet:
         print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {out}", file=sys.stderr)
@@ -98,6 +99,40 @@ def cmd_predict(args) -> int:
         if not args.quiet:
             print(f"wrote {plot}", file=sys.stderr)
     return EXIT_OK
+
+
+def check_finite_predictions(values: np.ndarray, header: list, table, model: str) -> None:
+    """The last guard of ``predict``: no NaN or inf is ever written with exit status 0.
+
+    ``values (B, C)`` the predictions table, ``header`` its C names, ``table`` the test CSV (for
+    the line of the first bad row). A loaded model has finite parameters of bounded magnitude
+    (:func:`savigp.model_files.schema.check_tensor`), so this is a model whose parameters still
+    combine into overflow.
+
+    Raises:
+        ModelFileError: naming the model file, the test file's line and the column.
+    """
+    from ..model_files import ModelFileError
+
+    bad = ~np.isfinite(values)
+    if bad.any():
+        r, j = (int(v) for v in np.argwhere(bad)[0])
+        raise ModelFileError(f"{model}: its prediction is not finite ({table.where(r)}, {header[j]} = {values[r, j]}; "
+                             f"{int(bad.any(axis=1).sum())} of {values.shape[0]} row(s)): the model's parameters are "
+                             "out of range for these inputs")
+
+
+def check_finite_metrics(metrics: dict, model: str) -> None:
+    """The last guard of ``evaluate``: every metric finite (or None: undefined), else a
+    ModelFileError naming the model file and the metric."""
+    import math
+
+    from ..model_files import ModelFileError
+
+    for k, v in metrics.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ModelFileError(f"{model}: {METRIC_NAMES.get(k, k)} is {v} on these data: the model gives some test "
+                                 "rows a zero or non-finite density (its parameters are out of range for them)")
 
 
 def format_metrics(metrics: dict) -> str:
@@ -127,6 +162,7 @@ def cmd_evaluate(args) -> int:
     validate_targets(saved.model.likelihood, torch.as_tensor(saved.transform_targets(Y)), table, tcols)
     with file_lines_in_errors(table):
         metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
+    check_finite_metrics(metrics, args.model)
     if args.json:
         print(json.dumps(metrics))
     else:

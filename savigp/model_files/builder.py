@@ -87,12 +87,33 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
     if not with_data:
         model.num_data = N
         model.config["num_data"] = N
+    if config.get("jitter_floor"):  # absent (older files) or 0: the base jitter
+        model.jitter_floor = float(config["jitter_floor"])
     try:
         model.load_state_dict(state_dict, strict=True)
     except RuntimeError as err:
         first = str(err).strip().splitlines()
         raise ModelFileError(f"the parameters do not fit the model the file describes: {' '.join(s.strip() for s in first[:3])}") from None
+    _check_constrained_values(model)
     return model
+
+
+def _check_constrained_values(model) -> None:
+    """Every positive parameter (softplus(raw) + floor: kernel variances and length-scales,
+    likelihood variances, ...) finite and at most :func:`~savigp.model_files.schema.tensor_bound`
+    after its transform; a ModelFileError names the parameter."""
+    from likelihoods.parameters import PositiveParameter
+
+    from .schema import tensor_bound
+
+    for name, module in model.named_modules():
+        if isinstance(module, PositiveParameter):
+            with torch.no_grad():
+                value = module().detach()
+            bound = tensor_bound(value.dtype)
+            if not bool(torch.isfinite(value).all()) or bool((value.abs() > bound).any()):
+                raise ModelFileError(f"state_dict[{name + '.raw'!r}]: its value {value.flatten()[:4].tolist()} is not "
+                                     f"finite or exceeds {bound:.3g}")
 
 
 def standardization_stats(A: np.ndarray) -> dict:

@@ -16,7 +16,7 @@ import torch
 from ..atomic_files import atomic_write
 from .errors import ModelFileError
 from .likelihood_spec import likelihood_spec
-from .schema import SchemaError, check_config
+from .schema import SchemaError, check_config, check_tensors
 
 FORMAT = "savigp-model"
 #: 2: ``posterior="diag"`` became the paper's diagonal mixture over u (:class:`UDiagonalMixture`);
@@ -89,6 +89,8 @@ def save_model(path: str, model, config: dict, training_state: Optional[dict] = 
     config.setdefault("standardize", {"inputs": None, "targets": None})
     config.setdefault("class_labels", None)
     config["model"] = plain(dict(model.config))
+    # the K_zz jitter training settled on: a loaded or resumed model factorizes as it trained
+    config["jitter_floor"] = float(getattr(model, "jitter_floor", 0.0))
     # what the module itself is, whatever the caller's config says
     from ..kernels import KERNELS
 
@@ -156,6 +158,7 @@ def _check_training_state(ts) -> None:
         return
     if not isinstance(ts, dict) or not isinstance(ts.get("optimizer"), dict):
         raise SchemaError("training_state must be None or a dict with an optimizer state")
+    check_tensors(ts, "training_state")
     perm, pos, gen = ts.get("perm"), ts.get("pos"), ts.get("generator")
     if not (isinstance(perm, torch.Tensor) and perm.dim() == 1 and perm.dtype == torch.int64):
         raise SchemaError("training_state.perm must be a 1-D LongTensor")

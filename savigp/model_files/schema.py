@@ -114,7 +114,74 @@ CONFIG_SCHEMA = Dict({
     "step": Opt(Int(0, 2 ** 62)),
     "complete": Opt(Bool()),
     "elbo": Opt(Float()),
+    # the relative K_zz jitter that training found necessary (SAVIGP.jitter_floor); absent in older files
+    "jitter_floor": Opt(Float()),
 })
+#: the largest relative jitter a file may record (jitter as large as the kernel's own variance)
+MAX_JITTER_FLOOR = 1.0
+
+
+# ---------------------------------------------------------------------- the tensors themselves
+def tensor_bound(dtype: torch.dtype) -> float:
+    """The largest magnitude a stored floating-point value may have: sqrt(finfo.max) (1.3e154 in
+    float64, 1.8e19 in float32), so that its square (a variance, a squared distance) stays finite."""
+    return float(torch.finfo(dtype).max) ** 0.5
+
+
+def check_tensor(t: torch.Tensor, where: str, values: bool = True) -> None:
+    """A stored tensor whose storage holds every element it claims, and (``values``) whose
+    floating-point values are finite and at most :func:`tensor_bound` in magnitude.
+
+    ``torch.load`` rebuilds a tensor from its shape, strides and storage: a tensor with a zero
+    stride (``torch.zeros(1).expand(15000, 10)``) or strides that overlap claims many elements
+    while its file holds a few, and would pass every shape check. Here a tensor must be dense
+    (strided), have no zero stride along a dimension longer than 1, and its storage must hold at
+    least ``numel`` elements and reach its last element: the size a file claims is the size it holds.
+
+    Raises:
+        SchemaError: naming ``where``, what it claims and what it holds.
+    """
+    if t.layout != torch.strided or t.is_quantized:
+        raise SchemaError(f"{where} is a {t.layout} tensor; model files hold dense tensors")
+    if t.is_complex():
+        raise SchemaError(f"{where} has dtype {t.dtype}; model files hold real tensors")
+    n = t.numel()
+    if n == 0:
+        return
+    shape, strides = tuple(t.shape), t.stride()
+    if any(st == 0 and size > 1 for size, st in zip(shape, strides)):
+        raise SchemaError(f"{where} claims shape {shape} but repeats stored values (stride {strides}): "
+                          "a model file holds every element it claims")
+    span = t.storage_offset() + 1 + sum((size - 1) * st for size, st in zip(shape, strides))
+    held = t.untyped_storage().nbytes() // t.element_size()
+    if held < max(n, span):
+        raise SchemaError(f"{where} claims shape {shape} ({n} elements) but the file stores {held}")
+    if values and t.is_floating_point():
+        bad = ~torch.isfinite(t)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad.reshape(-1))[0])
+            raise SchemaError(f"{where} holds a non-finite value ({float(t.reshape(-1)[i])} at flat index {i} of "
+                              f"shape {shape})")
+        bound = tensor_bound(t.dtype)
+        big = t.abs() > bound
+        if bool(big.any()):
+            i = int(torch.nonzero(big.reshape(-1))[0])
+            raise SchemaError(f"{where} holds {float(t.reshape(-1)[i]):.3g} at flat index {i} of shape {shape}; "
+                              f"values must be at most {bound:.3g} in magnitude (its square stays finite)")
+
+
+def check_tensors(obj, where: str, values: bool = True, depth: int = 0) -> None:
+    """:func:`check_tensor` on every tensor in a nested dict/list ``obj`` (a state dict, an optimizer state)."""
+    if depth > 12:
+        raise SchemaError(f"{where}: nested more than 12 levels deep")
+    if isinstance(obj, torch.Tensor):
+        check_tensor(obj, where, values)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            check_tensors(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k!r}]", values, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            check_tensors(v, f"{where}[{i}]", values, depth + 1)
 
 
 # ---------------------------------------------------------------------- against the state dict
@@ -147,6 +214,8 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
         _USER_FUNCTION_KWARGS_SCHEMA.check(lik.get("kwargs") or {}, "config.likelihood.kwargs")
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise SchemaError("state_dict must map parameter names to tensors")
+    for key, t in state.items():
+        check_tensor(t, f"state_dict[{key!r}]")
     mc = config["model"]
     Q, M, D, K = mc["num_latent"], mc["num_inducing"], mc["input_dim"], mc["num_components"]
     G = mc.get("mean_basis_size") or 0
@@ -177,6 +246,9 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
     cols = config.get("columns") or {}
     if cols.get("inputs") is not None and len(cols["inputs"]) != D:
         raise SchemaError(f"config.columns.inputs names {len(cols['inputs'])} column(s) but the model has D = {D} inputs")
+    floor = config.get("jitter_floor")
+    if floor is not None and not 0.0 <= floor <= MAX_JITTER_FLOOR:
+        raise SchemaError(f"config.jitter_floor must be between 0 and {MAX_JITTER_FLOOR}, got {floor}")
     limit = max_bytes if max_bytes is not None else DEFAULT_MAX_BYTES
     need = build_bytes(config)
     if need > limit:
