@@ -3,6 +3,7 @@ rebuilding the one a model file describes, without its training data."""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
@@ -10,6 +11,7 @@ import torch
 from ..model import SAVIGP
 from .errors import ModelFileError
 from .likelihood_spec import UnloadedLikelihood, resolve_likelihood
+from .schema import SchemaError, check_infinities
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -94,8 +96,36 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
     except RuntimeError as err:
         first = str(err).strip().splitlines()
         raise ModelFileError(f"the parameters do not fit the model the file describes: {' '.join(s.strip() for s in first[:3])}") from None
+    try:
+        check_infinities(model)
+    except SchemaError as err:
+        raise ModelFileError(str(err)) from None
     _check_constrained_values(model)
+    _check_class_labels(config.get("class_labels"), model.likelihood)
     return model
+
+
+def num_classes(likelihood) -> Optional[int]:
+    """C of a classification likelihood (its ``classes``, ``num_classes``, or 2 for the binary
+    :class:`likelihoods.Logistic`), or None when it does not say (a user ``Likelihood`` subclass)."""
+    from likelihoods import Logistic
+
+    if getattr(likelihood, "classes", None) is not None:
+        return len(likelihood.classes)
+    if getattr(likelihood, "num_classes", None):
+        return int(likelihood.num_classes)
+    return 2 if isinstance(likelihood, Logistic) else None
+
+
+def _check_class_labels(labels, likelihood) -> None:
+    """A file's ``class_labels`` (one label per class, the predictions' ``prob_<label>`` columns)
+    name as many classes as the likelihood has."""
+    if labels is None or isinstance(likelihood, UnloadedLikelihood) or likelihood.task != "classification":
+        return
+    C = num_classes(likelihood)
+    if C is not None and len(labels) != C:
+        raise ModelFileError(f"config.class_labels lists {len(labels)} label(s) but the likelihood "
+                             f"{type(likelihood).__name__} has {C} classes")
 
 
 def _check_constrained_values(model) -> None:

@@ -157,17 +157,36 @@ def check_tensor(t: torch.Tensor, where: str, values: bool = True) -> None:
     if held < max(n, span):
         raise SchemaError(f"{where} claims shape {shape} ({n} elements) but the file stores {held}")
     if values and t.is_floating_point():
-        bad = ~torch.isfinite(t)
+        bad = torch.isnan(t)
         if bool(bad.any()):
             i = int(torch.nonzero(bad.reshape(-1))[0])
-            raise SchemaError(f"{where} holds a non-finite value ({float(t.reshape(-1)[i])} at flat index {i} of "
-                              f"shape {shape})")
+            raise SchemaError(f"{where} holds a non-finite value (nan at flat index {i} of shape {shape})")
         bound = tensor_bound(t.dtype)
-        big = t.abs() > bound
+        big = (t.abs() > bound) & torch.isfinite(t)  # infinities: see check_infinities
         if bool(big.any()):
             i = int(torch.nonzero(big.reshape(-1))[0])
             raise SchemaError(f"{where} holds {float(t.reshape(-1)[i]):.3g} at flat index {i} of shape {shape}; "
                               f"values must be at most {bound:.3g} in magnitude (its square stays finite)")
+
+
+def check_infinities(module: torch.nn.Module) -> None:
+    """No parameter or buffer of ``module`` (a rebuilt model) holds +-inf, except the buffers a
+    submodule lists in its ``may_be_infinite`` (e.g. a bound whose inf means none). NaN and huge
+    finite values were refused in the file already (:func:`check_tensor`).
+
+    Raises:
+        SchemaError: naming the state-dict key.
+    """
+    for prefix, sub in module.named_modules():
+        allowed = getattr(sub, "may_be_infinite", ())
+        for name, t in list(sub._parameters.items()) + list(sub._buffers.items()):
+            if t is None or not t.is_floating_point() or name in allowed:
+                continue
+            if not bool(torch.isfinite(t).all()):
+                key = f"{prefix}.{name}" if prefix else name
+                i = int(torch.nonzero(~torch.isfinite(t.detach().reshape(-1)))[0])
+                raise SchemaError(f"state_dict[{key!r}] holds a non-finite value ({float(t.reshape(-1)[i])} at flat "
+                                  f"index {i} of shape {tuple(t.shape)})")
 
 
 def check_tensors(obj, where: str, values: bool = True, depth: int = 0) -> None:
@@ -246,6 +265,9 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
     cols = config.get("columns") or {}
     if cols.get("inputs") is not None and len(cols["inputs"]) != D:
         raise SchemaError(f"config.columns.inputs names {len(cols['inputs'])} column(s) but the model has D = {D} inputs")
+    labels = config.get("class_labels")
+    if labels is not None and len(set(labels)) != len(labels):
+        raise SchemaError(f"config.class_labels must be distinct, got {labels[:10]}")
     floor = config.get("jitter_floor")
     if floor is not None and not 0.0 <= floor <= MAX_JITTER_FLOOR:
         raise SchemaError(f"config.jitter_floor must be between 0 and {MAX_JITTER_FLOOR}, got {floor}")
