@@ -34,6 +34,22 @@ def _check_finite(t: Tensor, name: str) -> None:
         )
 
 
+#: float32 keeps 24 bits: inputs offset from zero by more than this many standard deviations lose
+#: more than about 1e-5 of their spread to rounding (an offset of 1e8 with a spread of 1 loses all of it)
+FLOAT32_MAX_OFFSET = 100.0
+
+
+def input_offset(X: Tensor) -> float:
+    """max_d |mean_d| / std_d over the columns of ``X (N, D)`` that vary (0 when none does): how
+    far the inputs sit from zero in units of their spread."""
+    X = X.detach().to(torch.float64)
+    if X.shape[0] < 2:
+        return 0.0
+    std, mean = X.std(0), X.mean(0)
+    varies = std > 0
+    return float((mean.abs()[varies] / std[varies]).max()) if bool(varies.any()) else 0.0
+
+
 def as_inputs(x, name: str, dtype=torch.float64, device=None, input_dim: Optional[int] = None) -> Tensor:
     """Inputs as a finite ``(N, D)`` tensor (a 1-D array is one input dimension)."""
     t = _to_tensor(x, name, dtype, device)

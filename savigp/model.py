@@ -10,6 +10,7 @@ A training step reads top to bottom:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -17,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _chunks, _sync_free
-from ._checks import as_inputs, as_targets
+from ._checks import FLOAT32_MAX_OFFSET, as_inputs, as_targets, input_offset
 from ._linalg import base_jitter, jittered, robust_cholesky
 from .expected_log_lik import checked_log_prob, resolve_estimator
 from .inducing import initial_inducing_inputs
@@ -173,6 +174,10 @@ class SAVIGP(nn.Module):
         super().__init__()
         X = as_inputs(X, "X", dtype=torch.float64)
         Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=torch.float64)
+        if dtype == torch.float32 and input_offset(X) > FLOAT32_MAX_OFFSET:
+            warnings.warn(f"SAVIGP: X sits {input_offset(X):.3g} standard deviations from zero: float32 rounds away "
+                          "most of its spread; centre it (X - X.mean(0), and the same shift for test inputs) or use "
+                          "dtype=torch.float64", RuntimeWarning, stacklevel=2)
         likelihood.validate_targets(Y)
         likelihood.initialize_from_data(Y)
         N, D = X.shape

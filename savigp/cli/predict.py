@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from ..csv_data import read_csv, write_csv
-from .checks import check_device, check_plot_option, check_samples, output_path
+from .checks import check_device, check_plot_option, check_samples, max_memory_bytes, output_path
 from .columns import select_inputs, select_targets, targets_if_present, validate_targets
 from .errors import EXIT_OK, CLIError
 from .user_options import file_lines_in_errors
@@ -68,7 +68,7 @@ def _model_and_table(args):
     check_device(args.device)
     code = {"mean_fn": args.mean_function} if args.mean_function else None
     saved, _ = load_model(args.model, device=args.device, likelihood=args.likelihood, trust_code=args.trust_code,
-                          code=code)
+                          code=code, max_bytes=max_memory_bytes(args))
     return table, saved
 
 

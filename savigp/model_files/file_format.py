@@ -139,12 +139,6 @@ def read_model_file(path: str, max_bytes: Optional[int] = None) -> dict:
                              f"versions {', '.join(map(str, READABLE_VERSIONS))})")
     if version == 1:
         _upgrade(payload["config"])
-    if max_bytes is None and os.environ.get("SAVIGP_MAX_MODEL_BYTES"):
-        try:
-            max_bytes = int(float(os.environ["SAVIGP_MAX_MODEL_BYTES"]))
-        except ValueError:
-            raise ModelFileError(f"SAVIGP_MAX_MODEL_BYTES={os.environ['SAVIGP_MAX_MODEL_BYTES']!r} is not a number "
-                                 "of bytes") from None
     try:
         check_config(payload["config"], payload.get("state_dict"), max_bytes)
         _check_training_state(payload.get("training_state"))

@@ -18,6 +18,8 @@ from typing import Optional
 import torch
 from likelihoods.callable import CONSTRAINTS
 
+from ..cost import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, CostError, check_memory, memory_limit, model_cost  # noqa: F401
+
 from .fields import (MAX_STRING, Absent, Bool, BoundedPlain, Dict, Float, Int, List, OneOf, Opt, Positive,
                      SchemaError, Str)
 
@@ -29,8 +31,6 @@ MAX_COMPONENTS = 1_000
 MAX_OUTPUTS = 100_000
 MAX_CLASSES = 100_000
 MAX_NUM_DATA = 10 ** 13
-#: default memory a loaded model may need to be built and used (bytes); ``SAVIGP_MAX_MODEL_BYTES`` overrides
-DEFAULT_MAX_BYTES = 8 * 2 ** 30
 
 
 # ---------------------------------------------------------------------- the table
@@ -209,16 +209,16 @@ def _shape(state: dict, key: str):
     return None if t is None else tuple(t.shape)
 
 
-def build_bytes(config: dict) -> int:
-    """Bytes that building the model and predicting with it need, to within a small factor:
-    K_zz, its factor and a work copy (3 Q M^2), the K covariance factors of a full or joint
-    posterior (K Q M^2, (QM)^2 for joint), and the placeholder inputs (n D)."""
+def build_cost(config: dict):
+    """The :class:`savigp.cost.Cost` of building the model and predicting with it: K_zz, its
+    factor and a work copy (3 Q M^2), the K covariance factors of a full or joint posterior
+    (K Q M^2, (QM)^2 for joint), and the placeholder inputs (n D)."""
     mc = config["model"]
-    Q, M, D, K = mc["num_latent"], mc["num_inducing"], mc["input_dim"], mc["num_components"]
     item = 4 if (config.get("model_options") or {}).get("dtype") == "float32" else 8
-    cov = {"full": K * Q * M * M, "joint": (Q * M) ** 2}.get(mc["posterior"], K * Q * M)
     n = mc["num_data"] if mc["dense"] else max(2, mc.get("mean_basis_size") or 0)
-    return 8 * (3 * Q * M * M + n * D) + item * cov
+    return model_cost(D=mc["input_dim"], Q=mc["num_latent"], M=mc["num_inducing"], K=mc["num_components"],
+                      posterior=mc["posterior"], rows=n, item=item)
+
 
 
 def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> None:
@@ -271,9 +271,9 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
     floor = config.get("jitter_floor")
     if floor is not None and not 0.0 <= floor <= MAX_JITTER_FLOOR:
         raise SchemaError(f"config.jitter_floor must be between 0 and {MAX_JITTER_FLOOR}, got {floor}")
-    limit = max_bytes if max_bytes is not None else DEFAULT_MAX_BYTES
-    need = build_bytes(config)
-    if need > limit:
-        raise SchemaError(f"the model would need about {need / 2 ** 30:.1f} GiB to be built (Q={Q}, M={M}, K={K}, "
-                          f"posterior {mc['posterior']!r}), more than the limit of {limit / 2 ** 30:.1f} GiB "
-                          "(raise it with max_bytes= or SAVIGP_MAX_MODEL_BYTES)")
+    try:
+        check_memory(build_cost(config), memory_limit(max_bytes),
+                     f"the model (Q={Q}, M={M}, K={K}, posterior {mc['posterior']!r})",
+                     f"--max-memory GIB, max_bytes= or {MAX_BYTES_ENV}")
+    except CostError as err:
+        raise SchemaError(str(err)) from None
