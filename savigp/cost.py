@@ -96,4 +96,4 @@ def check_memory(cost: Cost, limit: int, what: str, option: str) -> None:
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2 ** 30:.1f} GiB" if n >= 2 ** 28 else f"{n / 2 ** 20:.1f} MiB"
+    return f"{n / 2 ** 30:.3g} GiB"

@@ -133,7 +133,7 @@ def test_a_model_that_cannot_fit_in_memory_is_refused_at_once(tmp_path, capsys):
     write_csv(str(small), ["x", "y"], np.column_stack([x[:40], np.sin(6 * x[:40])]))
     assert main(["train", str(small), "--targets", "y", "--num-inducing", "30", "--out", str(out), *FAST,
                  "--max-memory", "0.0001"]) == 2
-    assert "more than the limit of 0.1 MiB" in _err(capsys)
+    assert "more than the limit of 0.0001 GiB" in _err(capsys)
     assert main(["train", str(small), "--targets", "y", "--num-inducing", "30", "--out", str(out), *FAST]) == 0
     capsys.readouterr()
     for cmd in (["predict", str(out), str(small), "--out", "-"], ["evaluate", str(out), str(small)]):
