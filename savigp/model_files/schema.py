@@ -182,9 +182,10 @@ def check_infinities(module: torch.nn.Module) -> None:
         for name, t in list(sub._parameters.items()) + list(sub._buffers.items()):
             if t is None or not t.is_floating_point() or name in allowed:
                 continue
+            t = t.detach()
             if not bool(torch.isfinite(t).all()):
                 key = f"{prefix}.{name}" if prefix else name
-                i = int(torch.nonzero(~torch.isfinite(t.detach().reshape(-1)))[0])
+                i = int(torch.nonzero(~torch.isfinite(t.reshape(-1)))[0])
                 raise SchemaError(f"state_dict[{key!r}] holds a non-finite value ({float(t.reshape(-1)[i])} at flat "
                                   f"index {i} of shape {tuple(t.shape)})")
 
