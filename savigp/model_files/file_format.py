@@ -152,7 +152,7 @@ def _check_training_state(ts) -> None:
         return
     if not isinstance(ts, dict) or not isinstance(ts.get("optimizer"), dict):
         raise SchemaError("training_state must be None or a dict with an optimizer state")
-    check_tensors(ts, "training_state")
+    check_tensors(ts, "training_state", values=False)  # storage only: an optimizer state may hold large values
     perm, pos, gen = ts.get("perm"), ts.get("pos"), ts.get("generator")
     if not (isinstance(perm, torch.Tensor) and perm.dim() == 1 and perm.dtype == torch.int64):
         raise SchemaError("training_state.perm must be a 1-D LongTensor")
