@@ -105,7 +105,9 @@ def _plain_ascii(text: str) -> bool:
 def _read_bytes(path: str, fh) -> bytearray:
     """The whole file, read in :data:`READ_CHUNK` pieces; a line longer than :data:`MAX_LINE_BYTES`
     raises a DataError naming it as soon as that much of it has been read."""
-    data = bytearray()
+    size = os.fstat(fh.fileno()).st_size
+    data = bytearray(size)  # filled in place (no second copy of the file); grows if the file does
+    pos = 0
     line, run = 1, 0  # the line being read and its bytes so far
 
     def too_long(at: int):
@@ -113,9 +115,17 @@ def _read_bytes(path: str, fh) -> bytearray:
                          f"{MAX_LINE_BYTES // 2 ** 20} MiB; is this a text file with one row per line?)")
 
     while True:
-        chunk = fh.read(READ_CHUNK)
-        if not chunk:
+        if pos < len(data):
+            with memoryview(data) as view:
+                n = fh.readinto(view[pos:min(len(data), pos + READ_CHUNK)])
+        else:
+            more = fh.read(READ_CHUNK)
+            n = len(more)
+            data += more
+        if not n:
             break
+        chunk = data[pos:pos + n]
+        pos += n
         ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
         if ends.size == 0:
             run += len(chunk)
@@ -128,7 +138,7 @@ def _read_bytes(path: str, fh) -> bytearray:
             run = len(chunk) - int(ends[-1]) - 1
         if run > MAX_LINE_BYTES:
             raise too_long(line)
-        data += chunk
+    del data[pos:]  # a file that shrank while it was read
     return data
 
 
