@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 
 from ..csv_data import read_csv, write_csv
 from .checks import check_device, check_plot_option, check_samples, max_memory_bytes, output_path
 from .columns import select_inputs, select_targets, targets_if_present, validate_targets
-from .errors import EXIT_OK, CLIError
+from .errors import EXIT_OK, CLIError, one_line
 from .user_options import file_lines_in_errors
 
 METRIC_NAMES = {"n": "N", "sse": "SSE", "nlpd": "NLPD", "mse": "MSE", "mae": "MAE",
@@ -83,7 +84,7 @@ def cmd_predict(args) -> int:
     icols = select_inputs(table, saved.config, args.inputs, positional=args.positional)
     if not saved.likelihood_loaded and not args.quiet:
         print(f"savigp predict: note: latent predictions only ({saved.model.likelihood.note})", file=sys.stderr)
-    with file_lines_in_errors(table):
+    with file_lines_in_errors(table), model_problems(args.model):
         pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed).numpy()
     header, values = prediction_table(saved, pred, latent=args.latent)
     check_finite_predictions(values, header, table, args.model)
@@ -99,6 +100,20 @@ def cmd_predict(args) -> int:
         if not args.quiet:
             print(f"wrote {plot}", file=sys.stderr)
     return EXIT_OK
+
+
+@contextmanager
+def model_problems(model: str):
+    """While a loaded model predicts: a K_zz that cannot be factorized (:class:`savigp.CholeskyError`,
+    e.g. inducing inputs so far apart that their distances overflow) is a problem of the model
+    file's parameters, reported as a ModelFileError naming the file (exit 2), not a failure of the run."""
+    from .._linalg import CholeskyError
+    from ..model_files import ModelFileError
+
+    try:
+        yield
+    except CholeskyError as err:
+        raise ModelFileError(f"{model}: {one_line(err)} (from the model file's parameters)") from None
 
 
 def check_finite_predictions(values: np.ndarray, header: list, table, model: str) -> None:
@@ -160,7 +175,7 @@ def cmd_evaluate(args) -> int:
     import torch
 
     validate_targets(saved.model.likelihood, torch.as_tensor(saved.transform_targets(Y)), table, tcols)
-    with file_lines_in_errors(table):
+    with file_lines_in_errors(table), model_problems(args.model):
         metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
     check_finite_metrics(metrics, args.model)
     if args.json:

@@ -19,7 +19,7 @@ import savigp
 from savigp.cli import main
 from savigp.cli.columns import validate_targets
 from savigp.cli.errors import CLIError
-from savigp.cli.predict import check_finite_metrics, check_finite_predictions, prediction_table
+from savigp.cli.predict import check_finite_metrics, check_finite_predictions, model_problems, prediction_table
 from savigp.csv_data import DataError, read_csv, write_csv
 from savigp.model_files import LikelihoodImportError, ModelFileError, load_model, save_model
 from savigp.nonfinite import NonFiniteLogProb
@@ -89,13 +89,16 @@ def _use(path: str, consent: dict, csv: str) -> str:
         saved, _ = load_model(path, **consent)
         table = read_csv(csv)
         icols, tcols = [0, 1], [2]
-        pred = saved.predict(table.values[:, icols], num_samples=4, seed=0).numpy()
+        with model_problems(path):
+            pred = saved.predict(table.values[:, icols], num_samples=4, seed=0).numpy()
         header, values = prediction_table(saved, pred)
         check_finite_predictions(values, header, table, path)
         if saved.likelihood_loaded:
             Y = table.values[:, tcols]
             validate_targets(saved.model.likelihood, torch.as_tensor(saved.transform_targets(Y)), table, tcols)
-            check_finite_metrics(saved.evaluate(table.values[:, icols], Y, num_samples=4, seed=0), path)
+            with model_problems(path):
+                metrics = saved.evaluate(table.values[:, icols], Y, num_samples=4, seed=0)
+            check_finite_metrics(metrics, path)
         return "ok"
     except CLEAN as err:
         assert len(str(err).splitlines()) == 1 and str(err).strip(), (type(err), str(err))
@@ -103,7 +106,8 @@ def _use(path: str, consent: dict, csv: str) -> str:
 
 
 # ---------------------------------------------------------------------- mutations
-VALUES = [float("nan"), float("inf"), -float("inf"), 1e300, -1e300, 1e30, -1e30, 0.0, -1.0, 1e-300, 1e154]
+VALUES = [float("nan"), float("inf"), -float("inf"), 1e300, -1e300, 1e30, -1e30, 0.0, -1.0, 1e-300, 1e154, 1e150,
+          -1e150, -50.0]
 CONFIG_VALUES = [None, -1, 0, 1, 2 ** 40, 10 ** 30, 1e300, float("nan"), float("inf"), "x", "", [], [1.0], {}, True,
                  "full", -2 ** 63, [0.0, 0.0]]
 DTYPES = [torch.int64, torch.float16, torch.bfloat16, torch.complex64, torch.bool, torch.uint8, torch.float32,

@@ -152,3 +152,20 @@ def test_the_grown_jitter_is_saved_and_restored(tmp_path):
         del loaded.model.jitter_floor  # what a file without the field gave: another factorization
         other = loaded.predict(X[:5], num_samples=20)
     assert not torch.equal(ref.latent_var, other.latent_var)
+
+
+def test_a_kernel_matrix_that_overflows_is_a_model_file_error(saved_file, tmp_path, capsys):
+    """Finite, bounded values can still overflow K_zz (inducing inputs +-1e150 apart at the
+    smallest length-scale): predict and evaluate exit 2 naming the model file, not 1."""
+    path, test = saved_file
+
+    def edit(p):
+        p["state_dict"]["inducing"][0, 0, 0], p["state_dict"]["inducing"][0, 1, 0] = 1e150, -1e150
+        p["state_dict"]["kernel.lengthscales.raw"].fill_(-50.0)
+
+    bad = _edited(path, tmp_path, edit)
+    for cmd in (["predict", bad, str(test), "--inputs", "x1,x2", "--out", "-", "--quiet"],
+                ["evaluate", bad, str(test), "--inputs", "x1,x2", "--targets", "y"]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert bad in err and "K_zz" in err and len(err.strip().splitlines()) == 1
