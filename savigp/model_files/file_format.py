@@ -123,7 +123,11 @@ def read_model_file(path: str, max_bytes: Optional[int] = None) -> dict:
         raise ModelFileError(f"{path}: no such model file")
     if os.path.isdir(path):
         raise ModelFileError(f"{path}: is a directory, not a model file")
-    if not zipfile.is_zipfile(path):
+    try:
+        archive = zipfile.is_zipfile(path)
+    except (zipfile.BadZipFile, OSError, ValueError):  # e.g. a zip64 record claiming several disks
+        archive = False
+    if not archive:
         raise ModelFileError(f"{path}: not a savigp model file (not a PyTorch archive)")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)

@@ -169,3 +169,16 @@ def test_a_kernel_matrix_that_overflows_is_a_model_file_error(saved_file, tmp_pa
         assert main(cmd) == 2
         err = capsys.readouterr().err
         assert bad in err and "K_zz" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_zip_record_claiming_several_disks_is_not_a_model_file(saved_file, tmp_path):
+    """zipfile.is_zipfile raises BadZipFile (not False) for a zip64 locator that claims more than
+    one disk: a one-byte edit found by fuzzing; the loader names the file instead."""
+    path, _ = saved_file
+    raw = bytearray(path.read_bytes())
+    i = raw.rfind(b"PK\x06\x07")  # the zip64 end-of-central-directory locator; +16: the number of disks
+    raw[i + 16] = 2
+    bad = tmp_path / "disks.pt"
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(ModelFileError, match="not a savigp model file"):
+        load_model(str(bad))
