@@ -7,6 +7,7 @@ A model file is ``{"config": plain dict, "state_dict": SAVIGP.state_dict() (CPU 
 from __future__ import annotations
 
 import os
+import warnings
 import zipfile
 from typing import Optional
 
@@ -130,7 +131,9 @@ def read_model_file(path: str, max_bytes: Optional[int] = None) -> dict:
     if not archive:
         raise ModelFileError(f"{path}: not a savigp model file (not a PyTorch archive)")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a damaged pickle's warnings (TypedStorage, unknown reduce): the error says it
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # pickle / zip errors of every kind
         raise ModelFileError(f"{path}: not a savigp model file (damaged, or it holds objects other than tensors "
                              f"and plain values: {type(err).__name__})") from None
