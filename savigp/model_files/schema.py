@@ -19,7 +19,6 @@ import torch
 from likelihoods.callable import CONSTRAINTS
 
 from ..cost import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, CostError, check_memory, memory_limit, model_cost  # noqa: F401
-
 from .fields import (MAX_STRING, Absent, Bool, BoundedPlain, Dict, Float, Int, List, OneOf, Opt, Positive,
                      SchemaError, Str)
 
@@ -130,7 +129,8 @@ def tensor_bound(dtype: torch.dtype) -> float:
 
 def check_tensor(t: torch.Tensor, where: str, values: bool = True) -> None:
     """A stored tensor whose storage holds every element it claims, and (``values``) whose
-    floating-point values are finite and at most :func:`tensor_bound` in magnitude.
+    floating-point values are not NaN and, when finite, at most :func:`tensor_bound` in magnitude
+    (infinities are checked on the rebuilt model, where modules can declare them: :func:`check_infinities`).
 
     ``torch.load`` rebuilds a tensor from its shape, strides and storage: a tensor with a zero
     stride (``torch.zeros(1).expand(15000, 10)``) or strides that overlap claims many elements
@@ -219,7 +219,6 @@ def build_cost(config: dict):
     n = mc["num_data"] if mc["dense"] else max(2, mc.get("mean_basis_size") or 0)
     return model_cost(D=mc["input_dim"], Q=mc["num_latent"], M=mc["num_inducing"], K=mc["num_components"],
                       posterior=mc["posterior"], rows=n, item=item)
-
 
 
 def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> None:
