@@ -104,6 +104,13 @@ def _add_sampling_options(p, samples: int) -> None:
     p.add_argument("--samples", type=int, default=samples, help=f"Monte Carlo samples (default {samples})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
+    _add_memory_option(p)
+
+
+def _add_memory_option(p) -> None:
+    p.add_argument("--max-memory", type=float, metavar="GIB",
+                   help="refuse a model whose estimated memory exceeds this many GiB (default 8, or "
+                        "SAVIGP_MAX_MODEL_BYTES bytes); see savigp.cost")
 
 
 def _add_trust_options(p) -> None:
@@ -229,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train data-parallel on R processes of this machine (started as torchrun would; see docs/cli.md)")
     g.add_argument("--dist-timeout", type=float, metavar="SEC",
                    help="data-parallel: seconds a rank waits for the others before failing (default 300)")
+    _add_memory_option(g)
     _add_threads_option(g)
 
     # ---------------------------------------------------------------- predict
