@@ -18,6 +18,8 @@ from typing import Optional
 import torch
 from likelihoods.callable import CONSTRAINTS
 
+from ..posteriors.entropy import ENTROPY_ESTIMATES
+
 from .fields import (MAX_STRING, Absent, Bool, BoundedPlain, Dict, Float, Int, List, OneOf, Opt, Positive,
                      SchemaError, Str)
 
@@ -89,7 +91,7 @@ MODEL_FIELDS = {
     "learn_prior_mean": Bool(),
     "mean_basis_size": Opt(Int(0, MAX_INDUCING)),
     "mean_basis": Opt(Str(choices=("orthogonal", "decoupled", "hybrid"))),
-    "entropy": Opt(Str(choices=("bound", "mc"))),
+    "entropy": Opt(Str(choices=ENTROPY_ESTIMATES)),
     "entropy_samples": Opt(Int(2, 1_000_000)),
 }
 MODEL_OPTION_FIELDS = {
