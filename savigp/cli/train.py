@@ -128,7 +128,8 @@ def _model_options(args) -> dict:
     return {
         "kernel": args.kernel, "num_inducing": args.num_inducing, "inducing_init": args.inducing_init,
         "dense": args.dense, "learn_inducing": not args.fixed_inducing, "posterior": args.posterior,
-        "num_components": args.components, "prior_mean": parse_floats(args.prior_mean, "--prior-mean"),
+        "num_components": args.components, "entropy": args.entropy,
+        "prior_mean": parse_floats(args.prior_mean, "--prior-mean"),
         "learn_prior_mean": args.learn_prior_mean, "mean_basis_size": args.mean_basis_size or 0,
         "mean_basis": args.mean_basis, "dtype": args.dtype, "device": args.device, "seed": args.seed,
     }
