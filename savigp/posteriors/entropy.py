@@ -114,7 +114,8 @@ def bhattacharyya_distances(mean: Tensor, L: Tensor, diagonal: bool) -> tuple[Te
     quad, logdet, logdet_self = _pair_terms(mean, L, diagonal)
     dist = 0.25 * quad + 0.5 * (logdet - Q * M * math.log(2.0)
                                  - 0.5 * (logdet_self.unsqueeze(1) + logdet_self.unsqueeze(0)))
-    return dist * (1.0 - torch.eye(K, dtype=dist.dtype, device=dist.device)), logdet_self
+    # D_B >= 0 (rounding of log|S_k + S_l| against the log|S_k| could leave -1e-16 D for near-equal pairs)
+    return dist.clamp_min(0.0) * (1.0 - torch.eye(K, dtype=dist.dtype, device=dist.device)), logdet_self
 
 
 def entropy_pairwise(mean: Tensor, L: Tensor, log_pi: Tensor, diagonal: bool) -> Tensor:
