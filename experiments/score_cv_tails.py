@@ -64,7 +64,8 @@ def _report(name, nocv, cv):
     rb, rs = ratio[:n][live[:n]], ratio[n:][live[n:]]
     kn, kc = kn[n:][live[n:]], kc[n:][live[n:]]
     print(f"{name}: variance ratio no CV / CV: b median {float(rb.median()):.2f} least {float(rb.min()):.2f}; "
-          f"s2 median {float(rs.median()):.2f} least {float(rs.min()):.2f} ({int(live[n:].sum())} of {n} elements random)")
+          f"s2 median {float(rs.median()):.2f} least {float(rs.min()):.2f} "
+          f"({int(live[n:].sum())} of {n} elements random)")
     print(f"{name}: excess kurtosis of the s2 gradient: no CV median {float(kn.median()):.0f} max "
           f"{float(kn.max()):.0f}; CV median {float(kc.median()):.0f} max {float(kc.max()):.0f}")
 
@@ -75,7 +76,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     y = torch.where(torch.rand(B, 1, generator=torch.Generator().manual_seed(4)) > 0.5, 1.0, -1.0)
-    _report("logistic", _estimates(Logistic(), y, "score-nocv", args.reps), _estimates(Logistic(), y, "score", args.reps))
+    _report("logistic", _estimates(Logistic(), y, "score-nocv", args.reps),
+            _estimates(Logistic(), y, "score", args.reps))
     mean, var = _inputs()
     rate = torch.exp(mean.detach()[0, :, 0] + 0.5 * var.detach()[0, :, 0])
     counts = torch.poisson(rate, generator=torch.Generator().manual_seed(5))[:, None]

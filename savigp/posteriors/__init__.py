@@ -37,7 +37,8 @@ from .joint import JointGaussian
 from .mixture import MixturePosterior
 from .u_diagonal import UDiagonalMixture, USpaceParameters
 
-__all__ = ["DEFAULT_ENTROPY", "DiagonalMixture", "ENTROPY_ESTIMATES", "FullGaussian", "FullMixture", "InducingPrior", "JointGaussian",
+__all__ = ["DEFAULT_ENTROPY", "DiagonalMixture", "ENTROPY_ESTIMATES",
+           "FullGaussian", "FullMixture", "InducingPrior", "JointGaussian",
            "MIDDLE_FORM_MIN_RATIO", "Marginals", "MixturePosterior", "POSTERIOR_KINDS", "Posterior",
            "UDiagonalMixture", "USpaceParameters", "make_posterior", "spread_means", "use_middle_form",
            "whitened_moments"]
@@ -57,8 +58,9 @@ def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components
     * ``"joint"``: one Gaussian over all Q * M whitened values, coupled across the latent
       functions (:class:`JointGaussian`; K = 1).
 
-    ``entropy`` (``"pairwise"``, the default; ``"bound"``, eq. (18); or ``"mc"``) and ``entropy_samples`` choose the entropy
-    term of mixtures with K > 1 (see :meth:`MixturePosterior.entropy`).
+    ``entropy`` (``"pairwise"``, the default; ``"bound"``, eq. (18); or ``"mc"``) and
+    ``entropy_samples`` choose the entropy term of mixtures with K > 1 (see
+    :meth:`MixturePosterior.entropy`).
     """
     options = dict(generator=generator, entropy=entropy, entropy_samples=entropy_samples)
     if kind in ("full", "fg"):

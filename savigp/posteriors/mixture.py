@@ -28,7 +28,8 @@ from ..constraints import LOG_2PI, inverse_softplus
 from ..expected_log_lik import expected_log_lik
 from ._autograd import SCALE_FLOOR, lower_factor, squared_norm, whitened_moments
 from .base import InducingPrior, Marginals, ScaledPosterior, variance_floor
-from .entropy import DEFAULT_ENTROPY, ENTROPY_ESTIMATES, entropy_bound, entropy_monte_carlo, entropy_pairwise, spread_means
+from .entropy import (DEFAULT_ENTROPY, ENTROPY_ESTIMATES, entropy_bound, entropy_monte_carlo, entropy_pairwise,
+                      spread_means)
 from .moments import check_moments, diagonal_variances, raw_scale
 
 
