@@ -378,8 +378,8 @@ def expected_log_lik_joint(likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, 
         mean: ``(B, Q)``; cov: ``(B, Q, Q)`` (both carrying the graph to the posterior and kernel).
         estimator: ``"reparam"`` (f = b + chol(C) eps, differentiable log p), ``"score"`` (values of
             log p only: the score-function gradient E[(log p(y|f) - c_{-s}) d log q(f)] with the
-            leave-one-out mean c_{-s} of the other S - 1 values as baseline, which keeps it exactly
-            unbiased), ``"score-nocv"`` (no baseline) or ``"closed-form"`` (the likelihood's
+            leave-one-out mean c_{-s} of the other S - 1 values as baseline, or at S = 2 the value
+            log p(y | b) at the mean (:func:`_mean_baseline`), which keeps it exactly unbiased), ``"score-nocv"`` (no baseline) or ``"closed-form"`` (the likelihood's
             ``expected_log_prob`` of the per-latent marginals: right for likelihoods whose
             expectation depends on each f_nj's marginal only, e.g. independent Gaussian outputs);
             ``"auto"`` resolves as for factorized posteriors.
@@ -418,7 +418,9 @@ def expected_log_lik_joint(likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, 
     per_value = values.mean(0)  # (1, B)
     _check_means(likelihood, y, f, per_value)
     g = values.detach()
-    if estimator == "score":
+    if estimator == "score" and S == 2:  # one other sample: the baseline at the mean, as for factorized q
+        g = g - _mean_baseline(likelihood, y, mean.unsqueeze(0))
+    elif estimator == "score":
         g = g - (g.sum(0, keepdim=True) - g) / (S - 1)  # leave-one-out baseline
     # log q(f_s) up to a constant, differentiable in b and C: -log|L| - |L^-1 (f - b)|^2 / 2
     z = torch.linalg.solve_triangular(L, (f.detach() - mean).unsqueeze(-1), upper=False).squeeze(-1)  # (S, 1, B, Q)

@@ -253,3 +253,21 @@ def test_two_sample_baseline_is_dropped_where_log_p_at_the_mean_is_not_finite():
     assert bool(torch.isfinite(grads["score"]).all())
     same = torch.isclose(grads["score"], grads["score-nocv"], rtol=1e-12, atol=1e-12)
     assert same.tolist() == [True, False, False, True, False, False]  # (b, s2) of point 0 only
+
+
+def test_joint_score_estimator_at_two_samples_uses_the_same_baseline():
+    """posterior='joint' with Q = 1 is the factorized case written with a 1 x 1 covariance: from the
+    same draws its S = 2 score gradients equal the factorized estimator's (the baseline at the
+    marginal mean; the joint path used the other sample's value before)."""
+    from savigp.expected_log_lik import expected_log_lik_joint
+
+    y = torch.where(torch.rand(B, 1, generator=torch.Generator().manual_seed(4)) > 0.5, 1.0, -1.0)
+    g = torch.Generator().manual_seed(1)
+    mean = torch.randn(B, 1, generator=g, dtype=torch.float64).requires_grad_(True)
+    var = (0.2 + torch.rand(B, 1, generator=g, dtype=torch.float64)).requires_grad_(True)
+    joint = expected_log_lik_joint(Logistic(), y, mean, var.unsqueeze(-1), estimator="score", num_samples=2,
+                                   generator=torch.Generator().manual_seed(7)).value
+    fact = expected_log_lik(Logistic(), y, mean[None], var[None], torch.ones(1, dtype=torch.float64),
+                            estimator="score", num_samples=2, generator=torch.Generator().manual_seed(7)).value
+    for a, b in zip(torch.autograd.grad(joint, (mean, var)), torch.autograd.grad(fact, (mean, var))):
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12), float((a - b).abs().max())
