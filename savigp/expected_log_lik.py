@@ -380,8 +380,9 @@ def expected_log_lik_joint(likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, 
             log p only: the score-function gradient E[(log p(y|f) - c_{-s}) d log q(f)] with the
             leave-one-out mean c_{-s} of the other S - 1 values as baseline, or at S = 2 the value
             log p(y | b) at the mean (:func:`_mean_baseline`), which keeps it exactly unbiased),
-            ``"score-nocv"`` (no baseline) or ``"closed-form"`` (the likelihood's ``expected_log_prob`` of the per-latent marginals: right for likelihoods whose
-            expectation depends on each f_nj's marginal only, e.g. independent Gaussian outputs);
+            ``"score-nocv"`` (no baseline) or ``"closed-form"`` (the likelihood's ``expected_log_prob``
+            of the per-latent marginals: right for likelihoods whose expectation depends on each
+            f_nj's marginal only, e.g. independent Gaussian outputs);
             ``"auto"`` resolves as for factorized posteriors.
         num_samples: S draws per data point.
         scale: N / B.
