@@ -24,7 +24,7 @@ from .expected_log_lik import checked_log_prob, resolve_estimator
 from .inducing import initial_inducing_inputs
 from .kernels import KERNELS, Kernel
 from .nonfinite import NonFiniteLogProb
-from .posteriors import InducingPrior, Posterior, make_posterior
+from .posteriors import DEFAULT_ENTROPY, InducingPrior, Posterior, make_posterior
 
 
 @dataclass
@@ -133,9 +133,12 @@ class SAVIGP(nn.Module):
             docs/mixtures.md).
         num_components: K, mixture components (K > 1: initial means spread around the prior mean,
             :func:`savigp.posteriors.spread_means`).
-        entropy: the entropy term of a mixture with K > 1: ``"bound"`` (seed 004, eq. (18)) or
-            ``"mc"`` (a reparameterized Monte Carlo estimate of the exact entropy, tighter by about
-            0.153 Q M nats; see :meth:`savigp.posteriors.MixturePosterior.entropy`).
+        entropy: the entropy term of a mixture with K > 1: ``"pairwise"`` (the default: the
+            Bhattacharyya pairwise-distance lower bound of Kolchinsky & Tracey 2017, exact when the
+            components coincide and when they are far apart, so ELBOs of different K compare),
+            ``"bound"`` (Bonilla et al. 2019, eq. (18), the paper's: 0.153 Q M nats below the
+            entropy at both extremes) or ``"mc"`` (a reparameterized Monte Carlo estimate of the
+            exact entropy); see :meth:`savigp.posteriors.MixturePosterior._mixture_entropy`.
         entropy_samples: draws per component for ``entropy="mc"``.
         prior_mean: constant prior mean mu_j per latent function: a float or a sequence of Q floats.
         learn_prior_mean: learn mu_j.
@@ -161,7 +164,7 @@ class SAVIGP(nn.Module):
         dense: bool = False,
         posterior: Union[str, Posterior] = "full",
         num_components: int = 1,
-        entropy: str = "bound",
+        entropy: str = DEFAULT_ENTROPY,
         entropy_samples: int = 64,
         prior_mean: Union[float, Sequence[float]] = 0.0,
         learn_prior_mean: bool = False,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..posteriors.entropy import DEFAULT_ENTROPY, ENTROPY_ESTIMATES
 from .likelihood_options import available_likelihoods
 
 EPILOG_MAIN = """\
@@ -189,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
                         "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
     g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
+    g.add_argument("--entropy", choices=ENTROPY_ESTIMATES, default=DEFAULT_ENTROPY,
+                   help="entropy term of a mixture with K > 1: pairwise (default: Kolchinsky & Tracey's "
+                        "Bhattacharyya bound, exact for coinciding and for separate components, so ELBOs of "
+                        "different K compare), bound (the paper's eq. (18), 0.153 Q M nats loose) or mc "
+                        "(Monte Carlo, unbiased)")
     g.add_argument("--prior-mean", metavar="MU", help="constant prior mean: one number or Q comma-separated")
     g.add_argument("--learn-prior-mean", action="store_true", help="learn the prior means")
     g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",

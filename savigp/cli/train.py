@@ -9,6 +9,7 @@ import os
 import sys
 import time
 import types
+import warnings
 
 import numpy as np
 from likelihoods import registry
@@ -24,7 +25,8 @@ from .ranks import join_ranks, launch_ranks
 from .run_lock import LOCK_ENV, lock_output
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
-from .warm_start import check_groups, check_warm_start_options, parse_learn, read_source, start_from
+from .warm_start import (check_groups, check_warm_start_options, parse_learn, read_source, start_from,
+                         warn_joint_factorized)
 
 DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
 #: why ``train`` used an estimator (printed with its name)
@@ -151,7 +153,8 @@ def _model_options(args) -> dict:
     return {
         "kernel": args.kernel, "num_inducing": args.num_inducing, "inducing_init": args.inducing_init,
         "dense": args.dense, "learn_inducing": not args.fixed_inducing, "posterior": args.posterior,
-        "num_components": args.components, "prior_mean": parse_floats(args.prior_mean, "--prior-mean"),
+        "num_components": args.components, "entropy": args.entropy,
+        "prior_mean": parse_floats(args.prior_mean, "--prior-mean"),
         "learn_prior_mean": args.learn_prior_mean, "mean_basis_size": args.mean_basis_size or 0,
         "mean_basis": args.mean_basis, "dtype": args.dtype, "device": args.device, "seed": args.seed,
     }
@@ -270,6 +273,7 @@ def _train(args, out: str, ckpt: str, plot) -> int:
                 print(f"warm start from {args.warm_start}: its kernel, likelihood, inducing inputs and prior mean; "
                       f"q(u) from its moments", file=sys.stderr)
     check_groups(args, model)
+    warn_joint_factorized(args, model, rank)
     if args.learn is not None and not quiet:
         print(f"learning only: {', '.join(args.learn)}", file=sys.stderr)
     ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, args.checkpoint_every, rank, state,
@@ -347,6 +351,7 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
     """:func:`savigp.training.fit` for the remaining steps, under ``ckp``'s signal handlers."""
     from ..distributed import launched
     from ..training import default_log_every, fit
+    from ..warm_start import FactorizedHyperparameterWarning
 
     remaining = ckp.total - int(ckp.state.get("step", 0))
     with ckp.signals(sigterm=launched()) as handled:
@@ -358,7 +363,8 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
         if args.checkpoint_every:
             log_every = math.gcd(int(args.checkpoint_every), log_every)
         try:
-            with file_lines_in_errors(table):
+            with file_lines_in_errors(table), warnings.catch_warnings():
+                warnings.simplefilter("ignore", FactorizedHyperparameterWarning)  # said in one line already
                 return fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
                            lr=ckp.config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
                            groups=args.learn, seed=args.seed, progress=not quiet, callback=ckp.callback, state=ckp.state,

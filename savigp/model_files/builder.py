@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ..model import SAVIGP
+from ..posteriors import DEFAULT_ENTROPY
 from .errors import ModelFileError
 from .likelihood_spec import UnloadedLikelihood, resolve_likelihood
 from .schema import SchemaError, check_infinities
@@ -38,7 +39,7 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
         posterior=o.get("posterior") or "full", num_components=int(o.get("num_components") or 1),
         prior_mean=o["prior_mean"] if o.get("prior_mean") is not None else 0.0,
         learn_prior_mean=bool(o.get("learn_prior_mean", False)),
-        entropy=o.get("entropy") or "bound", entropy_samples=int(o.get("entropy_samples") or 64),
+        entropy=o.get("entropy") or DEFAULT_ENTROPY, entropy_samples=int(o.get("entropy_samples") or 64),
         mean_basis_size=int(o.get("mean_basis_size") or 0), mean_basis=o.get("mean_basis") or "orthogonal", dtype=_dtype(o.get("dtype") or "float64"),
         device=o.get("device"), seed=int(o.get("seed") or 0),
     )
@@ -79,7 +80,8 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
         "dense": mc["dense"], "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
         "num_components": mc["num_components"], "learn_prior_mean": mc["learn_prior_mean"],
         "mean_basis_size": mc.get("mean_basis_size", 0), "mean_basis": mc.get("mean_basis"), "device": device,
-        "entropy": mc.get("entropy"), "entropy_samples": mc.get("entropy_samples"),
+        # a file without the field predates its recording, when every mixture used eq. (18): it keeps that
+        "entropy": mc.get("entropy") or "bound", "entropy_samples": mc.get("entropy_samples"),
     }
     if not mc["dense"]:
         options["inducing_inputs"] = torch.zeros(Q, M, D, dtype=torch.float64)

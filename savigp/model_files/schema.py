@@ -19,6 +19,8 @@ import torch
 from likelihoods.callable import CONSTRAINTS
 
 from ..cost import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, CostError, check_memory, memory_limit, model_cost  # noqa: F401
+from ..posteriors.entropy import ENTROPY_ESTIMATES
+
 from .fields import (MAX_STRING, Absent, Bool, BoundedPlain, Dict, Float, Int, List, OneOf, Opt, Positive,
                      SchemaError, Str)
 
@@ -88,7 +90,7 @@ MODEL_FIELDS = {
     "learn_prior_mean": Bool(),
     "mean_basis_size": Opt(Int(0, MAX_INDUCING)),
     "mean_basis": Opt(Str(choices=("orthogonal", "decoupled", "hybrid"))),
-    "entropy": Opt(Str(choices=("bound", "mc"))),
+    "entropy": Opt(Str(choices=ENTROPY_ESTIMATES)),
     "entropy_samples": Opt(Int(2, 1_000_000)),
 }
 MODEL_OPTION_FIELDS = {

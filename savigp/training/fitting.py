@@ -12,6 +12,7 @@ the updates are the rules of :mod:`savigp.training.rules`.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -45,6 +46,18 @@ def parameter_groups(model: SAVIGP, groups: Optional[Sequence[str]] = None) -> l
             for m in modules[g]:
                 params += [p for p in m.parameters() if p.requires_grad]
     return params
+
+
+def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> None:
+    """A :class:`~savigp.warm_start.FactorizedHyperparameterWarning` naming the two-stage recipe when
+    ``groups`` learn a dense model's hyper-parameters with a factorized q(u)
+    (:func:`savigp.warm_start.joint_factorized_fit`)."""
+    from ..warm_start import TWO_STAGE_PYTHON, FactorizedHyperparameterWarning, joint_factorized_fit
+
+    problem = joint_factorized_fit(model, groups)
+    if problem is not None:
+        warnings.warn(f"savigp.fit: {problem}. The two-stage recipe avoids it: {TWO_STAGE_PYTHON}.",
+                      FactorizedHyperparameterWarning, stacklevel=3)
 
 
 def make_adam(params, lr: float, capturable: bool = False) -> torch.optim.Adam:
@@ -172,6 +185,7 @@ def fit(
     params = parameter_groups(model, groups)
     if not params:
         raise ValueError(f"no trainable parameters in groups {groups}")
+    _warn_joint_factorized(model, groups)
     if optimizer == "adam":
         opt = make_adam(params, lr, capturable=graphs)
     elif optimizer == "adadelta":
