@@ -11,3 +11,7 @@ PARAMETER_GROUPS = ("posterior", "kernel", "inducing", "likelihood", "prior_mean
 #: two equal): ``savigp train --help`` lists them without importing the likelihoods (and torch)
 BUILTIN_LIKELIHOODS = ("gaussian", "logistic", "softmax", "poisson", "warped", "student-t", "gprn", "seismic",
                        "multi-gaussian")
+#: the entropy estimates of a mixture with K > 1 components and the default
+#: (:mod:`savigp.posteriors.entropy`)
+ENTROPY_ESTIMATES = ("pairwise", "bound", "mc")
+DEFAULT_ENTROPY = "pairwise"

@@ -9,7 +9,7 @@ Exit status: 0 success; 2 bad input (files, columns, labels, options; one line o
 the file, line and column); 1 a failure while running (e.g. training diverged); 3 the likelihood
 returned NaN or inf (a model problem: the line names the function, the data file's lines and the
 f values); 130 interrupted (Ctrl-C; ``train`` first writes a checkpoint that ``--resume``
-continues from).
+continues from; an interrupt after the finished model was written: 0, saying so).
 
 Model files are written atomically (a temporary file in the same folder, fsync, ``os.replace``),
 so a failed or interrupted run never truncates or overwrites an existing model. Checkpoints go to

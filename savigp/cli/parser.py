@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._choices import BUILTIN_LIKELIHOODS, ESTIMATORS, PARAMETER_GROUPS
+from .._choices import BUILTIN_LIKELIHOODS, DEFAULT_ENTROPY, ENTROPY_ESTIMATES, ESTIMATORS, PARAMETER_GROUPS
 
 EPILOG_MAIN = """\
 examples:
@@ -105,6 +105,13 @@ def _add_sampling_options(p, samples: int) -> None:
     p.add_argument("--samples", type=int, default=samples, help=f"Monte Carlo samples (default {samples})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
+    _add_memory_option(p)
+
+
+def _add_memory_option(p) -> None:
+    p.add_argument("--max-memory", type=float, metavar="GIB",
+                   help="refuse a model whose estimated memory exceeds this many GiB (default 8, or "
+                        "SAVIGP_MAX_MODEL_BYTES bytes); see savigp.cost")
 
 
 def _add_trust_options(p) -> None:
@@ -193,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
                         "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
     g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
+    g.add_argument("--entropy", choices=ENTROPY_ESTIMATES, default=DEFAULT_ENTROPY,
+                   help="entropy term of a mixture with K > 1: pairwise (default: Kolchinsky & Tracey's "
+                        "Bhattacharyya bound, exact for coinciding and for separate components, so ELBOs of "
+                        "different K compare), bound (the paper's eq. (18), 0.153 Q M nats loose) or mc "
+                        "(Monte Carlo, unbiased)")
     g.add_argument("--prior-mean", metavar="MU", help="constant prior mean: one number or Q comma-separated")
     g.add_argument("--learn-prior-mean", action="store_true", help="learn the prior means")
     g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",
@@ -233,9 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quiet", action="store_true", help="no progress bar (the one-line summary is still printed)")
     g.add_argument("--plot", metavar="ELBO.png", help="draw the ELBO per step to this image (needs matplotlib)")
     g.add_argument("--nproc", type=int, metavar="R",
-                   help="train data-parallel on R processes of this machine (runs torchrun; see docs/cli.md)")
+                   help="train data-parallel on R processes of this machine (started as torchrun would; see docs/cli.md)")
     g.add_argument("--dist-timeout", type=float, metavar="SEC",
                    help="data-parallel: seconds a rank waits for the others before failing (default 300)")
+    _add_memory_option(g)
     _add_threads_option(g, chosen="1 for a small problem, else torch's capped at the cores idle now")
 
     # ---------------------------------------------------------------- predict

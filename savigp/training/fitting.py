@@ -50,6 +50,18 @@ def parameter_groups(model: SAVIGP, groups: Optional[Sequence[str]] = None) -> l
     return params
 
 
+def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> None:
+    """A :class:`~savigp.warm_start.FactorizedHyperparameterWarning` naming the two-stage recipe when
+    ``groups`` learn a dense model's hyper-parameters with a factorized q(u)
+    (:func:`savigp.warm_start.joint_factorized_fit`)."""
+    from ..warm_start import TWO_STAGE_PYTHON, FactorizedHyperparameterWarning, joint_factorized_fit
+
+    problem = joint_factorized_fit(model, groups)
+    if problem is not None:
+        warnings.warn(f"savigp.fit: {problem}. The two-stage recipe avoids it: {TWO_STAGE_PYTHON}.",
+                      FactorizedHyperparameterWarning, stacklevel=3)
+
+
 def make_adam(params, lr: float, capturable: bool = False) -> torch.optim.Adam:
     """Adam with PyTorch's fused kernel where it applies (floating parameters on the CPU or CUDA):
     the same update in one pass per tensor (0.43 against 0.77-0.81 ms a step for an M = 500 full
@@ -211,6 +223,7 @@ def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, request
     params = parameter_groups(model, groups)
     if not params:
         raise ValueError(f"no trainable parameters in groups {groups}")
+    _warn_joint_factorized(model, groups)
     if optimizer == "adam":
         opt = make_adam(params, lr, capturable=graphs)
     elif optimizer == "adadelta":

@@ -119,18 +119,20 @@ def test_train_prints_the_full_data_elbo_the_rising_note_and_the_differentiable_
 
 def test_nproc_says_it_starts_the_ranks(tmp_path, monkeypatch, capsys):
     """``train --nproc 2`` says on stderr that it starts two processes, with the backend and the
-    threads per rank (the ranks themselves are not started here: torchrun is replaced)."""
+    threads per rank (the ranks themselves are not started here: Popen is replaced)."""
     import subprocess as sp
 
     from savigp.cli import build_parser, ranks
 
     started = {}
 
-    class FakePopen:
+    class FakePopen:  # a rank that ends at once with status 0
+        returncode = 0
+
         def __init__(self, cmd, env):
             started.update(cmd=cmd, env=env)
 
-        def wait(self):
+        def poll(self):
             return 0
 
     monkeypatch.setattr(sp, "Popen", FakePopen)
@@ -141,7 +143,7 @@ def test_nproc_says_it_starts_the_ranks(tmp_path, monkeypatch, capsys):
     assert ranks.launch_ranks(args) == 0
     err = capsys.readouterr().err
     threads = max(1, (os.cpu_count() or 1) // 2)
-    assert err.strip() == (f"savigp train: starting 2 data-parallel processes on this machine (ranks 0-1, torchrun, "
+    assert err.strip() == (f"savigp train: starting 2 data-parallel processes on this machine (ranks 0-1, "
                            f"gloo backend, {threads} thread(s) per rank); rank 0 reports")
     assert started["env"]["OMP_NUM_THREADS"] == str(threads) and "--nproc" not in started["cmd"]
     args = build_parser().parse_args(argv + ["--threads", "1", "--device", "cuda"])
