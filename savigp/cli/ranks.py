@@ -122,9 +122,9 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
     env = dict(os.environ)
     if args.threads is None and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc))
-    if not args.quiet:
+    if not getattr(args, "quiet", False):
         threads = args.threads if args.threads is not None else env["OMP_NUM_THREADS"]
-        backend = "nccl" if (args.device or "cpu").startswith("cuda") else "gloo"
+        backend = "nccl" if (getattr(args, "device", None) or "cpu").startswith("cuda") else "gloo"
         print(f"savigp train: starting {args.nproc} data-parallel processes on this machine (ranks 0-{args.nproc - 1}, "
               f"{backend} backend, {threads} thread(s) per rank); rank 0 reports", file=sys.stderr, flush=True)
     env.update({"WORLD_SIZE": str(args.nproc), "LOCAL_WORLD_SIZE": str(args.nproc), "MASTER_ADDR": "127.0.0.1",
