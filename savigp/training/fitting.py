@@ -23,7 +23,7 @@ from .._allocator import tune_cpu_allocator
 from .._threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
 from . import loop, step as _step
-from .convergence import full_data_elbo
+from .convergence import ConvergenceWarning, full_data_elbo
 from .loop import Batches, TrainingHistory
 from .rules import GradientStep, SyncFreeStep
 
@@ -59,7 +59,7 @@ def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> No
     problem = joint_factorized_fit(model, groups)
     if problem is not None:
         warnings.warn(f"savigp.fit: {problem}. The two-stage recipe avoids it: {TWO_STAGE_PYTHON}.",
-                      FactorizedHyperparameterWarning, stacklevel=3)
+                      FactorizedHyperparameterWarning, stacklevel=4)  # (fit's caller, through _fit)
 
 
 def make_adam(params, lr: float, capturable: bool = False) -> torch.optim.Adam:
@@ -257,7 +257,7 @@ def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, request
         hint = getattr(model.likelihood, "suggest_differentiable", None)  # (a user function in torch)
         hint = hint(model.train_y) if hint is not None else None
         if hint:
-            warnings.warn(f"savigp.fit: {hint}", UserWarning, stacklevel=3)
+            warnings.warn(f"savigp.fit: {hint}", UserWarning, stacklevel=3)  # (fit's caller)
     if optimizer == "lbfgs" or ddp is not None:  # (the last good state: rank 0's broadcast parameters)
         rule = GradientStep(model, opt, num_samples=num_samples, estimator=estimator, generator=gen, ddp=ddp)
     else:
@@ -265,8 +265,9 @@ def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, request
                             batch_generator=gen, start=start, window=window, graphs=graphs)
     try:
         loop.run(model, rule, Batches(N, B, gen, perm, pos, model.device), history, start=start,
-                 iterations=iterations, progress=progress, callback=callback, state=state,
-                 warn_rising=ddp is None or ddp.rank == 0)
+                 iterations=iterations, progress=progress, callback=callback, state=state)
+        if history.still_rising and (ddp is None or ddp.rank == 0):  # (stacklevel: fit's caller)
+            warnings.warn(f"savigp.fit: {history.still_rising}", ConvergenceWarning, stacklevel=3)
         if final_elbo:
             history.final_elbo, history.final_elbo_stderr = full_data_elbo(
                 model, num_samples=num_samples, estimator=estimator, seed=seed + 1,

@@ -31,7 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .._linalg import base_jitter, robust_cholesky
-from .convergence import ConvergenceWarning, still_rising, window_stats
+from .convergence import still_rising, window_stats
 
 
 class TrainingDiverged(FloatingPointError):
@@ -215,8 +215,7 @@ def diverged_error(model, bad: BadStep) -> Exception:
 
 
 def run(model, rule, batches: Batches, history: TrainingHistory, *, start: int, iterations: int,
-        progress: bool = False, callback: Optional[Callable] = None, state: Optional[dict] = None,
-        warn_rising: bool = True) -> None:
+        progress: bool = False, callback: Optional[Callable] = None, state: Optional[dict] = None) -> None:
     """Steps ``start .. start + iterations - 1`` of ``rule`` on ``batches`` (module docstring).
 
     ``progress`` reports on stderr (:class:`Progress`, labelled with ``history.estimator``).
@@ -225,7 +224,7 @@ def run(model, rule, batches: Batches, history: TrainingHistory, *, start: int, 
     :meth:`state_entries`, the batch generator, ``perm``, ``pos`` and ``step`` (steps taken).
     ``history.seconds`` is set to the loop's wall-clock time when it ends without an error, and
     ``history.still_rising`` to the hint of :func:`savigp.training.convergence.still_rising` when the
-    ELBO was still rising at the end (then also a :class:`ConvergenceWarning`, if ``warn_rising``).
+    ELBO was still rising at the end (the callers warn with :class:`ConvergenceWarning`).
     """
     report = Progress(progress, start, iterations, history.estimator)
     t0 = time.perf_counter()
@@ -235,10 +234,7 @@ def run(model, rule, batches: Batches, history: TrainingHistory, *, start: int, 
         report.close()
     history.seconds = time.perf_counter() - t0
     rising = still_rising(history.elbo, model.num_data)
-    if rising is not None:
-        history.still_rising = rising.message()
-        if warn_rising:
-            warnings.warn(history.still_rising, ConvergenceWarning, stacklevel=3)
+    history.still_rising = rising.message() if rising is not None else None
 
 
 def _steps(model, rule, batches: Batches, history: TrainingHistory, report: Progress, start: int, last: int,

@@ -146,3 +146,12 @@ def test_a_differentiable_torch_function_gets_the_hint_once_and_numpy_none():
             lik = CallableLikelihood(fn)
             savigp.fit(_model(likelihood=lik), iterations=2, num_samples=5, progress=False, final_elbo=False)
             assert lik.suggest_differentiable(torch.zeros(3, 1)) is None
+
+
+def test_fits_warnings_point_at_the_caller():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        savigp.fit(_model(likelihood=CallableLikelihood(_torch_laplace)), iterations=100, lr=0.01, num_samples=5,
+                   progress=False, final_elbo=False)
+    kinds = {w.category: w.filename for w in caught}
+    assert kinds.get(savigp.ConvergenceWarning) == __file__ and kinds.get(UserWarning) == __file__, caught
