@@ -404,6 +404,37 @@ class CallableLikelihood(Likelihood):
         floor = torch.as_tensor(self.min_log_prob, dtype=out.dtype, device=out.device)
         return torch.where(torch.isnan(out), out, torch.maximum(out, floor))
 
+    def suggest_differentiable(self, y: Tensor) -> Optional[str]:
+        """Once per likelihood: a one-line suggestion to declare ``differentiable=True`` when the
+        function, not declared so, is differentiable in f in torch -- called with torch tensors on
+        the rows ``y (B, P)`` and seeded f ~ N(0, 0.3^2) of shape ``(2, B, Q)`` that require a
+        gradient, it returns a tensor of shape ``(2, B)`` carrying one, and autograd gives finite
+        values and finite gradients. Else (a numpy function, a failure, non-finite values) None.
+        The reparameterization estimator that ``differentiable=True`` selects is usually far less
+        noisy than the score function (Bonilla et al. 2019, §5)."""
+        if self.differentiable or self.backend == "numpy" or getattr(self, "_suggested", False):
+            return None
+        self._suggested = True
+        y = y[:3]
+        gen = torch.Generator().manual_seed(0)
+        f = (0.3 * torch.randn(2, y.shape[0], self.num_latent, generator=gen, dtype=torch.float64))
+        f = f.to(device=y.device, dtype=y.dtype).requires_grad_(True)
+        params = {k: v.detach() for k, v in self.parameter_values().items()}
+        with torch.enable_grad(), warnings.catch_warnings():  # numpy code given tensors may warn before failing
+            warnings.simplefilter("ignore")
+            try:
+                out = self.fn(y, f, **params)
+                if not (isinstance(out, Tensor) and out.requires_grad and tuple(out.shape) == tuple(f.shape[:-1])):
+                    return None
+                (grad,) = torch.autograd.grad(out.sum(), f)
+            except Exception:
+                return None
+        if not (bool(torch.isfinite(out).all()) and bool(torch.isfinite(grad).all())):
+            return None
+        return (f"{self.describe()} is differentiable in f with torch (autograd gave finite gradients on "
+                f"{y.shape[0]} rows), but it is not declared so and gets the score-function estimator: "
+                "differentiable=True selects the reparameterization estimator, usually much less noisy")
+
     # ------------------------------------------------------------------ the protocol
     def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         out = self._call(self.fn, y, f, params=self.parameter_values())  # shape checked by Likelihood.log_prob

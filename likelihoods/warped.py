@@ -57,6 +57,9 @@ class WarpedGaussian(Likelihood):
     c_i = -(the i/(I+1) quantile of y), b_i = 1 / std(y), a_i = std(y).
     """
 
+    #: buffers whose +inf is a value (no bound), not damage: a model file's check lets them through
+    may_be_infinite = ("slope_bound",)
+
     cli_name = "warped"
     cli_options = ("num_tanh", "noise_variance")
     standardizable = True

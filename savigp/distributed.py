@@ -305,6 +305,12 @@ class DataParallel:
                 extras = flat[offset:].to(extras.dtype)
         return extras
 
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        """The sum over the ranks of ``t`` (a CPU float64 tensor; the result is too)."""
+        total = t.to(self._comm_device())
+        self._collective(lambda: dist.all_reduce(total), "summing across the ranks")
+        return total.cpu()
+
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any rank (e.g. a callback asking to stop)."""
         t = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64, device=self._comm_device())

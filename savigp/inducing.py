@@ -7,6 +7,8 @@ setting (60k x 784 -> 2400 centres).
 """
 from __future__ import annotations
 
+import warnings
+
 import math
 
 import numpy as np
@@ -48,7 +50,9 @@ def initial_inducing_inputs(X: Tensor, num_inducing: int, method: str = "kmeans"
     data = X.detach().cpu().double().numpy()
     if N > max_points:
         data = data[rng.choice(N, size=max_points, replace=False)]
-    centres, labels = kmeans2(data, M, minit="++", seed=rng, iter=20)
+    with warnings.catch_warnings():  # empty clusters and repeated rows (their warnings) are handled below
+        warnings.simplefilter("ignore")
+        centres, labels = kmeans2(data, M, minit="++", seed=rng, iter=20)
     # empty clusters keep their ++ seed, which is a data point, so centres are always usable;
     # duplicates (possible with repeated rows) are replaced by random distinct data points
     _, first = np.unique(np.round(centres, 12), axis=0, return_index=True)

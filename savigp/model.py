@@ -10,6 +10,7 @@ A training step reads top to bottom:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -17,13 +18,13 @@ import torch
 from torch import Tensor, nn
 
 from . import _chunks, _sync_free
-from ._checks import as_inputs, as_targets
+from ._checks import FLOAT32_MAX_OFFSET, as_inputs, as_targets, input_offset
 from ._linalg import base_jitter, jittered, robust_cholesky
 from .expected_log_lik import checked_log_prob, resolve_estimator
 from .inducing import initial_inducing_inputs
 from .kernels import KERNELS, Kernel
 from .nonfinite import NonFiniteLogProb
-from .posteriors import InducingPrior, Posterior, make_posterior
+from .posteriors import DEFAULT_ENTROPY, InducingPrior, Posterior, make_posterior
 
 
 @dataclass
@@ -132,9 +133,12 @@ class SAVIGP(nn.Module):
             docs/mixtures.md).
         num_components: K, mixture components (K > 1: initial means spread around the prior mean,
             :func:`savigp.posteriors.spread_means`).
-        entropy: the entropy term of a mixture with K > 1: ``"bound"`` (seed 004, eq. (18)) or
-            ``"mc"`` (a reparameterized Monte Carlo estimate of the exact entropy, tighter by about
-            0.153 Q M nats; see :meth:`savigp.posteriors.MixturePosterior.entropy`).
+        entropy: the entropy term of a mixture with K > 1: ``"pairwise"`` (the default: the
+            Bhattacharyya pairwise-distance lower bound of Kolchinsky & Tracey 2017, exact when the
+            components coincide and when they are far apart, so ELBOs of different K compare),
+            ``"bound"`` (Bonilla et al. 2019, eq. (18), the paper's: 0.153 Q M nats below the
+            entropy at both extremes) or ``"mc"`` (a reparameterized Monte Carlo estimate of the
+            exact entropy); see :meth:`savigp.posteriors.MixturePosterior._mixture_entropy`.
         entropy_samples: draws per component for ``entropy="mc"``.
         prior_mean: constant prior mean mu_j per latent function: a float or a sequence of Q floats.
         learn_prior_mean: learn mu_j.
@@ -160,7 +164,7 @@ class SAVIGP(nn.Module):
         dense: bool = False,
         posterior: Union[str, Posterior] = "full",
         num_components: int = 1,
-        entropy: str = "bound",
+        entropy: str = DEFAULT_ENTROPY,
         entropy_samples: int = 64,
         prior_mean: Union[float, Sequence[float]] = 0.0,
         learn_prior_mean: bool = False,
@@ -173,6 +177,10 @@ class SAVIGP(nn.Module):
         super().__init__()
         X = as_inputs(X, "X", dtype=torch.float64)
         Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=torch.float64)
+        if dtype == torch.float32 and input_offset(X) > FLOAT32_MAX_OFFSET:
+            warnings.warn(f"SAVIGP: X sits {input_offset(X):.3g} standard deviations from zero: float32 rounds away "
+                          "most of its spread; centre it (X - X.mean(0), and the same shift for test inputs) or use "
+                          "dtype=torch.float64", RuntimeWarning, stacklevel=2)
         likelihood.validate_targets(Y)
         likelihood.initialize_from_data(Y)
         N, D = X.shape
@@ -185,7 +193,10 @@ class SAVIGP(nn.Module):
             name = kernel or "rbf"
             if name not in KERNELS:
                 raise ValueError(f"kernel must be one of {sorted(KERNELS)} or a Kernel, got {name!r}")
-            std = X.std(0).clamp_min(1e-6) if N > 1 else torch.ones(D, dtype=X.dtype)
+            # a column without spread (constant) gets length-scale sqrt(D): any value fits it, and
+            # sqrt(D) * 0 would be below the length-scale's floor
+            std = X.std(0) if N > 1 else torch.ones(D, dtype=X.dtype)
+            std = torch.where(std > 0, std.clamp_min(1e-5), torch.ones_like(std))
             kernel = KERNELS[name](D, Q, lengthscale=std * D ** 0.5, variance=1.0)
         if kernel.num_latent != Q:
             raise ValueError(

@@ -388,6 +388,12 @@ def fit_orthnat(
                        precond_every=precond_every, num_samples=num_samples, estimator=estimator, generator=gen)
     batches = Batches(N, B, gen, torch.randperm(N, generator=gen), 0, model.device)
     run(model, rule, batches, history, start=0, iterations=iterations, progress=progress, callback=callback)
+    if history.still_rising:
+        import warnings
+
+        from .training import ConvergenceWarning
+
+        warnings.warn(f"savigp.fit_orthnat: {history.still_rising}", ConvergenceWarning, stacklevel=2)
     return history
 
 

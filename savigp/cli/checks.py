@@ -104,3 +104,13 @@ def check_device(device: Optional[str]) -> None:
 def check_samples(samples: int) -> None:
     if samples < 1:
         raise CLIError(f"--samples must be >= 1, got {samples}")
+
+
+def max_memory_bytes(args) -> Optional[int]:
+    """``--max-memory GIB`` in bytes (None: the default limit of :func:`savigp.cost.memory_limit`)."""
+    gib = getattr(args, "max_memory", None)
+    if gib is None:
+        return None
+    if not (math.isfinite(gib) and gib > 0):
+        raise CLIError(f"--max-memory must be a positive number of GiB, got {gib}")
+    return int(gib * 2 ** 30)

@@ -7,9 +7,10 @@ this machine, and joining the process group in each.
 
 * **Never code from the working folder.** ``python -m`` and ``python -c`` put the working folder
   first on ``sys.path``, so a ``likelihoods.py`` or ``torch.py`` there would run in every rank.
-  Each rank is started as ``python -c BOOT`` where ``BOOT`` removes that entry before anything is
-  imported (the same as ``python -P`` / ``PYTHONSAFEPATH=1`` of Python 3.11, which 3.10 lacks);
-  ``PYTHONPATH`` is passed on unchanged (an explicit choice of the user's); the folder holding
+  Each rank is started as ``python -c BOOT`` where ``BOOT`` removes every entry that is the
+  working folder (``''``, and an empty or explicit ``PYTHONPATH`` entry naming it) before anything
+  is imported (``python -P`` / ``PYTHONSAFEPATH=1`` of Python 3.11 would leave a ``PYTHONPATH``
+  entry such as ``a:`` in place); other ``PYTHONPATH`` entries are kept; the folder holding
   the launcher's own ``savigp`` is appended only when ``savigp`` is not otherwise importable (a
   source checkout run in place). A user likelihood named ``module:function`` is still looked up
   in the working folder after ``sys.path``: the user named it (and it is run by its SHA-256 rule,
@@ -31,7 +32,8 @@ import time
 from typing import Optional
 
 #: what each rank runs (``python -c``): the working folder off ``sys.path`` before any import
-BOOT = ("import sys, importlib.util; sys.path[:1] = [p for p in sys.path[:1] if p]; "
+BOOT = ("import os, sys, importlib.util; here = os.path.realpath(os.getcwd()); "
+        "sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != here]; "
         "importlib.util.find_spec('savigp') or sys.path.append({root!r}); "
         "from savigp.cli import main; sys.exit(main())")
 
@@ -120,6 +122,11 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
     env = dict(os.environ)
     if args.threads is None and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc))
+    if not getattr(args, "quiet", False):
+        threads = args.threads if args.threads is not None else env["OMP_NUM_THREADS"]
+        backend = "nccl" if (getattr(args, "device", None) or "cpu").startswith("cuda") else "gloo"
+        print(f"savigp train: starting {args.nproc} data-parallel processes on this machine (ranks 0-{args.nproc - 1}, "
+              f"{backend} backend, {threads} thread(s) per rank); rank 0 reports", file=sys.stderr, flush=True)
     env.update({"WORLD_SIZE": str(args.nproc), "LOCAL_WORLD_SIZE": str(args.nproc), "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port), "GROUP_RANK": "0", **(extra_env or {})})
     before = _file_identity(out)

@@ -45,7 +45,9 @@ bytes that run are the bytes hashed (:func:`~savigp.model_files.user_code.load_c
 unless ``trust_code=True`` when their SHA-256 differs from the recorded one or none was recorded. Without either, the model loads with its latent
 functions only: ``predict`` gives latent means and variances, and evaluation says what to pass.
 Every configuration field is checked (type, range, size against the state dict, memory needed;
-:mod:`savigp.model_files.schema`) before a tensor is allocated.
+:mod:`savigp.model_files.schema`) before a tensor is allocated, and every stored tensor must hold
+the elements it claims, without NaN or values whose square overflows; the rebuilt model's
+parameters must be finite (also after their transforms).
 """
 from .builder import build_model, rebuild_model, standardization_stats
 from .errors import CodeNotAuthorized, LikelihoodImportError, ModelFileError

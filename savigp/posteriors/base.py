@@ -92,9 +92,9 @@ class Posterior(nn.Module):
     #: q(f_n) is coupled across the latent functions (covariances ``(K, B, Q, Q)``); its samples need
     #: per-point factorizations that check their status on the host (no CUDA-graph capture)
     joint: bool = False
-    #: the entropy term of a mixture with K > 1, ``"bound"`` (eq. (18)) or ``"mc"``, and its draws
-    #: per component (None: the family has no Monte Carlo entropy)
-    entropy_estimate: str = "bound"
+    #: the entropy term of a mixture with K > 1, ``"pairwise"`` (Kolchinsky & Tracey 2017), ``"bound"``
+    #: (eq. (18)) or ``"mc"``, and its draws per component (None: the family has no Monte Carlo entropy)
+    entropy_estimate: str = "pairwise"
     entropy_samples: Optional[int] = None
 
     # ------------------------------------------------------------------ weights

@@ -46,7 +46,8 @@ def test_ranks_never_import_from_the_working_folder(tmp_path):
 def _launch(tmp_path, monkeypatch, rank_code: str, nproc=2, out=None):
     """``launch_ranks`` with stand-in ranks running ``rank_code`` (``RANK`` in the environment)."""
     monkeypatch.setattr(ranks, "rank_command", lambda argv: [sys.executable, "-c", rank_code])
-    args = argparse.Namespace(argv=["train", "d.csv", "--nproc", str(nproc)], nproc=nproc, threads=1)
+    args = argparse.Namespace(argv=["train", "d.csv", "--nproc", str(nproc), "--quiet"], nproc=nproc, threads=1,
+                              quiet=True)  # (without --quiet a first line says that the ranks start)
     return ranks.launch_ranks(args, out)
 
 
