@@ -46,16 +46,24 @@ def __dir__():
 
 class _Package(types.ModuleType):
     """``savigp.warm_start`` is the function even once the submodule of that name is imported (the
-    import system then binds the submodule to the package's attribute; that binding is ignored)."""
+    import system then binds the submodule to the package's attribute; that binding is ignored).
+    Binding a function (``monkeypatch.setattr(savigp, "warm_start", fake)``) replaces it as usual."""
+
+    _warm_start_override = None
 
     @property
     def warm_start(self):
-        return __getattr__("warm_start")
+        override = type(self)._warm_start_override
+        return override if override is not None else __getattr__("warm_start")
 
     @warm_start.setter
     def warm_start(self, value):
         if not isinstance(value, types.ModuleType):
-            raise AttributeError("savigp.warm_start is a function of savigp.warm_start; it cannot be rebound")
+            type(self)._warm_start_override = value
+
+    @warm_start.deleter
+    def warm_start(self):
+        type(self)._warm_start_override = None
 
 
 sys.modules[__name__].__class__ = _Package

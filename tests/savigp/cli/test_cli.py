@@ -342,7 +342,10 @@ def test_every_builtin_likelihood_trains_and_predicts(tmp_path, name):
     assert type(saved.model.likelihood).__name__ == load_payload(model)["config"]["likelihood"]["class"]
     assert main(["predict", model, data, "--out", pred, "--quiet"]) == 0
     header = open(pred).readline().strip().split(",")
-    assert f"mean_{names[0]}" in header and len(np.loadtxt(pred, delimiter=",", skiprows=1, ndmin=2)) == N
+    # unordered classes get class probabilities and a label, no mean of a class index
+    wanted = f"predicted_{names[0]}" if kind in ("binary", "classes") else f"mean_{names[0]}"
+    assert wanted in header and len(np.loadtxt(pred, delimiter=",", skiprows=1, ndmin=2)) == N
+    assert (f"mean_{names[0]}" in header) == (kind not in ("binary", "classes"))
 
 
 # ---------------------------------------------------------------------------- checkpoints and resume
