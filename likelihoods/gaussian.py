@@ -1,4 +1,4 @@
-"""Gaussian likelihood with a learnable noise variance (seed 004, §9.3.1).
+"""Gaussian likelihood with a learnable noise variance (Bonilla et al. 2019, §9.3.1).
 
     log p(y_n | f_n) = log N(y_n; f_n, sigma^2) = -1/2 log(2 pi sigma^2) - (y_n - f_n)^2 / (2 sigma^2)
 
@@ -23,7 +23,7 @@ class Gaussian(Likelihood):
 
     Args:
         variance: initial noise variance sigma^2 (> 0).
-        learn_variance: learn sigma^2 with its own gradient (seed 004, App. D.2).
+        learn_variance: learn sigma^2 with its own gradient (Bonilla et al. 2019, App. D.2).
     """
 
     cli_name = "gaussian"

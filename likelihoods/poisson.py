@@ -1,4 +1,4 @@
-"""Poisson likelihood / log Gaussian Cox process (seed 004, §9.3.5).
+"""Poisson likelihood / log Gaussian Cox process (Bonilla et al. 2019, §9.3.5).
 
 Counts y_n in bins of width w with log-intensity f_n + m (m: a learnable offset of the log mean):
 
@@ -27,7 +27,7 @@ class Poisson(Likelihood):
     Args:
         bin_width: w > 0, the width (exposure) of every bin; fixed.
         offset: initial offset m of the log-intensity.
-        learn_offset: learn m with its own gradient (seed 004, App. D.2); ``initialize_from_data``
+        learn_offset: learn m with its own gradient (Bonilla et al. 2019, App. D.2); ``initialize_from_data``
             then sets it to log(mean count / w).
     """
 

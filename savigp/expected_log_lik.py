@@ -1,4 +1,4 @@
-"""Estimators of the expected log-likelihood and of its gradients (seed 004, §4.6, §5, App. F).
+"""Estimators of the expected log-likelihood and of its gradients (Bonilla et al. 2019, §4.6, §5, App. F).
 
     L_ell = (N / B) sum_{n in batch} sum_k pi_k E_{q_k(f_n)}[log p(y_n | f_n)]      (eq. 24, 29, 33)
 

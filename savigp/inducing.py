@@ -1,4 +1,4 @@
-"""Initial inducing inputs: k-means centres or a random subset of the data (seed 004, §9.2).
+"""Initial inducing inputs: k-means centres or a random subset of the data (Bonilla et al. 2019, §9.2).
 
 Two k-means implementations: scipy's (``method="kmeans"``, on at most 20k rows, float64 on the CPU;
 the long-standing default, kept so that saved models and seeds reproduce) and :func:`kmeans`, in

@@ -1,5 +1,5 @@
 """The SAVIGP model: Q latent GPs, a mixture-of-Gaussians posterior over inducing variables and a
-black-box likelihood (seed 004, §3-7).
+black-box likelihood (Bonilla et al. 2019, §3-7).
 
 A training step reads top to bottom:
 
@@ -29,7 +29,7 @@ from .posteriors import DEFAULT_ENTROPY, InducingPrior, Posterior, make_posterio
 
 @dataclass
 class ELBOTerms:
-    """One evaluation of the ELBO (seed 004, eq. (17)) on a batch.
+    """One evaluation of the ELBO (Bonilla et al. 2019, eq. (17)) on a batch.
 
     ``elbo`` is differentiable (its gradient is the estimator's); the other fields are detached
     0-dim tensors on the model's device in the paper's convention (u-space entropy and
@@ -110,7 +110,7 @@ PREDICT_MEMORY_BUDGET = 256 * 2 ** 20
 
 
 class SAVIGP(nn.Module):
-    """Sparse variational inference for Q latent GPs with any likelihood (seed 004).
+    """Sparse variational inference for Q latent GPs with any likelihood (Bonilla et al. 2019).
 
     Args:
         X: training inputs, ``(N, D)`` (a 1-D array is read as ``(N, 1)``).
@@ -142,8 +142,8 @@ class SAVIGP(nn.Module):
         entropy_samples: draws per component for ``entropy="mc"``.
         prior_mean: constant prior mean mu_j per latent function: a float or a sequence of Q floats.
         learn_prior_mean: learn mu_j.
-        mean_basis_size: size of the mean basis gamma per latent function (seed 003); 0 disables it.
-        mean_basis: ``"orthogonal"`` (seed 003's orthogonally decoupled basis), ``"decoupled"``
+        mean_basis_size: size of the mean basis gamma per latent function (Salimbeni et al. 2018); 0 disables it.
+        mean_basis: ``"orthogonal"`` (Salimbeni et al. (2018)'s orthogonally decoupled basis), ``"decoupled"``
             (Cheng & Boots 2017: mean from gamma alone, the posterior mean fixed at 0) or
             ``"hybrid"`` (Salimbeni et al. 2018, eq. (10)); see :mod:`savigp.mean_bases`.
         dtype, device: of every parameter and buffer (float64 on CPU by default).
@@ -259,7 +259,7 @@ class SAVIGP(nn.Module):
         # files written before the diagonal mixture over u had its prior-conditioned coordinates
         self.register_load_state_dict_post_hook(SAVIGP._convert_legacy_posterior)
 
-        # ---- optional orthogonally decoupled mean head (seed 003)
+        # ---- optional orthogonally decoupled mean head (Salimbeni et al. 2018)
         self.mean_head = None
         if mean_basis != "orthogonal" and not mean_basis_size:
             raise ValueError(f"mean_basis={mean_basis!r} needs mean_basis_size > 0 (the size G of the basis)")
@@ -362,11 +362,11 @@ class SAVIGP(nn.Module):
         return InducingPrior(self.prior_factor())
 
     def marginals(self, X: Tensor, Lzz: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-        """Marginals q_k(f_n) = prod_j N(b_knj, s2_knj) at inputs X (seed 004, eq. (22)-(23)).
+        """Marginals q_k(f_n) = prod_j N(b_knj, s2_knj) at inputs X (Bonilla et al. 2019, eq. (22)-(23)).
 
         In whitened form (see :mod:`savigp.posteriors`), with V_j = L_zz^-1 K_zx^j:
 
-            b_knj  = mu_j + v_jn^T m_kj (+ the decoupled mean head r_j(x_n), seed 003)
+            b_knj  = mu_j + v_jn^T m_kj (+ the decoupled mean head r_j(x_n), Salimbeni et al. 2018)
             s2_knj = k_j(x_n, x_n) - v_jn^T v_jn + v_jn^T S_kj v_jn
 
         (for ``posterior="joint"`` the diagonals of the coupled q(f_n)).
@@ -388,7 +388,7 @@ class SAVIGP(nn.Module):
         Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
         m = self.posterior.marginals(prior, Kzx, self.kernel.diag(X), state)
         mean = self.prior_mean + m.mean  # (K, B, Q)
-        if self.mean_head is not None:  # seed 003: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a
+        if self.mean_head is not None:  # Salimbeni et al. 2018: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a
             head = dict(V=m.V) if m.V is not None else dict(Kzx=Kzx, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel)
             mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, prior.Lzz, **head).transpose(-1, -2)
         return mean, m.cov
@@ -396,7 +396,7 @@ class SAVIGP(nn.Module):
     # ------------------------------------------------------------------ ELBO
     def elbo(self, batch: Optional[Tensor] = None, *, num_samples: int = 100, estimator: str = "auto",
              generator: Optional[torch.Generator] = None) -> ELBOTerms:
-        """The ELBO (seed 004, eq. (17)) on a mini-batch, scaled to the full data (eq. (33)).
+        """The ELBO (Bonilla et al. 2019, eq. (17)) on a mini-batch, scaled to the full data (eq. (33)).
 
         Args:
             batch: indices ``(B,)`` of training points, or None for all N.
@@ -448,7 +448,7 @@ class SAVIGP(nn.Module):
     # ------------------------------------------------------------------ prediction
     @torch.no_grad()
     def predict_latent(self, X, chunk_size: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Per-component latent marginals at test inputs (seed 004, §7).
+        """Per-component latent marginals at test inputs (Bonilla et al. 2019, §7).
 
         Args:
             X: ``(B, D)``.
@@ -476,7 +476,7 @@ class SAVIGP(nn.Module):
 
     @torch.no_grad()
     def draws(self, X, num_samples: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Samples of the latent functions f* at test inputs ``X (B, D)`` from the posterior (seed 004, §7).
+        """Samples of the latent functions f* at test inputs ``X (B, D)`` from the posterior (Bonilla et al. 2019, §7).
 
         The standard normal draws ``(S, K, 1, Q)`` (from a CPU generator seeded with ``seed``) are
         shared by all rows, so a row's samples depend on its own input and the seed only, not on
@@ -588,7 +588,7 @@ class SAVIGP(nn.Module):
     @torch.no_grad()
     def log_predictive_density(self, X, Y, num_samples: int = 1000, seed: int = 0, chunk_size: Optional[int] = None,
                                memory_budget: Optional[int] = None) -> Tensor:
-        """log p(y*_n | x*_n) for every test point, ``(B,)`` (seed 004, §7):
+        """log p(y*_n | x*_n) for every test point, ``(B,)`` (Bonilla et al. 2019, §7):
 
             log p(y* | x*) ~= logsumexp_{k, s}(log pi_k + log p(y* | f*_ks)) - log S,
 

@@ -40,7 +40,7 @@ class USpaceParameters:
 
 
 class UDiagonalMixture(MixtureFamily):
-    """The paper's "mog1" / "mog2" (seed 004, §6.2): K >= 1 components, each a Gaussian over u with
+    """The paper's "mog1" / "mog2" (Bonilla et al. 2019, §6.2): K >= 1 components, each a Gaussian over u with
     *diagonal* covariance, q(u) = sum_k pi_k prod_j N(u_j; mu_j 1 + m_kj, diag(s_kj^2)).
     ``posterior="diag"``.
 
@@ -174,7 +174,7 @@ class UDiagonalMixture(MixtureFamily):
 
     def cross_entropy(self, scale=None, Lzz: Tensor | None = None, Kzz: Tensor | None = None,
                       jitter_rel: Tensor | None = None) -> Tensor:
-        """E_q[log p(u)] (seed 004, eq. (19)) in u-space, which in these coordinates is
+        """E_q[log p(u)] (Bonilla et al. 2019, eq. (19)) in u-space, which in these coordinates is
 
             -1/2 sum_k pi_k sum_j [M log 2 pi + log|K_zz^j| + ||w_kj||^2 + ||d_kj||^2]
 

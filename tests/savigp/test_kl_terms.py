@@ -1,5 +1,5 @@
 """Issue 2, check 3: the entropy and cross-entropy terms against brute-force references in the
-paper's u-space (seed 004, eq. (18)-(19)); the mixture entropy bound lies below the true entropy."""
+paper's u-space (Bonilla et al. 2019, eq. (18)-(19)); the mixture entropy bound lies below the true entropy."""
 import math
 
 import pytest
