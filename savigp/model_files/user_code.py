@@ -10,8 +10,10 @@ file names). Either way the code runs by :func:`load_code`'s rule -- the bytes a
 hashed, and exactly those bytes are compiled and run (never a ``__pycache__`` entry, never a
 second read); a module name is found as its ``.py`` file first -- and, unless
 ``trust_code=True``, it is refused when its SHA-256 differs from the recorded one, when none was
-recorded, or when the caller names another function than the file records. Modules the user file
-imports in turn are not covered by the hash (docs/cli.md says so).
+recorded, or when the caller names another function than the file records. A module the user
+file imports from its own folder or the working folder is not covered by the hash, so while
+checked bytes run such an import is refused (unless ``trust_code=True``); installed packages
+import as usual.
 """
 from __future__ import annotations
 
@@ -108,7 +110,9 @@ def load_code(target: str, sha256: Optional[str] = None, trust_code: bool = Fals
     read once, hashed, and exactly those bytes are compiled and executed in a fresh module
     (registered in ``sys.modules`` under a private name keyed by path and SHA-256); no
     ``__pycache__`` is read or written and the file is not read again. Modules that code imports
-    in turn are imported by Python as usual and are *not* covered by the hash.
+    in turn are not covered by the hash: while bytes checked against ``sha256`` run (without
+    ``trust_code``), importing one that lies in the file's own folder or the working folder is
+    refused (:class:`_UnhashedImportGuard`); installed packages import as Python finds them.
 
     Args:
         sha256: the SHA-256 the bytes must have (recorded at training), or None.
@@ -149,7 +153,10 @@ def load_code(target: str, sha256: Optional[str] = None, trust_code: bool = Fals
     module.__package__ = "" if is_file_spec(target) else target.rpartition(".")[0]
     module.__savigp_sha256__ = digest
     sys.modules[modname] = module
+    guard = None if (trust_code or not sha256) else _UnhashedImportGuard(path)
     try:
+        if guard is not None:
+            sys.meta_path.insert(0, guard)
         exec(compile(source, path, "exec", dont_inherit=True), module.__dict__)
     except BaseException as err:
         del sys.modules[modname]
@@ -157,7 +164,35 @@ def load_code(target: str, sha256: Optional[str] = None, trust_code: bool = Fals
             raise
         where = f" (line {err.lineno})" if isinstance(err, SyntaxError) and err.lineno else ""
         raise LikelihoodImportError(f"{what} {spec!r}: running {path} failed{where}: {type(err).__name__}: {err}") from None
+    finally:
+        if guard is not None:
+            sys.meta_path.remove(guard)
     return module, digest
+
+
+class _UnhashedImportGuard:
+    """A ``sys.meta_path`` finder in place while :func:`load_code` runs checked bytes (a recorded
+    SHA-256, no ``trust_code``): it refuses to import a module that is not yet loaded and whose
+    source lies in the user file's own folder or the working folder -- a sibling such as
+    ``helper.py``, which the recorded hash does not cover and which could have been edited since
+    training. Installed packages (numpy, scipy, torch, ...) import as usual."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.folders = {os.path.realpath(os.path.dirname(path)), os.path.realpath(os.getcwd())}
+
+    def find_spec(self, fullname, search_path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(fullname, search_path)
+        origin = getattr(spec, "origin", None)
+        if not origin or origin in ("built-in", "frozen"):
+            return None
+        where = os.path.realpath(origin)
+        if any(where == d or where.startswith(d + os.sep) for d in self.folders):
+            raise LikelihoodImportError(
+                f"{self.path} imports {fullname} ({origin}), which the recorded SHA-256 does not cover (only the "
+                f"likelihood's own file is hashed); refusing to run it: keep the code in one file, or pass "
+                f"--trust-code (trust_code=True)")
+        return None
 
 
 def import_callable(spec: str, sha256: Optional[str] = None, trust_code: bool = False, reuse: bool = False) -> Callable:

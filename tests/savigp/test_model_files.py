@@ -459,3 +459,38 @@ def test_a_likelihood_module_from_another_folder_names_the_file_path_alternative
     assert "cannot import module 'zip_lik'" in message
     assert "likelihood='path/to/zip_lik.py:log_lik'" in message and "--likelihood path/to/zip_lik.py:log_lik" in message
     assert savigp.load(path, likelihood=str(folder / "zip_lik.py"), trust_code=True).likelihood_loaded
+
+
+def test_a_sibling_module_the_hash_does_not_cover_is_not_run_without_trust(tmp_path, capsys, monkeypatch):
+    """A likelihood file that imports a module from its own folder: training runs it (the user's
+    own command); a later predict refuses the unhashed import (an edited sibling would run) unless
+    --trust-code; installed packages (numpy) import as usual."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    monkeypatch.syspath_prepend(str(lib))  # the sibling is importable, as with PYTHONPATH=lib
+    monkeypatch.chdir(tmp_path)
+    data = _csv(tmp_path / "d.csv")
+    marker = tmp_path / "marker"
+    (lib / "sibhelper_x1.py").write_text("def scale():\n    return 1.0\n")
+    (lib / "uselik.py").write_text("import numpy as np\nimport sibhelper_x1\n"
+                                   "def log_lik(y, f):\n    return -0.5 * sibhelper_x1.scale() * ((y[:, 0] - f[..., 0]) ** 2)\n")
+    assert main(["train", data, "--targets", "y", "--likelihood", "lib/uselik.py:log_lik", "--out", "m.pt", *FAST]) == 0
+    (lib / "sibhelper_x1.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+                                         "def scale():\n    return 1.0\n")
+    _fresh_process(monkeypatch)
+    assert main(["predict", "m.pt", data, "--likelihood", "lib/uselik.py", "--out", "p.csv", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "imports sibhelper_x1" in err and "--trust-code" in err and not marker.exists()
+    _fresh_process(monkeypatch)
+    assert main(["predict", "m.pt", data, "--likelihood", "lib/uselik.py", "--trust-code", "--out", "p.csv",
+                 "--quiet"]) == 0
+    assert marker.exists()  # with consent the (edited) sibling runs
+    _fresh_process(monkeypatch)
+
+
+def _fresh_process(monkeypatch):
+    """Forget the modules the user code loaded in this process, as a new ``savigp`` command would."""
+    from savigp.model_files.user_code import USER_MODULE_PREFIX
+
+    for name in [n for n in sys.modules if n.startswith(USER_MODULE_PREFIX) or n == "sibhelper_x1"]:
+        monkeypatch.delitem(sys.modules, name)
