@@ -8,8 +8,11 @@
 1-D inputs: one panel per latent function (the mean of q(f*) with a band of +-2 standard
 deviations), then the predictive mean of y with its central 95% predictive interval (the 2.5% and
 97.5% quantiles of y* sampled from q(f*) and the likelihood's ``sample``, so that the band stays in
-the support of y: counts >= 0, a probability in (0, 1)); a likelihood that cannot sample gets
-mean +- 2 predictive sd, labelled so (it may leave the support). The data are overlaid
+the support of y: counts >= 0, a probability in (0, 1)); a likelihood that cannot sample (a
+user's ``log p(y | f)`` alone) with one output gets the same interval read off its predictive
+density E_q[p(y* | f*)] on a grid of y* values (integers for integer targets), where ``log_prob``
+is -inf or not finite outside the support; only where neither works is the band mean +- 2
+predictive sd, labelled so (it may leave the support). The data are overlaid
 (regression), or the class probabilities are drawn with the labels marked (classification).
 2-D inputs: mean and standard-deviation maps of each latent function, and the predictive mean map
 (regression) or one probability map per class (classification), with the data overlaid in a
@@ -22,6 +25,7 @@ state, no display needed); the ``save_*`` helpers write files atomically.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional, Sequence
 
@@ -38,6 +42,8 @@ INTERVAL = (0.025, 0.975)
 #: draws of y per grid point for that interval (the standard error of a 2.5% quantile is then
 #: about 0.02 predictive sd: a smooth band)
 QUANTILE_SAMPLES = 2000
+#: y* values and draws of f* per component for the predictive density of a likelihood that cannot sample
+GRID_Y, GRID_DRAWS = 200, 100
 #: data markers per class (cycled), drawn in tab10 colours with white edges
 CLASS_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
@@ -72,7 +78,7 @@ def _likelihood(model):
 
 
 def predictive_quantiles(model, X, levels: Sequence[float] = INTERVAL, *, num_samples: int = 200,
-                         seed: int = 0) -> Optional[np.ndarray]:
+                         seed: int = 0, y_grid: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
     """Quantiles of the predictive distribution p(y* | x*) = E_q(f*)[p(y* | f*)] by sampling:
     f* from the posterior (every mixture component, weighted by pi_k), then y* from the
     likelihood's ``sample``. Each quantile is a value y* can take, so the band lies in its support.
@@ -83,9 +89,14 @@ def predictive_quantiles(model, X, levels: Sequence[float] = INTERVAL, *, num_sa
         X: inputs ``(B, D)``.
         levels: quantile levels in (0, 1).
         num_samples: draws of f* per mixture component (one y* per draw).
+        y_grid: for a likelihood that cannot sample (a user's ``log p(y | f)`` alone) with one
+            output, the values of y* ``(G,)`` (in the targets' original units) at which the
+            predictive density E_q[p(y* | f*)] is evaluated from ``log_prob``; the quantiles are
+            read off its cumulative sum over the grid (:func:`_grid_quantiles`).
 
     Returns:
-        ``(len(levels), B, P)``, or None when the likelihood cannot sample (or is not loaded).
+        ``(len(levels), B, P)``, or None when the likelihood can neither sample nor be read on a
+        grid (or is not loaded).
     """
     import torch
 
@@ -99,7 +110,9 @@ def predictive_quantiles(model, X, levels: Sequence[float] = INTERVAL, *, num_sa
         try:
             y = lik.sample(f, torch.Generator(device=f.device).manual_seed(seed + 1))  # (S, K, B, P)
         except NotImplementedError:
-            return None
+            if y_grid is None or lik.output_dim != 1:
+                return None
+            return _grid_quantiles(model, lik, f, log_w, np.asarray(y_grid, dtype=np.float64), levels)
     y = y.detach().cpu().to(torch.float64).numpy()
     stats = getattr(model, "target_stats", None) if saved else None
     if stats is not None:
@@ -115,6 +128,64 @@ def predictive_quantiles(model, X, levels: Sequence[float] = INTERVAL, *, num_sa
         idx = (cw < level * cw[-1:]).sum(0)  # the first sorted draw with cumulative weight >= level
         out.append(np.take_along_axis(ys, np.minimum(idx, S * K - 1)[None], axis=0)[0])
     return np.stack(out)
+
+
+def _grid_quantiles(model, lik, f, log_w, y_grid: np.ndarray, levels: Sequence[float]) -> Optional[np.ndarray]:
+    """Quantiles of p(y* | x*) = sum_k pi_k mean_s p(y* | f*_sk) read off a grid of y* values
+    ``y_grid (G,)``: the density is evaluated by the likelihood's ``log_prob`` at every grid value
+    (values where it is not finite, outside the support, count as 0), weighted by the grid's cell
+    widths (1 for an integer grid: a probability mass function), normalized over the grid and
+    inverted. Each quantile is a grid value, so the band keeps to the support the likelihood gives
+    y. ``f`` ``(S, K, B, Q)``, ``log_w`` ``(K,)``; returns ``(len(levels), B, 1)`` or None when no
+    grid value has positive density."""
+    import torch
+
+    f = f[:GRID_DRAWS]
+    S, K, B, Q = f.shape
+    G = y_grid.shape[0]
+    stats = getattr(model, "target_stats", None) if hasattr(model, "transform_inputs") else None
+    y_model = y_grid if stats is None else (y_grid - float(np.asarray(stats["mean"]).reshape(-1)[0])) / float(
+        np.asarray(stats["std"]).reshape(-1)[0])
+    yy = torch.as_tensor(np.tile(y_model, B)[:, None], dtype=f.dtype, device=f.device)  # (B G, 1): row b, value g
+    ff = f.repeat_interleave(G, dim=2)  # (S, K, B G, Q)
+    with torch.no_grad():
+        lp = lik.log_prob(yy, ff).reshape(S, K, B, G)
+    lp = torch.where(torch.isfinite(lp), lp, torch.full_like(lp, -torch.inf))
+    log_dens = torch.logsumexp(lp, dim=0) - math.log(S)  # (K, B, G)
+    log_dens = torch.logsumexp(log_w.to(lp).view(K, 1, 1) + log_dens, dim=0)  # (B, G)
+    dens = log_dens.exp().cpu().double().numpy()
+    widths = np.gradient(y_grid) if G > 1 else np.ones(1)
+    mass = dens * np.abs(widths)[None, :]
+    total = mass.sum(1, keepdims=True)
+    if not np.all(total > 0):
+        return None
+    cdf = np.cumsum(mass / total, axis=1)  # (B, G)
+    out = [y_grid[np.minimum((cdf < level).sum(1), G - 1)] for level in levels]
+    return np.stack(out)[:, :, None]
+
+
+def _target_grid(Y: Optional[np.ndarray], mean: np.ndarray, sd: Optional[np.ndarray], n: int = GRID_Y) -> np.ndarray:
+    """The y* values :func:`_grid_quantiles` reads the predictive density at: the integers over the
+    data's range (plus a margin) when every target is an integer (counts, ordinal values), else
+    ``n`` values over the data's and the predictive mean +- 4 sd's range, a quarter wider."""
+    lo, hi = [], []
+    if Y is not None and Y.size:
+        lo.append(np.nanmin(Y)), hi.append(np.nanmax(Y))
+    m = mean[np.isfinite(mean)]
+    if m.size:
+        s = sd[np.isfinite(sd)] if sd is not None else np.zeros(0)
+        spread = 4 * float(s.max()) if s.size else 0.0
+        lo.append(float(m.min()) - spread), hi.append(float(m.max()) + spread)
+    if not lo:
+        return np.linspace(-1.0, 1.0, n)
+    a, b = min(lo), max(hi)
+    margin = 0.25 * (b - a) if b > a else 1.0
+    if Y is not None and Y.size and np.all(np.isfinite(Y)) and np.all(Y == np.round(Y)):
+        a0 = np.floor(a - margin)
+        if np.nanmin(Y) >= 0:
+            a0 = max(a0, 0.0)
+        return np.arange(a0, np.ceil(b + margin) + 1.0)
+    return np.linspace(a - margin, b + margin, n)
 
 
 def _class_labels(model, C: int) -> list:
@@ -202,8 +273,12 @@ def _plot_1d(model, X, Y, num_samples, seed, xname):
         ax.legend(loc="best", fontsize="small")
     else:
         tnames = _target_names(model, outputs) if outputs else []
-        quantiles = predictive_quantiles(model, g[:, None], num_samples=max(num_samples, QUANTILE_SAMPLES), seed=seed) \
-            if outputs else None
+        y_grid = None
+        if outputs == 1 and pred["mean"] is not None:
+            sd = np.sqrt(np.maximum(pred["variance"][:, 0], 0)) if pred["variance"] is not None else None
+            y_grid = _target_grid(None if Y is None else Y[:, :1], pred["mean"][:, 0], sd)
+        quantiles = predictive_quantiles(model, g[:, None], num_samples=max(num_samples, QUANTILE_SAMPLES), seed=seed,
+                                         y_grid=y_grid) if outputs else None
         for p in range(outputs):
             ax = axes[Q + p, 0]
             m = pred["mean"][:, p]
