@@ -13,6 +13,7 @@ from .metrics import evaluate
 from .model import SAVIGP, ELBOTerms, Prediction
 from .posteriors import DiagonalMixture, FullGaussian, FullMixture, MixturePosterior, UDiagonalMixture
 from .training import TrainingDiverged, TrainingHistory, fit
+from .training.components import ComponentSearch, choose_components, grow
 from .decoupled import OrthogonalMeanHead
 from .mean_bases import DecoupledMeanHead, HybridMeanHead
 from .fourier_features import AdditiveMatern, FourierFeatureKernel, odvff_model
@@ -23,7 +24,7 @@ from .model_files import load
 from .warm_start import warm_start
 
 __all__ = [
-    "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
+    "SAVIGP", "fit", "evaluate", "choose_components", "grow", "ComponentSearch", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
     "CholeskyError", "robust_cholesky", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
     "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead",
     "DecoupledMeanHead", "HybridMeanHead", "AdditiveMatern", "FourierFeatureKernel", "odvff_model",
