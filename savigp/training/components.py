@@ -159,6 +159,16 @@ def elbo_estimate(model: SAVIGP, *, num_samples: int = 1000, repeats: int = 4, e
     return float(t.mean()), float(t.std() / math.sqrt(repeats))
 
 
+@torch.no_grad()
+def adopt(model: SAVIGP, source: SAVIGP) -> SAVIGP:
+    """Make ``model`` hold ``source``'s posterior (any K) and every other parameter and buffer, in
+    place (``source`` is a copy of ``model`` refitted, e.g. by :func:`choose_components`)."""
+    if source is not model:
+        model.posterior = copy.deepcopy(source.posterior)
+        model.load_state_dict(source.state_dict())
+    return model
+
+
 @dataclass
 class ComponentSearch:
     """What :func:`choose_components` did.
@@ -174,6 +184,8 @@ class ComponentSearch:
     model: SAVIGP
     num_components: int
     table: dict = field(default_factory=dict)
+    #: the chosen fit's :class:`savigp.TrainingHistory`
+    history: Optional[object] = None
 
     def format(self) -> str:
         lines = ["  K      ELBO    s.e.      gain  (s.e.)  kept start  [ELBO of every start]"]
@@ -186,6 +198,7 @@ class ComponentSearch:
 
 
 def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int = 2, min_gain_se: float = 2.0,
+                      min_gain: float = 0.1,
                       eval_samples: int = 1000, eval_repeats: int = 4, entropy: Optional[str] = None,
                       verbose: bool = True, **fit_kwargs) -> ComponentSearch:
     """Choose the number of mixture components K by the full-data ELBO.
@@ -194,8 +207,10 @@ def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int =
     K + 1: a birth (:func:`grow`) of the kept K fit and ``restarts`` fresh starts (:func:`restart`,
     seeds ``fit_kwargs['seed'] + 1, 2, ...``), each fitted with ``fit_kwargs``; the start with the
     highest full-data ELBO (:func:`elbo_estimate`) is kept. K + 1 is accepted while its ELBO exceeds
-    K's by more than ``min_gain_se`` standard errors of the difference (and by more than 0 when the
-    ELBOs are exact); the search stops at the first K + 1 that is not, or at ``max_components``.
+    K's by more than ``min_gain_se`` standard errors of the difference and by more than ``min_gain``
+    nats (a K + 1 that only repeats K's fit, e.g. two coinciding components under an entropy that is
+    exact for them, gains about 0, and an ELBO without Monte Carlo error has no standard error to
+    compare with); the search stops at the first K + 1 that is not, or at ``max_components``.
     The default of 2 standard errors grows K by chance with probability about 2% when K + 1 adds
     nothing (a one-sided normal test).
 
@@ -205,6 +220,7 @@ def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int =
         max_components: the largest K tried (>= the model's K).
         restarts: fresh starts per K > the model's K, besides the birth.
         min_gain_se: the gain, in standard errors, that K + 1 must show.
+        min_gain: the gain, in nats, that K + 1 must show.
         eval_samples, eval_repeats: :func:`elbo_estimate`'s ``num_samples`` and ``repeats``.
         entropy: the entropy term of the mixtures with K > 1 (see :func:`grow`; None: the model's,
             or the library's default).
@@ -229,10 +245,11 @@ def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int =
     seed = int(fit_kwargs.get("seed", 0))
 
     def fitted(m):
-        fit(m, **fit_kwargs)
+        histories[id(m)] = fit(m, **fit_kwargs)
         return m, *elbo_estimate(m, num_samples=eval_samples, repeats=eval_repeats, estimator=eval_estimator,
                                  seed=seed)
 
+    histories = {}
     best, elbo, se = fitted(model)
     search = ComponentSearch(best, K0, {K0: {"elbo": elbo, "se": se, "gain": None, "gain_se": None, "start": "given",
                                              "starts": {"given": elbo}}})
@@ -246,11 +263,13 @@ def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int =
         gain, gain_se = c_elbo - elbo, math.hypot(c_se, se)
         search.table[K] = {"elbo": c_elbo, "se": c_se, "gain": gain, "gain_se": gain_se, "start": name,
                            "starts": {n: v[1] for n, v in results.items()}}
-        if not (gain > float(min_gain_se) * gain_se and gain > 0):
+        if not (gain > float(min_gain_se) * gain_se and gain > float(min_gain)):
             break
         best, elbo, se = cand, c_elbo, c_se
         search.model, search.num_components = cand, K
+    search.history = histories[id(search.model)]
     if verbose:
-        print(f"savigp.choose_components: K = {search.num_components} (K + 1 needs a gain > {min_gain_se:g} s.e.)\n"
+        print(f"savigp.choose_components: K = {search.num_components} (K + 1 needs a gain > {min_gain_se:g} s.e. "
+              f"and > {min_gain:g} nats)\n"
               + search.format())
     return search

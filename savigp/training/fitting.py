@@ -119,6 +119,7 @@ def fit(
     log_every: Optional[int] = None,
     cuda_graphs: Optional[bool] = None,
     weight_lr: Optional[float] = None,
+    max_components: Optional[int] = None,
 ) -> TrainingHistory:
     """Optimize the ELBO of ``model``.
 
@@ -134,6 +135,13 @@ def fit(
             component's gradients (and its logit's) are divided by its weight before the step
             (:meth:`savigp.posteriors.MixturePosterior.precondition_gradients`; Lin, Khan & Schmidt
             2019), so that a component learns at a rate independent of its weight.
+        max_components: choose the number of mixture components K, up to this many, by the
+            full-data ELBO (:func:`savigp.choose_components` with fit's other arguments and its
+            defaults: a birth and two restarts per K, K grown while the ELBO gains more than 2
+            standard errors); the model's posterior (and every other parameter) is then the chosen
+            fit's, in place, the table of ELBO per K is printed unless ``progress=False``, and the
+            returned history is the chosen fit's with the table in ``history.components``. Not with
+            ``state`` or ``callback``.
         num_samples: S, Monte Carlo samples per data point and component.
         estimator: see :mod:`savigp.expected_log_lik`.
         groups: parameter groups to optimize (default all): a subset of :data:`PARAMETER_GROUPS`.
@@ -182,6 +190,19 @@ def fit(
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    if max_components is not None:
+        if state is not None or callback is not None:
+            raise ValueError("fit(max_components=...) fits several models: it takes no state= or callback=")
+        from .components import adopt, choose_components
+
+        search = choose_components(model, max_components=max_components, verbose=progress, iterations=iterations,
+                                   epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr,
+                                   num_samples=num_samples, estimator=estimator, groups=groups, seed=seed,
+                                   progress=False, lbfgs_max_iter=lbfgs_max_iter, tune_allocator=tune_allocator,
+                                   log_every=log_every, cuda_graphs=cuda_graphs, weight_lr=weight_lr)
+        adopt(model, search.model)
+        search.history.components = search.table
+        return search.history
     N = model.num_data
     B = N if (batch_size is None or optimizer == "lbfgs") else int(batch_size)
     if not 1 <= B <= N:

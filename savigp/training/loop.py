@@ -65,6 +65,8 @@ class TrainingHistory:
     estimator: str = ""
     terms: Optional[dict] = None
     cuda_graph: bool = False
+    #: ``fit(max_components=...)``: the ELBO per K tried (:attr:`savigp.ComponentSearch.table`)
+    components: Optional[dict] = None
 
 
 @dataclass
