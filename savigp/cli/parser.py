@@ -182,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
                         "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
     g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
+    g.add_argument("--max-components", type=int, metavar="KMAX",
+                   help="choose K up to KMAX by the full-data ELBO (savigp.choose_components: starting from "
+                        "--components, K grows while the ELBO gains more than 2 Monte Carlo standard errors; a birth "
+                        "and two restarts per K, each trained with the run's options); prints the ELBO per K. Not "
+                        "with --resume, --checkpoint-every or --nproc")
     g.add_argument("--prior-mean", metavar="MU", help="constant prior mean: one number or Q comma-separated")
     g.add_argument("--learn-prior-mean", action="store_true", help="learn the prior means")
     g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",

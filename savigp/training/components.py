@@ -188,13 +188,18 @@ class ComponentSearch:
     history: Optional[object] = None
 
     def format(self) -> str:
-        lines = ["  K      ELBO    s.e.      gain  (s.e.)  kept start  [ELBO of every start]"]
-        for K, r in self.table.items():
-            gain = "" if r["gain"] is None else f"{r['gain']:+9.2f}  ({r['gain_se']:.2f})"
-            starts = ", ".join(f"{n} {v:.2f}" for n, v in r["starts"].items())
-            mark = " <-" if K == self.num_components else ""
-            lines.append(f"{K:3d} {r['elbo']:9.2f} {r['se']:7.2f} {gain:>19s}  {r['start']:>10s}  [{starts}]{mark}")
-        return "\n".join(lines)
+        return format_table(self.table, self.num_components)
+
+
+def format_table(table: dict, chosen: int) -> str:
+    """:attr:`ComponentSearch.table` as text, one row per K, the chosen K marked."""
+    lines = ["  K      ELBO    s.e.      gain  (s.e.)  kept start  [ELBO of every start]"]
+    for K, r in table.items():
+        gain = "" if r["gain"] is None else f"{r['gain']:+9.2f}  ({r['gain_se']:.2f})"
+        starts = ", ".join(f"{n} {v:.2f}" for n, v in r["starts"].items())
+        mark = " <- chosen" if K == chosen else ""
+        lines.append(f"{K:3d} {r['elbo']:9.2f} {r['se']:7.2f} {gain:>19s}  {r['start']:>10s}  [{starts}]{mark}")
+    return "\n".join(lines)
 
 
 def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int = 2, min_gain_se: float = 2.0,

@@ -99,3 +99,25 @@ def test_fit_with_max_components_keeps_one_on_a_unimodal_problem():
                    progress=False)
     assert m.posterior.num_components == 1 and set(h.components) == {1, 2}, h.components
     assert h.components[2]["gain"] < 0.1 and len(h.elbo) == 150
+
+
+def test_cli_max_components_prints_the_elbo_per_k(tmp_path, capsys):
+    """`savigp train ... --max-components 2`: the table of ELBO per K, the chosen K is the one
+    saved; refused with --checkpoint-every."""
+    import numpy as np
+
+    from savigp.cli import main
+
+    x = np.linspace(0, 3, 12)
+    y = np.sin(2 * x) + 0.3 * np.random.default_rng(0).standard_normal(12)
+    data = tmp_path / "d.csv"
+    np.savetxt(data, np.c_[x, y], delimiter=",", header="x,y", comments="")
+    out = str(tmp_path / "m.pt")
+    args = ["train", str(data), "--targets", "y", "--likelihood", "gaussian", "--dense", "--max-components", "2",
+            "--iterations", "30", "--lr", "0.05", "--quiet", "--out", out]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    K = savigp.load(out).model.posterior.num_components
+    assert f"K = {K} of 1..2" in text and "<- chosen" in text and "restart 2" in text
+    assert main(args + ["--checkpoint-every", "10"]) == 2
+    assert "--max-components fits several models" in capsys.readouterr().err
