@@ -58,8 +58,15 @@ def _replace_posterior(model: SAVIGP, K: int, generator: Optional[torch.Generato
     new = new.to(device=model.device, dtype=model.dtype)
     for p_new, p_old in zip(new.parameters(), old.parameters()):
         p_new.requires_grad_(p_old.requires_grad)
-    model.posterior = new
+    _set_posterior(model, new)
     return new
+
+
+def _set_posterior(model: SAVIGP, posterior: MixturePosterior) -> None:
+    """``model.posterior = posterior``, and the model's ``config`` (what a model file records) with it."""
+    model.posterior = posterior
+    model.config.update(num_components=posterior.num_components, entropy=posterior.entropy_estimate,
+                        entropy_samples=int(posterior.entropy_samples))
 
 
 def split_direction(post: MixturePosterior, k: int) -> torch.Tensor:
@@ -164,7 +171,7 @@ def adopt(model: SAVIGP, source: SAVIGP) -> SAVIGP:
     """Make ``model`` hold ``source``'s posterior (any K) and every other parameter and buffer, in
     place (``source`` is a copy of ``model`` refitted, e.g. by :func:`choose_components`)."""
     if source is not model:
-        model.posterior = copy.deepcopy(source.posterior)
+        _set_posterior(model, copy.deepcopy(source.posterior))
         model.load_state_dict(source.state_dict())
     return model
 
