@@ -6,7 +6,8 @@ fixed, and each is fitted with K = 1 and K = 2 full Gaussians by ``savigp.fit`` 
 ``lr=0.05``, S = 50 draws, only the posterior learned), with the reparameterization and with the
 score estimator, over seeds. A K = 2 fit *keeps both modes* when its two components sit on
 different modes and both weights are in [0.3, 0.7]. Printed per problem x estimator: that count,
-and the full-data ELBO of K = 2 less K = 1's (median and range over the seeds; each ELBO from
+the count when K = 2 is fitted from two starts (seeds s and s + 100) and the one with the higher
+full-data ELBO kept (what :func:`savigp.choose_components`' restarts do), and the full-data ELBO of K = 2 less K = 1's (median and range over the seeds; each ELBO from
 2000 draws per point, the default entropy of the model), plus the unimodal control, where K = 2
 should neither gain nor lose.
 
@@ -84,14 +85,14 @@ def _sign_problem(name, n, lik, target, lengthscale, span, num_inducing=None, ba
     g = torch.Generator().manual_seed(1000 + n)
     Y = (target + 0.2 * torch.randn(n, 1, generator=g, dtype=torch.float64)).abs()
 
-    def build(K, seed, entropy="bound", **kw):
+    def build(K, seed, entropy=None, **kw):
+        kw.update({} if entropy is None else {"entropy": entropy})
         kernel = savigp.RBF(1, 1, lengthscale=lengthscale, variance=1.0, learn=False)
         like = CallableLikelihood(lik, backend="torch", differentiable=True)
         if num_inducing is None:
-            return savigp.SAVIGP(X, Y, like, kernel, dense=True, num_components=K, seed=seed, entropy=entropy, **kw)
+            return savigp.SAVIGP(X, Y, like, kernel, dense=True, num_components=K, seed=seed, **kw)
         Z = torch.linspace(0, span, num_inducing, dtype=torch.float64)[:, None]
-        return savigp.SAVIGP(X, Y, like, kernel, inducing_inputs=Z, learn_inducing=False, num_components=K, seed=seed,
-                             entropy=entropy, **kw)
+        return savigp.SAVIGP(X, Y, like, kernel, inducing_inputs=Z, learn_inducing=False, num_components=K, seed=seed, **kw)
 
     scale = float(Y.mean()) if lik is _abs_lik else float(Y.mean().sqrt())
     return Problem(name, build, lambda m: _fmean(m)[..., 0].mean(-1), scale, batch_size)
@@ -105,11 +106,11 @@ def _switch_problem(n=16, num_inducing=6):
                                                                                     dtype=torch.float64)
     Z = torch.linspace(0, 3, num_inducing, dtype=torch.float64)[:, None]
 
-    def build(K, seed, entropy="bound", **kw):
+    def build(K, seed, entropy=None, **kw):
+        kw.update({} if entropy is None else {"entropy": entropy})
         kernel = savigp.RBF(1, 2, lengthscale=1.0, variance=1.0, learn=False)
         like = CallableLikelihood(_switch_lik, backend="torch", differentiable=True, num_latent=2)
-        return savigp.SAVIGP(X, Y, like, kernel, inducing_inputs=Z, learn_inducing=False, num_components=K, seed=seed,
-                             entropy=entropy, **kw)
+        return savigp.SAVIGP(X, Y, like, kernel, inducing_inputs=Z, learn_inducing=False, num_components=K, seed=seed, **kw)
 
     def modes(m):
         f = _fmean(m)  # (K, N, 2)
@@ -123,10 +124,10 @@ def _unimodal_problem(n=20):
     g = torch.Generator().manual_seed(3)
     Y = torch.sin(2 * X) + 0.3 * torch.randn(n, 1, generator=g, dtype=torch.float64)
 
-    def build(K, seed, entropy="bound", **kw):
+    def build(K, seed, entropy=None, **kw):
+        kw.update({} if entropy is None else {"entropy": entropy})
         kernel = savigp.RBF(1, 1, lengthscale=1.0, variance=1.0, learn=False)
-        return savigp.SAVIGP(X, Y, Gaussian(variance=0.09), kernel, dense=True, num_components=K, seed=seed,
-                             entropy=entropy, **kw)
+        return savigp.SAVIGP(X, Y, Gaussian(variance=0.09), kernel, dense=True, num_components=K, seed=seed, **kw)
 
     return Problem("unimodal", build, lambda m: _fmean(m)[..., 0].mean(-1), 1.0, bimodal=False)
 
@@ -167,13 +168,18 @@ def train(model, problem: Problem, estimator: str, seed: int, iterations: int, l
     return model
 
 
-def run_cell(problem: Problem, estimator: str, seed: int, iterations: int) -> dict:
+def run_cell(problem: Problem, estimator: str, seed: int, iterations: int, entropy: Optional[str] = None) -> dict:
+    """K = 1 and K = 2 fits from ``seed``, and a second K = 2 fit from ``seed + 100`` (a restart):
+    whether K = 2 keeps both modes, alone and as the better of the two starts by the full-data ELBO,
+    and the ELBO gain of K = 2 (the first start) over K = 1."""
     m1 = train(problem.build(1, seed), problem, estimator, seed, iterations)
-    m2 = train(problem.build(2, seed), problem, estimator, seed, iterations)
+    m2 = train(problem.build(2, seed, entropy), problem, estimator, seed, iterations)
+    m3 = train(problem.build(2, seed + 100, entropy), problem, estimator, seed + 100, iterations)
     e1, _ = full_elbo(m1, estimator)
     e2, se = full_elbo(m2, estimator)
-    return {"both": both_modes(problem, m2), "gain": e2 - e1, "se": se,
-            "weights": [round(float(w), 2) for w in m2.posterior.weights()],
+    e3, _ = full_elbo(m3, estimator)
+    return {"both": both_modes(problem, m2), "both_best_of_2": both_modes(problem, m2 if e2 >= e3 else m3),
+            "gain": e2 - e1, "se": se, "weights": [round(float(w), 2) for w in m2.posterior.weights()],
             "modes": [round(float(c), 2) for c in problem.modes(m2)]}
 
 
@@ -184,6 +190,7 @@ def main(argv=None):
     ap.add_argument("--problems", default=",".join(problems()))
     ap.add_argument("--estimators", default="reparam,score")
     ap.add_argument("--iterations", type=int, default=1500)
+    ap.add_argument("--entropy", default=None, help="the K = 2 fits' entropy term (default: the library's)")
     ap.add_argument("--verbose", action="store_true", help="one line per seed")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -194,22 +201,25 @@ def main(argv=None):
         for est in args.estimators.split(","):
             t0, rows = time.time(), []
             for s in range(args.first_seed, args.first_seed + args.seeds):
-                r = run_cell(p, est, s, args.iterations)
+                r = run_cell(p, est, s, args.iterations, args.entropy)
                 rows.append(r)
                 if args.verbose:
                     print(f"  {name} {est} seed {s}: {r}", flush=True)
             gains = [r["gain"] for r in rows]
             count = sum(r["both"] for r in rows) if p.bimodal else None
-            table.append((name, est, count, len(rows), statistics.median(gains), min(gains), max(gains),
-                          max(r["se"] for r in rows), time.time() - t0))
-            print(f"{name:9s} {est:8s} both modes {'-' if count is None else count:>2}/{len(rows)}  ELBO(K=2) - "
-                  f"ELBO(K=1): median {statistics.median(gains):+.2f} [{min(gains):+.2f}, {max(gains):+.2f}] "
-                  f"(s.e. <= {max(r['se'] for r in rows):.2f})  {time.time() - t0:.0f} s", flush=True)
-    print("\n| problem | estimator | K = 2 keeps both modes, weights in [0.3, 0.7] | ELBO(K=2) - ELBO(K=1), "
-          "median [min, max] |\n| --- | --- | --- | --- |")
-    for name, est, count, n, med, lo, hi, se, _ in table:
-        print(f"| {name} | {est} | {'(unimodal)' if count is None else f'{count}/{n}'} | "
-              f"{med:+.2f} [{lo:+.2f}, {hi:+.2f}] |")
+            best = sum(r["both_best_of_2"] for r in rows) if p.bimodal else None
+            row = (name, est, count, best, len(rows), statistics.median(gains), min(gains), max(gains))
+            table.append(row)
+            print(f"{name:9s} {est:8s} both modes {'-' if count is None else count:>2}/{len(rows)} (best of 2 starts "
+                  f"{'-' if best is None else best:>2}/{len(rows)})  ELBO(K=2) - ELBO(K=1): median "
+                  f"{row[5]:+.2f} [{row[6]:+.2f}, {row[7]:+.2f}] (s.e. <= {max(r['se'] for r in rows):.2f})  "
+                  f"{time.time() - t0:.0f} s", flush=True)
+    print("\n| problem | estimator | K = 2 keeps both modes, weights in [0.3, 0.7] | the same, better of 2 starts "
+          "| ELBO(K=2) - ELBO(K=1), median [min, max] |\n| --- | --- | --- | --- | --- |")
+    for name, est, count, best, n, med, lo, hi in table:
+        kept = "(unimodal)" if count is None else f"{count}/{n}"
+        kept2 = "" if best is None else f"{best}/{n}"
+        print(f"| {name} | {est} | {kept} | {kept2} | {med:+.2f} [{lo:+.2f}, {hi:+.2f}] |")
 
 
 if __name__ == "__main__":
