@@ -227,12 +227,12 @@ def fit(
     params = parameter_groups(model, groups)
     if not params:
         raise ValueError(f"no trainable parameters in groups {groups}")
-    if optimizer != "lbfgs":  # (a mixture's logits at their own, smaller rate; see mixture_param_groups)
-        params = mixture_param_groups(model, params, lr, weight_lr)
+    # (a mixture's logits at their own, smaller rate; see mixture_param_groups)
+    opt_params = params if optimizer == "lbfgs" else mixture_param_groups(model, params, lr, weight_lr)
     if optimizer == "adam":
-        opt = make_adam(params, lr, capturable=graphs)
+        opt = make_adam(opt_params, lr, capturable=graphs)
     elif optimizer == "adadelta":
-        opt = torch.optim.Adadelta(params, lr=lr, **({"capturable": True} if graphs else {}))
+        opt = torch.optim.Adadelta(opt_params, lr=lr, **({"capturable": True} if graphs else {}))
     else:
         opt = torch.optim.LBFGS(params, lr=lr, max_iter=lbfgs_max_iter, history_size=50,
                                 line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)
