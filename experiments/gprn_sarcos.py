@@ -1,4 +1,4 @@
-"""Gaussian process regression networks on SARCOS with SAVIGP (seed 004, §9.4, App. K.3).
+"""Gaussian process regression networks on SARCOS with SAVIGP (Bonilla et al. 2019, §9.4, App. K.3).
 
 Offline stand-in: only the 4449-row SARCOS file is available (the paper trained on the 44,484-row
 training set and tested on these 4449 rows). It is split 80/20 with a fixed seed into train and
@@ -222,7 +222,7 @@ def main(argv=None) -> dict:
         f"{settings['iterations']} steps, S = {settings['samples']}; torch threads = {io.environment()['threads']}; "
         "CPU only (no GPU).",
     ]
-    io.write_table(rows, out / "gprn_sarcos", title="GPRN on SARCOS (seed 004, §9.4) vs independent GPs", notes=notes)
+    io.write_table(rows, out / "gprn_sarcos", title="GPRN on SARCOS (Bonilla et al. 2019, §9.4) vs independent GPs", notes=notes)
     return io.write_result(out / "gprn_results.json", argv, rows=rows, settings=settings,
                            seconds_total=time.perf_counter() - t0)
 

@@ -1,4 +1,4 @@
-"""Classification of MNIST digits with SAVIGP (seed 004, §9.4.1 and App. K.2, Figures 6 and 14).
+"""Classification of MNIST digits with SAVIGP (Bonilla et al. 2019, §9.4.1 and App. K.2, Figures 6 and 14).
 
 Two tasks: ``--task multiclass`` (softmax likelihood, Q = 10 latent GPs, one per class; the paper:
 2.77 % error at SF = M / N = 0.04, i.e. M = 2400) and ``--task binary``, the paper's mnist-b (odd
@@ -250,7 +250,7 @@ def main(argv=None) -> dict:
         + (f", stopped by the {args.time_budget:.0f} s time budget" if args.time_budget and hist.steps < iters else "")
         + "; train_seconds excludes the periodic test evaluations.",
     ]
-    io.write_table([row], out / name, title=f"MNIST ({args.task}), seed 004 §9.4.1", notes=notes)
+    io.write_table([row], out / name, title=f"MNIST ({args.task}), Bonilla et al. 2019 §9.4.1", notes=notes)
     io.write_table(curve, out / f"{name}_curve", title=f"{name}: test metrics against training time")
     plot_curve(curve, hist, out / f"{name}_curve.png", name, paper)
     result = io.write_result(out / f"{name}_results.json", argv, row=row, curve=curve)

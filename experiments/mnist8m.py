@@ -1,4 +1,4 @@
-"""MNIST-8M: SAVIGP on a stream of pseudo-random deformations of MNIST (seed 004, §9.7.3, Figure 11).
+"""MNIST-8M: SAVIGP on a stream of pseudo-random deformations of MNIST (Bonilla et al. 2019, §9.7.3, Figure 11).
 
 The paper trained on MNIST8M (Loosli et al. 2007: 8.1M deformed MNIST images), optimizing only the
 variational parameters with mini-batches of B = 1000, M = 2000 inducing inputs and an isotropic
@@ -353,7 +353,7 @@ def main(argv=None) -> dict:
              "variational parameters only.",
              f"this chain: {step} steps, {row['train_seconds']:.0f} s of training over all resumed runs "
              f"(test evaluations and checkpoints excluded); {'quick smoke run' if args.quick else 'full mode'}."]
-    io.write_table([row], out / "mnist8m", title="MNIST-8M (deformations on the fly), seed 004 §9.7.3", notes=notes)
+    io.write_table([row], out / "mnist8m", title="MNIST-8M (deformations on the fly), Bonilla et al. 2019 §9.7.3", notes=notes)
     io.write_table(curve, out / "mnist8m_curve", title="MNIST-8M: test metrics against training time")
     plot(curve, elbos, out / "mnist8m_curve.png")
     result = io.write_result(out / "mnist8m_results.json", argv, row=row, curve=curve)

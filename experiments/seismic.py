@@ -1,4 +1,4 @@
-"""Seismic inversion with SAVIGP against MCMC and the exact posterior (seed 004, §9.8, Figure 12).
+"""Seismic inversion with SAVIGP against MCMC and the exact posterior (Bonilla et al. 2019, §9.8, Figure 12).
 
 113 sensor sites along a line; at each, the two-way reflection times of P = 4 interfaces. Q = 8
 latent GPs over the sensor location x: 4 layer depths and 4 propagation velocities, linked to the
@@ -335,7 +335,7 @@ def main(argv=None) -> dict:
             f"{ref_row['min_ratio']:.2f}-{ref_row['max_ratio']:.2f} x MCMC's (seismic_reference_vs_mcmc), so the "
             "MCMC target is out of reach of any correct inference; see the docstring of experiments/seismic.py.",
         ]
-    io.write_table(rows, out / "seismic_summary", title="Seismic inversion: SAVIGP vs MCMC (seed 004, §9.8)"
+    io.write_table(rows, out / "seismic_summary", title="Seismic inversion: SAVIGP vs MCMC (Bonilla et al. 2019, §9.8)"
                    + (" and vs the exact posterior (HMC)" if ref_row else ""), notes=notes)
     io.write_table(long_rows, out / "seismic_per_latent", title="Seismic inversion, per latent function",
                    notes=notes[:2] + notes[3:5])

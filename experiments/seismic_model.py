@@ -1,4 +1,4 @@
-"""The seismic inversion model (seed 004, §9.8) shared by ``seismic.py`` (SAVIGP) and
+"""The seismic inversion model (Bonilla et al. 2019, §9.8) shared by ``seismic.py`` (SAVIGP) and
 ``seismic_reference.py`` (its exact posterior by HMC), and the data and comparison they share.
 
 113 sensor sites along a line; at each, the two-way reflection times of P = 4 interfaces. Q = 8

@@ -1,4 +1,4 @@
-"""An exact posterior reference for the seismic model (seed 004, §9.8) by Hamiltonian Monte Carlo.
+"""An exact posterior reference for the seismic model (Bonilla et al. 2019, §9.8) by Hamiltonian Monte Carlo.
 
 The model (``seismic_model.py``) is the one ``seismic.py`` fits with SAVIGP: Q = 8 latent functions over the sensor
 location x (4 layer depths, 4 velocities), independent GP priors

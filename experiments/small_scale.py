@@ -1,4 +1,4 @@
-"""The small-scale suite of the SAVIGP paper (seed 004, §9.3, figures 1-5 and 13).
+"""The small-scale suite of the SAVIGP paper (Bonilla et al. 2019, §9.3, figures 1-5 and 13).
 
 One command per dataset::
 
@@ -32,7 +32,7 @@ SAVIGP and writes, in ``--out/DATASET/``:
 * ``figure.png``: box plots over splits as in the paper's figures 1-4 (SSE / NLPD or error /
   NLP against SF, one box per posterior); for mining the intensity over time (figure 5).
 
-Choices (the paper's where it states them, seed 004 §9.2):
+Choices (the paper's where it states them, Bonilla et al. 2019 §9.2):
 
 * Inducing inputs: nested random subsets of the training inputs (one permutation per split, so
   sparser models' inducing inputs are inside denser ones'), kept fixed (``--learn-inducing``
@@ -715,7 +715,7 @@ def write_summary(spec: Dataset, rows: list[dict], out_dir: Path, command: str, 
     else:
         what = ("Mean and standard deviation (population) over splits; test-set metrics in the targets' original "
                 "units" + ("; `elbo` on the standardized training targets." if spec.task == "regression" else "."))
-    lines = [f"# Small-scale suite: {spec.name} (seed 004, §9.3)\n", f"Command: `{command}`\n",
+    lines = [f"# Small-scale suite: {spec.name} (Bonilla et al. 2019, §9.3)\n", f"Command: `{command}`\n",
              f"Runs: {len(rows)}; total wall time {total:.0f} s (sum over runs, one CPU thread each, shared machine).\n",
              what + f" `iterations`: {steps}, full batch; `seconds`: wall time per run including evaluation.\n",
              markdown_table(summ, cols, heads), "", PAPER_NOTES.get(spec.name, ""), ""]

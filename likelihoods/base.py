@@ -69,6 +69,10 @@ class Likelihood(nn.Module):
     differentiable: bool = True
     #: "regression" or "classification": which of the paper's metrics apply.
     task: str = "regression"
+    #: classification: True when the labels are ordered (ordinal), so that the mean and variance of
+    #: the label are summaries worth reporting (``savigp predict`` writes them only then; for
+    #: unordered classes the class probabilities say everything).
+    ordered: bool = False
     #: the name of this class on the command line (``savigp train --likelihood NAME``), or None.
     #: Defining it in a class body registers the class (see :mod:`likelihoods.registry`).
     cli_name: Optional[str] = None
@@ -140,6 +144,13 @@ class Likelihood(nn.Module):
         the latent functions and log predictive densities only.
         """
         raise NotImplementedError(f"{type(self).__name__} does not define conditional_moments(f)")
+
+    def sample(self, f: Tensor, generator: torch.Generator) -> Tensor:
+        """Optional: draws y ~ p(y | f), shape ``(..., B, P)`` for ``f`` of shape ``(..., B, Q)``,
+        from ``generator`` (on f's device). Plots use it for predictive quantiles of y, which stay
+        in the support of y (counts >= 0, a probability in (0, 1)) where mean +- 2 sd does not;
+        without it they draw mean +- 2 sd, labelled so."""
+        raise NotImplementedError(f"{type(self).__name__} cannot sample y given f")
 
     def class_probabilities(self, f: Tensor) -> Tensor:
         """Classification likelihoods only: p(y = c | f) for every class c, shape ``(..., B, C)``."""

@@ -1,4 +1,4 @@
-"""Gaussian likelihood with a learnable noise variance (seed 004, §9.3.1).
+"""Gaussian likelihood with a learnable noise variance (Bonilla et al. 2019, §9.3.1).
 
     log p(y_n | f_n) = log N(y_n; f_n, sigma^2) = -1/2 log(2 pi sigma^2) - (y_n - f_n)^2 / (2 sigma^2)
 
@@ -23,7 +23,7 @@ class Gaussian(Likelihood):
 
     Args:
         variance: initial noise variance sigma^2 (> 0).
-        learn_variance: learn sigma^2 with its own gradient (seed 004, App. D.2).
+        learn_variance: learn sigma^2 with its own gradient (Bonilla et al. 2019, App. D.2).
     """
 
     cli_name = "gaussian"
@@ -52,6 +52,11 @@ class Gaussian(Likelihood):
 
     def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
         return f[..., :1], self.variance().to(f).expand_as(f[..., :1])
+
+    def sample(self, f: Tensor, generator: torch.Generator) -> Tensor:
+        """y = f + sigma eps, eps ~ N(0, 1): ``(..., B, 1)``."""
+        eps = torch.randn(f[..., :1].shape, generator=generator, dtype=f.dtype, device=f.device)
+        return f[..., :1] + self.variance().to(f).sqrt() * eps
 
     def validate_targets(self, y: Tensor) -> None:
         super().validate_targets(y)

@@ -1,4 +1,4 @@
-"""Gaussian process regression network likelihood (Wilson et al., 2012; seed 004, §9.4, Table 2).
+"""Gaussian process regression network likelihood (Wilson et al., 2012; Bonilla et al. 2019, §9.4, Table 2).
 
 P outputs are mixed from Q' latent node functions g(x) by a P x Q' matrix W(x) of latent weight
 functions, all of them GPs, plus independent noise per output:
@@ -44,7 +44,7 @@ class GPRN(Likelihood):
         num_outputs: P >= 1.
         num_nodes: Q' >= 1, the number of node functions.
         variance: initial noise variance(s) sigma_p^2 > 0: one number for all outputs or P numbers.
-        learn_variance: learn the P variances with their own gradient (seed 004, App. D.2).
+        learn_variance: learn the P variances with their own gradient (Bonilla et al. 2019, App. D.2).
     """
 
     cli_name = "gprn"

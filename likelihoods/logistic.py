@@ -1,4 +1,4 @@
-"""Logistic (Bernoulli) likelihood for binary classification (seed 004, §9.3.3).
+"""Logistic (Bernoulli) likelihood for binary classification (Bonilla et al. 2019, §9.3.3).
 
     p(y_n = 1 | f_n) = 1 / (1 + exp(-f_n)),   log p(y_n | f_n) = -log(1 + exp(-s_n f_n)),
 

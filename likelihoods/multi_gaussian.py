@@ -1,4 +1,4 @@
-"""Independent multi-output Gaussian likelihood with one noise variance per output (seed 004, §9.3.1
+"""Independent multi-output Gaussian likelihood with one noise variance per output (Bonilla et al. 2019, §9.3.1
 for one output; eq. (1) for the factorization).
 
 P outputs, one latent function per output (Q = P):
@@ -30,7 +30,7 @@ class MultiGaussian(Likelihood):
     Args:
         num_outputs: P >= 1.
         variance: initial noise variance(s) sigma_p^2 > 0: one number for all outputs or P numbers.
-        learn_variance: learn the P variances with their own gradient (seed 004, App. D.2).
+        learn_variance: learn the P variances with their own gradient (Bonilla et al. 2019, App. D.2).
     """
 
     cli_name = "multi-gaussian"

@@ -1,7 +1,9 @@
-"""Positive parameters through softplus, shared by kernels, likelihoods and user likelihoods' parameters.
+"""Positive parameters through softplus, shared by kernels, likelihoods and user likelihoods' parameters,
+and parameters in the unit interval through the logistic function.
 
 A positive quantity theta is stored as an unconstrained raw tensor r with
-theta = softplus(r) + floor, so that gradient steps can never make it zero or negative.
+theta = softplus(r) + floor, so that gradient steps can never make it zero or negative; a quantity
+in (0, 1) (a probability, e.g. a zero-inflation probability) as theta = sigmoid(r), r = logit(theta).
 """
 from __future__ import annotations
 
@@ -27,6 +29,16 @@ def positive_from_raw(raw: Tensor, floor: float = POSITIVE_FLOOR) -> Tensor:
 def raw_from_positive(value: Tensor, floor: float = POSITIVE_FLOOR) -> Tensor:
     """The raw r with softplus(r) + floor = value, elementwise, for value > floor."""
     return inverse_softplus(value - floor)
+
+
+def unit_from_raw(raw: Tensor) -> Tensor:
+    """theta = sigmoid(raw) = 1 / (1 + exp(-raw)) in (0, 1), elementwise (differentiable in ``raw``)."""
+    return torch.sigmoid(raw)
+
+
+def raw_from_unit(value: Tensor) -> Tensor:
+    """The raw r = logit(value) = log(value / (1 - value)) with sigmoid(r) = value, for 0 < value < 1."""
+    return torch.logit(value)
 
 
 class PositiveParameter(nn.Module):

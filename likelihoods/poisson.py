@@ -1,4 +1,4 @@
-"""Poisson likelihood / log Gaussian Cox process (seed 004, §9.3.5).
+"""Poisson likelihood / log Gaussian Cox process (Bonilla et al. 2019, §9.3.5).
 
 Counts y_n in bins of width w with log-intensity f_n + m (m: a learnable offset of the log mean):
 
@@ -27,7 +27,7 @@ class Poisson(Likelihood):
     Args:
         bin_width: w > 0, the width (exposure) of every bin; fixed.
         offset: initial offset m of the log-intensity.
-        learn_offset: learn m with its own gradient (seed 004, App. D.2); ``initialize_from_data``
+        learn_offset: learn m with its own gradient (Bonilla et al. 2019, App. D.2); ``initialize_from_data``
             then sets it to log(mean count / w).
     """
 
@@ -74,6 +74,10 @@ class Poisson(Likelihood):
         """E[y | f] = Var[y | f] = lambda, each ``(..., B, 1)``."""
         rate = torch.exp(self.log_rate(f)).unsqueeze(-1)
         return rate, rate
+
+    def sample(self, f: Tensor, generator: torch.Generator) -> Tensor:
+        """Counts y ~ Poisson(lambda), lambda = w exp(f + m): ``(..., B, 1)``."""
+        return torch.poisson(torch.exp(self.log_rate(f)).unsqueeze(-1), generator=generator)
 
     def validate_targets(self, y: Tensor) -> None:
         """Raise ``ValueError`` unless ``y`` (shape ``(N, 1)``) holds non-negative integer counts."""

@@ -7,7 +7,8 @@ for user subclasses too: ``class Laplace(Likelihood): cli_name = "laplace"`` add
 :func:`names` once its module is imported. The order of :func:`names` is the order of
 registration: the built-ins in the order ``likelihoods/__init__.py`` imports them, then user
 classes as they are defined. Adding a built-in likelihood therefore touches only its own file
-(and the package's import list).
+(and the package's import list, and ``savigp._choices.BUILTIN_LIKELIHOODS``, the names that
+``savigp train --help`` lists without importing torch; a test keeps the two equal).
 
 Class attributes read here (defaults on :class:`likelihoods.Likelihood`):
 

@@ -1,5 +1,5 @@
 """Seismic inversion likelihood: two-way reflection times from layer depths and velocities
-(seed 004, §9.8, eq. (43); Bonilla et al., 2016).
+(Bonilla et al. 2019, §9.8, eq. (43); Bonilla et al., 2016).
 
 At each site n there are P interfaces. With layer depths d_n1 < ... < d_nP (d_n0 = 0) and
 propagation velocities v_n1, ..., v_nP, the two-way travel time to interface p is

@@ -1,4 +1,4 @@
-"""Softmax likelihood for multi-class classification (seed 004, §9.3.4).
+"""Softmax likelihood for multi-class classification (Bonilla et al. 2019, §9.3.4).
 
 With C classes and one latent function per class (Q = C),
 

@@ -1,4 +1,4 @@
-"""Student-t likelihood for robust regression (a heavy-tailed alternative to seed 004, §9.3.1; any
+"""Student-t likelihood for robust regression (a heavy-tailed alternative to Bonilla et al. 2019, §9.3.1; any
 likelihood with a log density fits the black-box scheme of §4).
 
 With nu degrees of freedom and scale s,
@@ -28,7 +28,7 @@ class StudentT(Likelihood):
         df: initial degrees of freedom nu > 0.
         scale: initial scale s > 0.
         learn_df: learn nu (fixed by default: it is poorly identified on small data sets).
-        learn_scale: learn s with its own gradient (seed 004, App. D.2).
+        learn_scale: learn s with its own gradient (Bonilla et al. 2019, App. D.2).
     """
 
     cli_name = "student-t"

@@ -1,4 +1,4 @@
-"""Warped Gaussian likelihood with the tanh-sum warping of Snelson et al. (seed 004, §9.3.2).
+"""Warped Gaussian likelihood with the tanh-sum warping of Snelson et al. (Bonilla et al. 2019, §9.3.2).
 
 The observation is Gaussian after a monotone warping t of the target:
 
@@ -37,7 +37,7 @@ class WarpedGaussian(Likelihood):
         variance: initial noise variance sigma^2 in warped space (> 0).
         a, b: initial steps and slopes (I values each, > 0); default 1.
         c: initial shifts (I values); default evenly spaced in [-1, 1].
-        learn_warp: learn a, b, c with their own gradient (seed 004, App. D.2).
+        learn_warp: learn a, b, c with their own gradient (Bonilla et al. 2019, App. D.2).
         learn_variance: learn sigma^2.
         quadrature_points: Gauss-Hermite points for the predictive mean and variance.
         max_slope: a bound on the slopes b_i (None: none). The warp uses the effective slopes
@@ -56,6 +56,9 @@ class WarpedGaussian(Likelihood):
     With none of a, b, c given, ``initialize_from_data`` rescales the default warping to the data:
     c_i = -(the i/(I+1) quantile of y), b_i = 1 / std(y), a_i = std(y).
     """
+
+    #: buffers whose +inf is a value (no bound), not damage: a model file's check lets them through
+    may_be_infinite = ("slope_bound",)
 
     cli_name = "warped"
     cli_options = ("num_tanh", "noise_variance")

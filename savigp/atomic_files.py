@@ -1,7 +1,8 @@
 """Writing files atomically: readers (and a crash, a full disk, a Ctrl-C) never see half a file.
 
 :func:`atomic_write` writes to a temporary file ``.NAME.XXXXXXXX.tmp`` in the destination's own
-folder (so that the final rename stays on one file system), flushes and fsyncs it, gives it the
+folder (so that the final rename stays on one file system; the folder resolved as the operating
+system resolves it, :func:`savigp.output_paths.resolve_output_path`, for both), flushes and fsyncs it, gives it the
 mode an ordinary new file would get (``0666 & ~umask``; ``mkstemp`` creates ``0600``), and then
 ``os.replace``\\ s it over the destination and fsyncs the folder. On any failure the temporary file
 is removed and an existing file at the destination is left untouched. A temporary left by a
@@ -11,6 +12,7 @@ Model files, the command line's CSVs and plots, and the experiments' tables all 
 """
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from contextlib import contextmanager
@@ -33,8 +35,13 @@ def atomic_write(path: "os.PathLike | str", mode: str = "w", newline=None) -> It
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write: mode must be 'w' or 'wb', got {mode!r}")
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    from .output_paths import OutputPathError, resolve_output_path
+
+    try:  # the folder as the kernel resolves it, never `..` collapsed as text
+        path = resolve_output_path(os.fspath(path), "write")
+    except OutputPathError as err:  # as open() would say it (an OSError), with the reason
+        raise FileNotFoundError(errno.ENOENT, str(err), os.fspath(path)) from None
+    folder = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"newline": newline})) as fh:

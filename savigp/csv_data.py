@@ -16,6 +16,7 @@ import csv
 import hashlib
 import io
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -26,6 +27,20 @@ import numpy as np
 #: the largest magnitude a cell may have: squares (variances, standardization, Gaussian
 #: log-densities) of values up to 1e150 stay finite in float64 (max 1.8e308)
 MAX_ABS_VALUE = 1e150
+
+
+#: the longest line (bytes) a CSV file may have: far above any table savigp can model (100,000
+#: columns of 160 characters), and a file that is one huge line (binary data, a missing newline)
+#: is named with its line number after reading this much of it, not after filling the memory
+MAX_LINE_BYTES = 2 ** 24
+#: bytes read at a time while the line lengths are checked
+READ_CHUNK = 2 ** 24
+
+#: a number as savigp reads it: ASCII digits, an optional sign, decimal point and exponent (and
+#: nan/inf, refused later with their own message). Python's float() also takes ``1_000`` and
+#: non-ASCII digits (``１２``), which no other CSV reader does: they are not numbers here
+_NUMBER = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)",
+                     re.ASCII | re.IGNORECASE)
 
 
 class DataError(ValueError):
@@ -78,11 +93,53 @@ class Table:
 
 
 def _is_number(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True
+    """A cell of the number syntax savigp reads (:data:`_NUMBER`)."""
+    return _NUMBER.fullmatch(cell.strip()) is not None
+
+
+def _plain_ascii(text: str) -> bool:
+    """True when ``text`` holds no cell that float() reads but savigp does not (``_``, non-ASCII)."""
+    return text.isascii() and "_" not in text
+
+
+def _read_bytes(path: str, fh) -> bytearray:
+    """The whole file, read in :data:`READ_CHUNK` pieces; a line longer than :data:`MAX_LINE_BYTES`
+    raises a DataError naming it as soon as that much of it has been read."""
+    size = os.fstat(fh.fileno()).st_size
+    data = bytearray(size)  # filled in place (no second copy of the file); grows if the file does
+    pos = 0
+    line, run = 1, 0  # the line being read and its bytes so far
+
+    def too_long(at: int):
+        return DataError(f"{path}, line {at}: longer than {MAX_LINE_BYTES} bytes (a CSV line must be at most "
+                         f"{MAX_LINE_BYTES // 2 ** 20} MiB; is this a text file with one row per line?)")
+
+    while True:
+        if pos < len(data):
+            with memoryview(data) as view:
+                n = fh.readinto(view[pos:min(len(data), pos + READ_CHUNK)])
+        else:
+            more = fh.read(READ_CHUNK)
+            n = len(more)
+            data += more
+        if not n:
+            break
+        chunk = data[pos:pos + n]
+        pos += n
+        ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+        if ends.size == 0:
+            run += len(chunk)
+        else:
+            lengths = np.diff(ends, prepend=-1) - 1
+            lengths[0] += run
+            if int(lengths.max()) > MAX_LINE_BYTES:
+                raise too_long(line + int(np.argmax(lengths > MAX_LINE_BYTES)))
+            line += int(ends.size)
+            run = len(chunk) - int(ends[-1]) - 1
+        if run > MAX_LINE_BYTES:
+            raise too_long(line)
+    del data[pos:]  # a file that shrank while it was read
+    return data
 
 
 def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> Table:
@@ -110,7 +167,7 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
     lines: list = []
     try:
         with open(path, "rb") as fh:
-            raw = fh.read()
+            raw = _read_bytes(path, fh)
     except OSError as err:
         raise DataError(f"{path}: cannot read: {err.strerror or err}") from None
     bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0
@@ -126,16 +183,20 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
     fast = _plain_table(path, text, header, delimiter)
     if fast is not None:
         return fast
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    start = 1  # the line where the row being read begins (a quoted field may span lines)
     try:
         for row in reader:
-            if not row or all(not c.strip() for c in row):
-                continue  # blank line
-            rows.append([c.strip() for c in row])
-            lines.append(reader.line_num)
+            if row and not all(not c.strip() for c in row):  # else a blank line
+                rows.append([c.strip() for c in row])
+                lines.append(start)
+            start = reader.line_num + 1
     except csv.Error as err:
-        raise DataError(f"{path}, line {reader.line_num}: "
-                        f"malformed CSV: {err}") from None
+        if reader.line_num > start or "end of data" in str(err):  # a quote opened on `start` never closed
+            raise DataError(f"{path}, line {start}: malformed CSV: a quoted field opened on this line is not closed "
+                            f"(read to line {reader.line_num}: {err})") from None
+        raise DataError(f"{path}, line {start}: malformed CSV: {err}") from None
+    strict_cells = not _plain_ascii(text)
     del text
     if not rows:
         raise DataError(f"{path}: the file is empty (no rows)")
@@ -164,8 +225,8 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
             raise DataError(f"{path}, line {lines[r]}: ragged row: {len(row)} field(s), but {ref} has {width}")
 
     table = Table(path, names, np.empty((0, width)), np.asarray(lines, dtype=np.int64))
-    try:
-        values = np.array(rows, dtype=np.float64)
+    try:  # float() also reads 1_000 and non-ASCII digits: then cell by cell (strict_cells)
+        values = None if strict_cells else np.array(rows, dtype=np.float64)
     except ValueError:
         values = None
     if values is None or values.shape != (len(rows), width):
@@ -174,10 +235,10 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
             for j, cell in enumerate(row):
                 if not cell:
                     raise DataError(f"{table.where(r, [j])}: empty cell")
-                try:
-                    values[r, j] = float(cell)
-                except ValueError:
-                    raise DataError(f"{table.where(r, [j])}: {cell!r} is not a number") from None
+                if not _is_number(cell):
+                    raise DataError(f"{table.where(r, [j])}: {cell!r} is not a number (digits 0-9, an optional "
+                                    "sign, decimal point and exponent)")
+                values[r, j] = float(cell)
     bad = ~np.isfinite(values)
     if bad.any():
         r, j = np.argwhere(bad)[0]
@@ -213,6 +274,8 @@ def _plain_table(path: str, text: str, header: Optional[bool], delimiter: str) -
     if header and (nl < 0 or not all(first) or len(set(first)) != len(first)):
         return None
     rest = body[nl + 1:] if header else body
+    if not _plain_ascii(rest):
+        return None
     width = len(first)
     data = np.frombuffer(rest.encode("utf-8"), dtype=np.uint8)
     ends = np.flatnonzero(data == 10)

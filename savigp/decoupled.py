@@ -1,10 +1,10 @@
-"""The orthogonally decoupled mean head (Salimbeni et al. 2018, seed 003, §3.2, App. A).
+"""The orthogonally decoupled mean head (Salimbeni et al. 2018, Salimbeni et al. 2018, §3.2, App. A).
 
 Each latent function j gets, next to its inducing inputs Z_j (the seed's beta), an extra set of
 ``G`` mean-basis inputs gamma_j (``(Q, G, D)``) with coefficients a_j (``(Q, G)``, zero at the
 start). The head adds to the mean of every mixture component the function
 
-    r_j(x) = (k(x, gamma_j) - k(x, Z_j) K_zz^-1 K(Z_j, gamma_j)) a_j            (seed 003, eq. (11))
+    r_j(x) = (k(x, gamma_j) - k(x, Z_j) K_zz^-1 K(Z_j, gamma_j)) a_j            (Salimbeni et al. 2018, eq. (11))
 
 which lies in the RKHS orthogonal complement of span{k(., z) : z in Z_j}. With
 
@@ -12,7 +12,7 @@ which lies in the RKHS orthogonal complement of span{k(., z) : z in Z_j}. With
 
 the shift is r_j = K(x, gamma_j) a_j - K(x, Z_j) w_j (or - V_j^T c_j with the model's
 V_j = L_zz^-1 K_zx, when the model hands V over): O(G + M) per point on top of the coupled model's
-work. The KL divergence gains (seed 003, App. A, Prop. A.1)
+work. The KL divergence gains (Salimbeni et al. 2018, App. A, Prop. A.1)
 
     1/2 a_j^T (K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma) a_j = 1/2 (a_j^T K_gamma a_j - b_j^T w_j),
 
@@ -29,7 +29,7 @@ span Psi_Z), so the extra term is the same for every component and leaves sum_k 
 over [Z, gamma].
 
 Large G: the quadratic a^T K_gamma a costs O(G^2). ``kl_columns = C`` replaces it by an unbiased
-column-sampled estimate (seed 003, App. A.3 and App. E): with a uniformly random set J of C of the
+column-sampled estimate (Salimbeni et al. 2018, App. A.3 and App. E): with a uniformly random set J of C of the
 G columns (without replacement, so each column is in J with probability C / G),
 
     a^T A a = sum_j a_j (A_{:, j}^T a)  ~=  (G / C) sum_{j in J} a_j (A_{:, j}^T a),
@@ -132,7 +132,7 @@ class _SPDSolve(torch.autograd.Function):
 
 def initial_mean_basis(X: Tensor, num_latent: int, size: int, seed: int = 0) -> Tensor:
     """Initial gamma ``(Q, G, D)``: for each latent function an independent random subset of the
-    rows of X (seed 003, App. E). When G > N every row is used and the remaining G - N rows are
+    rows of X (Salimbeni et al. 2018, App. E). When G > N every row is used and the remaining G - N rows are
     resampled rows perturbed by 1e-3 of each input's standard deviation (distinct, so learnable)."""
     N, D = X.shape
     rng = np.random.default_rng([int(seed), 3])
@@ -166,12 +166,12 @@ def _fingerprint(ts) -> float:
 
 
 class OrthogonalMeanHead(nn.Module):
-    """The orthogonally decoupled mean basis of seed 003 for Q latent functions.
+    """The orthogonally decoupled mean basis of Salimbeni et al. 2018 for Q latent functions.
 
     Args:
         X: training inputs ``(N, D)`` (gamma is initialized from random rows).
         num_latent: Q.
-        size: G = |gamma| per latent function (seed 003 uses G a few times M).
+        size: G = len(gamma) per latent function (Salimbeni et al. 2018 uses G a few times M).
         seed: seeds the initial subset and the head's generator for column sampling.
         learn_inputs: learn gamma (otherwise it is a fixed buffer).
         gamma_inputs: explicit initial gamma ``(G, D)`` or ``(Q, G, D)`` instead of a subset of X.

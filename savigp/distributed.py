@@ -106,6 +106,19 @@ def init_from_env(device: torch.device | str = "cpu", timeout: Optional[float] =
     return True
 
 
+def _backend_message(err: BaseException) -> str:
+    """The first sentence of a gloo / NCCL error without the backend's source locations
+    (``[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [...]. This
+    is typically ...`` -> ``Connection closed by peer [...]``), or the error's type name."""
+    import re
+
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    text = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|cxx|c|h|hpp|cu|py):\d+\]\s*", "", lines[0]) if lines else ""
+    text = re.sub(r"\s*\((?:[^()\s]*/)?[^()\s/]+\.(?:cc|cpp|cxx|c|h|hpp|cu):\d+\)", "", text)
+    text = text.split(". ")[0]  # gloo goes on: "This is typically caused by a remote worker crashing. ..."
+    return " ".join(text.split())[:200] or type(err).__name__
+
+
 def _draw_seed(seed: int, rank_: int, step: int) -> int:
     """A 63-bit seed for the Monte Carlo draws of ``rank_`` at ``step`` (SeedSequence mixing)."""
     state = np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, int(rank_), int(step)]).generate_state(2, np.uint64)
@@ -167,12 +180,12 @@ class DataParallel:
             return fn()
         except RuntimeError as err:  # DistBackendError and the gloo / NCCL errors are RuntimeErrors
             at = f" at step {self.step}" if self.step is not None else ""
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            first = _backend_message(err)
             limit = ("the process group's timeout" if self.timeout is None
                      else f"the {self.timeout:g} s process-group timeout")
             raise DistributedError(
                 f"rank {self.rank} of {self.world}: {what}{at} failed: another rank stopped or did not answer "
-                f"within {limit} ({first[:200]}). The last checkpoint is "
+                f"within {limit} ({first}). The last checkpoint is "
                 "intact: run again with --resume (with any number of ranks)") from err
 
     def _agree(self, check: dict) -> None:
@@ -291,6 +304,12 @@ class DataParallel:
             if last:
                 extras = flat[offset:].to(extras.dtype)
         return extras
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        """The sum over the ranks of ``t`` (a CPU float64 tensor; the result is too)."""
+        total = t.to(self._comm_device())
+        self._collective(lambda: dist.all_reduce(total), "summing across the ranks")
+        return total.cpu()
 
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any rank (e.g. a callback asking to stop)."""

@@ -1,10 +1,10 @@
 """Variational Fourier features for additive Matern kernels, and ODVFF (Hensman et al. 2018;
-"Orthogonally Decoupled Variational Fourier Features", seed 002).
+"Orthogonally Decoupled Variational Fourier Features", Azzimonti et al. 2020).
 
 The prior is additive over the D inputs, each term a one-dimensional Matern kernel of order
 nu = p + 1/2 (p = 0, 1, 2) with its own variance s_d and length-scale l_d (lambda_d = sqrt(2 nu) / l_d):
 
-    k(x, x') = sum_d s_d kappa_nu(|x_d - x'_d| / l_d),
+    k(x, x') = sum_d s_d kappa_nu(abs(x_d - x'_d) / l_d),
     kappa_1/2(r) = e^-r,  kappa_3/2(r) = (1 + sqrt3 r) e^(-sqrt3 r),  kappa_5/2(r) = (1 + sqrt5 r + 5 r^2 / 3) e^(-sqrt5 r).
 
 Inducing features (Hensman et al. 2018, §3-4). On an interval [a_d, b_d] per input, with
@@ -38,7 +38,7 @@ restricted to [a, b]; the variational posterior is then a proper sparse GP for e
 inside the interval or not (outside, the covariances above are exact too, but the features carry
 little information there and the posterior reverts to the prior with the distance). They are not
 available for the RBF kernel or the Brownian motion on [a, b], nor for the Matern kernels on the
-whole real line: there the Fourier features are not in the RKHS (seed 002, §4; Hensman et al.
+whole real line: there the Fourier features are not in the RKHS (Azzimonti et al. 2020, §4; Hensman et al.
 2018), and no closed forms are implemented for other kernels here. For D > 1 the features need the
 additive kernel (a product kernel would need Kronecker features; not implemented).
 
@@ -49,7 +49,7 @@ centre and 0.65 at the ends for F = 5, 30 and 100 alike. Choose the interval a f
 wider than the data (for l = 0.3 and data on [0, 1], F = 8: mean residual variance 0.150 with a
 margin of 0.1 on each side, 0.012 with 0.5), as :func:`odvff_model` does by default.
 
-ODVFF (seed 002) is the orthogonally decoupled basis of :mod:`savigp.decoupled` with these
+ODVFF (Azzimonti et al. 2020) is the orthogonally decoupled basis of :mod:`savigp.decoupled` with these
 features as the covariance basis beta and inducing points gamma as the mean basis:
 :func:`odvff_model` builds it as a :class:`savigp.SAVIGP` whose inducing "inputs" are a
 :class:`FeatureIndices` placeholder ``(Q, M, D)`` (M = D (2F + 1); the values are unused) that
@@ -111,7 +111,7 @@ def _boundary_weights(p: int, lam: Tensor, var: Tensor) -> Tensor:
 
 
 class AdditiveMatern(Kernel):
-    """k(x, x') = sum_d s_d kappa_nu(|x_d - x'_d| / l_d) for Q latent functions (module docstring).
+    """k(x, x') = sum_d s_d kappa_nu(abs(x_d - x'_d) / l_d) for Q latent functions (module docstring).
 
     Args:
         input_dim: D; num_latent: Q; nu: 0.5, 1.5 or 2.5.
@@ -277,7 +277,7 @@ class FourierFeatureKernel(AdditiveMatern):
 def odvff_model(X, Y, likelihood, *, nu: float = 1.5, num_frequencies: int, mean_basis_size: int,
                 interval: Optional[Sequence] = None, margin: float = 0.5, lengthscale=None, variance=None,
                 **model_options):
-    """ODVFF (seed 002): a :class:`savigp.SAVIGP` with Fourier features as the covariance basis and the
+    """ODVFF (Azzimonti et al. 2020): a :class:`savigp.SAVIGP` with Fourier features as the covariance basis and the
     orthogonally decoupled inducing-point mean basis of size G = ``mean_basis_size``.
 
     Args:

@@ -1,4 +1,4 @@
-"""Initial inducing inputs: k-means centres or a random subset of the data (seed 004, §9.2).
+"""Initial inducing inputs: k-means centres or a random subset of the data (Bonilla et al. 2019, §9.2).
 
 Two k-means implementations: scipy's (``method="kmeans"``, on at most 20k rows, float64 on the CPU;
 the long-standing default, kept so that saved models and seeds reproduce) and :func:`kmeans`, in
@@ -6,6 +6,8 @@ torch on the data's own device (``method="kmeans-torch"``), fast enough for the 
 setting (60k x 784 -> 2400 centres).
 """
 from __future__ import annotations
+
+import warnings
 
 import math
 
@@ -48,7 +50,9 @@ def initial_inducing_inputs(X: Tensor, num_inducing: int, method: str = "kmeans"
     data = X.detach().cpu().double().numpy()
     if N > max_points:
         data = data[rng.choice(N, size=max_points, replace=False)]
-    centres, labels = kmeans2(data, M, minit="++", seed=rng, iter=20)
+    with warnings.catch_warnings():  # empty clusters and repeated rows (their warnings) are handled below
+        warnings.simplefilter("ignore")
+        centres, labels = kmeans2(data, M, minit="++", seed=rng, iter=20)
     # empty clusters keep their ++ seed, which is a data point, so centres are always usable;
     # duplicates (possible with repeated rows) are replaced by random distinct data points
     _, first = np.unique(np.round(centres, 12), axis=0, return_index=True)

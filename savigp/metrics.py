@@ -1,4 +1,4 @@
-"""The paper's performance measures (seed 004, §9.1).
+"""The paper's performance measures (Bonilla et al. 2019, §9.1).
 
 * regression: SSE, the mean squared error normalized by the variance of the test targets
   (mean over outputs), and NLPD, the mean negative log predictive density;

@@ -1,5 +1,5 @@
 """The SAVIGP model: Q latent GPs, a mixture-of-Gaussians posterior over inducing variables and a
-black-box likelihood (seed 004, §3-7).
+black-box likelihood (Bonilla et al. 2019, §3-7).
 
 A training step reads top to bottom:
 
@@ -10,6 +10,7 @@ A training step reads top to bottom:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -17,18 +18,18 @@ import torch
 from torch import Tensor, nn
 
 from . import _chunks, _sync_free
-from ._checks import as_inputs, as_targets
+from ._checks import FLOAT32_MAX_OFFSET, as_inputs, as_targets, input_offset
 from ._linalg import base_jitter, jittered, robust_cholesky
 from .expected_log_lik import checked_log_prob, resolve_estimator
 from .inducing import initial_inducing_inputs
 from .kernels import KERNELS, Kernel
 from .nonfinite import NonFiniteLogProb
-from .posteriors import InducingPrior, Posterior, make_posterior
+from .posteriors import DEFAULT_ENTROPY, InducingPrior, Posterior, make_posterior
 
 
 @dataclass
 class ELBOTerms:
-    """One evaluation of the ELBO (seed 004, eq. (17)) on a batch.
+    """One evaluation of the ELBO (Bonilla et al. 2019, eq. (17)) on a batch.
 
     ``elbo`` is differentiable (its gradient is the estimator's); the other fields are detached
     0-dim tensors on the model's device in the paper's convention (u-space entropy and
@@ -109,7 +110,7 @@ PREDICT_MEMORY_BUDGET = 256 * 2 ** 20
 
 
 class SAVIGP(nn.Module):
-    """Sparse variational inference for Q latent GPs with any likelihood (seed 004).
+    """Sparse variational inference for Q latent GPs with any likelihood (Bonilla et al. 2019).
 
     Args:
         X: training inputs, ``(N, D)`` (a 1-D array is read as ``(N, 1)``).
@@ -132,14 +133,17 @@ class SAVIGP(nn.Module):
             docs/mixtures.md).
         num_components: K, mixture components (K > 1: initial means spread around the prior mean,
             :func:`savigp.posteriors.spread_means`).
-        entropy: the entropy term of a mixture with K > 1: ``"bound"`` (seed 004, eq. (18)) or
-            ``"mc"`` (a reparameterized Monte Carlo estimate of the exact entropy, tighter by about
-            0.153 Q M nats; see :meth:`savigp.posteriors.MixturePosterior.entropy`).
+        entropy: the entropy term of a mixture with K > 1: ``"pairwise"`` (the default: the
+            Bhattacharyya pairwise-distance lower bound of Kolchinsky & Tracey 2017, exact when the
+            components coincide and when they are far apart, so ELBOs of different K compare),
+            ``"bound"`` (Bonilla et al. 2019, eq. (18), the paper's: 0.153 Q M nats below the
+            entropy at both extremes) or ``"mc"`` (a reparameterized Monte Carlo estimate of the
+            exact entropy); see :meth:`savigp.posteriors.MixturePosterior._mixture_entropy`.
         entropy_samples: draws per component for ``entropy="mc"``.
         prior_mean: constant prior mean mu_j per latent function: a float or a sequence of Q floats.
         learn_prior_mean: learn mu_j.
-        mean_basis_size: size of the mean basis gamma per latent function (seed 003); 0 disables it.
-        mean_basis: ``"orthogonal"`` (seed 003's orthogonally decoupled basis), ``"decoupled"``
+        mean_basis_size: size of the mean basis gamma per latent function (Salimbeni et al. 2018); 0 disables it.
+        mean_basis: ``"orthogonal"`` (Salimbeni et al. (2018)'s orthogonally decoupled basis), ``"decoupled"``
             (Cheng & Boots 2017: mean from gamma alone, the posterior mean fixed at 0) or
             ``"hybrid"`` (Salimbeni et al. 2018, eq. (10)); see :mod:`savigp.mean_bases`.
         dtype, device: of every parameter and buffer (float64 on CPU by default).
@@ -160,7 +164,7 @@ class SAVIGP(nn.Module):
         dense: bool = False,
         posterior: Union[str, Posterior] = "full",
         num_components: int = 1,
-        entropy: str = "bound",
+        entropy: str = DEFAULT_ENTROPY,
         entropy_samples: int = 64,
         prior_mean: Union[float, Sequence[float]] = 0.0,
         learn_prior_mean: bool = False,
@@ -173,6 +177,10 @@ class SAVIGP(nn.Module):
         super().__init__()
         X = as_inputs(X, "X", dtype=torch.float64)
         Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=torch.float64)
+        if dtype == torch.float32 and input_offset(X) > FLOAT32_MAX_OFFSET:
+            warnings.warn(f"SAVIGP: X sits {input_offset(X):.3g} standard deviations from zero: float32 rounds away "
+                          "most of its spread; centre it (X - X.mean(0), and the same shift for test inputs) or use "
+                          "dtype=torch.float64", RuntimeWarning, stacklevel=2)
         likelihood.validate_targets(Y)
         likelihood.initialize_from_data(Y)
         N, D = X.shape
@@ -185,7 +193,10 @@ class SAVIGP(nn.Module):
             name = kernel or "rbf"
             if name not in KERNELS:
                 raise ValueError(f"kernel must be one of {sorted(KERNELS)} or a Kernel, got {name!r}")
-            std = X.std(0).clamp_min(1e-6) if N > 1 else torch.ones(D, dtype=X.dtype)
+            # a column without spread (constant) gets length-scale sqrt(D): any value fits it, and
+            # sqrt(D) * 0 would be below the length-scale's floor
+            std = X.std(0) if N > 1 else torch.ones(D, dtype=X.dtype)
+            std = torch.where(std > 0, std.clamp_min(1e-5), torch.ones_like(std))
             kernel = KERNELS[name](D, Q, lengthscale=std * D ** 0.5, variance=1.0)
         if kernel.num_latent != Q:
             raise ValueError(
@@ -248,7 +259,7 @@ class SAVIGP(nn.Module):
         # files written before the diagonal mixture over u had its prior-conditioned coordinates
         self.register_load_state_dict_post_hook(SAVIGP._convert_legacy_posterior)
 
-        # ---- optional orthogonally decoupled mean head (seed 003)
+        # ---- optional orthogonally decoupled mean head (Salimbeni et al. 2018)
         self.mean_head = None
         if mean_basis != "orthogonal" and not mean_basis_size:
             raise ValueError(f"mean_basis={mean_basis!r} needs mean_basis_size > 0 (the size G of the basis)")
@@ -351,11 +362,11 @@ class SAVIGP(nn.Module):
         return InducingPrior(self.prior_factor())
 
     def marginals(self, X: Tensor, Lzz: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-        """Marginals q_k(f_n) = prod_j N(b_knj, s2_knj) at inputs X (seed 004, eq. (22)-(23)).
+        """Marginals q_k(f_n) = prod_j N(b_knj, s2_knj) at inputs X (Bonilla et al. 2019, eq. (22)-(23)).
 
         In whitened form (see :mod:`savigp.posteriors`), with V_j = L_zz^-1 K_zx^j:
 
-            b_knj  = mu_j + v_jn^T m_kj (+ the decoupled mean head r_j(x_n), seed 003)
+            b_knj  = mu_j + v_jn^T m_kj (+ the decoupled mean head r_j(x_n), Salimbeni et al. 2018)
             s2_knj = k_j(x_n, x_n) - v_jn^T v_jn + v_jn^T S_kj v_jn
 
         (for ``posterior="joint"`` the diagonals of the coupled q(f_n)).
@@ -377,7 +388,7 @@ class SAVIGP(nn.Module):
         Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
         m = self.posterior.marginals(prior, Kzx, self.kernel.diag(X), state)
         mean = self.prior_mean + m.mean  # (K, B, Q)
-        if self.mean_head is not None:  # seed 003: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a
+        if self.mean_head is not None:  # Salimbeni et al. 2018: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a
             head = dict(V=m.V) if m.V is not None else dict(Kzx=Kzx, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel)
             mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, prior.Lzz, **head).transpose(-1, -2)
         return mean, m.cov
@@ -385,7 +396,7 @@ class SAVIGP(nn.Module):
     # ------------------------------------------------------------------ ELBO
     def elbo(self, batch: Optional[Tensor] = None, *, num_samples: int = 100, estimator: str = "auto",
              generator: Optional[torch.Generator] = None) -> ELBOTerms:
-        """The ELBO (seed 004, eq. (17)) on a mini-batch, scaled to the full data (eq. (33)).
+        """The ELBO (Bonilla et al. 2019, eq. (17)) on a mini-batch, scaled to the full data (eq. (33)).
 
         Args:
             batch: indices ``(B,)`` of training points, or None for all N.
@@ -437,7 +448,7 @@ class SAVIGP(nn.Module):
     # ------------------------------------------------------------------ prediction
     @torch.no_grad()
     def predict_latent(self, X, chunk_size: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Per-component latent marginals at test inputs (seed 004, §7).
+        """Per-component latent marginals at test inputs (Bonilla et al. 2019, §7).
 
         Args:
             X: ``(B, D)``.
@@ -465,7 +476,7 @@ class SAVIGP(nn.Module):
 
     @torch.no_grad()
     def draws(self, X, num_samples: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Samples of the latent functions f* at test inputs ``X (B, D)`` from the posterior (seed 004, §7).
+        """Samples of the latent functions f* at test inputs ``X (B, D)`` from the posterior (Bonilla et al. 2019, §7).
 
         The standard normal draws ``(S, K, 1, Q)`` (from a CPU generator seeded with ``seed``) are
         shared by all rows, so a row's samples depend on its own input and the seed only, not on
@@ -577,7 +588,7 @@ class SAVIGP(nn.Module):
     @torch.no_grad()
     def log_predictive_density(self, X, Y, num_samples: int = 1000, seed: int = 0, chunk_size: Optional[int] = None,
                                memory_budget: Optional[int] = None) -> Tensor:
-        """log p(y*_n | x*_n) for every test point, ``(B,)`` (seed 004, §7):
+        """log p(y*_n | x*_n) for every test point, ``(B,)`` (Bonilla et al. 2019, §7):
 
             log p(y* | x*) ~= logsumexp_{k, s}(log pi_k + log p(y* | f*_ks)) - log S,
 

@@ -2,8 +2,8 @@
 
 Three update rules, alternated by :func:`fit_orthnat` at every step on one mini-batch:
 
-1. **q(v): a natural-gradient step** (seed 003, eq. (15b)-(15c), in our whitened form).
-2. **a_gamma: the diagonally preconditioned step** of seed 003, eq. (16) (or Adam).
+1. **q(v): a natural-gradient step** (Salimbeni et al. 2018, eq. (15b)-(15c), in our whitened form).
+2. **a_gamma: the diagonally preconditioned step** of Salimbeni et al. 2018, eq. (16) (or Adam).
 3. **everything else** (kernel hyper-parameters, inducing inputs Z, gamma, likelihood
    parameters, learnable prior means): Adam.
 
@@ -31,7 +31,7 @@ and 1/2 (S^-1 - I) (for S). Substituting them and writing Lambda = S^-1 for the 
 where g_m^ell = d ELL / dm and g_S^ell = d ELL / dS (symmetric) are taken by autograd through the
 marginals b_n = mu + v_n^T m + r(x_n), s2_n = k_nn - v_n^T v_n + v_n^T S v_n; they are whatever
 the chosen ELL estimator gives (closed form, reparameterization or the score function, so the
-likelihood stays a black box). This is eq. (15b)-(15c) of seed 003 (there written in u-space for
+likelihood stays a black box). This is eq. (15b)-(15c) of Salimbeni et al. 2018 (there written in u-space for
 -L) carried to the whitened space; the mean head enters only through the marginal means, and by
 orthogonality the q(v) and a_gamma updates are independent.
 
@@ -47,7 +47,7 @@ K > 1 are not exponential families here; use :func:`savigp.fit` (Adam) for them.
 When a step would make Lambda' indefinite (possible with noisy score-function gradients or
 non-log-concave likelihoods), tau is halved until it is positive definite (with a warning).
 
-Preconditioned step for a_gamma (seed 003, eq. (16))
+Preconditioned step for a_gamma (Salimbeni et al. 2018, eq. (16))
 ----------------------------------------------------
     a_gamma <- a_gamma + tau_gamma (D_{gamma|beta} + eps)^-1 dL/da_gamma,
     D_{gamma|beta} = diag(K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma),
@@ -242,7 +242,7 @@ def gamma_preconditioner(model: SAVIGP, Lzz: Tensor, *, jitter: float = 1e-3, ki
 
     Args:
         jitter: eps relative to the prior variance k(gamma_i, gamma_i).
-        kind: ``"seed"``: D_{gamma|beta} + eps of seed 003, eq. (16). ``"gauss-newton"``: row-sum
+        kind: ``"seed"``: D_{gamma|beta} + eps of Salimbeni et al. 2018, eq. (16). ``"gauss-newton"``: row-sum
             (Gershgorin) bounds of both parts of the curvature, so that lambda_max(P^-1 H) <= 1:
             sum_j |R_gamma,gamma|_ij for the KL part (exact when G <= ``prior_columns``, else an
             unbiased estimate from that many sampled columns, never below D_i) plus
@@ -337,7 +337,7 @@ def fit_orthnat(
     progress: bool = False,
     callback: Optional[Callable[[int, ELBOTerms], Optional[bool]]] = None,
 ) -> TrainingHistory:
-    """Seed 003's ORTHNAT (with a mean head) or COUPLEDNAT (without): at every step, on one
+    """Salimbeni et al. (2018)'s ORTHNAT (with a mean head) or COUPLEDNAT (without): at every step, on one
     mini-batch and one set of Monte Carlo draws,
 
     1. a natural-gradient step of size ``natgrad_step`` on q(v) (module docstring);
@@ -346,12 +346,12 @@ def fit_orthnat(
        shrinks with N / sigma^2 and must be tuned; the default ``"gauss-newton"`` uses row-sum
        bounds of the data and KL curvature so that ``gamma_step=1`` is stable; it is rebuilt
        every ``precond_every`` steps, O(B M G + G min(G, 512) M) each time) or Adam
-       (``"adam"``, lr ``gamma_lr``; the seed's recommended practical variant);
+       (``"adam"``, lr ``gamma_lr``; the practical variant Salimbeni et al. 2018 recommend);
     3. an Adam step (lr ``hyper_lr``) on the ``hyper_groups``: kernel hyper-parameters, inducing
        inputs, likelihood parameters, learnable prior means and the gamma inputs.
 
     All gradients are taken at the same (pre-step) parameters. ``natgrad_warmup`` ramps the
-    natural step linearly from 1e-5 to ``natgrad_step`` over that many steps (seed 003, App. E,
+    natural step linearly from 1e-5 to ``natgrad_step`` over that many steps (Salimbeni et al. 2018, App. E,
     for non-conjugate likelihoods). ``hyper_lr=0`` or ``hyper_groups=()`` keeps them fixed.
 
     The loop is fit's (:func:`savigp.training.loop.run`): ``seed`` seeds the mini-batch order and
@@ -388,6 +388,12 @@ def fit_orthnat(
                        precond_every=precond_every, num_samples=num_samples, estimator=estimator, generator=gen)
     batches = Batches(N, B, gen, torch.randperm(N, generator=gen), 0, model.device)
     run(model, rule, batches, history, start=0, iterations=iterations, progress=progress, callback=callback)
+    if history.still_rising:
+        import warnings
+
+        from .training import ConvergenceWarning
+
+        warnings.warn(f"savigp.fit_orthnat: {history.still_rising}", ConvergenceWarning, stacklevel=2)
     return history
 
 

@@ -13,6 +13,15 @@ replaces whatever is at the path. So an output path is checked first:
   it is refused;
 * the folder must exist and be writable.
 
+**One rule for where a path leads** (:func:`resolve_output_path`, used by :func:`check_output_path`
+and by every write, :func:`savigp.atomic_files.atomic_write`): the path is resolved the way the
+operating system will resolve it -- its folder must exist and is replaced by its real path
+(``os.path.realpath`` of an existing folder follows each symbolic link before the ``..`` after
+it, as the kernel does; ``nonexist/..`` is not a folder and is refused, never collapsed as text),
+and the last component is kept. The check compares that path with the inputs by file identity
+(``st_dev``, ``st_ino``: a hard link to an input is the input) and by resolved path, and the
+write goes to exactly the path that was checked.
+
 :func:`remove_orphaned_temporaries` removes the temporary files that a killed writer left.
 """
 from __future__ import annotations
@@ -39,16 +48,54 @@ def _kind(mode: int) -> Optional[str]:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
-def _same_file(a: str, b: str) -> bool:
+def resolve_output_path(path: str, option: str = "--out", follow_link: bool = False) -> str:
+    """The absolute path the operating system will write for ``path``: the real path of its
+    folder (which must exist; symbolic links and ``..`` resolved as the kernel resolves them) joined
+    with its last component; with ``follow_link``, a symbolic link there is followed to the file it
+    names (by the same rule, at most 40 links).
+
+    Raises:
+        OutputPathError: a folder that does not exist (``missing/../x`` included: the kernel does
+            not collapse ``..`` after a missing folder), or a last component that names a folder.
+    """
+    for _ in range(40):
+        folder, name = os.path.split(os.fspath(path))
+        if name in ("", ".", ".."):
+            raise OutputPathError(f"{option} {path}: names a folder, not a file")
+        folder = folder or "."
+        try:
+            st = os.stat(folder)  # what the kernel resolves, dangling `..` included
+        except OSError as err:
+            raise OutputPathError(f"{option} {path}: the folder {folder} does not exist "
+                                  f"({err.strerror})") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise OutputPathError(f"{option} {path}: {folder} is not a folder")
+        real = os.path.realpath(folder)
+        try:
+            rst = os.stat(real)
+        except OSError:
+            rst = None
+        if rst is None or (rst.st_dev, rst.st_ino) != (st.st_dev, st.st_ino):  # changed under us
+            raise OutputPathError(f"{option} {path}: the folder {folder} changed while it was resolved")
+        target = os.path.join(real, name)
+        if not (follow_link and os.path.islink(target)):
+            return target
+        path = os.path.join(real, os.readlink(target))
+    raise OutputPathError(f"{option} {path}: too many levels of symbolic links")
+
+
+def _identity(path: str) -> Optional[tuple]:
     try:
-        return os.path.samefile(a, b)
+        st = os.stat(path)
     except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
+        return None
+    return st.st_dev, st.st_ino
 
 
 def check_output_path(path: str, option: str = "--out", inputs: Iterable[str] = (), allow_stdout: bool = False) -> str:
-    """The path to write for ``option``: ``"-"`` (standard output), or the real path of the file
-    (a symlink's target), after the checks in the module docstring.
+    """The path to write for ``option``: ``"-"`` (standard output), or the absolute path
+    :func:`resolve_output_path` gives (a symlink's target), after the checks in the module
+    docstring. Write to exactly this path.
 
     Args:
         path: as given on the command line.
@@ -64,9 +111,9 @@ def check_output_path(path: str, option: str = "--out", inputs: Iterable[str] = 
         raise OutputPathError(f"{option} -: this command writes a model file, not to standard output; give a file name")
     if not path:
         raise OutputPathError(f"{option}: empty path")
-    target = os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
+    target = resolve_output_path(path, option, follow_link=True)  # what the write will replace
     try:
-        st = os.stat(path)  # follows links: what would be replaced
+        st = os.stat(target)
     except FileNotFoundError:
         st = None
     except OSError as err:
@@ -77,13 +124,15 @@ def check_output_path(path: str, option: str = "--out", inputs: Iterable[str] = 
             hint = "; use --out - for standard output" if allow_stdout and kind != "a directory" else ""
             raise OutputPathError(f"{option} {path}: is {kind}, not a regular file; savigp writes a file and "
                                   f"replaces it atomically, so it does not write there{hint}")
+    identity = None if st is None else (st.st_dev, st.st_ino)
     for source in inputs:
-        if source and source != "-" and os.path.exists(source) and os.path.exists(path) and _same_file(path, source):
+        if not source or source == "-":
+            continue
+        same = identity is not None and identity == _identity(source)  # a hard link too
+        if same or os.path.realpath(source) == target:
             raise OutputPathError(f"{option} {path}: is an input of this command ({source}); it would be overwritten; "
                                   "write somewhere else")
     folder = os.path.dirname(target)
-    if not os.path.isdir(folder):
-        raise OutputPathError(f"{option} {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
         raise OutputPathError(f"{option} {path}: the folder {folder} is not writable")
     return target

@@ -6,10 +6,15 @@
     plot_elbo(history.elbo).savefig("elbo.png")
 
 1-D inputs: one panel per latent function (the mean of q(f*) with a band of +-2 standard
-deviations), then the predictive mean of y with +-2 predictive standard deviations and the data
-overlaid (regression), or the class probabilities with the labels marked (classification).
+deviations), then the predictive mean of y with its central 95% predictive interval (the 2.5% and
+97.5% quantiles of y* sampled from q(f*) and the likelihood's ``sample``, so that the band stays in
+the support of y: counts >= 0, a probability in (0, 1)); a likelihood that cannot sample gets
+mean +- 2 predictive sd, labelled so (it may leave the support). The data are overlaid
+(regression), or the class probabilities are drawn with the labels marked (classification).
 2-D inputs: mean and standard-deviation maps of each latent function, and the predictive mean map
-(regression) or one probability map per class (classification), data overlaid.
+(regression) or one probability map per class (classification), with the data overlaid in a
+marker and colour per class, white-edged so that every class shows on light and dark maps, and a
+legend naming the classes.
 
 matplotlib is an optional extra (``pip install 'savigp[plots]'``); without it, every function here
 raises :class:`MissingExtra` with that one line. Figures are built without pyplot (no global
@@ -28,6 +33,13 @@ EXTRA = "plots"
 GRID_1D, GRID_2D = 200, 60
 #: at most this many class-probability maps in 2-D (more classes: one map of the most probable class)
 MAX_CLASS_MAPS = 6
+#: the central predictive interval of y drawn in 1-D (lower and upper quantile levels)
+INTERVAL = (0.025, 0.975)
+#: draws of y per grid point for that interval (the standard error of a 2.5% quantile is then
+#: about 0.02 predictive sd: a smooth band)
+QUANTILE_SAMPLES = 2000
+#: data markers per class (cycled), drawn in tab10 colours with white edges
+CLASS_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
 
 class MissingExtra(RuntimeError):
@@ -53,6 +65,56 @@ def require_matplotlib() -> None:
 def _predict(model, X: np.ndarray, num_samples: int, seed: int) -> dict:
     pred = model.predict(X, num_samples=num_samples, seed=seed)
     return pred.numpy() if hasattr(pred, "numpy") else pred
+
+
+def _likelihood(model):
+    return model.model.likelihood if hasattr(model, "model") else model.likelihood
+
+
+def predictive_quantiles(model, X, levels: Sequence[float] = INTERVAL, *, num_samples: int = 200,
+                         seed: int = 0) -> Optional[np.ndarray]:
+    """Quantiles of the predictive distribution p(y* | x*) = E_q(f*)[p(y* | f*)] by sampling:
+    f* from the posterior (every mixture component, weighted by pi_k), then y* from the
+    likelihood's ``sample``. Each quantile is a value y* can take, so the band lies in its support.
+
+    Args:
+        model: a :class:`~savigp.model.SAVIGP` or a loaded model file (raw inputs; quantiles in the
+            targets' original units).
+        X: inputs ``(B, D)``.
+        levels: quantile levels in (0, 1).
+        num_samples: draws of f* per mixture component (one y* per draw).
+
+    Returns:
+        ``(len(levels), B, P)``, or None when the likelihood cannot sample (or is not loaded).
+    """
+    import torch
+
+    saved = hasattr(model, "transform_inputs")
+    inner = model.model if saved else model
+    lik = inner.likelihood
+    if saved and not getattr(model, "likelihood_loaded", True):
+        return None
+    with torch.no_grad():
+        f, log_w, _, _ = inner.draws(model.transform_inputs(X) if saved else X, num_samples, seed)  # (S, K, B, Q)
+        try:
+            y = lik.sample(f, torch.Generator(device=f.device).manual_seed(seed + 1))  # (S, K, B, P)
+        except NotImplementedError:
+            return None
+    y = y.detach().cpu().to(torch.float64).numpy()
+    stats = getattr(model, "target_stats", None) if saved else None
+    if stats is not None:
+        y = np.asarray(stats["mean"]) + np.asarray(stats["std"]) * y
+    S, K = y.shape[:2]
+    w = np.repeat(np.exp(log_w.detach().cpu().double().numpy())[None, :], S, axis=0).reshape(-1) / S
+    y = y.reshape(S * K, *y.shape[2:])  # (S K, B, P)
+    order = np.argsort(y, axis=0, kind="stable")
+    ys = np.take_along_axis(y, order, axis=0)
+    cw = np.cumsum(w[order], axis=0)  # weights in sorted order, per (row, output)
+    out = []
+    for level in levels:
+        idx = (cw < level * cw[-1:]).sum(0)  # the first sorted draw with cumulative weight >= level
+        out.append(np.take_along_axis(ys, np.minimum(idx, S * K - 1)[None], axis=0)[0])
+    return np.stack(out)
 
 
 def _class_labels(model, C: int) -> list:
@@ -122,7 +184,7 @@ def _plot_1d(model, X, Y, num_samples, seed, xname):
         ax = axes[j, 0]
         m, s = pred["latent_mean"][:, j], np.sqrt(np.maximum(pred["latent_var"][:, j], 0))
         ax.plot(g, m, color="C0", label="mean of q(f)")
-        ax.fill_between(g, m - 2 * s, m + 2 * s, color="C0", alpha=0.25, label="+-2 sd")
+        ax.fill_between(g, m - 2 * s, m + 2 * s, color="C0", alpha=0.25, label="+-2 sd of f")
         ax.set_ylabel(f"latent f{j}")
         ax.legend(loc="best", fontsize="small")
     if classifier:
@@ -140,13 +202,19 @@ def _plot_1d(model, X, Y, num_samples, seed, xname):
         ax.legend(loc="best", fontsize="small")
     else:
         tnames = _target_names(model, outputs) if outputs else []
+        quantiles = predictive_quantiles(model, g[:, None], num_samples=max(num_samples, QUANTILE_SAMPLES), seed=seed) \
+            if outputs else None
         for p in range(outputs):
             ax = axes[Q + p, 0]
             m = pred["mean"][:, p]
             ax.plot(g, m, color="C1", label="predictive mean")
-            if pred["variance"] is not None:
+            if quantiles is not None:
+                ax.fill_between(g, quantiles[0, :, p], quantiles[-1, :, p], color="C1", alpha=0.25,
+                                label="95% predictive interval of y")
+            elif pred["variance"] is not None:
                 s = np.sqrt(np.maximum(pred["variance"][:, p], 0))
-                ax.fill_between(g, m - 2 * s, m + 2 * s, color="C1", alpha=0.25, label="+-2 sd of y")
+                ax.fill_between(g, m - 2 * s, m + 2 * s, color="C1", alpha=0.25,
+                                label="mean +- 2 sd of y (no sampler: may leave the support)")
             if Y is not None and p < Y.shape[1]:
                 ax.plot(X[:, 0], Y[:, p], ".", color="k", ms=3, label="data")
             ax.set_ylabel(tnames[p])
@@ -171,7 +239,7 @@ def _plot_2d(model, X, Y, num_samples, seed, names):
         labels = _class_labels(model, P.shape[1])
         if P.shape[1] <= MAX_CLASS_MAPS:
             for c in range(P.shape[1]):
-                maps.append((f"p(y = {labels[c]})", P[:, c], "Blues", "classes"))
+                maps.append((f"p(y = {labels[c]})", P[:, c], "Greys", "classes"))  # neutral: every class colour shows
         else:
             maps.append(("most probable class", P.argmax(1).astype(float), "tab10", "classes"))
     elif pred["mean"] is not None:
@@ -184,11 +252,11 @@ def _plot_2d(model, X, Y, num_samples, seed, names):
     fig, axes = _figure(nrows, ncols, (9, 3.6 * nrows))
     for i, (title, values, cmap, overlay) in enumerate(maps):
         ax = axes[i // 2, i % 2]
-        im = ax.pcolormesh(A, B, values.reshape(A.shape), cmap=cmap, shading="auto")
+        scale = dict(vmin=-0.5, vmax=9.5) if cmap == "tab10" else {}  # class c in colour C<c>, as its data
+        im = ax.pcolormesh(A, B, values.reshape(A.shape), cmap=cmap, shading="auto", **scale)
         fig.colorbar(im, ax=ax)
-        if overlay == "classes" and Y is not None:  # the data's labels in categorical colours
-            index = np.searchsorted(np.asarray(labels, dtype=float), Y[:, 0]) if _numeric(labels) else Y[:, 0]
-            ax.scatter(X[:, 0], X[:, 1], c=index, s=10, cmap="tab10", vmin=0, vmax=9, edgecolors="k", linewidths=0.3)
+        if overlay == "classes" and Y is not None:  # a marker and colour per class, white-edged, in a legend
+            _scatter_classes(ax, X, Y[:, 0], labels)
         elif overlay:
             if Y is not None:
                 ax.scatter(X[:, 0], X[:, 1], c=Y[:, 0], s=10, cmap="coolwarm", edgecolors="k", linewidths=0.3)
@@ -202,12 +270,17 @@ def _plot_2d(model, X, Y, num_samples, seed, names):
     return fig
 
 
-def _numeric(labels: list) -> bool:
-    try:
-        values = [float(v) for v in labels]
-    except ValueError:
-        return False
-    return values == sorted(values)
+def _scatter_classes(ax, X: np.ndarray, y: np.ndarray, labels: list) -> None:
+    """The data of each class in its own marker and tab10 colour with a white edge (visible on the
+    dark end of any map) and a legend entry ``y = <label>``."""
+    for c, lab in enumerate(labels):
+        try:
+            hit = np.isclose(y, float(lab))
+        except ValueError:
+            hit = y.astype(str) == lab
+        ax.scatter(X[hit, 0], X[hit, 1], s=18, marker=CLASS_MARKERS[c % len(CLASS_MARKERS)], color=f"C{c % 10}",
+                   edgecolors="w", linewidths=0.6, label=f"y = {lab}")
+    ax.legend(loc="best", fontsize="small", framealpha=0.8, title="data")
 
 
 def plot_elbo(elbo: Sequence[float], start: int = 0, title: str = "ELBO per step"):

@@ -61,7 +61,7 @@ def parse_lik_params(items) -> tuple[dict, dict]:
     """``--lik-param NAME=VALUE[:CONSTRAINT]`` items -> (params, constraints).
 
     VALUE is a number or comma-separated numbers (a vector parameter); CONSTRAINT is ``real``
-    (default), ``positive`` or ``fixed``. Raises ``ValueError`` naming the bad item.
+    (default), ``positive``, ``unit_interval`` (in (0, 1)) or ``fixed``. Raises ``ValueError`` naming the bad item.
     """
     from likelihoods.callable import CONSTRAINTS
 
@@ -72,7 +72,7 @@ def parse_lik_params(items) -> tuple[dict, dict]:
         value, _, kind = rest.partition(":")
         kind = kind.strip() or "real"
         if not sep or not name.isidentifier():
-            raise ValueError(f"--lik-param: expected NAME=VALUE[:positive|:fixed] (e.g. r=3.0:positive), got {item!r}")
+            raise ValueError(f"--lik-param: expected NAME=VALUE[:positive|:unit_interval|:fixed] (e.g. r=3.0:positive), got {item!r}")
         if kind not in CONSTRAINTS:
             raise ValueError(f"--lik-param {item!r}: the constraint must be one of {', '.join(CONSTRAINTS)}, got {kind!r}")
         try:

@@ -11,6 +11,8 @@ model's own objective.
 """
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 import torch
 from torch import nn
 
@@ -26,6 +28,43 @@ def _copy_module(name: str, target: nn.Module, source: nn.Module) -> None:
         target.load_state_dict(source.state_dict())
     except RuntimeError as err:
         raise ValueError(f"warm_start: the source's {name} does not fit the model's: {err}") from None
+
+
+class FactorizedHyperparameterWarning(UserWarning):
+    """A factorized q(u) learned jointly with the kernel or likelihood of a dense model (see
+    :func:`joint_factorized_fit`)."""
+
+
+#: the two-stage recipe, in Python and on the command line
+TWO_STAGE_PYTHON = ("fit posterior='full' first, then savigp.warm_start(model, fg) and "
+                    "savigp.fit(model, groups=['posterior'])")
+TWO_STAGE_CLI = "train --posterior full first, then --warm-start fg.pt --learn posterior"
+
+
+def joint_factorized_fit(model: SAVIGP, groups: Optional[Sequence[str]] = None) -> Optional[str]:
+    """What is wrong with learning ``groups`` (None: all, as :func:`savigp.fit`) of ``model`` jointly,
+    or None. A factorized q(u) (``posterior="diag"``, the paper's mog, or ``"diag-whitened"``; any
+    K) on a dense model (inducing inputs = training inputs, strongly correlated u) learned together
+    with trainable kernel or likelihood parameters pulls them towards settings where the factorized
+    family is tight -- shorter length-scales or a pure-noise fit -- at a higher ELBO and a worse
+    prediction (the bias of variational hyper-parameter learning, Turner & Sahani 2011; measured in
+    docs/mixtures.md, "Factorized families and learned hyper-parameters"). The answer names the
+    hyper-parameter groups; the callers add the two-stage recipe (:data:`TWO_STAGE_PYTHON`,
+    :data:`TWO_STAGE_CLI`)."""
+    from .training.fitting import PARAMETER_GROUPS, parameter_groups
+
+    post = model.posterior
+    if not (model.dense and getattr(post, "diagonal", False)):
+        return None
+    chosen = PARAMETER_GROUPS if groups is None else tuple(groups)
+    hyper = [g for g in ("kernel", "likelihood") if g in chosen and parameter_groups(model, [g])]
+    if not hyper:
+        return None
+    K = post.num_components
+    return (f"a factorized posterior (diagonal over the inducing values, K={K}) on a dense model learned jointly "
+            f"with the {' and '.join(hyper)} parameters: its ELBO pulls them towards settings where the "
+            "factorized family is tight (shorter length-scales or a pure-noise fit), at a higher ELBO and worse "
+            "predictions (docs/mixtures.md)")
 
 
 @torch.no_grad()

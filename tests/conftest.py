@@ -23,6 +23,9 @@ torch.set_num_threads(1)
 
 @pytest.fixture(autouse=True)
 def _float64_and_threads():
+    # every test starts on one thread: a script run in-process (experiments/benchmark.py defaults to
+    # --threads 2) must not leave later tests spinning two threads on a loaded machine
+    torch.set_num_threads(1)
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     yield

@@ -9,7 +9,7 @@ Exit status: 0 success; 2 bad input (files, columns, labels, options; one line o
 the file, line and column); 1 a failure while running (e.g. training diverged); 3 the likelihood
 returned NaN or inf (a model problem: the line names the function, the data file's lines and the
 f values); 130 interrupted (Ctrl-C; ``train`` first writes a checkpoint that ``--resume``
-continues from).
+continues from; an interrupt after the finished model was written: 0, saying so).
 
 Model files are written atomically (a temporary file in the same folder, fsync, ``os.replace``),
 so a failed or interrupted run never truncates or overwrites an existing model. Checkpoints go to
@@ -27,20 +27,37 @@ from __future__ import annotations
 import os
 import sys
 
-from .checkpoint import TEST_SIGINT_ENV
-from .demo import cmd_demo
 from .errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NON_FINITE, EXIT_OK, CLIError,
                      UserCodeExit, one_line)
 from .parser import build_parser
-from .predict import cmd_evaluate, cmd_predict, format_metrics, prediction_table
-from .train import cmd_train
 
 __all__ = ["main", "build_parser", "CLIError", "UserCodeExit", "TEST_SIGINT_ENV", "EXIT_OK", "EXIT_FAILURE",
            "EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_NON_FINITE", "cmd_train", "cmd_predict", "cmd_evaluate",
            "cmd_demo", "prediction_table", "format_metrics"]
 
-#: the command functions by name (each takes the parsed arguments, returns the exit status)
-COMMANDS = {"train": cmd_train, "predict": cmd_predict, "evaluate": cmd_evaluate, "demo": cmd_demo}
+#: the command functions by name (each takes the parsed arguments, returns the exit status), as
+#: ``submodule:function``: imported when the command runs, so that ``--help`` and argument errors
+#: never import torch, numpy or scipy (this module and :mod:`.parser` import neither)
+COMMANDS = {"train": "train:cmd_train", "predict": "predict:cmd_predict", "evaluate": "predict:cmd_evaluate",
+            "demo": "demo:cmd_demo"}
+_LAZY = {"cmd_train": "train", "cmd_predict": "predict", "cmd_evaluate": "predict", "cmd_demo": "demo",
+         "prediction_table": "predict", "format_metrics": "predict", "TEST_SIGINT_ENV": "checkpoint"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def command(name: str):
+    """The function of the command ``name`` (imported now)."""
+    import importlib
+
+    module, function = COMMANDS[name].split(":")
+    return getattr(importlib.import_module(f".{module}", __name__), function)
 
 
 def main(argv=None) -> int:
@@ -62,15 +79,21 @@ def main(argv=None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    elif args.command in ("predict", "evaluate"):  # (train: fit chooses by the problem's size)
+        import torch
+
+        from .._threads import choose_threads
+
+        torch.set_num_threads(choose_threads(float("inf")))  # torch's, capped at the idle cores
     if os.environ.get("SAVIGP_DEBUG"):
-        return COMMANDS[args.command](args)
+        return command(args.command)(args)
     from .._linalg import CholeskyError
     from ..distributed import DistributedError
     from ..nonfinite import NonFiniteLogProb
     from ..training import TrainingDiverged
 
     try:
-        return COMMANDS[args.command](args)
+        return command(args.command)(args)
     except KeyboardInterrupt:
         print(f"\nsavigp {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

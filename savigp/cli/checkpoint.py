@@ -23,7 +23,7 @@ RESUME_KEYS = (
     "likelihood", "num_latent", "num_classes", "one_hot", "num_outputs", "num_nodes",
     "num_layers", "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "task", "mean_function",
     "lik_param", "min_log_prob", "kernel", "num_inducing",
-    "inducing_init", "dense", "fixed_inducing", "posterior", "components", "prior_mean", "learn_prior_mean",
+    "inducing_init", "dense", "fixed_inducing", "posterior", "components", "entropy", "prior_mean", "learn_prior_mean",
     "mean_basis_size", "mean_basis", "standardize_inputs", "standardize_targets", "dtype", "seed", "batch_size", "optimizer",
     "lr", "samples", "estimator", "learn",
 )
@@ -82,8 +82,11 @@ def resume(args, config: dict, out: str, ckpt: str, Xm, Ym, user_code: bool):
     # the user's own --likelihood and --mean-function are the consent to run them (never the
     # file's record of them); a file changed since the checkpoint is refused without --trust-code
     code = {"mean_fn": args.mean_function} if user_code and args.mean_function else None
+    from .checks import max_memory_bytes
+
     saved, tstate = load_model(source, device=args.device, X=Xm, Y=Ym, trust_code=args.trust_code,
-                               likelihood=args.likelihood if user_code else None, code=code)
+                               likelihood=args.likelihood if user_code else None, code=code,
+                               max_bytes=max_memory_bytes(args))
     old, spec = saved.config, config["likelihood"]
     if _code_paths(old["likelihood"]) != _code_paths(spec):
         raise CLIError(f"--resume: {source} was trained with likelihood {_describe_code(old['likelihood'])}, not "
@@ -133,6 +136,7 @@ class Checkpointer:
         self.interrupted = False
         self.elbo = config.get("elbo")  # the ELBO at the last step called back
         self.written: Optional[int] = None  # the step of the last checkpoint written by this run
+        self.finished = False  # the finished model was completely written (finish)
         self._generator = None  # (step, generator state) after the last step called back
         hook = os.environ.get(TEST_SIGINT_ENV)
         self._hook_step = int(hook) if hook and hook.strip().isdigit() else None
@@ -224,5 +228,6 @@ class Checkpointer:
     def finish(self, out: str, step: int, elbo: Optional[float]) -> None:
         """The finished model to ``out``; the checkpoint is removed."""
         self.write(out, step, True, elbo)
+        self.finished = True
         if self.rank == 0 and os.path.exists(self.path):
             os.unlink(self.path)

@@ -41,6 +41,26 @@ def parse_lik_options(items) -> dict:
     return out
 
 
+def code_inputs(args) -> list:
+    """The files of the user code that ``--likelihood`` and ``--mean-function`` name, module names
+    included (found without running anything): inputs too, never an output."""
+    from likelihoods import registry
+
+    from ..model_files.errors import LikelihoodImportError
+    from ..model_files.user_code import source_file
+
+    files = []
+    for spec in (getattr(args, "likelihood", None), getattr(args, "mean_function", None)):
+        target = str(spec or "").rpartition(":")[0] or str(spec or "")
+        if not target or str(spec) in registry.names():
+            continue  # a built-in likelihood's name
+        try:
+            files.append(source_file(target))
+        except LikelihoodImportError:
+            continue  # reported when it is imported
+    return files
+
+
 def output_path(path: str, inputs: list, quiet: bool, allow_stdout: bool = False) -> str:
     """``--out`` checked (see :mod:`savigp.output_paths`); a symlink's target, said on stderr."""
     target = check_output_path(path, "--out", inputs=inputs, allow_stdout=allow_stdout)
@@ -84,3 +104,13 @@ def check_device(device: Optional[str]) -> None:
 def check_samples(samples: int) -> None:
     if samples < 1:
         raise CLIError(f"--samples must be >= 1, got {samples}")
+
+
+def max_memory_bytes(args) -> Optional[int]:
+    """``--max-memory GIB`` in bytes (None: the default limit of :func:`savigp.cost.memory_limit`)."""
+    gib = getattr(args, "max_memory", None)
+    if gib is None:
+        return None
+    if not (math.isfinite(gib) and gib > 0):
+        raise CLIError(f"--max-memory must be a positive number of GiB, got {gib}")
+    return int(gib * 2 ** 30)

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from .likelihood_options import available_likelihoods
+from .._choices import BUILTIN_LIKELIHOODS, DEFAULT_ENTROPY, ENTROPY_ESTIMATES, ESTIMATORS, PARAMETER_GROUPS
 
 EPILOG_MAIN = """\
 examples:
@@ -104,6 +105,13 @@ def _add_sampling_options(p, samples: int) -> None:
     p.add_argument("--samples", type=int, default=samples, help=f"Monte Carlo samples (default {samples})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
+    _add_memory_option(p)
+
+
+def _add_memory_option(p) -> None:
+    p.add_argument("--max-memory", type=float, metavar="GIB",
+                   help="refuse a model whose estimated memory exceeds this many GiB (default 8, or "
+                        "SAVIGP_MAX_MODEL_BYTES bytes); see savigp.cost")
 
 
 def _add_trust_options(p) -> None:
@@ -117,9 +125,19 @@ def _add_trust_options(p) -> None:
                    help="run the user code the model file names (and a file changed since training)")
 
 
-def _add_threads_option(p, default=None) -> None:
+def _add_threads_option(p, default=None, chosen="torch's, capped at the cores idle now") -> None:
     p.add_argument("--threads", type=int, default=default, metavar="T",
-                   help="CPU threads for torch (default: torch's choice" + (f"; demo: {default})" if default else ")"))
+                   help=f"CPU threads for torch (default: {default}; see docs/cli.md, Threads)" if default else
+                   f"CPU threads for torch (default: {chosen}; OMP_NUM_THREADS in the environment is respected; "
+                   "see docs/cli.md, Threads)")
+
+
+def _likelihood_names() -> list:
+    """The names ``--likelihood`` takes for classes: the registry's when the likelihoods are imported
+    already (user classes registered in this process included), else the built-ins' (importing the
+    likelihoods would import torch before ``--help``)."""
+    registry = sys.modules.get("likelihoods.registry")
+    return registry.names() if registry is not None else list(BUILTIN_LIKELIHOODS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, metavar="MODEL.pt", help="model file to write")
     g = t.add_argument_group("likelihood")
     g.add_argument("--likelihood", default="gaussian", metavar="LIK",
-                   help="built-in: " + ", ".join(available_likelihoods())
+                   help="built-in: " + ", ".join(_likelihood_names())
                    + "; or a function log_lik(y, f) as package.module:function or path/to/file.py:function "
                      "(default gaussian)")
     g.add_argument("--num-latent", type=int, metavar="Q", help="latent functions read by a user function (default 1)")
@@ -166,9 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mean-function", metavar="FILE.py:FN",
                    help="user function: E[y | f] as mean(f) (or the pair E[y | f], Var[y | f]) for predictive "
                         "means, SSE and MSE")
-    g.add_argument("--lik-param", action="append", metavar="NAME=VALUE[:positive|:fixed]",
+    g.add_argument("--lik-param", action="append", metavar="NAME=VALUE[:positive|:unit_interval|:fixed]",
                    help="user function: a keyword parameter of log_lik learned with the model (VALUE: a number or "
-                        "comma-separated numbers; :positive keeps it > 0, :fixed holds it) (repeatable)")
+                        "comma-separated numbers; :positive keeps it > 0, :unit_interval in (0, 1), :fixed holds "
+                        "it) (repeatable)")
     g.add_argument("--min-log-prob", type=float, metavar="L",
                    help="user function: replace -inf and values below L by L (for simulators whose density underflows)")
     g = t.add_argument_group("model")
@@ -187,6 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "--components, K grows while the ELBO gains more than 2 Monte Carlo standard errors; a birth "
                         "and two restarts per K, each trained with the run's options); prints the ELBO per K. Not "
                         "with --resume, --checkpoint-every or --nproc")
+    g.add_argument("--entropy", choices=ENTROPY_ESTIMATES, default=DEFAULT_ENTROPY,
+                   help="entropy term of a mixture with K > 1: pairwise (default: Kolchinsky & Tracey's "
+                        "Bhattacharyya bound, exact for coinciding and for separate components, so ELBOs of "
+                        "different K compare), bound (the paper's eq. (18), 0.153 Q M nats loose) or mc "
+                        "(Monte Carlo, unbiased)")
     g.add_argument("--prior-mean", metavar="MU", help="constant prior mean: one number or Q comma-separated")
     g.add_argument("--learn-prior-mean", action="store_true", help="learn the prior means")
     g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",
@@ -207,12 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--optimizer", choices=("adam", "adadelta", "lbfgs"), default="adam")
     g.add_argument("--lr", type=float, help="learning rate (default: adam 0.01, adadelta 1, lbfgs 1)")
     g.add_argument("--samples", type=int, default=100, metavar="S", help="Monte Carlo samples per point (default 100)")
-    from ..expected_log_lik import ESTIMATORS
-
     g.add_argument("--estimator", choices=ESTIMATORS, default="auto",
                    help="expected log-likelihood estimator (default auto: closed form, else reparam, else score)")
-    from ..training import PARAMETER_GROUPS
-
     g.add_argument("--warm-start", metavar="SOURCE.pt",
                    help="start from this fitted model file (a full or diag posterior, K = 1): its kernel, likelihood, "
                         "inducing inputs and prior mean, and q(u) from its moments; it must have the same likelihood, "
@@ -231,10 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quiet", action="store_true", help="no progress bar (the one-line summary is still printed)")
     g.add_argument("--plot", metavar="ELBO.png", help="draw the ELBO per step to this image (needs matplotlib)")
     g.add_argument("--nproc", type=int, metavar="R",
-                   help="train data-parallel on R processes of this machine (runs torchrun; see docs/cli.md)")
+                   help="train data-parallel on R processes of this machine (started as torchrun would; see docs/cli.md)")
     g.add_argument("--dist-timeout", type=float, metavar="SEC",
                    help="data-parallel: seconds a rank waits for the others before failing (default 300)")
-    _add_threads_option(g)
+    _add_memory_option(g)
+    _add_threads_option(g, chosen="1 for a small problem, else torch's capped at the cores idle now")
 
     # ---------------------------------------------------------------- predict
     p = sub.add_parser("predict", formatter_class=fmt, epilog=EPILOG_PREDICT, help="predict at the rows of a CSV file",

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 
 from ..csv_data import read_csv, write_csv
-from .checks import check_device, check_plot_option, check_samples, output_path
+from .checks import check_device, check_plot_option, check_samples, code_inputs, max_memory_bytes, output_path
 from .columns import select_inputs, select_targets, targets_if_present, validate_targets
-from .errors import EXIT_OK, CLIError
+from .errors import EXIT_OK, CLIError, one_line
 from .user_options import file_lines_in_errors
 
 METRIC_NAMES = {"n": "N", "sse": "SSE", "nlpd": "NLPD", "mse": "MSE", "mae": "MAE",
@@ -28,15 +29,17 @@ def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
 
     ``pred`` is ``Prediction.numpy()`` (the same fields and shapes as :meth:`SAVIGP.predict`).
     Columns: ``mean_<target>`` and ``var_<target>`` for each target (when the likelihood has
-    predictive moments; ``var_`` is left out for a user mean function that gives E[y | f] only),
-    ``prob_<label>`` for each class and ``predicted_<target>`` (the most probable label) for
-    classification, and ``latent_mean_<j>``/``latent_var_<j>`` for the Q latent functions with
+    predictive moments; ``var_`` is left out for a user mean function that gives E[y | f] only;
+    for classification only when the likelihood says its labels are ordered, ``ordered = True``:
+    the mean of an unordered class label means nothing), ``prob_<label>`` for each class and
+    ``predicted_<target>`` (the most probable label) for classification, and ``latent_mean_<j>``/``latent_var_<j>`` for the Q latent functions with
     ``latent=True`` or when there are no predictive moments.
     """
     cfg = saved.config
     names = (cfg.get("columns") or {}).get("targets") or [f"y{p}" for p in range(len(cfg["example_target"]))]
     header, blocks = [], []
-    if pred["mean"] is not None:
+    unordered = pred["probabilities"] is not None and not getattr(saved.model.likelihood, "ordered", False)
+    if pred["mean"] is not None and not unordered:
         for p, t in enumerate(names):
             header.append(f"mean_{t}")
             blocks.append(pred["mean"][:, p:p + 1])
@@ -68,24 +71,30 @@ def _model_and_table(args):
     check_device(args.device)
     code = {"mean_fn": args.mean_function} if args.mean_function else None
     saved, _ = load_model(args.model, device=args.device, likelihood=args.likelihood, trust_code=args.trust_code,
-                          code=code)
+                          code=code, max_bytes=max_memory_bytes(args))
     return table, saved
 
 
 def cmd_predict(args) -> int:
     """``savigp predict``: predictive means/variances (and class probabilities) per row."""
     check_samples(args.samples)
-    out = output_path(args.out, [args.model, args.data], args.quiet, allow_stdout=True)
-    plot = check_plot_option(args.plot, [args.model, args.data], [out])
+    inputs = [args.model, args.data, *code_inputs(args)]
+    out = output_path(args.out, inputs, args.quiet, allow_stdout=True)
+    plot = check_plot_option(args.plot, inputs, [out])
     table, saved = _model_and_table(args)
     if plot and int(saved.config["model"]["input_dim"]) > 2:
         raise CLIError(f"--plot draws models of 1 or 2 inputs; {args.model} has {saved.config['model']['input_dim']}")
     icols = select_inputs(table, saved.config, args.inputs, positional=args.positional)
     if not saved.likelihood_loaded and not args.quiet:
         print(f"savigp predict: note: latent predictions only ({saved.model.likelihood.note})", file=sys.stderr)
-    with file_lines_in_errors(table):
+    with file_lines_in_errors(table), model_problems(args.model):
         pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed).numpy()
+    if saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None and not args.quiet:
+        print(f"savigp predict: note: latent predictions only: the likelihood gives no predictive mean; pass "
+              f"--mean-function FILE.py:FN (E[y | f], or the pair E[y | f], Var[y | f]) for mean_ columns",
+              file=sys.stderr)
     header, values = prediction_table(saved, pred, latent=args.latent)
+    check_finite_predictions(values, header, table, args.model)
     write_csv(out, header, values)
     if out != "-" and not args.quiet:
         print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {out}", file=sys.stderr)
@@ -98,6 +107,54 @@ def cmd_predict(args) -> int:
         if not args.quiet:
             print(f"wrote {plot}", file=sys.stderr)
     return EXIT_OK
+
+
+@contextmanager
+def model_problems(model: str):
+    """While a loaded model predicts: a K_zz that cannot be factorized (:class:`savigp.CholeskyError`,
+    e.g. inducing inputs so far apart that their distances overflow) is a problem of the model
+    file's parameters, reported as a ModelFileError naming the file (exit 2), not a failure of the run."""
+    from .._linalg import CholeskyError
+    from ..model_files import ModelFileError
+
+    try:
+        yield
+    except CholeskyError as err:
+        raise ModelFileError(f"{model}: {one_line(err)} (from the model file's parameters)") from None
+
+
+def check_finite_predictions(values: np.ndarray, header: list, table, model: str) -> None:
+    """The last guard of ``predict``: no NaN or inf is ever written with exit status 0.
+
+    ``values (B, C)`` the predictions table, ``header`` its C names, ``table`` the test CSV (for
+    the line of the first bad row). A loaded model has finite parameters of bounded magnitude
+    (:func:`savigp.model_files.schema.check_tensor`), so this is a model whose parameters still
+    combine into overflow.
+
+    Raises:
+        ModelFileError: naming the model file, the test file's line and the column.
+    """
+    from ..model_files import ModelFileError
+
+    bad = ~np.isfinite(values)
+    if bad.any():
+        r, j = (int(v) for v in np.argwhere(bad)[0])
+        raise ModelFileError(f"{model}: its prediction is not finite ({table.where(r)}, {header[j]} = {values[r, j]}; "
+                             f"{int(bad.any(axis=1).sum())} of {values.shape[0]} row(s)): the model's parameters are "
+                             "out of range for these inputs")
+
+
+def check_finite_metrics(metrics: dict, model: str) -> None:
+    """The last guard of ``evaluate``: every metric finite (or None: undefined), else a
+    ModelFileError naming the model file and the metric."""
+    import math
+
+    from ..model_files import ModelFileError
+
+    for k, v in metrics.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ModelFileError(f"{model}: {METRIC_NAMES.get(k, k)} is {v} on these data: the model gives some test "
+                                 "rows a zero or non-finite density (its parameters are out of range for them)")
 
 
 def format_metrics(metrics: dict) -> str:
@@ -125,8 +182,9 @@ def cmd_evaluate(args) -> int:
     import torch
 
     validate_targets(saved.model.likelihood, torch.as_tensor(saved.transform_targets(Y)), table, tcols)
-    with file_lines_in_errors(table):
+    with file_lines_in_errors(table), model_problems(args.model):
         metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
+    check_finite_metrics(metrics, args.model)
     if args.json:
         print(json.dumps(metrics))
     else:

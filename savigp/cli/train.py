@@ -1,12 +1,15 @@
 """``savigp train``: read and check the data, build the likelihood and the model (or resume one),
 fit it with checkpoints and a graceful Ctrl-C, and write the model file atomically. ``--nproc R``
-runs the same command as R data-parallel ranks under ``torchrun`` (:mod:`savigp.cli.ranks`)."""
+runs the same command as R data-parallel ranks, started and watched by :mod:`savigp.cli.ranks`."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 import time
+import types
+import warnings
 
 import numpy as np
 from likelihoods import registry
@@ -15,13 +18,15 @@ from ..csv_data import DataError, data_checksum, read_csv, split_columns
 from ..output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
 from .checkpoint import Checkpointer, resume, training_options
-from .checks import check_device, check_plot_option, output_path, parse_floats
+from .checks import check_device, check_plot_option, code_inputs, max_memory_bytes, output_path, parse_floats
 from .columns import validate_targets
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
 from .ranks import join_ranks, launch_ranks
+from .run_lock import LOCK_ENV, lock_output
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
-from .warm_start import check_groups, check_warm_start_options, parse_learn, read_source, start_from
+from .warm_start import (check_groups, check_warm_start_options, parse_learn, read_source, start_from,
+                         warn_joint_factorized)
 
 DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
 #: why ``train`` used an estimator (printed with its name)
@@ -68,9 +73,10 @@ def _check_training_options(args) -> None:
 
 def _output_files(args) -> tuple:
     """``(OUT, OUT.ckpt, --plot)`` checked; orphaned temporaries of earlier runs removed."""
-    inputs = [args.data] + ([args.warm_start] if args.warm_start else [])
+    inputs = [args.data] + ([args.warm_start] if args.warm_start else []) + code_inputs(args)
     out = output_path(args.out, inputs, args.quiet)
     ckpt = check_output_path(out + ".ckpt", "--out (its checkpoint)", inputs=inputs)
+    check_output_path(out + ".lock", "--out (its lock file)", inputs=inputs)
     plot = check_plot_option(args.plot, inputs, [out, ckpt])
     for stale in remove_orphaned_temporaries(out) + remove_orphaned_temporaries(ckpt):
         if not args.quiet:
@@ -118,6 +124,8 @@ def _likelihood_and_targets(args, table, icols, tcols, X, Y) -> tuple:
     recorded = (source.config.get("standardize") or {}) if source is not None else {}
     in_stats = (recorded.get("inputs") or standardization_stats(X)) if args.standardize_inputs else None
     out_stats = (recorded.get("targets") or standardization_stats(Y)) if args.standardize_targets else None
+    if in_stats is None and source is None and args.dtype == "float32":
+        in_stats = _centred_for_float32(X, args.quiet)
     Xm = X if in_stats is None else (X - np.asarray(in_stats["mean"])) / np.asarray(in_stats["std"])
     Ym = Y if out_stats is None else (Y - np.asarray(out_stats["mean"])) / np.asarray(out_stats["std"])
     Yt = torch.as_tensor(Ym, dtype=torch.float64)
@@ -130,12 +138,32 @@ def _likelihood_and_targets(args, table, icols, tcols, X, Y) -> tuple:
     return spec, likelihood, {"inputs": in_stats, "targets": out_stats}, Xm, Ym, source
 
 
+def _centred_for_float32(X: np.ndarray, quiet: bool):
+    """Input statistics that centre ``X`` (std 1: a shift, which the stationary kernels do not see)
+    when its offset exceeds :data:`savigp._checks.FLOAT32_MAX_OFFSET` standard deviations, which
+    float32 would round away (an offset of 1e8: SSE 0.328 against 0.018 in float64, as issue 27 measured); else None. The
+    shift is recorded with the model and applied to test inputs in float64 before they are rounded."""
+    import torch
+
+    from .._checks import FLOAT32_MAX_OFFSET, input_offset
+
+    offset = input_offset(torch.as_tensor(X, dtype=torch.float64))
+    if offset <= FLOAT32_MAX_OFFSET:
+        return None
+    if not quiet:
+        print(f"savigp train: note: the inputs sit {offset:.3g} standard deviations from zero, more than float32 "
+              "resolves: they are centred (recorded in the model, undone at prediction; --standardize-inputs also "
+              "scales them)", file=sys.stderr)
+    return {"mean": [float(v) for v in X.mean(axis=0)], "std": [1.0] * X.shape[1]}
+
+
 def _model_options(args) -> dict:
     """The options of :func:`savigp.model_files.build_model`."""
     return {
         "kernel": args.kernel, "num_inducing": args.num_inducing, "inducing_init": args.inducing_init,
         "dense": args.dense, "learn_inducing": not args.fixed_inducing, "posterior": args.posterior,
-        "num_components": args.components, "prior_mean": parse_floats(args.prior_mean, "--prior-mean"),
+        "num_components": args.components, "entropy": args.entropy,
+        "prior_mean": parse_floats(args.prior_mean, "--prior-mean"),
         "learn_prior_mean": args.learn_prior_mean, "mean_basis_size": args.mean_basis_size or 0,
         "mean_basis": args.mean_basis, "dtype": args.dtype, "device": args.device, "seed": args.seed,
     }
@@ -170,17 +198,54 @@ def _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, 
     }
 
 
+def _check_cost(args, shape: tuple, P: int, Q: int, options: dict, config: dict, quiet: bool) -> None:
+    """The memory the run needs (:func:`savigp.cost.model_cost`), checked against ``--max-memory``
+    before the model is built (a CostError names the estimate and the option); a note of the work
+    per step when it is large."""
+    from ..cost import check_memory, memory_limit, model_cost
+
+    N, D = shape
+    if options.get("dense"):
+        M = N
+    elif options.get("inducing_inputs") is not None:
+        M = int(options["inducing_inputs"].shape[-2])
+    else:
+        M = int(options.get("num_inducing") or min(N, 100))
+    K, posterior = int(options.get("num_components") or 1), options.get("posterior") or "full"
+    B, S = int(config["training"]["batch_size"]), int(args.samples)
+    cost = model_cost(D=D, Q=Q, M=M, K=K, posterior=posterior, P=P, N=N, item=4 if args.dtype == "float32" else 8,
+                      batch=B, samples=S, training=True)
+    check_memory(cost, memory_limit(max_memory_bytes(args)),
+                 f"training (N={N}, D={D}, Q={Q}, M={M}, K={K}, posterior {posterior!r}, batch {B}, {S} samples)",
+                 "--max-memory GIB")
+    if cost.step_flops > 1e11 and not quiet:
+        print(f"savigp train: note: each step costs about {cost.step_flops / 1e9:.0f} GFLOP (factorizing {Q} "
+              f"K_zz of {M} x {M}, {B} rows per batch); --num-inducing or --batch-size sets it", file=sys.stderr)
+
+
 def cmd_train(args) -> int:
     """``savigp train``: read, validate, build, fit (with checkpoints), write the model atomically.
     Under ``torchrun`` every rank trains its share of each mini-batch and rank 0 alone prints and
     writes checkpoints and the model."""
     _check_options(args)
-    from ..distributed import finish, launched
+    from ..distributed import launched
 
-    if args.nproc is not None and args.nproc > 1 and not launched():
-        return launch_ranks(args)
     _check_training_options(args)
     out, ckpt, plot = _output_files(args)
+    lock = lock_output(out, getattr(args, "argv", None))  # one run per --out (None: a rank whose launcher holds it)
+    try:
+        if args.nproc is not None and args.nproc > 1 and not launched():
+            return launch_ranks(args, out, {LOCK_ENV: out + ".lock"} if lock is not None else {})
+        return _train(args, out, ckpt, plot)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(args, out: str, ckpt: str, plot) -> int:
+    """``cmd_train`` in one process (or one rank), its output paths checked and locked."""
+    from ..distributed import finish
+
     table, icols, tcols, X, Y = _read_data(args)
 
     from ..model_files import SavedModel, build_model
@@ -194,6 +259,7 @@ def cmd_train(args) -> int:
         model_options["inducing_inputs"] = warm.model.inducing.detach()  # M is the source's; no k-means
     config = _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)
     total = config["training"]["iterations"]
+    _check_cost(args, X.shape, Y.shape[1], int(likelihood.num_latent), model_options, config, quiet)
 
     state: dict = {}
     if args.resume:
@@ -216,6 +282,7 @@ def cmd_train(args) -> int:
                 print(f"warm start from {args.warm_start}: its kernel, likelihood, inducing inputs and prior mean; "
                       f"q(u) from its moments", file=sys.stderr)
     check_groups(args, model)
+    warn_joint_factorized(args, model, rank)
     if args.learn is not None and not quiet:
         print(f"learning only: {', '.join(args.learn)}", file=sys.stderr)
     ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, args.checkpoint_every, rank, state,
@@ -230,45 +297,105 @@ def cmd_train(args) -> int:
                   f"run the same command with --resume{' (without --warm-start)' if args.warm_start else ''} to "
                   "continue", file=sys.stderr)
         return EXIT_INTERRUPTED
-    elbo = history.elbo[-1] if history.elbo else config.get("elbo")
-    elbo_text = f"{elbo:.6g}" if elbo is not None else "n/a"
+    elbo = history.final_elbo if history.final_elbo is not None else config.get("elbo")
+    se = history.final_elbo_stderr
+    elbo_text = "n/a" if elbo is None else (f"{elbo:.6g} +- {se:.2g} (on all {X.shape[0]} rows; +- its Monte Carlo "
+                                            "standard error)" if se else f"{elbo:.6g} (on all {X.shape[0]} rows)")
     config["training"]["estimator_used"] = history.estimator
-    ckp.finish(out, done, elbo)
-    finish()
-    if rank == 0:
-        # the one-line summary is printed even with --quiet (which silences progress only)
-        print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s, "
-              f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
-        if plot:
-            from ..plotting import save_elbo_plot
+    config["training"]["elbo_stderr"] = history.final_elbo_stderr
+    # once the model is complete, a Ctrl-C, a SIGTERM or a rank that stops does not undo that (exit 0,
+    # said in one line; the --plot may be missing); before, they stop the run as ever
+    with _after_the_model(rank == 0, out, done, plot, ckp) as after:
+        ckp.finish(out, done, elbo)
+        finish()
+        if rank == 0:
+            # the one-line summary is printed even with --quiet (which silences progress only)
+            threads = f", {history.threads} thread{'s' if history.threads != 1 else ''}" if history.threads else ""
+            print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s{threads}, "
+                  f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
+            if history.still_rising:
+                print(f"savigp train: note: {history.still_rising} (the same command with --resume and a larger "
+                      "--iterations continues from the model)", file=sys.stderr)
+            if plot:
+                from ..plotting import save_elbo_plot
 
-            save_elbo_plot(history.elbo, plot, start=done - history.steps,
-                           title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
-            print(f"wrote {plot}", file=sys.stderr)
+                save_elbo_plot(history.elbo, plot, start=done - history.steps,
+                               title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
+                after.plot_written = True
+                print(f"wrote {plot}", file=sys.stderr)
+    if after.stopped is not None and rank != 0:
+        raise after.stopped  # rank 0 wrote the model, or says why not; the launcher reads the file
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer):
+    """Within: ``ckp`` writes the finished model to ``out`` and the run ends; an interrupt (SIGINT,
+    SIGTERM) or a failed process group once the model is completely written
+    (``ckp.finished``) stops what is left (``after.stopped``) and rank 0 says that the model is
+    complete; before that, it propagates (a SIGTERM as KeyboardInterrupt)."""
+    import signal
+
+    from ..distributed import DistributedError
+
+    after = types.SimpleNamespace(stopped=None, plot_written=False)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        yield after
+    except (KeyboardInterrupt, DistributedError) as err:
+        if writer and not ckp.finished:
+            raise
+        after.stopped = err
+        if writer:
+            what = "interrupted" if isinstance(err, KeyboardInterrupt) else "another rank stopped"
+            missing = f"; --plot {plot} was not written" if plot and not after.plot_written else ""
+            print(f"savigp train: {what} after {out} was completely written ({step} step(s)): the model is "
+                  f"complete{missing}", file=sys.stderr)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
     """:func:`savigp.training.fit` for the remaining steps, under ``ckp``'s signal handlers."""
     from ..distributed import launched
-    from ..training import default_log_every, fit
+    from ..training import ConvergenceWarning, default_log_every, fit
+    from ..warm_start import FactorizedHyperparameterWarning
 
     remaining = ckp.total - int(ckp.state.get("step", 0))
     with ckp.signals(sigterm=launched()) as handled:
         estimator = model.resolved_estimator(args.estimator)  # an impossible choice: one line, exit 2
         if not quiet:
             print(f"estimator: {estimator} ({ESTIMATOR_WHY[estimator]})", file=sys.stderr)
+        if args.estimator == "auto" and estimator in ("score", "score-nocv") and not quiet:
+            hint = getattr(model.likelihood, "suggest_differentiable", None)  # (once: fit then says nothing)
+            if hint is not None and hint(model.train_y):
+                print(f"savigp train: note: --likelihood {spec.get('import_path') or spec['name']} is differentiable "
+                      "in f with torch (autograd gave finite gradients): --lik-option differentiable=True selects "
+                      "the reparameterization estimator, usually much less noisy than the score function",
+                      file=sys.stderr)
         # fit calls back at its reads of the device: at every checkpoint step at least
         log_every = default_log_every(model.device)
         if args.checkpoint_every:
             log_every = math.gcd(int(args.checkpoint_every), log_every)
         try:
-            with file_lines_in_errors(table):
+            with file_lines_in_errors(table), warnings.catch_warnings():
+                warnings.simplefilter("ignore", FactorizedHyperparameterWarning)  # said in one line already
+                warnings.simplefilter("ignore", ConvergenceWarning)  # (the still-rising note follows the summary)
+                warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
                 if args.max_components is not None:  # the search (no checkpoints: refused with it), then done
                     history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
                                   lr=ckp.config["training"]["lr"], num_samples=args.samples,
                                   estimator=args.estimator, groups=args.learn, seed=args.seed, progress=False,
-                                  log_every=log_every, max_components=args.max_components)
+                                  log_every=log_every, threads=args.threads,
+                                  max_components=args.max_components)
                     ckp.state["step"] = ckp.total
                     from ..training.components import format_table
 
@@ -279,7 +406,7 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
                 return fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
                            lr=ckp.config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
                            groups=args.learn, seed=args.seed, progress=not quiet, callback=ckp.callback, state=ckp.state,
-                           log_every=log_every)
+                           log_every=log_every, threads=args.threads)
         except (SystemExit, KeyboardInterrupt) as err:
             if isinstance(err, KeyboardInterrupt) and (ckp.interrupted or not handled):
                 raise  # Ctrl-C pressed twice: stop at once

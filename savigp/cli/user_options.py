@@ -34,17 +34,17 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
         path: the canonical ``file.py:name``; extra: the ``--lik-option`` values.
 
     The function or class and the ``--mean-function`` are recorded with the SHA-256 of their
-    files (:func:`savigp.model_files.user_code.code_reference`), checked before a later import.
+    files' bytes that ran (:func:`savigp.model_files.user_code.load_code`), checked before a later run.
     """
-    from ..model_files import code_reference, import_callable
+    from ..model_files.user_code import import_with_reference
 
-    obj = import_callable(path)
+    obj, ref = import_with_reference(path)
     if is_likelihood_class(obj):
         given = [o for o in FUNCTION_OPTIONS if getattr(args, o, None) not in (None, False, [])]
         if given:
             raise CLIError(f"{_option(given[0])} does not apply to --likelihood {path}: it is a Likelihood subclass, "
                              "whose constructor sets it; pass constructor arguments as --lik-option KEY=VALUE")
-        return {"name": "user-class", "class": obj.__name__, **code_reference(path), "kwargs": dict(extra)}
+        return {"name": "user-class", "class": obj.__name__, **ref, "kwargs": dict(extra)}
     if isinstance(obj, type):
         raise CLIError(f"--likelihood {path}: {obj.__name__} is a class but not a subclass of likelihoods.Likelihood; "
                          "give a function log_lik(y, f) or a Likelihood subclass")
@@ -85,10 +85,9 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
     if args.min_log_prob is not None:
         kwargs["min_log_prob"] = float(args.min_log_prob)
     kwargs.update(extra)
-    spec = {"name": "callable", "class": "CallableLikelihood", **code_reference(path), "kwargs": kwargs}
+    spec = {"name": "callable", "class": "CallableLikelihood", **ref, "kwargs": kwargs}
     if args.mean_function:  # code: recorded with its SHA-256 under code_kwargs, never among kwargs
-        spec["code_kwargs"] = {"mean_fn": code_reference(args.mean_function)}
-        import_callable(spec["code_kwargs"]["mean_fn"]["import_path"])  # a missing file or function: one line now
+        spec["code_kwargs"] = {"mean_fn": import_with_reference(args.mean_function)[1]}  # a missing one: one line now
     return spec
 
 

@@ -20,6 +20,7 @@ kernel's class are checked by :func:`savigp.warm_start` itself; its errors becom
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 from .errors import CLIError, one_line
@@ -120,3 +121,15 @@ def check_groups(args, model) -> None:
     if args.learn is not None and not parameter_groups(model, args.learn):
         raise CLIError(f"--learn {','.join(args.learn)}: the model has no trainable parameters in these groups "
                        "(e.g. inducing with --dense or --fixed-inducing, mean_head without --mean-basis-size)")
+
+
+def warn_joint_factorized(args, model, rank: int) -> None:
+    """One stderr line (rank 0, also with ``--quiet``) when the run learns a dense model's kernel or
+    likelihood jointly with a factorized q(u) (:func:`savigp.warm_start.joint_factorized_fit`),
+    naming the two-stage recipe; :func:`savigp.fit`'s own Python warning is then silenced by the
+    caller (:data:`savigp.warm_start.FactorizedHyperparameterWarning`)."""
+    from ..warm_start import TWO_STAGE_CLI, joint_factorized_fit
+
+    problem = joint_factorized_fit(model, args.learn)
+    if problem is not None and rank == 0:
+        print(f"savigp train: warning: {problem}; the two-stage fit avoids it: {TWO_STAGE_CLI}", file=sys.stderr)

@@ -40,12 +40,14 @@ Built-in likelihoods are found by class name among the classes :mod:`likelihoods
 keyword arguments checked against the constructor. A user function is imported only when the
 caller says so: ``load(path, likelihood="my_lik.py:log_lik")`` (``--likelihood`` on the command
 line; the file may have moved: a path without ``:function`` keeps the recorded function name) or
-``load(path, trust_code=True)`` (``--trust-code``: import what the file names). Either way, when
-a SHA-256 was recorded at training and the file now differs, it is refused before it is imported
-(``trust_code=True`` overrides that too). Without either, the model loads with its latent
+``load(path, trust_code=True)`` (``--trust-code``: import what the file names). Either way the
+bytes that run are the bytes hashed (:func:`~savigp.model_files.user_code.load_code`), refused
+unless ``trust_code=True`` when their SHA-256 differs from the recorded one or none was recorded. Without either, the model loads with its latent
 functions only: ``predict`` gives latent means and variances, and evaluation says what to pass.
 Every configuration field is checked (type, range, size against the state dict, memory needed;
-:mod:`savigp.model_files.schema`) before a tensor is allocated.
+:mod:`savigp.model_files.schema`) before a tensor is allocated, and every stored tensor must hold
+the elements it claims, without NaN or values whose square overflows; the rebuilt model's
+parameters must be finite (also after their transforms).
 """
 from .builder import build_model, rebuild_model, standardization_stats
 from .errors import CodeNotAuthorized, LikelihoodImportError, ModelFileError

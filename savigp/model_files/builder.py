@@ -3,13 +3,16 @@ rebuilding the one a model file describes, without its training data."""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
 
 from ..model import SAVIGP
+from ..posteriors import DEFAULT_ENTROPY
 from .errors import ModelFileError
 from .likelihood_spec import UnloadedLikelihood, resolve_likelihood
+from .schema import SchemaError, check_infinities
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -36,7 +39,7 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
         posterior=o.get("posterior") or "full", num_components=int(o.get("num_components") or 1),
         prior_mean=o["prior_mean"] if o.get("prior_mean") is not None else 0.0,
         learn_prior_mean=bool(o.get("learn_prior_mean", False)),
-        entropy=o.get("entropy") or "bound", entropy_samples=int(o.get("entropy_samples") or 64),
+        entropy=o.get("entropy") or DEFAULT_ENTROPY, entropy_samples=int(o.get("entropy_samples") or 64),
         mean_basis_size=int(o.get("mean_basis_size") or 0), mean_basis=o.get("mean_basis") or "orthogonal", dtype=_dtype(o.get("dtype") or "float64"),
         device=o.get("device"), seed=int(o.get("seed") or 0),
     )
@@ -77,7 +80,8 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
         "dense": mc["dense"], "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
         "num_components": mc["num_components"], "learn_prior_mean": mc["learn_prior_mean"],
         "mean_basis_size": mc.get("mean_basis_size", 0), "mean_basis": mc.get("mean_basis"), "device": device,
-        "entropy": mc.get("entropy"), "entropy_samples": mc.get("entropy_samples"),
+        # a file without the field predates its recording, when every mixture used eq. (18): it keeps that
+        "entropy": mc.get("entropy") or "bound", "entropy_samples": mc.get("entropy_samples"),
     }
     if not mc["dense"]:
         options["inducing_inputs"] = torch.zeros(Q, M, D, dtype=torch.float64)
@@ -87,12 +91,61 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
     if not with_data:
         model.num_data = N
         model.config["num_data"] = N
+    if config.get("jitter_floor"):  # absent (older files) or 0: the base jitter
+        model.jitter_floor = float(config["jitter_floor"])
     try:
         model.load_state_dict(state_dict, strict=True)
     except RuntimeError as err:
         first = str(err).strip().splitlines()
         raise ModelFileError(f"the parameters do not fit the model the file describes: {' '.join(s.strip() for s in first[:3])}") from None
+    try:
+        check_infinities(model)
+    except SchemaError as err:
+        raise ModelFileError(str(err)) from None
+    _check_constrained_values(model)
+    _check_class_labels(config.get("class_labels"), model.likelihood)
     return model
+
+
+def num_classes(likelihood) -> Optional[int]:
+    """C of a classification likelihood (its ``classes``, ``num_classes``, or 2 for the binary
+    :class:`likelihoods.Logistic`), or None when it does not say (a user ``Likelihood`` subclass)."""
+    from likelihoods import Logistic
+
+    if getattr(likelihood, "classes", None) is not None:
+        return len(likelihood.classes)
+    if getattr(likelihood, "num_classes", None):
+        return int(likelihood.num_classes)
+    return 2 if isinstance(likelihood, Logistic) else None
+
+
+def _check_class_labels(labels, likelihood) -> None:
+    """A file's ``class_labels`` (one label per class, the predictions' ``prob_<label>`` columns)
+    name as many classes as the likelihood has."""
+    if labels is None or isinstance(likelihood, UnloadedLikelihood) or likelihood.task != "classification":
+        return
+    C = num_classes(likelihood)
+    if C is not None and len(labels) != C:
+        raise ModelFileError(f"config.class_labels lists {len(labels)} label(s) but the likelihood "
+                             f"{type(likelihood).__name__} has {C} classes")
+
+
+def _check_constrained_values(model) -> None:
+    """Every positive parameter (softplus(raw) + floor: kernel variances and length-scales,
+    likelihood variances, ...) finite and at most :func:`~savigp.model_files.schema.tensor_bound`
+    after its transform; a ModelFileError names the parameter."""
+    from likelihoods.parameters import PositiveParameter
+
+    from .schema import tensor_bound
+
+    for name, module in model.named_modules():
+        if isinstance(module, PositiveParameter):
+            with torch.no_grad():
+                value = module().detach()
+            bound = tensor_bound(value.dtype)
+            if not bool(torch.isfinite(value).all()) or bool((value.abs() > bound).any()):
+                raise ModelFileError(f"state_dict[{name + '.raw'!r}]: its value {value.flatten()[:4].tolist()} is not "
+                                     f"finite or exceeds {bound:.3g}")
 
 
 def standardization_stats(A: np.ndarray) -> dict:

@@ -7,6 +7,7 @@ A model file is ``{"config": plain dict, "state_dict": SAVIGP.state_dict() (CPU 
 from __future__ import annotations
 
 import os
+import warnings
 import zipfile
 from typing import Optional
 
@@ -16,7 +17,7 @@ import torch
 from ..atomic_files import atomic_write
 from .errors import ModelFileError
 from .likelihood_spec import likelihood_spec
-from .schema import SchemaError, check_config
+from .schema import SchemaError, check_config, check_tensors
 
 FORMAT = "savigp-model"
 #: 2: ``posterior="diag"`` became the paper's diagonal mixture over u (:class:`UDiagonalMixture`);
@@ -89,6 +90,8 @@ def save_model(path: str, model, config: dict, training_state: Optional[dict] = 
     config.setdefault("standardize", {"inputs": None, "targets": None})
     config.setdefault("class_labels", None)
     config["model"] = plain(dict(model.config))
+    # the K_zz jitter training settled on: a loaded or resumed model factorizes as it trained
+    config["jitter_floor"] = float(getattr(model, "jitter_floor", 0.0))
     # what the module itself is, whatever the caller's config says
     from ..kernels import KERNELS
 
@@ -121,10 +124,16 @@ def read_model_file(path: str, max_bytes: Optional[int] = None) -> dict:
         raise ModelFileError(f"{path}: no such model file")
     if os.path.isdir(path):
         raise ModelFileError(f"{path}: is a directory, not a model file")
-    if not zipfile.is_zipfile(path):
+    try:
+        archive = zipfile.is_zipfile(path)
+    except (zipfile.BadZipFile, OSError, ValueError):  # e.g. a zip64 record claiming several disks
+        archive = False
+    if not archive:
         raise ModelFileError(f"{path}: not a savigp model file (not a PyTorch archive)")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a damaged pickle's warnings (TypedStorage, unknown reduce): the error says it
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # pickle / zip errors of every kind
         raise ModelFileError(f"{path}: not a savigp model file (damaged, or it holds objects other than tensors "
                              f"and plain values: {type(err).__name__})") from None
@@ -137,12 +146,6 @@ def read_model_file(path: str, max_bytes: Optional[int] = None) -> dict:
                              f"versions {', '.join(map(str, READABLE_VERSIONS))})")
     if version == 1:
         _upgrade(payload["config"])
-    if max_bytes is None and os.environ.get("SAVIGP_MAX_MODEL_BYTES"):
-        try:
-            max_bytes = int(float(os.environ["SAVIGP_MAX_MODEL_BYTES"]))
-        except ValueError:
-            raise ModelFileError(f"SAVIGP_MAX_MODEL_BYTES={os.environ['SAVIGP_MAX_MODEL_BYTES']!r} is not a number "
-                                 "of bytes") from None
     try:
         check_config(payload["config"], payload.get("state_dict"), max_bytes)
         _check_training_state(payload.get("training_state"))
@@ -156,6 +159,7 @@ def _check_training_state(ts) -> None:
         return
     if not isinstance(ts, dict) or not isinstance(ts.get("optimizer"), dict):
         raise SchemaError("training_state must be None or a dict with an optimizer state")
+    check_tensors(ts, "training_state", values=False)  # storage only: an optimizer state may hold large values
     perm, pos, gen = ts.get("perm"), ts.get("pos"), ts.get("generator")
     if not (isinstance(perm, torch.Tensor) and perm.dim() == 1 and perm.dtype == torch.int64):
         raise SchemaError("training_state.perm must be a 1-D LongTensor")

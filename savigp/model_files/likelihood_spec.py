@@ -39,10 +39,11 @@ def make_likelihood(spec: dict, fn: Optional[Callable] = None, code: Optional[di
     from ..user_likelihood import USER_KINDS, build_user_likelihood
 
     if spec.get("name") in USER_KINDS:
-        if fn is None:
-            fn = import_callable(spec["import_path"])
+        if fn is None:  # the bytes recorded (train: those that just ran, never a file changed since)
+            fn = import_callable(spec["import_path"], spec.get("sha256"), reuse=True)
         if code is None:
-            code = {name: import_callable(ref["import_path"]) for name, ref in (spec.get("code_kwargs") or {}).items()}
+            code = {name: import_callable(ref["import_path"], ref.get("sha256"), reuse=True)
+                    for name, ref in (spec.get("code_kwargs") or {}).items()}
         if spec.get("name") == "callable" and not isinstance(fn, type):
             _check_kwargs(likelihoods.CallableLikelihood, kwargs, skip=USER_CODE_ARGUMENTS)
         return build_user_likelihood(spec, fn, code)
@@ -92,10 +93,11 @@ def likelihood_spec(lik) -> dict:
     if cls is likelihoods.CallableLikelihood:
         spec = lik.spec()
         kwargs = spec["kwargs"]
-        spec.update(code_reference(lik.import_path or function_path(lik.fn)))
+        spec.update(code_reference(lik.import_path or function_path(lik.fn), lik.fn))
         spec.pop("code_kwargs", None)
         if lik.mean_fn is not None:
-            spec["code_kwargs"] = {"mean_fn": code_reference(lik.mean_import_path or function_path(lik.mean_fn))}
+            spec["code_kwargs"] = {"mean_fn": code_reference(lik.mean_import_path or function_path(lik.mean_fn),
+                                                             lik.mean_fn)}
         rebuilt = likelihoods.CallableLikelihood(lik.fn, mean_fn=lik.mean_fn, **kwargs)
     else:
         builtin = getattr(likelihoods, cls.__name__, None) is cls

@@ -18,6 +18,9 @@ from typing import Optional
 import torch
 from likelihoods.callable import CONSTRAINTS
 
+from ..cost import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, CostError, check_memory, memory_limit, model_cost  # noqa: F401
+from ..posteriors.entropy import ENTROPY_ESTIMATES
+
 from .fields import (MAX_STRING, Absent, Bool, BoundedPlain, Dict, Float, Int, List, OneOf, Opt, Positive,
                      SchemaError, Str)
 
@@ -29,8 +32,6 @@ MAX_COMPONENTS = 1_000
 MAX_OUTPUTS = 100_000
 MAX_CLASSES = 100_000
 MAX_NUM_DATA = 10 ** 13
-#: default memory a loaded model may need to be built and used (bytes); ``SAVIGP_MAX_MODEL_BYTES`` overrides
-DEFAULT_MAX_BYTES = 8 * 2 ** 30
 
 
 # ---------------------------------------------------------------------- the table
@@ -58,6 +59,7 @@ USER_FUNCTION_KWARGS = {
     "task": Str(choices=("regression", "classification")),
     "classes": List(Float(), 2, MAX_CLASSES),
     "num_classes": Int(2, MAX_CLASSES),
+    "ordered": Bool(),
     "params": Dict(extra=_NUMBERS, key_pattern=_IDENTIFIER, max_len=1000),
     "constraints": Dict(extra=Str(choices=CONSTRAINTS), key_pattern=_IDENTIFIER, max_len=1000),
     "min_log_prob": Float(),
@@ -89,7 +91,7 @@ MODEL_FIELDS = {
     "learn_prior_mean": Bool(),
     "mean_basis_size": Opt(Int(0, MAX_INDUCING)),
     "mean_basis": Opt(Str(choices=("orthogonal", "decoupled", "hybrid"))),
-    "entropy": Opt(Str(choices=("bound", "mc"))),
+    "entropy": Opt(Str(choices=ENTROPY_ESTIMATES)),
     "entropy_samples": Opt(Int(2, 1_000_000)),
 }
 MODEL_OPTION_FIELDS = {
@@ -114,7 +116,95 @@ CONFIG_SCHEMA = Dict({
     "step": Opt(Int(0, 2 ** 62)),
     "complete": Opt(Bool()),
     "elbo": Opt(Float()),
+    # the relative K_zz jitter that training found necessary (SAVIGP.jitter_floor); absent in older files
+    "jitter_floor": Opt(Float()),
 })
+#: the largest relative jitter a file may record (jitter as large as the kernel's own variance)
+MAX_JITTER_FLOOR = 1.0
+
+
+# ---------------------------------------------------------------------- the tensors themselves
+def tensor_bound(dtype: torch.dtype) -> float:
+    """The largest magnitude a stored floating-point value may have: sqrt(finfo.max) (1.3e154 in
+    float64, 1.8e19 in float32), so that its square (a variance, a squared distance) stays finite."""
+    return float(torch.finfo(dtype).max) ** 0.5
+
+
+def check_tensor(t: torch.Tensor, where: str, values: bool = True) -> None:
+    """A stored tensor whose storage holds every element it claims, and (``values``) whose
+    floating-point values are not NaN and, when finite, at most :func:`tensor_bound` in magnitude
+    (infinities are checked on the rebuilt model, where modules can declare them: :func:`check_infinities`).
+
+    ``torch.load`` rebuilds a tensor from its shape, strides and storage: a tensor with a zero
+    stride (``torch.zeros(1).expand(15000, 10)``) or strides that overlap claims many elements
+    while its file holds a few, and would pass every shape check. Here a tensor must be dense
+    (strided), have no zero stride along a dimension longer than 1, and its storage must hold at
+    least ``numel`` elements and reach its last element: the size a file claims is the size it holds.
+
+    Raises:
+        SchemaError: naming ``where``, what it claims and what it holds.
+    """
+    if t.layout != torch.strided or t.is_quantized:
+        raise SchemaError(f"{where} is a {t.layout} tensor; model files hold dense tensors")
+    if t.is_complex():
+        raise SchemaError(f"{where} has dtype {t.dtype}; model files hold real tensors")
+    n = t.numel()
+    if n == 0:
+        return
+    shape, strides = tuple(t.shape), t.stride()
+    if any(st == 0 and size > 1 for size, st in zip(shape, strides)):
+        raise SchemaError(f"{where} claims shape {shape} but repeats stored values (stride {strides}): "
+                          "a model file holds every element it claims")
+    span = t.storage_offset() + 1 + sum((size - 1) * st for size, st in zip(shape, strides))
+    held = t.untyped_storage().nbytes() // t.element_size()
+    if held < max(n, span):
+        raise SchemaError(f"{where} claims shape {shape} ({n} elements) but the file stores {held}")
+    if values and t.is_floating_point():
+        bad = torch.isnan(t)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad.reshape(-1))[0])
+            raise SchemaError(f"{where} holds a non-finite value (nan at flat index {i} of shape {shape})")
+        bound = tensor_bound(t.dtype)
+        big = (t.abs() > bound) & torch.isfinite(t)  # infinities: see check_infinities
+        if bool(big.any()):
+            i = int(torch.nonzero(big.reshape(-1))[0])
+            raise SchemaError(f"{where} holds {float(t.reshape(-1)[i]):.3g} at flat index {i} of shape {shape}; "
+                              f"values must be at most {bound:.3g} in magnitude (its square stays finite)")
+
+
+def check_infinities(module: torch.nn.Module) -> None:
+    """No parameter or buffer of ``module`` (a rebuilt model) holds +-inf, except the buffers a
+    submodule lists in its ``may_be_infinite`` (e.g. a bound whose inf means none). NaN and huge
+    finite values were refused in the file already (:func:`check_tensor`).
+
+    Raises:
+        SchemaError: naming the state-dict key.
+    """
+    for prefix, sub in module.named_modules():
+        allowed = getattr(sub, "may_be_infinite", ())
+        for name, t in list(sub._parameters.items()) + list(sub._buffers.items()):
+            if t is None or not t.is_floating_point() or name in allowed:
+                continue
+            t = t.detach()
+            if not bool(torch.isfinite(t).all()):
+                key = f"{prefix}.{name}" if prefix else name
+                i = int(torch.nonzero(~torch.isfinite(t.reshape(-1)))[0])
+                raise SchemaError(f"state_dict[{key!r}] holds a non-finite value ({float(t.reshape(-1)[i])} at flat "
+                                  f"index {i} of shape {tuple(t.shape)})")
+
+
+def check_tensors(obj, where: str, values: bool = True, depth: int = 0) -> None:
+    """:func:`check_tensor` on every tensor in a nested dict/list ``obj`` (a state dict, an optimizer state)."""
+    if depth > 12:
+        raise SchemaError(f"{where}: nested more than 12 levels deep")
+    if isinstance(obj, torch.Tensor):
+        check_tensor(obj, where, values)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            check_tensors(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k!r}]", values, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            check_tensors(v, f"{where}[{i}]", values, depth + 1)
 
 
 # ---------------------------------------------------------------------- against the state dict
@@ -123,16 +213,15 @@ def _shape(state: dict, key: str):
     return None if t is None else tuple(t.shape)
 
 
-def build_bytes(config: dict) -> int:
-    """Bytes that building the model and predicting with it need, to within a small factor:
-    K_zz, its factor and a work copy (3 Q M^2), the K covariance factors of a full or joint
-    posterior (K Q M^2, (QM)^2 for joint), and the placeholder inputs (n D)."""
+def build_cost(config: dict):
+    """The :class:`savigp.cost.Cost` of building the model and predicting with it: K_zz, its
+    factor and a work copy (3 Q M^2), the K covariance factors of a full or joint posterior
+    (K Q M^2, (QM)^2 for joint), and the placeholder inputs (n D)."""
     mc = config["model"]
-    Q, M, D, K = mc["num_latent"], mc["num_inducing"], mc["input_dim"], mc["num_components"]
     item = 4 if (config.get("model_options") or {}).get("dtype") == "float32" else 8
-    cov = {"full": K * Q * M * M, "joint": (Q * M) ** 2}.get(mc["posterior"], K * Q * M)
     n = mc["num_data"] if mc["dense"] else max(2, mc.get("mean_basis_size") or 0)
-    return 8 * (3 * Q * M * M + n * D) + item * cov
+    return model_cost(D=mc["input_dim"], Q=mc["num_latent"], M=mc["num_inducing"], K=mc["num_components"],
+                      posterior=mc["posterior"], rows=n, item=item)
 
 
 def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> None:
@@ -147,6 +236,8 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
         _USER_FUNCTION_KWARGS_SCHEMA.check(lik.get("kwargs") or {}, "config.likelihood.kwargs")
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise SchemaError("state_dict must map parameter names to tensors")
+    for key, t in state.items():
+        check_tensor(t, f"state_dict[{key!r}]")
     mc = config["model"]
     Q, M, D, K = mc["num_latent"], mc["num_inducing"], mc["input_dim"], mc["num_components"]
     G = mc.get("mean_basis_size") or 0
@@ -177,9 +268,15 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
     cols = config.get("columns") or {}
     if cols.get("inputs") is not None and len(cols["inputs"]) != D:
         raise SchemaError(f"config.columns.inputs names {len(cols['inputs'])} column(s) but the model has D = {D} inputs")
-    limit = max_bytes if max_bytes is not None else DEFAULT_MAX_BYTES
-    need = build_bytes(config)
-    if need > limit:
-        raise SchemaError(f"the model would need about {need / 2 ** 30:.1f} GiB to be built (Q={Q}, M={M}, K={K}, "
-                          f"posterior {mc['posterior']!r}), more than the limit of {limit / 2 ** 30:.1f} GiB "
-                          "(raise it with max_bytes= or SAVIGP_MAX_MODEL_BYTES)")
+    labels = config.get("class_labels")
+    if labels is not None and len(set(labels)) != len(labels):
+        raise SchemaError(f"config.class_labels must be distinct, got {labels[:10]}")
+    floor = config.get("jitter_floor")
+    if floor is not None and not 0.0 <= floor <= MAX_JITTER_FLOOR:
+        raise SchemaError(f"config.jitter_floor must be between 0 and {MAX_JITTER_FLOOR}, got {floor}")
+    try:
+        check_memory(build_cost(config), memory_limit(max_bytes),
+                     f"the model (Q={Q}, M={M}, K={K}, posterior {mc['posterior']!r})",
+                     f"--max-memory GIB, max_bytes= or {MAX_BYTES_ENV}")
+    except CostError as err:
+        raise SchemaError(str(err)) from None

@@ -19,7 +19,7 @@ model never asks which family it holds. One family per module:
   across the latent functions, ``posterior="joint"``.
 
 The whitened mixtures share :class:`MixturePosterior` (:mod:`.mixture`); the entropy of a mixture
-(eq. (18) or Monte Carlo) is :mod:`.entropy`; the hand-written backward passes are
+(the pairwise-distance bound, eq. (18) or Monte Carlo) is :mod:`.entropy`; the hand-written backward passes are
 :mod:`._autograd`. A family is set from another's moments over u (:meth:`Posterior.u_moments`,
 :meth:`Posterior.init_from_moments`: the warm start of :func:`savigp.warm_start`) with the rules of
 :mod:`.moments`.
@@ -31,13 +31,14 @@ import torch
 from ._autograd import MIDDLE_FORM_MIN_RATIO, use_middle_form, whitened_moments
 from .base import InducingPrior, Marginals, Posterior
 from .diagonal import DiagonalMixture
-from .entropy import ENTROPY_ESTIMATES, spread_means
+from .entropy import DEFAULT_ENTROPY, ENTROPY_ESTIMATES, spread_means
 from .full import FullGaussian, FullMixture
 from .joint import JointGaussian
 from .mixture import MixturePosterior
 from .u_diagonal import UDiagonalMixture, USpaceParameters
 
-__all__ = ["DiagonalMixture", "ENTROPY_ESTIMATES", "FullGaussian", "FullMixture", "InducingPrior", "JointGaussian",
+__all__ = ["DEFAULT_ENTROPY", "DiagonalMixture", "ENTROPY_ESTIMATES",
+           "FullGaussian", "FullMixture", "InducingPrior", "JointGaussian",
            "MIDDLE_FORM_MIN_RATIO", "Marginals", "MixturePosterior", "POSTERIOR_KINDS", "Posterior",
            "UDiagonalMixture", "USpaceParameters", "make_posterior", "spread_means", "use_middle_form",
            "whitened_moments"]
@@ -47,7 +48,7 @@ POSTERIOR_KINDS = ("full", "diag", "diag-whitened", "joint")
 
 
 def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components: int = 1,
-                   generator: torch.Generator | None = None, entropy: str = "bound",
+                   generator: torch.Generator | None = None, entropy: str = DEFAULT_ENTROPY,
                    entropy_samples: int = 64) -> Posterior:
     """Build a posterior by name.
 
@@ -57,8 +58,9 @@ def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components
     * ``"joint"``: one Gaussian over all Q * M whitened values, coupled across the latent
       functions (:class:`JointGaussian`; K = 1).
 
-    ``entropy`` (``"bound"``, eq. (18), or ``"mc"``) and ``entropy_samples`` choose the entropy
-    term of mixtures with K > 1 (see :meth:`MixturePosterior.entropy`).
+    ``entropy`` (``"pairwise"``, the default; ``"bound"``, eq. (18); or ``"mc"``) and
+    ``entropy_samples`` choose the entropy term of mixtures with K > 1 (see
+    :meth:`MixturePosterior.entropy`).
     """
     options = dict(generator=generator, entropy=entropy, entropy_samples=entropy_samples)
     if kind in ("full", "fg"):

@@ -2,7 +2,7 @@
 backward passes of the whitened mixtures, ||X||^2 and the softplus-diagonal lower factor (the
 diagonal mixture over u's are in :mod:`savigp.posteriors._u_space`).
 
-Every function here hands its gradient to the kernel matrix K_zz directly (seed 004, App. D-E),
+Every function here hands its gradient to the kernel matrix K_zz directly (Bonilla et al. 2019, App. D-E),
 so that the model's training step needs no autograd through the Cholesky factor L_zz (which
 carries no graph on that path).
 """
@@ -40,7 +40,7 @@ class _WhitenedMoments(torch.autograd.Function):
 
         mean_k = m_k^T v_n,        dvar_k = v_n^T (S_k - I) v_n,
 
-    so that the marginal variance is k(x_n, x_n) + dvar_k (seed 004, eq. (22)-(23), whitened).
+    so that the marginal variance is k(x_n, x_n) + dvar_k (Bonilla et al. 2019, eq. (22)-(23), whitened).
     Two algebraically equal forms, chosen by flop count (``use_middle_form``):
 
     * A form (B small): A_k = L_k^T V, dvar_k = ||A_k||^2 - ||V||^2;
@@ -50,7 +50,7 @@ class _WhitenedMoments(torch.autograd.Function):
       dF/dK_zx = L^-T Gbar = 2 sum_k RV_k diag(g_k) + L^-T m g_mean^T with no solve over the batch
       (K solves of M^3 for the R_k replace one of M^2 B: fewer flops whenever B > K M).
 
-    The adjoint of K_zz through its Cholesky factor (seed 004, App. D-E, whitened) is
+    The adjoint of K_zz through its Cholesky factor (Bonilla et al. 2019, App. D-E, whitened) is
 
         dF/dK_zz = -sym(L^-T Phi(Gbar V^T) L^-1),      Phi = lower triangle with halved diagonal,
 

@@ -1,5 +1,5 @@
 """The protocol every variational posterior family implements, so that the model holds no branch
-on the family (seed 004, §4-7: Bonilla et al. 2019).
+on the family (Bonilla et al. 2019, §4-7: Bonilla et al. 2019).
 
 A family describes q(u) over the inducing values u_j = u(Z_j) of the Q latent functions (M per
 function, K mixture components) in its own coordinates (whitened v = L_zz^-1 (u - mu), or u
@@ -92,9 +92,9 @@ class Posterior(nn.Module):
     #: q(f_n) is coupled across the latent functions (covariances ``(K, B, Q, Q)``); its samples need
     #: per-point factorizations that check their status on the host (no CUDA-graph capture)
     joint: bool = False
-    #: the entropy term of a mixture with K > 1, ``"bound"`` (eq. (18)) or ``"mc"``, and its draws
-    #: per component (None: the family has no Monte Carlo entropy)
-    entropy_estimate: str = "bound"
+    #: the entropy term of a mixture with K > 1, ``"pairwise"`` (Kolchinsky & Tracey 2017), ``"bound"``
+    #: (eq. (18)) or ``"mc"``, and its draws per component (None: the family has no Monte Carlo entropy)
+    entropy_estimate: str = "pairwise"
     entropy_samples: Optional[int] = None
 
     # ------------------------------------------------------------------ weights
@@ -128,7 +128,7 @@ class Posterior(nn.Module):
 
     def expected_log_lik(self, likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
                          num_samples: int, scale: float = 1.0, generator: Optional[torch.Generator] = None):
-        """L_ell (seed 004, eq. (24), (29)) for marginals ``mean (K, B, Q)``, ``cov`` (as returned by
+        """L_ell (Bonilla et al. 2019, eq. (24), (29)) for marginals ``mean (K, B, Q)``, ``cov`` (as returned by
         :meth:`marginals`, prior mean added) and targets ``y (B, P)``; an
         :class:`savigp.expected_log_lik.ELLEstimate`."""
         raise NotImplementedError

@@ -19,7 +19,7 @@ class FullGaussian(MixturePosterior):
 
 
 class FullMixture(MixtureFamily):
-    """K > 1 components with full covariances (seed 004, eq. (8))."""
+    """K > 1 components with full covariances (Bonilla et al. 2019, eq. (8))."""
 
     kind = "full"
     default_components = 2

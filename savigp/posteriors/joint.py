@@ -1,6 +1,6 @@
 """A Gaussian posterior coupled across the latent functions (``posterior="joint"``).
 
-SAVIGP's posteriors factorize over the Q latent functions, q(u) = prod_j q(u_j) (seed 004, eq.
+SAVIGP's posteriors factorize over the Q latent functions, q(u) = prod_j q(u_j) (Bonilla et al. 2019, eq.
 (10)-(11)), so q(f_n) is a product of univariate Gaussians and the posterior cannot represent
 correlations between latent functions at the same input. Where the likelihood couples them (the
 seismic forward model divides a depth by a velocity, GPRN multiplies weights and latent
@@ -12,7 +12,7 @@ those directions (``experiments/seismic.py``: std ratios 0.45-0.83 against the e
     q(v) = N(v; m, S),   v = (v_1, ..., v_Q) in R^{QM},   u_j = mu_j + L_zz,j v_j,   S = L_S L_S^T,
 
 with L_S a dense lower-triangular (QM x QM) factor. With V_j = L_zz,j^-1 K_zx^j (columns v_nj),
-the marginal at x_n is a Q-variate Gaussian (seed 004, eq. (22)-(23) with the cross terms kept):
+the marginal at x_n is a Q-variate Gaussian (Bonilla et al. 2019, eq. (22)-(23) with the cross terms kept):
 
     E[f_nj]          = mu_j + v_nj^T m_j,
     Cov[f_nj, f_nk]  = v_nj^T S_jk v_nk + delta_jk (k_j(x_n, x_n) - v_nj^T v_nj),

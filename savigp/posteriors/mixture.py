@@ -12,7 +12,8 @@ returns the terms in v (:meth:`~savigp.posteriors.base.Posterior.u_space_shift` 
 Shapes: means m ``(K, Q, M)``; full covariances through lower Cholesky factors ``(K, Q, M, M)``
 with a positive diagonal (softplus); diagonal covariances ``(K, Q, M)``; logits ``(K,)``.
 Mixtures (K > 1) start with their means spread antithetically around the prior mean
-(:func:`spread_means`), and their entropy is eq. (18) (``entropy="bound"``) or a reparameterized
+(:func:`spread_means`), and their entropy is the pairwise-distance bound of Kolchinsky & Tracey
+(2017) (``entropy="pairwise"``, the default), eq. (18) (``entropy="bound"``) or a reparameterized
 Monte Carlo estimate of the exact entropy (``entropy="mc"``).
 """
 from __future__ import annotations
@@ -27,7 +28,8 @@ from ..constraints import LOG_2PI, inverse_softplus
 from ..expected_log_lik import expected_log_lik
 from ._autograd import SCALE_FLOOR, lower_factor, squared_norm, whitened_moments
 from .base import InducingPrior, Marginals, ScaledPosterior, variance_floor
-from .entropy import ENTROPY_ESTIMATES, entropy_bound, entropy_monte_carlo, spread_means
+from .entropy import (DEFAULT_ENTROPY, ENTROPY_ESTIMATES, entropy_bound, entropy_monte_carlo, entropy_pairwise,
+                      spread_means)
 from .moments import check_moments, diagonal_variances, raw_scale
 
 
@@ -44,8 +46,9 @@ class MixturePosterior(ScaledPosterior):
             :func:`spread_means` with this many standard deviations of the initial q (1.0: each
             mean is where a typical draw of the initial q lies); K = 1 starts at m = 0.
         generator: torch.Generator for the random initial means.
-        entropy: the entropy term for K > 1: ``"bound"`` (eq. (18), the paper's) or ``"mc"`` (a
-            reparameterized Monte Carlo estimate of the exact entropy; see :meth:`entropy`).
+        entropy: the entropy term for K > 1: ``"pairwise"`` (Kolchinsky & Tracey 2017, the default),
+            ``"bound"`` (eq. (18), the paper's) or ``"mc"`` (a reparameterized Monte Carlo estimate
+            of the exact entropy); see :meth:`_mixture_entropy`.
         entropy_samples: S for ``entropy="mc"``: draws per component and evaluation.
     """
 
@@ -57,7 +60,7 @@ class MixturePosterior(ScaledPosterior):
 
     def __init__(self, num_components: int, num_latent: int, num_inducing: int, diagonal: bool,
                  init_scale: float = 1.0, mean_spread: float = 1.0, generator: torch.Generator | None = None,
-                 entropy: str = "bound", entropy_samples: int = 64):
+                 entropy: str = DEFAULT_ENTROPY, entropy_samples: int = 64):
         super().__init__()
         K, Q, M = int(num_components), int(num_latent), int(num_inducing)
         if K < 1 or Q < 1 or M < 1:
@@ -68,7 +71,7 @@ class MixturePosterior(ScaledPosterior):
             raise ValueError(f"entropy_samples must be >= 2, got {entropy_samples}")
         self.num_components, self.num_latent, self.num_inducing = K, Q, M
         self.diagonal = bool(diagonal)
-        #: ``"bound"`` (eq. (18)) or ``"mc"`` (reparameterized Monte Carlo), for K > 1; see :meth:`entropy`
+        #: ``"pairwise"``, ``"bound"`` (eq. (18)) or ``"mc"`` (Monte Carlo), for K > 1; see :meth:`_mixture_entropy`
         self.entropy_estimate = entropy
         self.entropy_samples = int(entropy_samples)
         self.mean = nn.Parameter(spread_means(K, Q, M, mean_spread, generator))
@@ -192,10 +195,9 @@ class MixturePosterior(ScaledPosterior):
         """Entropy term L_ent of q(v) (a scalar).
 
         K = 1: the exact entropy sum_j [M/2 log(2 pi e) + log|S_j|^(1/2)].
-        K > 1, ``entropy_estimate="bound"``: the lower bound of seed 004, eq. (18),
-        -sum_k pi_k log sum_l pi_l N(m_k; m_l, S_k + S_l), with the Gaussians over all Q*M
-        inducing variables (block diagonal over the latent functions). K > 1, ``"mc"``: see
-        :meth:`_mixture_entropy`.
+        K > 1: the ``entropy_estimate`` of :meth:`_mixture_entropy` (the pairwise-distance bound, eq.
+        (18) or Monte Carlo), with the Gaussians over all Q*M inducing variables (block diagonal
+        over the latent functions).
 
         Args:
             scale: optional precomputed :meth:`scale` (reused within one ELBO evaluation).
@@ -212,12 +214,19 @@ class MixturePosterior(ScaledPosterior):
         """The entropy of sum_k pi_k prod_j N(m_kj, L_kj L_kj^T) (L: ``(K, Q, M, M)`` lower factors, or
         ``(K, Q, M)`` standard deviations for diagonal components), K > 1.
 
-        ``"bound"``: eq. (18) of seed 004, -sum_k pi_k log sum_l pi_l N(m_k; m_l, S_k + S_l), by
+        ``"pairwise"`` (the default): the lower bound of Kolchinsky & Tracey (2017) with the
+        Bhattacharyya distance D_B between components (:func:`~savigp.posteriors.entropy.entropy_pairwise`),
+        sum_k pi_k H(q_k) - sum_k pi_k log sum_l pi_l exp(-D_B(q_k, q_l)): exact when the components
+        coincide and when they are far apart, so a mixture is not charged for being one and the
+        ELBO can rank K. Deterministic; the cost of ``"bound"``.
+
+        ``"bound"``: eq. (18) of Bonilla et al. (2019), -sum_k pi_k log sum_l pi_l N(m_k; m_l, S_k + S_l), by
         Jensen's inequality a lower bound. It is D/2 (1 - log 2) = 0.153 D nats (D = Q M) below the
         entropy both for coinciding components and for well-separated ones (each term then
         compares N(m_k; m_k, 2 S_k) with the Gaussian's own entropy), so against K = 1 with its
-        exact entropy it costs a mixture 0.153 D nats of ELBO. Deterministic; cost K^2 / 2
-        factorizations of M x M per latent function (full) or O(K^2 Q M) (diagonal).
+        exact entropy it costs a mixture 0.153 D nats of ELBO (with D >= 5 more than the log 2 a
+        correct two-mode fit gains). Deterministic; cost K^2 / 2 factorizations of M x M per
+        latent function (full) or O(K^2 Q M) (diagonal).
 
         ``"mc"``: H = -sum_k pi_k E_{q_k}[log q(v)], each expectation from S reparameterized draws
         v_ks = m_k + L_k eps_ks (eps standard normal, ``entropy_samples`` = S per component):
@@ -232,6 +241,8 @@ class MixturePosterior(ScaledPosterior):
         by ``pytest tests/savigp/test_mixtures.py -k entropy_sd``). Cost: K^2 S Q triangular solves of
         size M (full) or O(K^2 S Q M) elementwise (diagonal), plus the draws.
         """
+        if self.entropy_estimate == "pairwise":
+            return entropy_pairwise(mean, L, self.log_weights(), self.diagonal)
         if self.entropy_estimate == "bound":
             return entropy_bound(mean, L, self.log_weights(), self.diagonal)
         return entropy_monte_carlo(mean, L, self.log_weights(), self.diagonal, self.entropy_samples, generator)
@@ -338,7 +349,7 @@ class MixtureFamily(MixturePosterior):
 
     def __init__(self, num_latent: int, num_inducing: int, num_components: int | None = None,
                  init_scale: float = 1.0, mean_spread: float = 1.0, generator: torch.Generator | None = None,
-                 entropy: str = "bound", entropy_samples: int = 64):
+                 entropy: str = DEFAULT_ENTROPY, entropy_samples: int = 64):
         K = self.default_components if num_components is None else num_components
         super().__init__(K, num_latent, num_inducing, diagonal=self.covariance_diagonal, init_scale=init_scale,
                          mean_spread=mean_spread, generator=generator, entropy=entropy,

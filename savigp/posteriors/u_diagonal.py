@@ -12,7 +12,7 @@ from .._linalg import jittered
 from ..constraints import LOG_2PI, inverse_softplus
 from ._u_space import fused_u_parameters, fused_u_space_moments
 from .base import InducingPrior
-from .entropy import spread_means
+from .entropy import DEFAULT_ENTROPY, spread_means
 from .mixture import MixtureFamily
 from .moments import check_moments, diagonal_variances, raw_scale
 
@@ -40,7 +40,7 @@ class USpaceParameters:
 
 
 class UDiagonalMixture(MixtureFamily):
-    """The paper's "mog1" / "mog2" (seed 004, §6.2): K >= 1 components, each a Gaussian over u with
+    """The paper's "mog1" / "mog2" (Bonilla et al. 2019, §6.2): K >= 1 components, each a Gaussian over u with
     *diagonal* covariance, q(u) = sum_k pi_k prod_j N(u_j; mu_j 1 + m_kj, diag(s_kj^2)).
     ``posterior="diag"``.
 
@@ -67,8 +67,8 @@ class UDiagonalMixture(MixtureFamily):
 
         b_knj = mu_j + a_jn^T m_kj,     s2_knj = k_j(x_n, x_n) - v_jn^T v_jn + sum_m s_kjm^2 a_jnm^2,
 
-    the entropy is that of the u-space Gaussians (exact for K = 1; for K > 1 eq. (18), or the
-    Monte Carlo estimate of :meth:`MixturePosterior.entropy`).
+    the entropy is that of the u-space Gaussians (exact for K = 1; for K > 1 the estimate of
+    :meth:`MixturePosterior._mixture_entropy`: the pairwise-distance bound, eq. (18) or Monte Carlo).
     """
 
     whitened = False
@@ -83,7 +83,7 @@ class UDiagonalMixture(MixtureFamily):
     covariance_diagonal = True
 
     def __init__(self, num_latent: int, num_inducing: int, num_components: int | None = None, init_scale: float = 1.0,
-                 mean_spread: float = 1.0, generator: torch.Generator | None = None, entropy: str = "bound",
+                 mean_spread: float = 1.0, generator: torch.Generator | None = None, entropy: str = DEFAULT_ENTROPY,
                  entropy_samples: int = 64):
         super().__init__(num_latent, num_inducing, num_components, init_scale=init_scale, mean_spread=mean_spread,
                          generator=generator, entropy=entropy, entropy_samples=entropy_samples)
@@ -174,7 +174,7 @@ class UDiagonalMixture(MixtureFamily):
 
     def cross_entropy(self, scale=None, Lzz: Tensor | None = None, Kzz: Tensor | None = None,
                       jitter_rel: Tensor | None = None) -> Tensor:
-        """E_q[log p(u)] (seed 004, eq. (19)) in u-space, which in these coordinates is
+        """E_q[log p(u)] (Bonilla et al. 2019, eq. (19)) in u-space, which in these coordinates is
 
             -1/2 sum_k pi_k sum_j [M log 2 pi + log|K_zz^j| + ||w_kj||^2 + ||d_kj||^2]
 

@@ -47,10 +47,14 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
     * ``dtype``: a float32 copy given float32 inputs returns float32; ``device``: outputs stay on
       a CUDA device (skipped without one);
     * ``monte_carlo_expectation``: the mean of log p(y | f) over ``num_samples`` draws agrees with
-      Gauss-Hermite product quadrature within 4 standard errors plus the quadrature's error
-      (the first 4 rows; skipped when n^Q grid points do not fit in 20000 for n >= 3);
-    * ``closed_form_expectation``: ``expected_log_prob`` (if declared) agrees with quadrature
-      (with Monte Carlo within 4 standard errors where Q is too large for it);
+      a reference expectation within 4 standard errors plus the reference's error (the first 4
+      rows; skipped when n^Q grid points do not fit in 20000 for n >= 3). The reference is
+      Gauss-Hermite product quadrature where rules of n, n - 1 and ~n / 2 points agree; where
+      they do not (a kink or a jump: hard thresholds, abs(y - f), censoring) it is adaptive
+      quadrature for Q = 1 and Monte Carlo with 25 ``num_samples`` draws for Q > 1
+      (:func:`savigp.testing.quadrature.reference_expectation`);
+    * ``closed_form_expectation``: ``expected_log_prob`` (if declared) agrees with that reference
+      (with Monte Carlo within 4 standard errors where Q is too large for quadrature);
     * ``validate_targets``: accepts y; rejects a wrong column count, a NaN row (if the likelihood
       defines its own validation) and each ``bad_targets`` entry, naming the row;
     * ``conditional_moments`` / ``predictive_moments``: shapes, finiteness, non-negative variances,

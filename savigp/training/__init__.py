@@ -6,8 +6,11 @@ shares with :func:`savigp.fit_orthnat` (Salimbeni et al. 2018's natural-gradient
 * :mod:`savigp.training.rules`: the per-step updates of fit (:class:`SyncFreeStep`,
   :class:`GradientStep`) and the per-step check others build on (:class:`CheckedStep`);
 * :mod:`savigp.training.step`: the sync-free step (:class:`StepRunner`) and its CUDA graph;
-* :mod:`savigp.training.fitting`: :func:`fit` itself.
+* :mod:`savigp.training.fitting`: :func:`fit` itself;
+* :mod:`savigp.training.convergence`: the smoothed ELBO, the full-data ELBO with its standard error,
+  and the still-rising hint (:class:`ConvergenceWarning`).
 """
+from .convergence import ConvergenceWarning, full_data_elbo, still_rising, window_stats
 from .fitting import OPTIMIZERS, PARAMETER_GROUPS, default_log_every, fit, make_adam, parameter_groups
 from .loop import Batches, BadStep, Check, LastGood, Progress, TrainingDiverged, TrainingHistory, run
 from .rules import CheckedStep, GradientStep, SyncFreeStep
@@ -15,4 +18,5 @@ from .step import WARMUP_STEPS, StepRunner, graph_decision
 
 __all__ = ["fit", "TrainingHistory", "TrainingDiverged", "OPTIMIZERS", "PARAMETER_GROUPS", "parameter_groups",
            "make_adam", "default_log_every", "run", "Batches", "Progress", "Check", "BadStep", "LastGood",
-           "CheckedStep", "GradientStep", "SyncFreeStep", "StepRunner", "graph_decision", "WARMUP_STEPS"]
+           "CheckedStep", "GradientStep", "SyncFreeStep", "StepRunner", "graph_decision", "WARMUP_STEPS",
+           "ConvergenceWarning", "full_data_elbo", "still_rising", "window_stats"]

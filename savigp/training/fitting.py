@@ -12,19 +12,22 @@ the updates are the rules of :mod:`savigp.training.rules`.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Optional, Sequence
 
 import torch
 
 from .. import distributed
+from .._choices import PARAMETER_GROUPS
 from .._allocator import tune_cpu_allocator
+from .._threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
 from . import loop, step as _step
+from .convergence import ConvergenceWarning, full_data_elbo
 from .loop import Batches, TrainingHistory
 from .rules import GradientStep, SyncFreeStep
 
 OPTIMIZERS = ("adam", "adadelta", "lbfgs")
-PARAMETER_GROUPS = ("posterior", "kernel", "inducing", "likelihood", "prior_mean", "mean_head")
 
 
 def parameter_groups(model: SAVIGP, groups: Optional[Sequence[str]] = None) -> list:
@@ -75,6 +78,18 @@ def mixture_param_groups(model: SAVIGP, params: list, lr: float, weight_lr: Opti
     return [{"params": [p for p in params if p is not logits]}, {"params": [logits], "lr": rate}]
 
 
+def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> None:
+    """A :class:`~savigp.warm_start.FactorizedHyperparameterWarning` naming the two-stage recipe when
+    ``groups`` learn a dense model's hyper-parameters with a factorized q(u)
+    (:func:`savigp.warm_start.joint_factorized_fit`)."""
+    from ..warm_start import TWO_STAGE_PYTHON, FactorizedHyperparameterWarning, joint_factorized_fit
+
+    problem = joint_factorized_fit(model, groups)
+    if problem is not None:
+        warnings.warn(f"savigp.fit: {problem}. The two-stage recipe avoids it: {TWO_STAGE_PYTHON}.",
+                      FactorizedHyperparameterWarning, stacklevel=4)  # (fit's caller, through _fit)
+
+
 def make_adam(params, lr: float, capturable: bool = False) -> torch.optim.Adam:
     """Adam with PyTorch's fused kernel where it applies (floating parameters on the CPU or CUDA):
     the same update in one pass per tensor (0.43 against 0.77-0.81 ms a step for an M = 500 full
@@ -120,6 +135,8 @@ def fit(
     cuda_graphs: Optional[bool] = None,
     weight_lr: Optional[float] = None,
     max_components: Optional[int] = None,
+    threads: Optional[int] = None,
+    final_elbo: bool = True,
 ) -> TrainingHistory:
     """Optimize the ELBO of ``model``.
 
@@ -163,6 +180,20 @@ def fit(
             memory is kept for reuse between steps instead of being returned to the operating
             system (faster steps, see :mod:`savigp._allocator` for the measurement); the process keeps
             its peak resident size afterwards. False leaves the C library's settings alone.
+        threads: CPU threads for torch during the fit (the caller's setting is restored after).
+            None: 1 thread for a small step (:func:`savigp._threads.step_work` below 1e8
+            multiply-adds, e.g. M <= 300 at B = 1000 for Q = K = 1), else torch's setting capped at
+            the cores idle now; ``OMP_NUM_THREADS`` in the environment keeps torch's setting.
+            Measured on a busy 2-core machine (load average 9.3-9.5, ``experiments/threads.py``),
+            200 steps of the README's first example: 1.56 s with 1 thread, 15.9 s with 2; M = 500,
+            B = 1000, S = 20: 10 steps in 1.60 s with 1 thread, 11.6 s with 2. Threads that wait for
+            a descheduled sibling make a busy machine 7-10 times slower (up to 33), and one thread
+            costs at most the number of cores on an idle one (see :mod:`savigp._threads`,
+            docs/cli.md "Threads").
+        final_elbo: after the last step, estimate the ELBO on all N points with the training
+            estimator and its Monte Carlo standard error (one pass without gradients, in chunks:
+            :func:`savigp.training.convergence.full_data_elbo`), recorded as
+            ``history.final_elbo`` and ``history.final_elbo_stderr``.
         state: optional dict for resumable training (used by the ``savigp`` CLI's checkpoints).
             On entry, fit restores whatever of these keys it holds: ``"optimizer_state"`` (an
             optimizer ``state_dict()``), ``"generator_state"`` (``torch.Generator.get_state()``),
@@ -185,6 +216,11 @@ def fit(
     on any rank stops all. A failed or silent rank raises :class:`savigp.distributed.DistributedError`
     after the process-group timeout at most. See :mod:`savigp.distributed`.
 
+    Convergence: each recorded ELBO is one mini-batch's estimate; the progress shows their mean
+    over the last tenth of the run (at most 100 steps) with its spread, and when the trend of the
+    last fifth is still rising (:func:`savigp.training.convergence.still_rising`) fit warns with
+    :class:`savigp.ConvergenceWarning` and records the hint in ``history.still_rising``.
+
     Returns:
         :class:`TrainingHistory`.
     """
@@ -199,10 +235,15 @@ def fit(
                                    epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr,
                                    num_samples=num_samples, estimator=estimator, groups=groups, seed=seed,
                                    progress=False, lbfgs_max_iter=lbfgs_max_iter, tune_allocator=tune_allocator,
-                                   log_every=log_every, cuda_graphs=cuda_graphs, weight_lr=weight_lr)
+                                   log_every=log_every, cuda_graphs=cuda_graphs, weight_lr=weight_lr,
+                                   threads=threads, final_elbo=False)
         adopt(model, search.model)
-        search.history.components = search.table
-        return search.history
+        h = search.history
+        h.components = search.table
+        if final_elbo:  # (the search's own full-data estimate of the chosen fit)
+            h.final_elbo, h.final_elbo_stderr = search.table[search.num_components]["elbo"], \
+                search.table[search.num_components]["se"]
+        return h
     N = model.num_data
     B = N if (batch_size is None or optimizer == "lbfgs") else int(batch_size)
     if not 1 <= B <= N:
@@ -214,7 +255,22 @@ def fit(
     iterations = int(iterations)
     if iterations < 0:
         raise ValueError(f"iterations must be >= 0, got {iterations}")
-    estimator = model.resolved_estimator(estimator)
+    requested, estimator = estimator, model.resolved_estimator(estimator)
+    n_threads = (choose_threads(step_work(model, B, num_samples), threads)
+                 if model.device.type == "cpu" or threads is not None else None)
+    with torch_threads(n_threads or torch.get_num_threads()):
+        history = _fit(model, iterations=iterations, B=B, optimizer=optimizer, lr=lr, num_samples=num_samples,
+                       estimator=estimator, requested=requested, groups=groups, seed=seed, progress=progress, callback=callback,
+                       lbfgs_max_iter=lbfgs_max_iter, state=state, tune_allocator=tune_allocator,
+                       log_every=log_every, cuda_graphs=cuda_graphs, final_elbo=final_elbo, weight_lr=weight_lr)
+    history.threads = n_threads
+    return history
+
+
+def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, requested, groups, seed, progress, callback,
+         lbfgs_max_iter, state, tune_allocator, log_every, cuda_graphs, final_elbo, weight_lr) -> TrainingHistory:
+    """:func:`fit` with its arguments checked and the threads set."""
+    N = model.num_data
     if tune_allocator and model.device.type == "cpu":
         tune_cpu_allocator()
     window = default_log_every(model.device) if log_every is None else int(log_every)
@@ -229,6 +285,7 @@ def fit(
         raise ValueError(f"no trainable parameters in groups {groups}")
     # (a mixture's logits at their own, smaller rate; see mixture_param_groups)
     opt_params = params if optimizer == "lbfgs" else mixture_param_groups(model, params, lr, weight_lr)
+    _warn_joint_factorized(model, groups)
     if optimizer == "adam":
         opt = make_adam(opt_params, lr, capturable=graphs)
     elif optimizer == "adadelta":
@@ -258,6 +315,11 @@ def fit(
     ddp = distributed.setup(model, params, seed, {"N": N, "batch_size": B, "iterations": iterations,
                                                   "start step": start, "seed": seed, "batch position": pos})
     progress = progress and (ddp is None or ddp.rank == 0)
+    if requested == "auto" and estimator in ("score", "score-nocv") and (ddp is None or ddp.rank == 0):
+        hint = getattr(model.likelihood, "suggest_differentiable", None)  # (a user function in torch)
+        hint = hint(model.train_y) if hint is not None else None
+        if hint:
+            warnings.warn(f"savigp.fit: {hint}", UserWarning, stacklevel=3)  # (fit's caller)
     if optimizer == "lbfgs" or ddp is not None:  # (the last good state: rank 0's broadcast parameters)
         rule = GradientStep(model, opt, num_samples=num_samples, estimator=estimator, generator=gen, ddp=ddp)
     else:
@@ -266,6 +328,12 @@ def fit(
     try:
         loop.run(model, rule, Batches(N, B, gen, perm, pos, model.device), history, start=start,
                  iterations=iterations, progress=progress, callback=callback, state=state)
+        if history.still_rising and (ddp is None or ddp.rank == 0):  # (stacklevel: fit's caller)
+            warnings.warn(f"savigp.fit: {history.still_rising}", ConvergenceWarning, stacklevel=3)
+        if final_elbo:
+            history.final_elbo, history.final_elbo_stderr = full_data_elbo(
+                model, num_samples=num_samples, estimator=estimator, seed=seed + 1,
+                shard=(0, 1) if ddp is None else (ddp.rank, ddp.world), reduce=None if ddp is None else ddp.sum)
     finally:
         if ddp is not None:
             ddp.close()

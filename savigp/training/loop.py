@@ -31,6 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .._linalg import base_jitter, robust_cholesky
+from .convergence import still_rising, window_stats
 
 
 class TrainingDiverged(FloatingPointError):
@@ -56,8 +57,9 @@ def _rebuild_diverged(message, step, where):
 
 @dataclass
 class TrainingHistory:
-    """What a call to :func:`fit` did: the ELBO after every step (Monte Carlo estimate) and the
-    number of steps taken."""
+    """What a call to :func:`fit` did: the ELBO after every step (one mini-batch's Monte Carlo
+    estimate), the number of steps taken, and the convergence readout
+    (:mod:`savigp.training.convergence`)."""
 
     elbo: list = field(default_factory=list)
     steps: int = 0
@@ -67,6 +69,14 @@ class TrainingHistory:
     cuda_graph: bool = False
     #: ``fit(max_components=...)``: the ELBO per K tried (:attr:`savigp.ComponentSearch.table`)
     components: Optional[dict] = None
+    #: the ELBO on all N training points after the last step and its Monte Carlo standard error
+    #: (:func:`savigp.training.convergence.full_data_elbo`; None when not computed)
+    final_elbo: Optional[float] = None
+    final_elbo_stderr: Optional[float] = None
+    #: the one-line hint when the ELBO was still rising at the end (:func:`~savigp.training.convergence.still_rising`), else None
+    still_rising: Optional[str] = None
+    #: the torch threads the steps ran on
+    threads: Optional[int] = None
 
 
 @dataclass
@@ -134,9 +144,11 @@ class Batches:
 
 
 class Progress:
-    """Progress of training on stderr: a tqdm bar with the running ELBO and the estimator on a
+    """Progress of training on stderr: a tqdm bar with the smoothed ELBO and the estimator on a
     terminal (left in place at the end); elsewhere (a log file, a pipe) plain lines at every tenth
-    of the run, with no carriage returns."""
+    of the run, with no carriage returns. The ELBO shown is the mean of the last :attr:`window`
+    per-step estimates (a tenth of the run, at most 100 steps) with their standard deviation
+    (:func:`savigp.training.convergence.window_stats`): one step's estimate is one mini-batch's."""
 
     def __init__(self, enabled: bool, start: int, iterations: int, estimator: str):
         self.enabled, self.start, self.total = bool(enabled), start, start + iterations
@@ -147,19 +159,23 @@ class Progress:
             self.bar = tqdm(total=self.total, initial=start, desc=self.label, dynamic_ncols=True, leave=True,
                             mininterval=0.5)
         self.every = max(1, iterations // 10)
+        self.window = min(100, self.every)
         self.shown = start
 
-    def update(self, done: int, elbo: float) -> None:
-        """``done`` steps taken in all (the loop calls this at its checks)."""
+    def update(self, done: int, elbo) -> None:
+        """``done`` steps taken in all; ``elbo``: the per-step estimates so far (a list; the loop
+        calls this at its checks)."""
         if not self.enabled or done <= self.shown:
             return
         steps, previous, self.shown = done - self.shown, self.shown, done
+        mean, sd, n = window_stats(elbo, self.window)
         if self.bar is not None:
             self.bar.update(steps)
             # redraw at tqdm's interval, and on the last step however short the run
-            self.bar.set_postfix(elbo=f"{elbo:.4g}", refresh=done == self.total)
+            self.bar.set_postfix(elbo=f"{mean:.6g}", sd=f"{sd:.3g}", refresh=done == self.total)
         elif (done - self.start) // self.every > (previous - self.start) // self.every or done == self.total:
-            print(f"{self.label} step {done}/{self.total} elbo={elbo:.6g}", file=sys.stderr, flush=True)
+            over = f" (mean of the last {n} steps, sd {sd:.3g})" if n > 1 else ""
+            print(f"{self.label} step {done}/{self.total} elbo={mean:.6g}{over}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -208,7 +224,9 @@ def run(model, rule, batches: Batches, history: TrainingHistory, *, start: int, 
     ``callback(step, terms)`` runs at each check with the terms of the step just taken; a true
     answer stops training. ``state`` (fit's resumable state) receives, after every step, the rule's
     :meth:`state_entries`, the batch generator, ``perm``, ``pos`` and ``step`` (steps taken).
-    ``history.seconds`` is set to the loop's wall-clock time when it ends without an error.
+    ``history.seconds`` is set to the loop's wall-clock time when it ends without an error, and
+    ``history.still_rising`` to the hint of :func:`savigp.training.convergence.still_rising` when the
+    ELBO was still rising at the end (the callers warn with :class:`ConvergenceWarning`).
     """
     report = Progress(progress, start, iterations, history.estimator)
     t0 = time.perf_counter()
@@ -217,6 +235,8 @@ def run(model, rule, batches: Batches, history: TrainingHistory, *, start: int, 
     finally:
         report.close()
     history.seconds = time.perf_counter() - t0
+    rising = still_rising(history.elbo, model.num_data)
+    history.still_rising = rising.message() if rising is not None else None
 
 
 def _steps(model, rule, batches: Batches, history: TrainingHistory, report: Progress, start: int, last: int,
@@ -243,6 +263,6 @@ def _steps(model, rule, batches: Batches, history: TrainingHistory, report: Prog
                 rule.explain(check.bad.step)
             raise diverged_error(model, check.bad)
         if history.elbo:
-            report.update(step + 1, history.elbo[-1])
+            report.update(step + 1, history.elbo)
         if callback is not None and rule.stop(callback(step, terms)):
             break

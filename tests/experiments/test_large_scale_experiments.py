@@ -1,4 +1,4 @@
-"""The large-scale experiments (seed 004, §9.4, §9.7): experiments/mnist.py (multiclass and mnist-b),
+"""The large-scale experiments (Bonilla et al. 2019, §9.4, §9.7): experiments/mnist.py (multiclass and mnist-b),
 airline.py and mnist8m.py.
 
 The data-dependent code is tested without the data packages: the airline features and the whole

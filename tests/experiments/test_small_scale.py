@@ -1,4 +1,4 @@
-"""Smoke tests of the small-scale suite (experiments/small_scale.py, seed 004 §9.3) and of the
+"""Smoke tests of the small-scale suite (experiments/small_scale.py, Bonilla et al. 2019 §9.3) and of the
 shared experiment helpers. The suite tests run ``--quick`` (one split, fg, SF 0.2, few iterations)
 on three datasets and skip when ../shared/data is absent."""
 import csv

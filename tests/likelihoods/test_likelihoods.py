@@ -67,7 +67,7 @@ SEISMIC_STD = np.array([0.025, 0.05, 0.075, 0.1])
 
 
 def seismic_eq43(y, f, P=4, depth_scale=1.0, velocity_scale=1.0, noise_std=SEISMIC_STD):
-    """Eq. (43) of seed 004 written out term by term (noiseless previous time, see seismic.py)."""
+    """Eq. (43) of Bonilla et al. 2019 written out term by term (noiseless previous time, see seismic.py)."""
     d = depth_scale * f[..., :P]
     v = velocity_scale * f[..., P:]
     out = np.zeros(f.shape[:-1])
@@ -587,7 +587,7 @@ def test_warped_without_tanh_terms_is_gaussian_and_initialization():
 # ====================================================================== GPRN
 def test_gprn_layout_and_mixing():
     lik = GPRN(num_outputs=3, num_nodes=2)
-    assert lik.num_latent == 8 and GPRN(2).num_latent == 3 and GPRN(7).num_latent == 8  # seed 004 Table 2
+    assert lik.num_latent == 8 and GPRN(2).num_latent == 3 and GPRN(7).num_latent == 8  # Bonilla et al. 2019 Table 2
     g = torch.tensor([1.5, -2.0])
     W = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     f = torch.cat([g, W.reshape(-1)]).expand(4, 1, 8)  # nodes first, then W row-major

@@ -1,4 +1,4 @@
-"""Tests of the orthogonally decoupled mean head (seed 003) and the natural-gradient updates.
+"""Tests of the orthogonally decoupled mean head (Salimbeni et al. 2018) and the natural-gradient updates.
 
 Closed forms are compared at float64 round-off; Monte Carlo estimates against 4 standard errors
 computed from the draws themselves.
@@ -53,7 +53,7 @@ def _explicit_component_kl(model, k, basis="orthogonal"):
     q_k's mean at P is mu + K_PZ K_zz^-1 u_k + h(P), with u_k = L_zz m_k (whitened) or m_k
     (u-space), and h(P) = K_P,gamma a (HYBRID, DECOUPLED) or (K_P,gamma - K_PZ K_zz^-1 K_Z,gamma) a
     (orthogonal); its covariance K_PP - K_PZ K_zz^-1 K_ZP + K_PZ K_zz^-1 S_u K_zz^-1 K_ZP;
-    p = N(mu, K_PP) (seed 003, App. A). K_zz is the jittered L_zz L_zz^T the model uses. (With
+    p = N(mu, K_PP) (Salimbeni et al. 2018, App. A). K_zz is the jittered L_zz L_zz^T the model uses. (With
     a = 0 pass a model whose head is zeroed.)
     """
     with torch.no_grad():
@@ -394,7 +394,7 @@ def test_natural_gradients_need_a_single_gaussian():
 # ---------------------------------------------------------------------- the preconditioned step for a_gamma
 def _optimum_model(seed=20):
     """Gaussian likelihood, fixed hyper-parameters; returns the model and its decoupled optimum
-    (seed 003, App. D: a over alpha = [Z, gamma], S as in the coupled case), set into a copy."""
+    (Salimbeni et al. 2018, App. D: a over alpha = [Z, gamma], S as in the coupled case), set into a copy."""
     g = torch.Generator().manual_seed(seed)
     X = torch.rand(150, 1, generator=g, dtype=torch.float64) * 6
     Y = torch.sin(3 * X) + 0.1 * torch.randn(150, 1, generator=g, dtype=torch.float64)

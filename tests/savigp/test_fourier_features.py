@@ -1,5 +1,5 @@
 """Tests of the variational Fourier features for additive Matern kernels and ODVFF
-(savigp.fourier_features; Hensman et al. 2018, seed 002).
+(savigp.fourier_features; Hensman et al. 2018, Azzimonti et al. 2020).
 
 K_uu and K_uf are checked against Gauss-Legendre quadrature of the RKHS inner products on [a, b]
 (derivatives by autograd), whose correctness is itself checked by the reproducing property

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -345,3 +346,116 @@ def test_user_function_fields_are_checked(tmp_path, capsys):
         assert main(["predict", bad, data, "--likelihood", str(src)]) == 2, edit
         err = capsys.readouterr().err
         assert needle in err and "bad.pt" in err, (edit, err)
+
+
+GOOD_LIK = "def log_lik(y, f):\n    return -0.5 * ((y[:, 0] - f[..., 0]) ** 2)\n"
+EVIL_LIK = ("import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
+            "def log_lik(y, f):\n    return -0.5 * ((y[:, 0] - f[..., 0]) ** 2)\n")
+
+
+def _plant_pyc(src, evil: str) -> None:
+    """A ``__pycache__`` entry for ``src`` compiled from ``evil`` (padded to the same size) and
+    stamped with ``src``'s size and mtime: Python's own import would run it instead of ``src``."""
+    import importlib.util
+    import py_compile
+
+    good = src.read_bytes()
+    stat = os.stat(src)
+    evil = evil + "#" * (len(good) - len(evil.encode())) if len(evil.encode()) < len(good) else evil
+    assert len(evil.encode()) == len(good)
+    src.write_text(evil)
+    os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    py_compile.compile(str(src), cfile=importlib.util.cache_from_source(str(src)), doraise=True)
+    src.write_bytes(good)
+    os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def test_the_hash_is_of_the_bytes_that_run(tmp_path, capsys, monkeypatch):
+    """One rule for user code (module names and files alike): the bytes are read once, hashed, and
+    exactly those run -- a module name is checked too, a planted ``__pycache__`` never runs, a file
+    that changes after it was read is recorded as it ran, a file with no recorded SHA-256 or naming
+    another function is refused without --trust-code."""
+    monkeypatch.chdir(tmp_path)
+    data = _csv(tmp_path / "d.csv")
+    marker = tmp_path / "marker"
+    evil = EVIL_LIK.format(marker=str(marker)) + "def helper(y, f):\n    return f[..., 0] * 0\n"
+    (tmp_path / "mylikmod.py").write_text(GOOD_LIK + "def helper(y, f):\n    return f[..., 0] * 0\n" + "#" * 200 + "\n")
+    # a module name: its file is found (without running anything) and its SHA-256 recorded
+    assert main(["train", data, "--targets", "y", "--likelihood", "mylikmod:log_lik", "--out", "mod.pt", *FAST]) == 0
+    ref = _payload("mod.pt")["config"]["likelihood"]
+    good = (tmp_path / "mylikmod.py").read_bytes()
+    import hashlib
+
+    assert ref["import_path"] == "mylikmod:log_lik" and ref["sha256"] == hashlib.sha256(good).hexdigest()
+    # a planted .pyc (Python's import would run it): never read; the .py's bytes run, the prediction is made
+    _plant_pyc(tmp_path / "mylikmod.py", evil)
+    sys.modules.pop("mylikmod", None)  # as in a fresh process
+    assert main(["predict", "mod.pt", data, "--likelihood", "mylikmod:log_lik", "--out", "p.csv", "--quiet"]) == 0
+    assert not marker.exists()
+    # the module edited: refused like a file
+    (tmp_path / "mylikmod.py").write_text(evil)
+    os.utime(tmp_path / "mylikmod.py", (1, 1))  # not the planted .pyc's stamp
+    sys.modules.pop("mylikmod", None)
+    for cmd in (["predict", "mod.pt", data, "--likelihood", "mylikmod:log_lik", "--out", "p.csv"],
+                ["evaluate", "mod.pt", data, "--likelihood", "mylikmod"]):
+        assert main(cmd) == 2
+        assert "has changed since the model was trained" in capsys.readouterr().err
+    assert not marker.exists()
+    (tmp_path / "mylikmod.py").write_bytes(good)
+    # no SHA-256 recorded: `--likelihood FILE` alone does not let the file pick a function to run
+    p = _payload("mod.pt")
+    p["config"]["likelihood"].update(import_path=f"{tmp_path}/mylikmod.py:helper", sha256=None)
+    torch.save(p, "nohash.pt")
+    p["config"]["likelihood"].update(sha256=ref["sha256"])
+    torch.save(p, "helper.pt")
+    assert main(["evaluate", "nohash.pt", data, "--likelihood", "mylikmod.py"]) == 2
+    assert "records no SHA-256" in capsys.readouterr().err
+    # a function other than the one the file records is refused too
+    assert main(["evaluate", "helper.pt", data, "--likelihood", "mylikmod.py:log_lik"]) == 2
+    assert "names the function 'log_lik' but" in capsys.readouterr().err
+    assert main(["evaluate", "nohash.pt", data, "--likelihood", "mylikmod.py", "--trust-code"]) == 0  # trust runs it
+    # a file that rewrites itself once read: the model records the bytes that ran, not those left behind
+    selfish = tmp_path / "selfish.py"
+    selfish.write_text(GOOD_LIK + f"import pathlib\npathlib.Path({str(selfish)!r}).write_text('x = 1\\n')\n")
+    ran = hashlib.sha256(selfish.read_bytes()).hexdigest()
+    assert main(["train", data, "--targets", "y", "--likelihood", "selfish.py:log_lik", "--out", "s.pt",
+                 "--iterations", "1", *FAST[:-2]]) == 0
+    assert _payload("s.pt")["config"]["likelihood"]["sha256"] == ran
+    assert main(["evaluate", "s.pt", data, "--likelihood", "selfish.py"]) == 2  # what is left is not what ran
+    assert "has changed since the model was trained" in capsys.readouterr().err
+
+
+def test_a_planted_pycache_never_runs_for_a_file(tmp_path, capsys):
+    from savigp.model_files import import_callable
+
+    src = tmp_path / "lik.py"
+    src.write_text(GOOD_LIK + "#" * 200 + "\n")
+    marker = tmp_path / "marker"
+    _plant_pyc(src, EVIL_LIK.format(marker=str(marker)))
+    fn = import_callable(f"{src}:log_lik")
+    assert not marker.exists() and fn.__code__.co_filename == str(src)
+
+
+def test_a_likelihood_module_from_another_folder_names_the_file_path_alternative(tmp_path, monkeypatch):
+    """Issue 28: a function imported as module ``zip_lik`` from another folder is recorded as
+    ``zip_lik:log_lik``; ``trust_code=True`` cannot import it elsewhere, and the error says how to
+    name the file instead (which works)."""
+    folder = tmp_path / "mylibs"
+    folder.mkdir()
+    (folder / "zip_lik.py").write_text("def log_lik(y, f):\n    return -0.5 * (y[:, 0] - f[..., 0]) ** 2 / 0.04\n")
+    monkeypatch.syspath_prepend(str(folder))
+    fn = __import__("zip_lik").log_lik
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, likelihoods.CallableLikelihood(fn), num_inducing=6)
+    path = str(tmp_path / "z.pt")
+    model.save(path)
+    assert _payload(path)["config"]["likelihood"]["import_path"] == "zip_lik:log_lik"
+    monkeypatch.undo()  # a fresh session elsewhere: the folder is not on sys.path
+    monkeypatch.delitem(__import__("sys").modules, "zip_lik")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LikelihoodImportError) as err:
+        savigp.load(path, trust_code=True)
+    message = str(err.value)
+    assert "cannot import module 'zip_lik'" in message
+    assert "likelihood='path/to/zip_lik.py:log_lik'" in message and "--likelihood path/to/zip_lik.py:log_lik" in message
+    assert savigp.load(path, likelihood=str(folder / "zip_lik.py"), trust_code=True).likelihood_loaded

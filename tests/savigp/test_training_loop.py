@@ -38,7 +38,7 @@ def _run(case: str):
         return False
 
     if case == "adam-score-diag":
-        model = _model("logistic", num_inducing=6, posterior="diag", num_components=2)
+        model = _model("logistic", num_inducing=6, posterior="diag", num_components=2, entropy="bound")  # as recorded
         h = savigp.fit(model, iterations=8, batch_size=20, lr=0.02, num_samples=10, estimator="score",
                        progress=False, seed=3, callback=note)
     elif case == "adam-window-head":

@@ -275,9 +275,9 @@ def test_classification_predict_columns_and_error_rate(tmp_path, capsys):
                  "--lr", "0.05", "--out", model, *FAST]) == 0
     assert main(["predict", model, data, "--out", pred, "--quiet"]) == 0
     header = open(pred).readline().strip().split(",")
-    assert header == ["mean_label", "var_label", "prob_0", "prob_1", "predicted_label"]
+    assert header == ["prob_0", "prob_1", "predicted_label"]  # no mean of unordered labels
     P = np.loadtxt(pred, delimiter=",", skiprows=1)
-    assert np.allclose(P[:, 2] + P[:, 3], 1) and set(P[:, 4]) <= {0.0, 1.0}
+    assert np.allclose(P[:, 0] + P[:, 1], 1) and set(P[:, 2]) <= {0.0, 1.0}
     capsys.readouterr()
     assert main(["evaluate", model, data, "--targets", "label", "--json"]) == 0
     m = json.loads(capsys.readouterr().out)
@@ -342,7 +342,10 @@ def test_every_builtin_likelihood_trains_and_predicts(tmp_path, name):
     assert type(saved.model.likelihood).__name__ == load_payload(model)["config"]["likelihood"]["class"]
     assert main(["predict", model, data, "--out", pred, "--quiet"]) == 0
     header = open(pred).readline().strip().split(",")
-    assert f"mean_{names[0]}" in header and len(np.loadtxt(pred, delimiter=",", skiprows=1, ndmin=2)) == N
+    # unordered classes get class probabilities and a label, no mean of a class index
+    wanted = f"predicted_{names[0]}" if kind in ("binary", "classes") else f"mean_{names[0]}"
+    assert wanted in header and len(np.loadtxt(pred, delimiter=",", skiprows=1, ndmin=2)) == N
+    assert (f"mean_{names[0]}" in header) == (kind not in ("binary", "classes"))
 
 
 # ---------------------------------------------------------------------------- checkpoints and resume

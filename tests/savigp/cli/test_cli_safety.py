@@ -117,3 +117,72 @@ def test_orphaned_temporary_files_are_cleaned(trained, tmp_path, capsys):
     assert all(not p.exists() for p in old) and young.exists() and unrelated.exists()
     assert err.count("a temporary file left by an interrupted write") == 2
     assert remove_orphaned_temporaries(str(out), min_age_s=0) == [str(young)]
+
+
+def test_no_spelling_of_an_output_path_replaces_an_input(trained, tmp_path, capsys, monkeypatch):
+    """``..`` after a missing or a symlinked folder, ``./``, ``//``, absolute paths and hard links:
+    the path is resolved as the kernel resolves it, checked, and written exactly there."""
+    import shutil
+
+    folder, data, model, X, y = trained
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(data, "test.csv")
+    shutil.copy(model, "m.pt")
+    (tmp_path / "far" / "sub").mkdir(parents=True)
+    os.symlink("far/sub", "other")  # other/.. is far, not the working folder
+    os.link("test.csv", "hard.csv")  # the same inode under another name
+    before = {f: open(f, "rb").read() for f in ("test.csv", "m.pt")}
+    cwd = str(tmp_path)
+    refused = {
+        "predict": ["nonexist/../test.csv", "nonexist/../m.pt", "./test.csv", ".//test.csv", f"/{cwd}/test.csv",
+                    f"{cwd}/./far/../test.csv", "hard.csv", "other/../../test.csv", "other/../sub/../../m.pt"],
+        "train": ["nonexist/../test.csv", "other/../../test.csv", "hard.csv"],
+    }
+    for cmd, outs in refused.items():
+        for out in outs:
+            argv = (["predict", "m.pt", "test.csv", "--out", out] if cmd == "predict" else
+                    ["train", "test.csv", "--targets", "y", "--out", out, *FAST])
+            assert main(argv) == 2, (cmd, out)
+            err = _err(capsys)
+            assert ("is an input of this command" in err) != out.startswith("nonexist/"), (out, err)
+            assert out.startswith("nonexist/") <= ("the folder nonexist/.. does not exist" in err), (out, err)
+    for plot in ("nonexist/../test.csv", "hard.csv", "other/../../m.pt"):
+        assert main(["predict", "m.pt", "test.csv", "--out", "p.csv", "--plot", plot]) == 2, plot
+        _err(capsys)
+    assert main(["predict", "m.pt", "test.csv", "--out", "missing/../p.csv"]) == 2
+    assert "--out missing/../p.csv: the folder missing/.. does not exist" in _err(capsys)
+    assert {f: open(f, "rb").read() for f in ("test.csv", "m.pt")} == before and not os.path.exists("p.csv")
+    # the symlinked folder's `..` is far: written there, as the kernel would
+    assert main(["predict", "m.pt", "test.csv", "--out", "other/../test.csv", "--quiet"]) == 0
+    assert (tmp_path / "far" / "test.csv").read_text().startswith("mean_y,var_y")
+    assert open("test.csv", "rb").read() == before["test.csv"]
+    assert main(["train", "test.csv", "--targets", "y", "--out", "other/../m.pt", *FAST]) == 0
+    assert (tmp_path / "far" / "m.pt").exists() and open("m.pt", "rb").read() == before["m.pt"]
+    # a likelihood file is an input as well
+    (tmp_path / "lik.py").write_text("def log_lik(y, f):\n    return -0.5 * (y - f[..., 0:1]).sum(-1) ** 2\n")
+    code = open("lik.py", "rb").read()
+    assert main(["train", "test.csv", "--targets", "y", "--likelihood", "lik.py:log_lik", "--out", "x/../lik.py",
+                 *FAST]) == 2
+    assert main(["train", "test.csv", "--targets", "y", "--likelihood", "lik.py:log_lik", "--out", "./lik.py",
+                 *FAST]) == 2
+    assert "is an input" in capsys.readouterr().err
+    for lik in ("lik:log_lik", "lik", "lik.py", f"{tmp_path}/lik.py:log_lik"):  # a module name too
+        assert main(["predict", "m.pt", "test.csv", "--likelihood", lik, "--out", "other/../../lik.py"]) == 2
+        assert "is an input of this command" in _err(capsys), lik
+    assert open("lik.py", "rb").read() == code
+
+
+def test_atomic_write_resolves_the_folder_as_the_kernel_does(tmp_path, monkeypatch):
+    from savigp.atomic_files import atomic_write
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("input\n")
+    (tmp_path / "far" / "sub").mkdir(parents=True)
+    os.symlink("far/sub", "other")
+    with pytest.raises(FileNotFoundError, match="the folder nonexist/.. does not exist"):
+        with atomic_write("nonexist/../keep.txt") as fh:
+            fh.write("replaced\n")
+    with atomic_write("other/../keep.txt") as fh:
+        fh.write("new\n")
+    assert (tmp_path / "keep.txt").read_text() == "input\n" and (tmp_path / "far" / "keep.txt").read_text() == "new\n"
+    assert sorted(os.listdir(tmp_path)) == ["far", "keep.txt", "other"] and sorted(os.listdir("far")) == ["keep.txt", "sub"]

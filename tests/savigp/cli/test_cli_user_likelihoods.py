@@ -149,6 +149,7 @@ def test_counts_with_learned_dispersion_and_mean_function(files, capsys):
     assert set(json.loads(out)) == {"n", "nlpd", "sse", "mse", "mae"}
     code, out, err = _run(capsys, "predict", model, d / "counts.csv", "--trust-code")
     assert code == 0 and out.splitlines()[0] == "mean_n,var_n"
+    assert "latent predictions only" not in err
     # the same predictions from Python, documented as the same fields
     pred = saved.predict(np.loadtxt(d / "counts.csv", delimiter=",", skiprows=1)[:, :1])
     got = np.loadtxt(out.splitlines()[1:], delimiter=",")
@@ -160,6 +161,13 @@ def test_counts_with_learned_dispersion_and_mean_function(files, capsys):
     assert code == 0 and "trained 5 step(s)" in out, err  # --quiet keeps the summary
     code, out, err = _run(capsys, "predict", d / "nb2.pt", d / "counts.csv", "--latent", "--trust-code")
     assert out.splitlines()[0] == "mean_n,latent_mean_0,latent_var_0" and "nan" not in out
+    # no mean function at all: latent columns only, and predict says so (issue 28)
+    code, out, err = _run(capsys, "train", d / "counts.csv", "--targets", "n", "--likelihood", d / "nb.py:log_lik",
+                          "--lik-param", "r=4.0:fixed", "--iterations", "2", "--out", d / "nb3.pt", "--quiet", *FAST)
+    assert code == 0, err
+    code, out, err = _run(capsys, "predict", d / "nb3.pt", d / "counts.csv", "--likelihood", d / "nb.py:log_lik")
+    assert code == 0 and out.splitlines()[0] == "latent_mean_0,latent_var_0"
+    assert "latent predictions only: the likelihood gives no predictive mean; pass --mean-function" in err, err
 
 
 def test_probit_and_ordinal_classifiers_from_a_user_file(files, capsys):
@@ -169,9 +177,9 @@ def test_probit_and_ordinal_classifiers_from_a_user_file(files, capsys):
     assert code == 0, err
     code, out, err = _run(capsys, "predict", d / "p.pt", d / "pm.csv", "--likelihood", d / "clf.py:probit")
     rows = out.splitlines()
-    assert rows[0] == "mean_label,var_label,prob_-1,prob_1,predicted_label", err
+    assert rows[0] == "prob_-1,prob_1,predicted_label", err  # no mean of unordered labels
     P = np.loadtxt(rows[1:], delimiter=",")
-    assert np.allclose(P[:, 2] + P[:, 3], 1) and set(P[:, 4]) <= {-1.0, 1.0}
+    assert np.allclose(P[:, 0] + P[:, 1], 1) and set(P[:, 2]) <= {-1.0, 1.0}
     code, out, err = _run(capsys, "evaluate", d / "p.pt", d / "pm.csv", "--json", "--likelihood", d / "clf.py")
     m = json.loads(out)
     assert set(m) == {"n", "error_rate", "nlp"} and m["error_rate"] < 0.25 and m["nlp"] < math.log(2)
@@ -179,7 +187,7 @@ def test_probit_and_ordinal_classifiers_from_a_user_file(files, capsys):
     # ordinal: 4 labels, learned cut-points; its naive log(Phi - Phi) needs the floor
     args = ["train", d / "grades.csv", "--targets", "g", "--likelihood", d / "clf.py:ordinal", "--task",
             "classification", "--num-classes", "4", "--lik-param", "c0=-0.5", "--lik-param", "gaps=0.5,0.5:positive",
-            "--iterations", "60", "--lr", "0.05", "--out", d / "o.pt", *FAST]
+            "--lik-option", "ordered=True", "--iterations", "60", "--lr", "0.05", "--out", d / "o.pt", *FAST]
     code, out, err = _run(capsys, *args, "--min-log-prob", "-200")
     assert code == 0, err
     saved, _ = load_model(str(d / "o.pt"), trust_code=True)
@@ -188,6 +196,10 @@ def test_probit_and_ordinal_classifiers_from_a_user_file(files, capsys):
     assert not torch.equal(lik.raw_params["gaps"], torch.as_tensor([0.5, 0.5]))  # learned
     code, out, err = _run(capsys, "evaluate", d / "o.pt", d / "grades.csv", "--json", "--trust-code")
     assert json.loads(out)["nlp"] < math.log(4)
+    # ordered labels: the mean and variance of the grade are written beside the probabilities
+    assert lik.ordered
+    code, out, err = _run(capsys, "predict", d / "o.pt", d / "grades.csv", "--trust-code")
+    assert out.splitlines()[0] == "mean_g,var_g,prob_0,prob_1,prob_2,prob_3,predicted_g", err
 
 
 def test_differentiable_softmax_and_a_likelihood_subclass(files, capsys):
@@ -198,7 +210,7 @@ def test_differentiable_softmax_and_a_likelihood_subclass(files, capsys):
     assert code == 0, err
     assert "estimator: reparam" in err and "estimator reparam" in out
     code, out, err = _run(capsys, "predict", d / "s.pt", d / "three.csv", "--likelihood", d / "clf.py:softmax")
-    assert out.splitlines()[0] == "mean_c,var_c,prob_0,prob_1,prob_2,predicted_c"
+    assert out.splitlines()[0] == "prob_0,prob_1,prob_2,predicted_c"  # unordered classes: no mean of the label
     # a numpy function declared differentiable: refused with the reason
     code, out, err = _run(capsys, "train", d / "pm.csv", "--targets", "label", "--likelihood", d / "clf.py:probit",
                           "--lik-option", "differentiable=True", "--iterations", "2", "--out", d / "x.pt", *FAST)

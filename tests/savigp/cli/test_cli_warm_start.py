@@ -174,7 +174,7 @@ def test_learn_survives_an_interrupt_and_resume(files, capsys, monkeypatch):
 
 
 def test_warm_start_and_learn_on_two_ranks(files):
-    """``--nproc 2`` (torchrun, a subprocess): every rank warm-starts from the source and trains only
+    """``--nproc 2`` (two ranks, a subprocess): every rank warm-starts from the source and trains only
     q(u); with the closed-form expected log-likelihood the two ranks' summed gradient is the one
     process's, so the parameters agree with a one-process run to rounding (5e-11 measured)."""
     import os
@@ -229,3 +229,32 @@ def test_a_user_likelihood_source_runs_only_this_runs_code(files, capsys):
     assert "--warm-start" in err and "has changed since the model was trained" in err and "--trust-code" in err
     assert _train(*common, "--iterations", "0", "--warm-start", t / "user.pt", "--out", t / "user_ws.pt",
                   "--trust-code") == 0
+
+
+def test_jointly_learned_diagonal_mixture_on_a_dense_model_warns_in_one_line(files, capsys):
+    """``--posterior diag --components 2 --dense`` learning everything (issue 25: NLP 0.175 against
+    fg's 0.118 on wisconsin, silently): one stderr line, also with --quiet, naming the two-stage
+    recipe and no Python warning; none with ``--learn posterior`` (the Python side's cases:
+    tests/savigp/test_joint_factorized_warning.py)."""
+    base = [files["data"], "--targets", "y", "--inputs", "x", "--dense", "--iterations", "1"]
+    assert _train(*base, "--posterior", "diag", "--components", "2", "--out", files["dir"] / "j.pt") == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("savigp train: warning: "), err
+    assert "--warm-start fg.pt --learn posterior" in err[0] and "UserWarning" not in err[0]
+    assert _train(*base, "--posterior", "diag", "--components", "2", "--warm-start", files["fg"],
+                  "--learn", "posterior", "--out", files["dir"] / "p.pt") == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_entropy_option_reaches_the_model_file(files, capsys):
+    """``--entropy`` chooses the mixture's entropy term and the model file records it (``bound``: the
+    paper's eq. (18); the default, the pairwise bound, is the model's own, tested in
+    tests/savigp/test_mixture_entropy.py); an unknown name is a usage error."""
+    base = [files["data"], "--targets", "y", "--inputs", "x", "--num-inducing", "5", "--components", "2",
+            "--iterations", "1"]
+    out = files["dir"] / "ent_bound.pt"
+    assert _train(*base, "--entropy", "bound", "--out", out) == 0
+    assert load_model(str(out))[0].model.posterior.entropy_estimate == "bound"
+    capsys.readouterr()
+    assert _train(*base, "--entropy", "jensen", "--out", files["dir"] / "x.pt") == 2
+    assert "--entropy" in capsys.readouterr().err

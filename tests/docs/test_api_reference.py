@@ -1,0 +1,28 @@
+"""The API reference (docs/conf.py, docs/index.rst, docs/api/) builds from the docstrings with
+Sphinx, warnings as errors: a docstring that breaks the markup fails here. Skipped only where
+Sphinx is not installed (it is in the ``test`` extra)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("sphinx")
+
+
+def test_the_api_reference_builds_without_warnings(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1")
+    out = tmp_path / "html"
+    run = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(ROOT / "docs"),
+                          str(out)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-4000:]
+    pages = {name: (out / "api" / f"{name}.html").read_text() for name in ("savigp", "likelihoods", "testing")}
+    for name, anchor in (("savigp", "savigp.SAVIGP.predict"), ("savigp", "savigp.fit"), ("savigp", "savigp.load"),
+                         ("likelihoods", "likelihoods.CallableLikelihood"), ("likelihoods", "likelihoods.Likelihood.sample"),
+                         ("testing", "savigp.testing.check_likelihood")):
+        assert f'id="{anchor}"' in pages[name], f"{anchor} is missing from docs/api/{name}"
