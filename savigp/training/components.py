@@ -28,6 +28,7 @@ from ..model import SAVIGP
 from ..posteriors import FullGaussian, make_posterior
 from ..posteriors.mixture import MixturePosterior
 from ..posteriors.moments import raw_scale
+from .convergence import full_data_elbo
 
 
 def _check_growable(model: SAVIGP) -> MixturePosterior:
@@ -151,19 +152,17 @@ def restart(model: SAVIGP, num_components: int, seed: int, *, entropy: Optional[
 
 def elbo_estimate(model: SAVIGP, *, num_samples: int = 1000, repeats: int = 4, estimator: str = "auto",
                   seed: int = 0) -> tuple[float, float]:
-    """The ELBO on all the data (eq. (17)) as the mean of ``repeats`` independent Monte Carlo
-    evaluations with ``num_samples`` draws per point and component, and its standard error (their
-    standard deviation / sqrt(repeats); with an entropy estimated by Monte Carlo that term's error
-    is included). A closed-form or quadrature estimator and a deterministic entropy give s.e. 0."""
+    """The ELBO on all the data (eq. (17)) as the mean of ``repeats`` independent evaluations of
+    :func:`savigp.training.convergence.full_data_elbo` (chunked, ``num_samples`` draws per point and
+    component), and its standard error (their standard deviation / sqrt(repeats), so that the error
+    of a Monte Carlo entropy is included; a closed-form or quadrature estimator and a deterministic
+    entropy give 0)."""
     if repeats < 2:
         raise ValueError(f"repeats must be >= 2 (the standard error needs two), got {repeats}")
-    vals = []
-    with torch.no_grad():
-        for r in range(repeats):
-            g = torch.Generator(device=model.device).manual_seed(int(seed) * 1000 + r)
-            vals.append(float(model.elbo(None, num_samples=num_samples, estimator=estimator, generator=g).elbo))
-    t = torch.tensor(vals, dtype=torch.float64)
-    return float(t.mean()), float(t.std() / math.sqrt(repeats))
+    est = model.resolved_estimator(estimator)
+    vals = torch.tensor([full_data_elbo(model, num_samples=num_samples, estimator=est, seed=int(seed) * 1000 + r)[0]
+                         for r in range(repeats)], dtype=torch.float64)
+    return float(vals.mean()), float(vals.std() / math.sqrt(repeats))
 
 
 @torch.no_grad()
