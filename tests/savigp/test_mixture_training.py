@@ -21,7 +21,7 @@ PROBLEMS = mm.problems()
 def test_adam_keeps_both_modes_with_balanced_weights(name, estimator, seed):
     """Label switching (Q = 2) and y = |f| + noise with mini-batches of 10: after 400 Adam steps
     both components sit on different modes with weights in [0.3, 0.7]. Before the fix (main at
-    7d8c526) both ended with weights (0.0, 1.0), with both modes found."""
+    7d8c526, plain Adam steps) both ended with weights (0.0, 1.0), with both modes found."""
     p = PROBLEMS[name]
     m = mm.train(p.build(2, seed), p, estimator, seed, iterations=400)
     w = m.posterior.weights().detach()
