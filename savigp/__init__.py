@@ -23,6 +23,8 @@ _LAZY = {
     "FourierFeatureKernel": "fourier_features", "odvff_model": "fourier_features", "fit_orthnat": "natural_gradients",
     "CholeskyError": "_linalg", "robust_cholesky": "_linalg", "tune_cpu_allocator": "_allocator",
     "load": "model_files", "warm_start": "warm_start", "ConvergenceWarning": "training",
+    "choose_components": "training.components", "grow": "training.components",
+    "ComponentSearch": "training.components",
 }
 
 
@@ -69,7 +71,7 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 __all__ = [
-    "SAVIGP", "fit", "evaluate", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
+    "SAVIGP", "fit", "evaluate", "choose_components", "grow", "ComponentSearch", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
     "CholeskyError", "robust_cholesky", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
     "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead",
     "DecoupledMeanHead", "HybridMeanHead", "AdditiveMatern", "FourierFeatureKernel", "odvff_model",

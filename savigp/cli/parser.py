@@ -201,6 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
                         "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
     g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
+    g.add_argument("--max-components", type=int, metavar="KMAX",
+                   help="choose K up to KMAX by the full-data ELBO (savigp.choose_components: starting from "
+                        "--components, K grows while the ELBO gains more than 2 Monte Carlo standard errors; a birth "
+                        "and two restarts per K, each trained with the run's options); prints the ELBO per K. Not "
+                        "with --resume, --checkpoint-every or --nproc")
     g.add_argument("--entropy", choices=ENTROPY_ESTIMATES, default=DEFAULT_ENTROPY,
                    help="entropy term of a mixture with K > 1: pairwise (default: Kolchinsky & Tracey's "
                         "Bhattacharyya bound, exact for coinciding and for separate components, so ELBOs of "

@@ -58,6 +58,15 @@ def _check_training_options(args) -> None:
             raise CLIError(f"--{opt.replace('_', '-')} must be {'>= 0' if opt == 'iterations' else '>= 1'}, got {v}")
     if args.epochs is not None and not args.epochs > 0:
         raise CLIError(f"--epochs must be > 0, got {args.epochs}")
+    if args.max_components is not None:
+        if args.max_components < args.components:
+            raise CLIError(f"--max-components must be >= --components ({args.components}), got {args.max_components}")
+        clash = [o for o, v in (("--resume", args.resume), ("--checkpoint-every", args.checkpoint_every),
+                                ("--nproc", args.nproc)) if v]
+        if clash:
+            raise CLIError(f"--max-components fits several models and keeps one: not with {', '.join(clash)}")
+        if args.posterior == "joint":
+            raise CLIError("--max-components needs a mixture posterior (full, diag, diag-whitened), not joint")
     if args.lr is not None and not args.lr > 0:
         raise CLIError(f"--lr must be > 0, got {args.lr}")
 
@@ -381,6 +390,19 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
                 warnings.simplefilter("ignore", FactorizedHyperparameterWarning)  # said in one line already
                 warnings.simplefilter("ignore", ConvergenceWarning)  # (the still-rising note follows the summary)
                 warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
+                if args.max_components is not None:  # the search (no checkpoints: refused with it), then done
+                    history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
+                                  lr=ckp.config["training"]["lr"], num_samples=args.samples,
+                                  estimator=args.estimator, groups=args.learn, seed=args.seed, progress=False,
+                                  log_every=log_every, threads=args.threads,
+                                  max_components=args.max_components)
+                    ckp.state["step"] = ckp.total
+                    from ..training.components import format_table
+
+                    K = model.posterior.num_components
+                    print(f"savigp train: K = {K} of {args.components}..{args.max_components} by the full-data ELBO "
+                          f"(K + 1 needs a gain > 2 s.e. and > 0.1 nats):\n{format_table(history.components, K)}")
+                    return history
                 return fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
                            lr=ckp.config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
                            groups=args.learn, seed=args.seed, progress=not quiet, callback=ckp.callback, state=ckp.state,

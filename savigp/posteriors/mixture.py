@@ -287,6 +287,39 @@ class MixturePosterior(ScaledPosterior):
         return expected_log_lik(likelihood, y, mean, cov, self.weights(), estimator=estimator,
                                 num_samples=num_samples, scale=scale, generator=generator)
 
+    @torch.no_grad()
+    def precondition_gradients(self) -> None:
+        """Divide the gradients of component k's parameters (``mean[k]``, ``raw_scale[k]``) and of its
+        logit by its weight pi_k, in place, before a first-order step (Adam, Adadelta); K = 1: nothing.
+
+        Every term of the ELBO (eq. (17)) is a pi_k-weighted sum over the components, so the
+        gradient of component k's parameters is pi_k times that of its own contribution, and the
+        gradient of logit k is pi_k (c_k - sum_l pi_l c_l) with c_k = dL/dpi_k, the component's own
+        ELBO contribution. Under Adam this ties every component's step to its weight's history: a
+        weight that falls during the first steps (while components cross between modes) shrinks its
+        gradients by pi_k, while Adam's second moment still holds the earlier, larger ones
+        (beta_2 = 0.999: a memory of about 1000 steps), so the component and its logit stop moving
+        and the weight stays near 0 -- the collapse to (0.0, 1.0) with both modes found.
+
+        Divided by pi_k, the component's gradient is its own contribution's, as in the natural
+        gradient of a mixture of exponential-family distributions (Lin, Khan & Schmidt 2019, eq.
+        (10)-(11): the Fisher information of component k's parameters in the joint of the indicator
+        and the component is pi_k times the component's own), and the logit's is c_k - sum_l pi_l c_l,
+        the natural gradient of the categorical in the parameters log pi_k: a step along it is the
+        exponentiated-gradient (mirror-descent) update pi_k <- pi_k exp(lr (c_k - c_bar)) / Z of the
+        weights by each component's own ELBO contribution (Arenz, Neumann & Zhong 2018, eq. (9); Lin
+        et al. 2019, §3). It does not vanish as pi_k -> 0, and for separated components c_k contains
+        -log pi_k (the entropy), which pulls a small weight back. Not for L-BFGS: its line search
+        needs the true gradient of the objective it evaluates.
+        """
+        if self.num_components == 1:
+            return
+        w = self.weights().detach()
+        inv = 1.0 / w.clamp_min(torch.finfo(w.dtype).eps)  # (K,); a gradient at pi_k < eps is ~0 anyway
+        for p in (self.mean, self.raw_scale, self.logits):
+            if p.grad is not None:
+                p.grad.mul_(inv.view(-1, *([1] * (p.grad.dim() - 1))))
+
     def natural_gradient_obstacle(self) -> Optional[str]:
         if self.num_components != 1:
             return (f"natural-gradient updates need a single Gaussian q(v) (posterior='full' or 'diag-whitened' with "

@@ -50,6 +50,34 @@ def parameter_groups(model: SAVIGP, groups: Optional[Sequence[str]] = None) -> l
     return params
 
 
+#: the mixture weights' learning rate relative to fit's ``lr`` (first-order optimizers, K > 1)
+WEIGHT_LR_FACTOR = 0.1
+
+
+def mixture_param_groups(model: SAVIGP, params: list, lr: float, weight_lr: Optional[float]) -> list:
+    """``params`` as optimizer groups: a mixture's logits (K > 1) in a group of their own at rate
+    ``weight_lr`` (None: :data:`WEIGHT_LR_FACTOR` times ``lr``), everything else at ``lr``.
+
+    Two time scales, as in the natural-gradient methods for mixtures (Arenz, Neumann & Zhong 2018,
+    §4: the weights are updated after the components; Lin, Khan & Schmidt 2019, §3): while the
+    components move towards their modes, their ELBO contributions c_k differ by many nats, and at
+    the components' rate the weights follow those transient differences to 0 or 1 within ~100
+    steps. A weight that has collapsed leaves its component where it stood (a wide Gaussian
+    between the modes, a stationary point with a near-zero weight). At a tenth of the rate the
+    weights stay near their start until the components have settled, then move by the
+    exponentiated-gradient step of
+    :meth:`savigp.posteriors.MixturePosterior.precondition_gradients`.
+    """
+    post = model.posterior
+    logits = getattr(post, "logits", None)
+    if getattr(post, "num_components", 1) == 1 or logits is None or not any(p is logits for p in params):
+        return params
+    rate = WEIGHT_LR_FACTOR * lr if weight_lr is None else float(weight_lr)
+    if not rate > 0:
+        raise ValueError(f"weight_lr must be > 0, got {weight_lr}")
+    return [{"params": [p for p in params if p is not logits]}, {"params": [logits], "lr": rate}]
+
+
 def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> None:
     """A :class:`~savigp.warm_start.FactorizedHyperparameterWarning` naming the two-stage recipe when
     ``groups`` learn a dense model's hyper-parameters with a factorized q(u)
@@ -105,6 +133,8 @@ def fit(
     tune_allocator: bool = True,
     log_every: Optional[int] = None,
     cuda_graphs: Optional[bool] = None,
+    weight_lr: Optional[float] = None,
+    max_components: Optional[int] = None,
     threads: Optional[int] = None,
     final_elbo: bool = True,
 ) -> TrainingHistory:
@@ -117,6 +147,18 @@ def fit(
         batch_size: B for mini-batches (default: all N); L-BFGS always uses all data.
         optimizer: ``"adam"``, ``"adadelta"`` or ``"lbfgs"``.
         lr: learning rate (Adadelta's default in torch is 1.0; L-BFGS uses it as its step size).
+        weight_lr: Adam/Adadelta, mixtures (K > 1): the learning rate of the mixture weights' logits
+            (default ``lr`` / 10, see :func:`mixture_param_groups`). With these optimizers each
+            component's gradients (and its logit's) are divided by its weight before the step
+            (:meth:`savigp.posteriors.MixturePosterior.precondition_gradients`; Lin, Khan & Schmidt
+            2019), so that a component learns at a rate independent of its weight.
+        max_components: choose the number of mixture components K, up to this many, by the
+            full-data ELBO (:func:`savigp.choose_components` with fit's other arguments and its
+            defaults: a birth and two restarts per K, K grown while the ELBO gains more than 2
+            standard errors); the model's posterior (and every other parameter) is then the chosen
+            fit's, in place, the table of ELBO per K is printed unless ``progress=False``, and the
+            returned history is the chosen fit's with the table in ``history.components``. Not with
+            ``state`` or ``callback``.
         num_samples: S, Monte Carlo samples per data point and component.
         estimator: see :mod:`savigp.expected_log_lik`.
         groups: parameter groups to optimize (default all): a subset of :data:`PARAMETER_GROUPS`.
@@ -184,6 +226,24 @@ def fit(
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    if max_components is not None:
+        if state is not None or callback is not None:
+            raise ValueError("fit(max_components=...) fits several models: it takes no state= or callback=")
+        from .components import adopt, choose_components
+
+        search = choose_components(model, max_components=max_components, verbose=progress, iterations=iterations,
+                                   epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr,
+                                   num_samples=num_samples, estimator=estimator, groups=groups, seed=seed,
+                                   progress=False, lbfgs_max_iter=lbfgs_max_iter, tune_allocator=tune_allocator,
+                                   log_every=log_every, cuda_graphs=cuda_graphs, weight_lr=weight_lr,
+                                   threads=threads, final_elbo=False)
+        adopt(model, search.model)
+        h = search.history
+        h.components = search.table
+        if final_elbo:  # (the search's own full-data estimate of the chosen fit)
+            h.final_elbo, h.final_elbo_stderr = search.table[search.num_components]["elbo"], \
+                search.table[search.num_components]["se"]
+        return h
     N = model.num_data
     B = N if (batch_size is None or optimizer == "lbfgs") else int(batch_size)
     if not 1 <= B <= N:
@@ -202,13 +262,13 @@ def fit(
         history = _fit(model, iterations=iterations, B=B, optimizer=optimizer, lr=lr, num_samples=num_samples,
                        estimator=estimator, requested=requested, groups=groups, seed=seed, progress=progress, callback=callback,
                        lbfgs_max_iter=lbfgs_max_iter, state=state, tune_allocator=tune_allocator,
-                       log_every=log_every, cuda_graphs=cuda_graphs, final_elbo=final_elbo)
+                       log_every=log_every, cuda_graphs=cuda_graphs, final_elbo=final_elbo, weight_lr=weight_lr)
     history.threads = n_threads
     return history
 
 
 def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, requested, groups, seed, progress, callback,
-         lbfgs_max_iter, state, tune_allocator, log_every, cuda_graphs, final_elbo) -> TrainingHistory:
+         lbfgs_max_iter, state, tune_allocator, log_every, cuda_graphs, final_elbo, weight_lr) -> TrainingHistory:
     """:func:`fit` with its arguments checked and the threads set."""
     N = model.num_data
     if tune_allocator and model.device.type == "cpu":
@@ -223,11 +283,13 @@ def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, request
     params = parameter_groups(model, groups)
     if not params:
         raise ValueError(f"no trainable parameters in groups {groups}")
+    # (a mixture's logits at their own, smaller rate; see mixture_param_groups)
+    opt_params = params if optimizer == "lbfgs" else mixture_param_groups(model, params, lr, weight_lr)
     _warn_joint_factorized(model, groups)
     if optimizer == "adam":
-        opt = make_adam(params, lr, capturable=graphs)
+        opt = make_adam(opt_params, lr, capturable=graphs)
     elif optimizer == "adadelta":
-        opt = torch.optim.Adadelta(params, lr=lr, **({"capturable": True} if graphs else {}))
+        opt = torch.optim.Adadelta(opt_params, lr=lr, **({"capturable": True} if graphs else {}))
     else:
         opt = torch.optim.LBFGS(params, lr=lr, max_iter=lbfgs_max_iter, history_size=50,
                                 line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)

@@ -67,6 +67,8 @@ class TrainingHistory:
     estimator: str = ""
     terms: Optional[dict] = None
     cuda_graph: bool = False
+    #: ``fit(max_components=...)``: the ELBO per K tried (:attr:`savigp.ComponentSearch.table`)
+    components: Optional[dict] = None
     #: the ELBO on all N training points after the last step and its Monte Carlo standard error
     #: (:func:`savigp.training.convergence.full_data_elbo`; None when not computed)
     final_elbo: Optional[float] = None

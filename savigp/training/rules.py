@@ -111,6 +111,7 @@ class GradientStep(CheckedStep):
             if torch.isfinite(terms.elbo):
                 if self.ddp is None:
                     (-terms.elbo).backward()
+                _runner.precondition(self.model)  # (mixtures: component-wise, see the function)
                 opt.step()
         self.terms, self.index = terms, step
         return terms

@@ -86,6 +86,15 @@ def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer
     return (not reasons), "; ".join(reasons)
 
 
+def precondition(model) -> None:
+    """Rescale the gradients of a mixture posterior (K > 1) by the components' weights before a
+    first-order step (:meth:`savigp.posteriors.MixturePosterior.precondition_gradients`: each
+    component learns at a rate independent of its weight, Lin, Khan & Schmidt 2019)."""
+    hook = getattr(model.posterior, "precondition_gradients", None)
+    if hook is not None:
+        hook()
+
+
 class _Snapshot(LastGood):
     """The parameters after the last good step, on their device, saved under a device flag."""
 
@@ -135,6 +144,7 @@ class StepRunner:
             terms = self.model.elbo(batch, num_samples=self.num_samples, estimator=self.estimator,
                                     generator=self.generator)
             (-terms.elbo).backward()
+        precondition(self.model)
         vals = terms.stacked()
         elbo_ok = vals[:5].isfinite().all()
         self.opt.step()  # (a bad step's non-finite optimizer state is cleaned in :meth:`recover`)
