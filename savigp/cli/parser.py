@@ -214,10 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prior-mean", metavar="MU", help="constant prior mean: one number or Q comma-separated")
     g.add_argument("--learn-prior-mean", action="store_true", help="learn the prior means")
     g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",
-                   help="orthogonally decoupled mean basis per latent function (seed 003; 0 = off)")
+                   help="orthogonally decoupled mean basis per latent function (Salimbeni et al. 2018; 0 = off)")
     g.add_argument("--mean-basis", choices=("orthogonal", "decoupled", "hybrid"), default="orthogonal",
-                   help="how the mean basis of --mean-basis-size enters (savigp.mean_bases): orthogonal (seed 003), "
-                        "decoupled (Cheng & Boots 2017) or hybrid (seed 003, eq. (10))")
+                   help="how the mean basis of --mean-basis-size enters (savigp.mean_bases): orthogonal (Salimbeni et al. 2018), "
+                        "decoupled (Cheng & Boots 2017) or hybrid (Salimbeni et al. 2018, eq. (10))")
     g.add_argument("--standardize-inputs", action="store_true", help="train on standardized inputs (undone at prediction)")
     g.add_argument("--standardize-targets", action="store_true",
                    help="train on standardized targets; means, variances and densities are reported in the original units")

@@ -159,7 +159,7 @@ class MixturePosterior(ScaledPosterior):
 
     # ------------------------------------------------------------------ marginals
     def marginal_quadratic(self, V: Tensor) -> Tensor:
-        """v_n^T S_kj v_n for every column of V (seed 004, eq. (23), whitened).
+        """v_n^T S_kj v_n for every column of V (Bonilla et al. 2019, eq. (23), whitened).
 
         Args:
             V: ``(Q, M, B)``, the whitened cross-covariances L_zz^-1 K_zx.
@@ -248,7 +248,7 @@ class MixturePosterior(ScaledPosterior):
         return entropy_monte_carlo(mean, L, self.log_weights(), self.diagonal, self.entropy_samples, generator)
 
     def cross_entropy(self, scale: Tensor | None = None) -> Tensor:
-        """Cross-entropy term L_cross = E_q[log p(v)] with p(v_j) = N(0, I) (seed 004, eq. (19), whitened):
+        """Cross-entropy term L_cross = E_q[log p(v)] with p(v_j) = N(0, I) (Bonilla et al. 2019, eq. (19), whitened):
 
             -1/2 sum_k pi_k sum_j [M log 2 pi + m_kj^T m_kj + tr S_kj].
 
@@ -268,7 +268,7 @@ class MixturePosterior(ScaledPosterior):
         return torch.einsum("kqm,qmb->kqb", self.mean, V), self.marginal_quadratic(V)
 
     def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> Marginals:
-        """b_knj - mu_j and s2_knj (seed 004, eq. (22)-(23)), each ``(K, B, Q)``, floored at
+        """b_knj - mu_j and s2_knj (Bonilla et al. 2019, eq. (22)-(23)), each ``(K, B, Q)``, floored at
         :func:`~savigp.posteriors.base.variance_floor`. On the fused path (``prior.Lzz`` without
         graph) by :meth:`moments`' hand-written backward pass, else by autograd through L_zz."""
         if prior.fused:

@@ -1,7 +1,7 @@
 """The mini-batch training step of :func:`savigp.fit` without host synchronization, and its CUDA
 graph.
 
-**The step** (:meth:`StepRunner.step`): zero the gradients, evaluate the ELBO (seed 004,
+**The step** (:meth:`StepRunner.step`): zero the gradients, evaluate the ELBO (Bonilla et al. 2019,
 eq. (17); Bonilla et al. 2019) on the batch inside :func:`savigp._sync_free.deferred`, back-propagate,
 take the optimizer step, then record on the device -- without reading anything back -- whether the
 step was good: its ELBO terms and every parameter finite, the K_zz factorization and the
