@@ -179,7 +179,7 @@ def run_cell(problem: Problem, estimator: str, seed: int, iterations: int, entro
     e2, se = full_elbo(m2, estimator)
     e3, _ = full_elbo(m3, estimator)
     return {"both": both_modes(problem, m2), "both_best_of_2": both_modes(problem, m2 if e2 >= e3 else m3),
-            "gain": e2 - e1, "se": se, "weights": [round(float(w), 2) for w in m2.posterior.weights()],
+            "gain": e2 - e1, "se": se, "weights": [round(float(w), 2) for w in m2.posterior.weights().detach()],
             "modes": [round(float(c), 2) for c in problem.modes(m2)]}
 
 
