@@ -141,8 +141,8 @@ class WarpedGaussian(Likelihood):
         self._bound = None if bound is None else float(self.slope_bound)  # as stored (a model file's value)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        """Model files written before ``slope_bound`` existed load with no bound (theirs had none)."""
-        state_dict.setdefault(prefix + "slope_bound", self.slope_bound.detach().clone())
+        """The bound as loaded (model files written before ``slope_bound`` existed: see
+        :mod:`savigp.model_files.migrations`)."""
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         bound = float(self.slope_bound)
         self._bound = bound if math.isfinite(bound) else None

@@ -5,7 +5,7 @@ likelihoods (SAVIGP, Bonilla, Krauth & Dezfouli, JMLR 2019), in PyTorch.
     model = SAVIGP(X, Y, likelihood, num_inducing=50)
     fit(model, iterations=2000, batch_size=256, lr=0.01)
     print(evaluate(model, X_test, Y_test))
-    model.save("model.pt"); saved = savigp.load("model.pt")
+    savigp.save(model, "model.pt"); saved = savigp.load("model.pt")
 """
 import importlib
 import sys
@@ -22,7 +22,7 @@ _LAZY = {
     "DecoupledMeanHead": "mean_bases", "HybridMeanHead": "mean_bases", "AdditiveMatern": "fourier_features",
     "FourierFeatureKernel": "fourier_features", "odvff_model": "fourier_features", "fit_orthnat": "natural_gradients",
     "CholeskyError": "_linalg", "robust_cholesky": "_linalg", "tune_cpu_allocator": "_allocator",
-    "load": "model_files", "warm_start": "warm_start", "ConvergenceWarning": "training",
+    "load": "model_files", "save": "model_files", "warm_start": "warm_start", "ConvergenceWarning": "training",
     "choose_components": "training.components", "grow": "training.components",
     "ComponentSearch": "training.components",
 }
@@ -75,6 +75,6 @@ __all__ = [
     "CholeskyError", "robust_cholesky", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
     "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead",
     "DecoupledMeanHead", "HybridMeanHead", "AdditiveMatern", "FourierFeatureKernel", "odvff_model",
-    "fit_orthnat", "tune_cpu_allocator", "load", "warm_start", "ConvergenceWarning",
+    "fit_orthnat", "tune_cpu_allocator", "save", "load", "warm_start", "ConvergenceWarning",
 ]
 __version__ = "0.1.0"

@@ -256,8 +256,6 @@ class SAVIGP(nn.Module):
                                             entropy_samples=entropy_samples)
             with torch.no_grad():
                 self.posterior.start(lambda: self._factorize(kernel(Z, Z).detach())[0])
-        # files written before the diagonal mixture over u had its prior-conditioned coordinates
-        self.register_load_state_dict_post_hook(SAVIGP._convert_legacy_posterior)
 
         # ---- optional orthogonally decoupled mean head (Salimbeni et al. 2018)
         self.mean_head = None
@@ -280,14 +278,6 @@ class SAVIGP(nn.Module):
             "mean_basis_size": int(mean_basis_size), "mean_basis": mean_basis,
         }
         self.to(dtype=dtype, device=device)
-
-    @staticmethod
-    def _convert_legacy_posterior(module: "SAVIGP", incompatible_keys) -> None:
-        """Load hook: a posterior read from an older file format (a diagonal mixture over u in the
-        former u-space coordinates, see :meth:`savigp.posteriors.UDiagonalMixture.convert_legacy_state`)
-        is converted with the loaded kernel and inducing inputs (factorized only when needed)."""
-        with torch.no_grad():
-            module.posterior.convert_legacy_state(module.prior_factor)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -614,18 +604,6 @@ class SAVIGP(nn.Module):
             lse = torch.logsumexp(lp + log_pi[None, :, None], dim=(0, 1))
             out[i:i + chunk_size] = lse - math.log(num_samples)
         return out
-
-    def save(self, path: str) -> None:
-        """Write the model to ``path`` atomically (a model file: parameters, configuration and the
-        likelihood's description, not the training data); read it back with :func:`savigp.load`.
-
-        A user likelihood (:class:`likelihoods.CallableLikelihood`) is recorded by where its
-        function is defined (its ``import_path``, or the module/file of a top-level function) and
-        the SHA-256 of that file; loading runs it only when asked to.
-        """
-        from .model_files import save_model
-
-        save_model(path, self, {})
 
     def extra_repr(self) -> str:
         return (f"N={self.num_data}, D={self.input_dim}, Q={self.num_latent}, M={self.num_inducing}, "

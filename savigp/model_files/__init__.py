@@ -1,9 +1,10 @@
 """Model files: save a trained :class:`~savigp.model.SAVIGP` and rebuild it without its data.
 
-The pieces: :mod:`.file_format` (writing and reading the file, format versions),
+The pieces: :mod:`.file_format` (writing and reading the file), :mod:`.migrations` (format versions and
+the upgrades of files written by earlier versions),
 :mod:`.schema` (every configuration field checked), :mod:`.user_code` (importing user code with
 consent), :mod:`.likelihood_spec` (the likelihood a file describes), :mod:`.builder` (the model
-around the state dict), :mod:`.saved_model` (:class:`SavedModel`, :func:`load`).
+around the state dict), :mod:`.saved_model` (:class:`SavedModel`, :func:`save`, :func:`load`).
 
 A model file is a ``torch.save`` of a dict of tensors and plain Python values only, so it loads
 with ``torch.load(path, weights_only=True)``::
@@ -53,12 +54,12 @@ from .builder import build_model, rebuild_model, standardization_stats
 from .errors import CodeNotAuthorized, LikelihoodImportError, ModelFileError
 from .file_format import FORMAT, READABLE_VERSIONS, VERSION, atomic_torch_save, plain, read_model_file, save_model
 from .likelihood_spec import builtin_likelihood_class, likelihood_spec, make_likelihood, resolve_likelihood
-from .saved_model import SavedModel, load, load_model
+from .saved_model import SavedModel, load, load_model, save
 from .user_code import authorized_import, canonical_import_path, code_reference, file_sha256, import_callable
 
 __all__ = [
     "FORMAT", "VERSION", "READABLE_VERSIONS", "ModelFileError", "LikelihoodImportError", "CodeNotAuthorized",
-    "SavedModel", "load", "load_model", "save_model", "read_model_file", "atomic_torch_save", "plain",
+    "SavedModel", "save", "load", "load_model", "save_model", "read_model_file", "atomic_torch_save", "plain",
     "build_model", "rebuild_model", "standardization_stats", "make_likelihood", "likelihood_spec",
     "resolve_likelihood", "builtin_likelihood_class", "import_callable", "canonical_import_path",
     "code_reference", "authorized_import", "file_sha256",

@@ -12,6 +12,7 @@ from ..model import SAVIGP
 from ..posteriors import DEFAULT_ENTROPY
 from .errors import ModelFileError
 from .likelihood_spec import UnloadedLikelihood, resolve_likelihood
+from .migrations import upgrade_model, upgrade_state
 from .schema import SchemaError, check_infinities
 
 
@@ -80,8 +81,7 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
         "dense": mc["dense"], "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
         "num_components": mc["num_components"], "learn_prior_mean": mc["learn_prior_mean"],
         "mean_basis_size": mc.get("mean_basis_size", 0), "mean_basis": mc.get("mean_basis"), "device": device,
-        # a file without the field predates its recording, when every mixture used eq. (18): it keeps that
-        "entropy": mc.get("entropy") or "bound", "entropy_samples": mc.get("entropy_samples"),
+        "entropy": mc.get("entropy"), "entropy_samples": mc.get("entropy_samples"),
     }
     if not mc["dense"]:
         options["inducing_inputs"] = torch.zeros(Q, M, D, dtype=torch.float64)
@@ -94,10 +94,11 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
     if config.get("jitter_floor"):  # absent (older files) or 0: the base jitter
         model.jitter_floor = float(config["jitter_floor"])
     try:
-        model.load_state_dict(state_dict, strict=True)
+        model.load_state_dict(upgrade_state(model, state_dict), strict=True)
     except RuntimeError as err:
         first = str(err).strip().splitlines()
         raise ModelFileError(f"the parameters do not fit the model the file describes: {' '.join(s.strip() for s in first[:3])}") from None
+    upgrade_model(model)  # parameters of an earlier layout, converted with the loaded kernel and inducing inputs
     try:
         check_infinities(model)
     except SchemaError as err:

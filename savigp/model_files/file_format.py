@@ -17,17 +17,11 @@ import torch
 from ..atomic_files import atomic_write
 from .errors import ModelFileError
 from .likelihood_spec import likelihood_spec
+from .migrations import READABLE_VERSIONS, VERSION, upgrade_config
 from .schema import SchemaError, check_config, check_tensors
 
 FORMAT = "savigp-model"
-#: 2: ``posterior="diag"`` became the paper's diagonal mixture over u (:class:`UDiagonalMixture`);
-#: version-1 files meant the whitened one, read back as ``"diag-whitened"`` (see :func:`_upgrade`).
-#: 3: a user likelihood's SHA-256 is recorded (``"sha256"``), and the file is never imported unless
-#: the caller says so; versions 1 and 2 read the same way (without a hash to check)
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
-#: the names of the whitened diagonal mixture in version-1 files
-_V1_DIAGONAL_NAMES = ("diag", "diagonal", "mog")
+# the versions and what changed between them: :mod:`savigp.model_files.migrations`
 
 
 def atomic_torch_save(obj, path: str) -> None:
@@ -144,8 +138,7 @@ def read_model_file(path: str, max_bytes: Optional[int] = None) -> dict:
     if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise ModelFileError(f"{path}: model file format version {version!r} is not supported (this savigp reads "
                              f"versions {', '.join(map(str, READABLE_VERSIONS))})")
-    if version == 1:
-        _upgrade(payload["config"])
+    upgrade_config(payload["config"])
     try:
         check_config(payload["config"], payload.get("state_dict"), max_bytes)
         _check_training_state(payload.get("training_state"))
@@ -168,14 +161,3 @@ def _check_training_state(ts) -> None:
     if not (isinstance(gen, torch.Tensor) and gen.dtype == torch.uint8):
         raise SchemaError("training_state.generator must be a ByteTensor (a torch.Generator state)")
 
-
-def _upgrade(config: dict) -> None:
-    """A version-1 configuration in version-2 terms, in place: its ``"diag"`` posterior (also
-    ``"diagonal"``, ``"mog"``) was the whitened diagonal mixture, now named ``"diag-whitened"``
-    (the parameters have the same names and shapes, so loading them as ``"diag"`` would silently
-    give another model)."""
-    for section in ("model", "model_options"):
-        part = config.get(section)
-        if isinstance(part, dict) and part.get("posterior") in _V1_DIAGONAL_NAMES:
-            part["posterior"] = "diag-whitened"
-    config["version"] = 2

@@ -1,5 +1,5 @@
 """A loaded model file: :class:`SavedModel` (predictions and metrics in the data's original
-units) and :func:`load` / :func:`load_model`."""
+units), :func:`save` and :func:`load` / :func:`load_model`."""
 from __future__ import annotations
 
 from typing import Optional
@@ -123,6 +123,21 @@ class SavedModel:
         save_model(path, self.model, self.config, training_state)
 
 
+def save(model: SAVIGP, path: str) -> None:
+    """Write ``model`` (a :class:`~savigp.model.SAVIGP` built in Python) to ``path`` atomically: a
+    model file with its parameters, configuration and the likelihood's description, not the
+    training data; read it back with :func:`load`.
+
+    A user likelihood (:class:`likelihoods.CallableLikelihood`) is recorded by where its function
+    is defined (its ``import_path``, or the module/file of a top-level function) and the SHA-256
+    of that file; loading runs it only when asked to.
+    """
+    if not isinstance(model, SAVIGP):
+        raise TypeError(f"savigp.save(model, path): model must be a savigp.SAVIGP, got {type(model).__name__} "
+                        "(a SavedModel writes itself with its .save(path))")
+    save_model(str(path), model, {})
+
+
 def load_model(path: str, device=None, X=None, Y=None, likelihood=None, trust_code: bool = False,
                max_bytes: Optional[int] = None, code: Optional[dict] = None) -> tuple:
     """Load a model file (see the module docstring for what is checked and what may run).
@@ -158,7 +173,7 @@ def load_model(path: str, device=None, X=None, Y=None, likelihood=None, trust_co
 
 
 def load(path: str, likelihood=None, trust_code: bool = False, device=None, code: Optional[dict] = None) -> SavedModel:
-    """Load a model file written by :meth:`SAVIGP.save` or ``savigp train``.
+    """Load a model file written by :func:`save` or ``savigp train``.
 
     Predictions of the returned :class:`SavedModel` take raw inputs and are in the targets'
     original units. A model file never runs code by itself: for a model trained with a user

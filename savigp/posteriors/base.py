@@ -25,7 +25,7 @@ passes hand the gradient to K_zz; :attr:`Posterior.fused_prior` says which a fam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -171,11 +171,6 @@ class Posterior(nn.Module):
     def start(self, prior_factor: Callable[[], Tensor]) -> None:
         """Called once by a model that built this posterior from its name; families whose initial
         state depends on the prior call ``prior_factor()`` (``(Q, M, M)``)."""
-
-    def convert_legacy_state(self, Lzz: Union[Tensor, Callable[[], Tensor]]) -> bool:
-        """After loading a state dict: rewrite parameters of an older file format for the prior
-        factor ``Lzz`` (a tensor or a callable giving it); returns whether it converted."""
-        return False
 
     def natural_gradient_obstacle(self) -> Optional[str]:
         """Why :func:`savigp.fit_orthnat` cannot update this posterior (a message), or None."""

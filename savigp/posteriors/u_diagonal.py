@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
 
 from .._linalg import jittered
-from ..constraints import LOG_2PI, inverse_softplus
+from ..constraints import LOG_2PI
 from ._u_space import fused_u_parameters, fused_u_space_moments
 from .base import InducingPrior
 from .entropy import DEFAULT_ENTROPY, spread_means
@@ -77,7 +77,7 @@ class UDiagonalMixture(MixtureFamily):
     mean_whitened = True
     kind = "diag"
     #: value of the ``parametrization`` buffer: 1 = (w, d) above; files written before it have no
-    #: buffer and hold m and s directly (converted by :meth:`convert_legacy_state`)
+    #: buffer and hold m and s directly (converted by :mod:`savigp.model_files.migrations`)
     PARAMETRIZATION = 1
 
     covariance_diagonal = True
@@ -261,32 +261,3 @@ class UDiagonalMixture(MixtureFamily):
     def natural_gradient_obstacle(self) -> Optional[str]:
         return (f"natural-gradient updates are derived for the whitened q(v); this model's posterior is "
                 f"{type(self).__name__} (kind {self.kind!r}): use posterior='full' or 'diag-whitened', or savigp.fit (Adam)")
-
-
-    # ------------------------------------------------------------------ files written before
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
-        # a state without the buffer holds the former u-space coordinates (m, s): mark it, and let
-        # the model convert it once the kernel and inducing inputs are loaded
-        if prefix + "raw_scale" in state_dict and prefix + "parametrization" not in state_dict:
-            state_dict[prefix + "parametrization"] = torch.tensor(0)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
-
-    @torch.no_grad()
-    def convert_legacy_state(self, Lzz: Union[Tensor, Callable[[], Tensor]]) -> bool:
-        """If the loaded parameters are the former u-space ones (``mean`` = m, ``raw_scale`` =
-        softplus^-1(s), no ``parametrization`` buffer in the file), rewrite them as (w, d) for the
-        prior factor ``Lzz`` ``(Q, M, M)`` (or a callable giving it, called only then): w = L_zz^-1 m, d = s / c. The same q(u). Returns
-        whether it converted."""
-        if int(self.parametrization) == self.PARAMETRIZATION:
-            return False
-        if callable(Lzz):
-            Lzz = Lzz()
-        sd = self.scale()  # the file's s
-        w = torch.linalg.solve_triangular(Lzz, self.mean.unsqueeze(-1), upper=False).squeeze(-1)
-        d = sd * torch.exp(-self.u_parameters(Lzz=Lzz).log_cond_sd)  # s / c
-        self.mean.copy_(w)
-        self.raw_scale.copy_(inverse_softplus(d.clamp_min(1e-12)))
-        self.parametrization.fill_(self.PARAMETRIZATION)
-        return True

@@ -93,7 +93,7 @@ def test_the_resolved_bound_is_kept_by_a_model_file(tmp_path):
     bound = float(model.likelihood.slope_bound)
     assert bound == pytest.approx(1.0, rel=1e-12)  # integer targets, spacing 1 (not standardized here)
     path = tmp_path / "m.pt"
-    model.save(str(path))
+    savigp.save(model, str(path))
     loaded = savigp.load(str(path)).model
     assert float(loaded.likelihood.slope_bound) == bound
     y = torch.as_tensor(Y[:5], dtype=torch.float64)
@@ -112,14 +112,3 @@ def test_the_resolved_bound_is_kept_by_a_model_file(tmp_path):
     assert done.returncode == 0, done.stderr
     cli_bound = float(savigp.load(str(out)).model.likelihood.slope_bound)
     assert math.isfinite(cli_bound) and cli_bound > 0, cli_bound  # the CLI standardizes: 1 / (1 / std(y))
-
-
-def test_a_model_file_without_the_bound_loads_with_none():
-    lik = WarpedGaussian(num_tanh=2)
-    state = {k: v for k, v in lik.state_dict().items() if k != "slope_bound"}  # as written before the bound
-    fresh = WarpedGaussian(num_tanh=2, max_slope=3.0)
-    fresh.load_state_dict(state, strict=True)
-    assert fresh._bound == 3.0  # a missing entry keeps the bound the arguments gave
-    plain = WarpedGaussian(num_tanh=2)
-    plain.load_state_dict(state, strict=True)
-    assert plain._bound is None

@@ -29,7 +29,7 @@ def saved_file(tmp_path):
     X, Y = _data()
     model = savigp.SAVIGP(X, Y, likelihoods.Gaussian(), num_inducing=6, posterior="diag")
     path = tmp_path / "m.pt"
-    model.save(str(path))
+    savigp.save(model, str(path))
     test = tmp_path / "t.csv"
     write_csv(str(test), ["x1", "x2", "y"], np.column_stack([X, Y]))
     return path, test
@@ -143,7 +143,7 @@ def test_the_grown_jitter_is_saved_and_restored(tmp_path):
         grow_jitter(model, step=0)
         assert model.jitter_floor > 1e-8
         path = str(tmp_path / "m.pt")
-        model.save(path)
+        savigp.save(model, path)
         loaded = savigp.load(path)
         assert loaded.model.jitter_floor == model.jitter_floor
         ref = model.predict(X[:5], num_samples=20)

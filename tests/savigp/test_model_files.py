@@ -120,7 +120,7 @@ def test_every_field_is_checked_before_anything_is_built(tmp_path, capsys, edit,
     good = str(tmp_path / "good.pt")
     X, Y = _data()
     model = savigp.SAVIGP(X, Y, likelihoods.Gaussian(), num_inducing=6)
-    model.save(good)
+    savigp.save(model, good)
     bad = _bad_file(tmp_path, good, edit)
     with pytest.raises(ModelFileError) as err:
         load_model(bad)
@@ -135,7 +135,7 @@ def test_memory_limit_on_building(tmp_path):
     X, Y = _data()
     model = savigp.SAVIGP(X, Y, likelihoods.Gaussian(), num_inducing=20)
     path = str(tmp_path / "m.pt")
-    model.save(path)
+    savigp.save(model, path)
     with pytest.raises(ModelFileError, match=r"would need about .* GiB .* more than the limit"):
         load_model(path, max_bytes=10_000)  # 3 Q M^2 doubles alone are 9600 bytes
     assert load_model(path, max_bytes=100_000)[0].model.num_inducing == 20
@@ -147,7 +147,7 @@ def test_python_save_and_load_round_trip_builtin(tmp_path):
                           num_components=2)
     savigp.fit(model, iterations=3, num_samples=5, progress=False)
     path = str(tmp_path / "m.pt")
-    model.save(path)
+    savigp.save(model, path)
     loaded = savigp.load(path)
     assert loaded.config["likelihood"]["kwargs"]["learn_df"] is True
     assert loaded.model.likelihood.df().item() == pytest.approx(model.likelihood.df().item())
@@ -167,7 +167,7 @@ def test_python_user_likelihood_consent_hash_and_moved_file(tmp_path, capsys):
     model = savigp.SAVIGP(X, Y, likelihoods.CallableLikelihood(fn), num_inducing=6)
     savigp.fit(model, iterations=3, num_samples=5, progress=False)
     path = str(tmp_path / "u.pt")
-    model.save(path)
+    savigp.save(model, path)
     spec = _payload(path)["config"]["likelihood"]
     assert spec["import_path"] == f"{src}:log_lik" and len(spec["sha256"]) == 64 and _payload(path)["config"]["version"] == 3
 
@@ -185,7 +185,7 @@ def test_python_user_likelihood_consent_hash_and_moved_file(tmp_path, capsys):
     moved = tmp_path / "moved.py"
     src.rename(moved)
     again = savigp.load(path, likelihood=str(moved))
-    again.model.save(str(tmp_path / "again.pt"))
+    savigp.save(again.model, str(tmp_path / "again.pt"))
     assert _payload(tmp_path / "again.pt")["config"]["likelihood"]["import_path"] == f"{moved}:log_lik"
     moved.rename(src)
 
@@ -207,7 +207,7 @@ def test_lambdas_and_user_classes_cannot_be_saved_silently(tmp_path):
     X, Y = _data()
     model = savigp.SAVIGP(X, Y, likelihoods.CallableLikelihood(lambda y, f: -(y[:, 0] - f[..., 0]) ** 2), num_inducing=4)
     with pytest.raises(TypeError, match="a lambda, a local function"):
-        model.save(str(tmp_path / "l.pt"))
+        savigp.save(model, str(tmp_path / "l.pt"))
     assert not (tmp_path / "l.pt").exists()
 
 
@@ -258,7 +258,7 @@ def test_python_user_likelihood_with_options_round_trips(tmp_path):
     clf = savigp.SAVIGP(X, labels, likelihoods.CallableLikelihood(fns["probit"], task="classification"), num_inducing=6)
     savigp.fit(clf, iterations=3, num_samples=5, progress=False)
     for m, name in ((model, "reg.pt"), (clf, "clf.pt")):
-        m.save(str(tmp_path / name))
+        savigp.save(m, str(tmp_path / name))
     spec = _payload(tmp_path / "reg.pt")["config"]["likelihood"]
     kw = spec["kwargs"]
     assert kw["params"] == {"s": 0.5} and kw["constraints"] == {"s": "positive"} and kw["min_log_prob"] == -1e4
@@ -448,7 +448,7 @@ def test_a_likelihood_module_from_another_folder_names_the_file_path_alternative
     X, Y = _data()
     model = savigp.SAVIGP(X, Y, likelihoods.CallableLikelihood(fn), num_inducing=6)
     path = str(tmp_path / "z.pt")
-    model.save(path)
+    savigp.save(model, path)
     assert _payload(path)["config"]["likelihood"]["import_path"] == "zip_lik:log_lik"
     monkeypatch.undo()  # a fresh session elsewhere: the folder is not on sys.path
     monkeypatch.delitem(__import__("sys").modules, "zip_lik")

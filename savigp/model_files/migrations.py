@@ -1,0 +1,152 @@
+"""Every upgrade of a model file written by an earlier savigp, in one place and in order.
+
+A model file's ``config["version"]`` says which format wrote it (:data:`VERSION` is the one this
+savigp writes, :data:`READABLE_VERSIONS` those it reads). Two kinds of change are upgraded here:
+
+* **format steps** (:data:`CONFIG_STEPS`), one function per version: ``CONFIG_STEPS[v]`` turns a
+  version-``v`` configuration into a version-``v + 1`` one, in place; :func:`upgrade_config`
+  runs them in order from the file's version up to :data:`VERSION`;
+* **layout steps** that came without a version (a field or a state-dict entry added later): each
+  recognizes a file written before it by what the file lacks, and gives it the meaning such files
+  had. :data:`CONFIG_DEFAULTS` fills configuration fields; :data:`STATE_STEPS` fill or mark
+  state-dict entries before the rebuilt model loads them; :data:`MODEL_STEPS` rewrite parameters
+  that can only be converted with the loaded model (its kernel and inducing inputs).
+
+The model itself (:mod:`savigp.model`) knows nothing of files or their history: the reader
+(:func:`~savigp.model_files.file_format.read_model_file`) calls :func:`upgrade_config`, the builder
+(:func:`~savigp.model_files.builder.rebuild_model`) calls :func:`upgrade_state` before
+``load_state_dict`` and :func:`upgrade_model` after it. A new format step is one function here
+and its entry; a test loads a file of every earlier layout (``tests/savigp/test_model_file_migrations.py``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from likelihoods.parameters import inverse_softplus
+
+#: the format version this savigp writes
+VERSION = 3
+
+
+# ---------------------------------------------------------------------- format steps (config)
+#: the names of the whitened diagonal mixture in version-1 files
+V1_DIAGONAL_NAMES = ("diag", "diagonal", "mog")
+
+
+def v1_to_v2(config: dict) -> None:
+    """Version 1 -> 2: ``posterior="diag"`` became the paper's diagonal mixture over u
+    (:class:`~savigp.posteriors.UDiagonalMixture`, Bonilla et al. 2019, eq. (22)-(23) with a
+    diagonal S_k); version-1 files meant the whitened one (also named ``"diagonal"``, ``"mog"``),
+    now ``"diag-whitened"``. The parameters have the same names and shapes, so loading them as
+    ``"diag"`` would silently give another model."""
+    for section in ("model", "model_options"):
+        part = config.get(section)
+        if isinstance(part, dict) and part.get("posterior") in V1_DIAGONAL_NAMES:
+            part["posterior"] = "diag-whitened"
+
+
+def v2_to_v3(config: dict) -> None:
+    """Version 2 -> 3: a user likelihood's file is recorded with its SHA-256 (``"sha256"``) and
+    never imported unless the caller says so. A version-2 file has no hash: it reads unchanged
+    (its user code is imported only with ``trust_code=True`` or an explicit ``likelihood=``)."""
+
+
+#: ``CONFIG_STEPS[v]``: the step from version v to v + 1 (every version below :data:`VERSION`)
+CONFIG_STEPS: dict[int, Callable[[dict], None]] = {1: v1_to_v2, 2: v2_to_v3}
+#: the versions this savigp reads
+READABLE_VERSIONS = tuple(sorted(CONFIG_STEPS)) + (VERSION,)
+
+
+# ---------------------------------------------------------------------- layout steps without a version
+def entropy_before_it_was_recorded(config: dict) -> None:
+    """``config.model.entropy`` (the entropy estimate of a mixture, K > 1) was added with the
+    pairwise bound; every file before it used the bound of Bonilla et al. 2019, eq. (18):
+    ``"bound"``."""
+    model = config.get("model")
+    if isinstance(model, dict) and model.get("entropy") is None:
+        model["entropy"] = "bound"
+
+
+#: configuration fields added after files were written, in order
+CONFIG_DEFAULTS: tuple[Callable[[dict], None], ...] = (entropy_before_it_was_recorded,)
+
+
+def u_diagonal_former_coordinates(model, state: dict) -> None:
+    """A diagonal mixture over u (``posterior="diag"``) written before its ``parametrization``
+    buffer held the u-space mean m and softplus^-1(s) directly; the family now stores
+    whitened, prior-conditioned coordinates (w, d) (:class:`~savigp.posteriors.UDiagonalMixture`).
+    Such a state is marked ``parametrization = 0`` here and converted by
+    :func:`u_diagonal_to_whitened` once the kernel and inducing inputs are loaded."""
+    post = getattr(model, "posterior", None)
+    if (getattr(post, "PARAMETRIZATION", None) is not None and "posterior.raw_scale" in state
+            and "posterior.parametrization" not in state):
+        state["posterior.parametrization"] = torch.tensor(0)
+
+
+def warped_slope_bound(model, state: dict) -> None:
+    """:class:`likelihoods.WarpedGaussian` gained the ``slope_bound`` buffer (``max_slope``); a file
+    written before it had no bound, which the rebuilt likelihood's own value keeps (inf unless
+    the file's arguments give one)."""
+    lik = getattr(model, "likelihood", None)
+    bound = getattr(lik, "slope_bound", None)
+    if isinstance(bound, torch.Tensor) and "likelihood.slope_bound" not in state:
+        state["likelihood.slope_bound"] = bound.detach().clone()
+
+
+#: state-dict steps, run in order on the file's state dict before the rebuilt model loads it
+STATE_STEPS: tuple[Callable[[object, dict], None], ...] = (u_diagonal_former_coordinates, warped_slope_bound)
+
+
+@torch.no_grad()
+def u_diagonal_to_whitened(model) -> bool:
+    """The conversion :func:`u_diagonal_former_coordinates` announced: the loaded parameters are
+    m (``mean``) and softplus^-1(s) (``raw_scale``); rewrite them as w = L_zz^-1 m and d = s / c for
+    the loaded prior factor L_zz (c: the prior-conditional standard deviations of
+    :meth:`~savigp.posteriors.UDiagonalMixture.u_parameters`). The same q(u). Returns whether it
+    converted."""
+    post = model.posterior
+    target = getattr(post, "PARAMETRIZATION", None)
+    if target is None or int(post.parametrization) == target:
+        return False
+    Lzz = model.prior_factor()
+    sd = post.scale()  # the file's s
+    w = torch.linalg.solve_triangular(Lzz, post.mean.unsqueeze(-1), upper=False).squeeze(-1)
+    d = sd * torch.exp(-post.u_parameters(Lzz=Lzz).log_cond_sd)  # s / c
+    post.mean.copy_(w)
+    post.raw_scale.copy_(inverse_softplus(d.clamp_min(1e-12)))
+    post.parametrization.fill_(target)
+    return True
+
+
+#: steps on the rebuilt model after its state is loaded, in order
+MODEL_STEPS: tuple[Callable[[object], bool], ...] = (u_diagonal_to_whitened,)
+
+
+# ---------------------------------------------------------------------- entry points
+def upgrade_config(config: dict) -> dict:
+    """``config`` (of a readable version, see :data:`READABLE_VERSIONS`) in this version's terms,
+    in place: the format steps from its version on, then :data:`CONFIG_DEFAULTS`. Returns it."""
+    version = config["version"]
+    while version < VERSION:
+        CONFIG_STEPS[version](config)
+        version += 1
+    config["version"] = version
+    for step in CONFIG_DEFAULTS:
+        step(config)
+    return config
+
+
+def upgrade_state(model, state: dict) -> dict:
+    """A copy of a file's ``state`` dict that ``model`` (rebuilt from the file's configuration)
+    loads with ``strict=True``: :data:`STATE_STEPS` in order."""
+    state = dict(state)
+    for step in STATE_STEPS:
+        step(model, state)
+    return state
+
+
+def upgrade_model(model) -> None:
+    """:data:`MODEL_STEPS` on a model that has just loaded an upgraded state (:func:`upgrade_state`)."""
+    for step in MODEL_STEPS:
+        step(model)
