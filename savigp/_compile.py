@@ -19,13 +19,14 @@ rounding).
 """
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Callable
 
 import torch
 
-_state = {"enabled": os.environ.get("SAVIGP_COMPILE", "").strip() not in ("", "0")}
+from . import settings
+
+_state = {"enabled": settings.compile_enabled()}  # SAVIGP_COMPILE, read once at import
 _compiled: dict = {}
 
 

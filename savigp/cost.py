@@ -21,14 +21,12 @@ what a refusal needs: a run that cannot fit says so at once instead of after min
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
-#: default memory limit (bytes) of building, training or using a model; ``SAVIGP_MAX_MODEL_BYTES``
-#: (bytes) or ``--max-memory`` (GiB) overrides it
-DEFAULT_MAX_BYTES = 8 * 2 ** 30
-MAX_BYTES_ENV = "SAVIGP_MAX_MODEL_BYTES"
+# the default memory limit (bytes) of building, training or using a model; ``SAVIGP_MAX_MODEL_BYTES``
+# (bytes) or ``--max-memory`` (GiB) overrides it (:mod:`savigp.settings`)
+from .settings import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, max_model_bytes  # noqa: F401 (imported from here)
 
 
 class CostError(ValueError):
@@ -50,13 +48,7 @@ def memory_limit(max_bytes: Optional[float] = None) -> int:
     """``max_bytes`` when given, else ``SAVIGP_MAX_MODEL_BYTES``, else :data:`DEFAULT_MAX_BYTES`."""
     if max_bytes is not None:
         return int(max_bytes)
-    text = os.environ.get(MAX_BYTES_ENV)
-    if not text:
-        return DEFAULT_MAX_BYTES
-    try:
-        return int(float(text))
-    except ValueError:
-        raise CostError(f"{MAX_BYTES_ENV}={text!r} is not a number of bytes") from None
+    return max_model_bytes()
 
 
 def _covariance_numbers(posterior: str, K: int, Q: int, M: int) -> int:

@@ -36,11 +36,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-#: seconds a collective waits for the other ranks before failing (``SAVIGP_DIST_TIMEOUT`` overrides)
-DEFAULT_TIMEOUT = 300.0
+from . import settings
+from .settings import DEFAULT_TIMEOUT, GRAD_SYNCS  # noqa: F401 (savigp.settings documents them)
+
 #: values per gradient bucket of the explicit all-reduce (4 Mi float64 values = 32 MiB)
 BUCKET_ELEMENTS = 1 << 22
-GRAD_SYNCS = ("allreduce", "ddp")
 _timeout_used: Optional[float] = None  # the timeout of the process group init_from_env created
 
 
@@ -78,7 +78,7 @@ def rank() -> int:
 
 def timeout_seconds(timeout: Optional[float] = None) -> float:
     if timeout is None:
-        timeout = float(os.environ.get("SAVIGP_DIST_TIMEOUT", DEFAULT_TIMEOUT))
+        timeout = settings.dist_timeout()
     if not timeout > 0:
         raise ValueError(f"the process-group timeout must be > 0 seconds, got {timeout}")
     return float(timeout)
@@ -141,10 +141,7 @@ class DataParallel:
         self.model, self.params, self.seed = model, list(params), int(seed)
         self.timeout = _timeout_used  # None: the group was created by the caller, with its own timeout
         self.step = None
-        sync = os.environ.get("SAVIGP_GRAD_SYNC", "allreduce")
-        if sync not in GRAD_SYNCS:
-            raise ValueError(f"SAVIGP_GRAD_SYNC must be one of {GRAD_SYNCS}, got {sync!r}")
-        self.sync = sync
+        self.sync = sync = settings.grad_sync()
         self._agree(dict(check, **{"training data (hash)": self._data_hash()}))
         self._broadcast_parameters()
         self._layout()

@@ -30,6 +30,7 @@ import sys
 from .errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NON_FINITE, EXIT_OK, CLIError,
                      UserCodeExit, one_line)
 from .parser import build_parser
+from .. import settings
 
 __all__ = ["main", "build_parser", "CLIError", "UserCodeExit", "TEST_SIGINT_ENV", "EXIT_OK", "EXIT_FAILURE",
            "EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_NON_FINITE", "cmd_train", "cmd_predict", "cmd_evaluate",
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
         from .._threads import choose_threads
 
         torch.set_num_threads(choose_threads(float("inf")))  # torch's, capped at the idle cores
-    if os.environ.get("SAVIGP_DEBUG"):
+    if settings.debug():
         return command(args.command)(args)
     from .._linalg import CholeskyError
     from ..distributed import DistributedError

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Optional
 
+from ..settings import TEST_SIGINT_ENV, test_sigint_after  # noqa: F401 (savigp.cli exports TEST_SIGINT_ENV)
 from .errors import CLIError, UserCodeExit
 
 #: options of ``train`` that a resumed run must repeat unchanged (iterations/epochs may grow)
@@ -29,7 +30,6 @@ RESUME_KEYS = (
 )
 #: environment variable (tests only): after this many completed steps, ``train`` sends itself
 #: SIGINT, exactly as a Ctrl-C would.
-TEST_SIGINT_ENV = "SAVIGP_CLI_TEST_SIGINT_AFTER"
 
 
 def training_options(args) -> dict:
@@ -138,8 +138,7 @@ class Checkpointer:
         self.written: Optional[int] = None  # the step of the last checkpoint written by this run
         self.finished = False  # the finished model was completely written (finish)
         self._generator = None  # (step, generator state) after the last step called back
-        hook = os.environ.get(TEST_SIGINT_ENV)
-        self._hook_step = int(hook) if hook and hook.strip().isdigit() else None
+        self._hook_step = test_sigint_after()
 
     # ------------------------------------------------------------ writing
     def _training_state(self) -> Optional[dict]:

@@ -18,10 +18,10 @@ import sys
 import time
 from typing import Optional
 
+from ..settings import LOCK_ENV, train_lock_held
 from .errors import CLIError
 
 #: set by ``--nproc``'s launcher for its ranks: the lock file it holds for them
-LOCK_ENV = "SAVIGP_TRAIN_LOCK_HELD"
 
 
 class RunLock:
@@ -55,7 +55,7 @@ def lock_output(out: str, argv: Optional[list] = None) -> Optional[RunLock]:
         CLIError: another run holds it (one line naming its process and command line).
     """
     path = out + ".lock"
-    if os.environ.get(LOCK_ENV) == path or int(os.environ.get("RANK", "0") or 0) != 0:
+    if train_lock_held() == path or int(os.environ.get("RANK", "0") or 0) != 0:
         return None
     try:
         import fcntl
