@@ -223,6 +223,11 @@ class OrthogonalMeanHead(nn.Module):
         self._stash = None  # (weakref to Lzz, b, w) from the last mean_shift under autograd, reused by kl
         self.cache_hits = 0
 
+    def attach(self, posterior) -> None:
+        """Called once by :func:`savigp.mean_bases.make_mean_head` with the model's posterior (or
+        None) after the head is built: a head that constrains the posterior does it here (the
+        DECOUPLED head fixes its mean at zero); this one leaves it as it is."""
+
     # ------------------------------------------------------------------ settings
     @property
     def kl_columns(self) -> Optional[int]:

@@ -29,6 +29,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from ._choices import KERNELS  # noqa: F401 (the kernels by name: a registry, KERNELS.register(name, cls))
 from .constraints import PositiveParameter
 
 
@@ -225,5 +226,3 @@ class KernelList(Kernel):
     def diag(self, x: Tensor) -> Tensor:
         return torch.cat([k.diag(a) for k, a in zip(self.parts, self._slices(x))], dim=0)
 
-
-KERNELS = {"rbf": RBF, "matern32": Matern32, "matern52": Matern52}

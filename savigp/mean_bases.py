@@ -12,8 +12,8 @@ unchanged, which is Salimbeni et al. 2018, eq. (9)'s parametrization of the cova
 (I - Psi_beta K_beta^-1 Psi_beta^T) + Psi_beta K_beta^-1 S K_beta^-1 Psi_beta^T.
 
 * **DECOUPLED** (Cheng & Boots 2017, eq. (9) of Salimbeni et al. 2018): the mean is h alone,
-  mu = Psi_gamma a. The coupled posterior mean m is fixed at zero (:func:`make_mean_head`
-  zeroes it and turns its gradient off), so mean and covariance have separate bases. The
+  mu = Psi_gamma a. The coupled posterior mean m is fixed at zero (:meth:`DecoupledMeanHead.attach`,
+  called by :func:`make_mean_head`, zeroes it and turns its gradient off), so mean and covariance have separate bases. The
   covariance is held through the model's posterior family (S over u = beta, or over the whitened
   v); Cheng & Boots' inverse parametrization Sigma = (I + Psi_beta B Psi_beta^T)^-1 spans the
   covariances with S < K_beta, a subset of these, with B = K_beta^-1 (K_beta S^-1 K_beta - K_beta)
@@ -54,10 +54,14 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _choices
 from ._linalg import jittered
 from .decoupled import OrthogonalMeanHead, kernel_matvec
 
-MEAN_BASES = ("orthogonal", "decoupled", "hybrid")
+#: the mean heads by name (``mean_basis=``): a registry, ``MEAN_HEADS.register("name", cls)``
+MEAN_HEADS = _choices.MEAN_HEADS
+#: their names (the registry's, read when this module is imported; :data:`MEAN_HEADS` is live)
+MEAN_BASES = MEAN_HEADS.names()
 
 
 class _UnprojectedMeanHead(OrthogonalMeanHead):
@@ -87,6 +91,15 @@ class DecoupledMeanHead(_UnprojectedMeanHead):
     """
 
     coupled_mean = False
+
+    def attach(self, posterior) -> None:
+        """Fix the ``posterior``'s mean (``(K, Q, M)``) at zero and turn its gradient off: the mean
+        then lives in the gamma basis alone (module docstring)."""
+        if posterior is None:
+            raise ValueError("make_mean_head('decoupled') needs the posterior (its mean is fixed at zero)")
+        with torch.no_grad():
+            posterior.mean.zero_()
+        posterior.mean.requires_grad_(False)
 
     def kl(self, kernel, Z: Tensor, Lzz: Tensor, *, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
            columns: Optional[int] = None, generator: Optional[torch.Generator] = None, posterior=None,
@@ -149,24 +162,17 @@ class HybridMeanHead(_UnprojectedMeanHead):
         return (c * m).sum()
 
 
-_HEADS = {"orthogonal": OrthogonalMeanHead, "decoupled": DecoupledMeanHead, "hybrid": HybridMeanHead}
-
-
 def make_mean_head(basis: str, X: Tensor, num_latent: int, size: int, seed: int = 0, *, posterior=None, **options):
-    """The mean head of ``basis`` (one of :data:`MEAN_BASES`) for Q = ``num_latent`` latent functions
-    with G = ``size`` mean-basis inputs each, initialized from the rows of ``X (N, D)``.
+    """The mean head of ``basis`` (a name in :data:`MEAN_HEADS`) for Q = ``num_latent`` latent functions
+    with G = ``size`` mean-basis inputs each, initialized from the rows of ``X (N, D)``, then
+    attached to the model's ``posterior`` (``head.attach(posterior)``: for ``"decoupled"`` the
+    posterior's mean ``(K, Q, M)`` is set to zero and its gradient turned off, so that the mean lives
+    in the gamma basis alone, module docstring). ``options`` go to the head (``learn_inputs``,
+    ``gamma_inputs``, ``kl_columns``, ``kl_sampling``).
 
-    For ``"decoupled"`` the ``posterior``'s mean (``(K, Q, M)``) is set to zero and its gradient
-    turned off: the mean then lives in the gamma basis alone (module docstring). ``options`` go to
-    the head (``learn_inputs``, ``gamma_inputs``, ``kl_columns``, ``kl_sampling``).
+    Raises:
+        ValueError: an unknown ``basis``, naming the registered ones.
     """
-    if basis not in _HEADS:
-        raise ValueError(f"mean_basis must be one of {MEAN_BASES}, got {basis!r}")
-    head = _HEADS[basis](X, num_latent, size, seed=seed, **options)
-    if basis == "decoupled":
-        if posterior is None:
-            raise ValueError("make_mean_head('decoupled') needs the posterior (its mean is fixed at zero)")
-        with torch.no_grad():
-            posterior.mean.zero_()
-        posterior.mean.requires_grad_(False)
+    head = MEAN_HEADS[MEAN_HEADS.canonical(basis)](X, num_latent, size, seed=seed, **options)
+    head.attach(posterior)
     return head

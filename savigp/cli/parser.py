@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._choices import BUILTIN_LIKELIHOODS, DEFAULT_ENTROPY, ENTROPY_ESTIMATES, ESTIMATORS, PARAMETER_GROUPS
+from .._choices import (BUILTIN_LIKELIHOODS, DEFAULT_ENTROPY, DTYPES, ENTROPY_ESTIMATES, ESTIMATORS, INDUCING_INITS, KERNELS,
+                        MEAN_HEADS, PARAMETER_GROUPS, POSTERIORS)
 
 EPILOG_MAIN = """\
 examples:
@@ -191,12 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-log-prob", type=float, metavar="L",
                    help="user function: replace -inf and values below L by L (for simulators whose density underflows)")
     g = t.add_argument_group("model")
-    g.add_argument("--kernel", choices=("rbf", "matern32", "matern52"), default="rbf", help="covariance (default rbf, ARD)")
+    g.add_argument("--kernel", choices=KERNELS, default="rbf", help="covariance (default rbf, ARD)")
     g.add_argument("--num-inducing", type=int, metavar="M", help="inducing points per latent function (default min(N, 100))")
-    g.add_argument("--inducing-init", choices=("kmeans", "subset"), default="kmeans", help="initial inducing inputs")
+    g.add_argument("--inducing-init", choices=INDUCING_INITS, default="kmeans", help="initial inducing inputs")
     g.add_argument("--dense", action="store_true", help="inducing inputs = all training inputs, fixed (small N only)")
     g.add_argument("--fixed-inducing", action="store_true", help="do not learn the inducing inputs")
-    g.add_argument("--posterior", choices=("full", "diag", "diag-whitened", "joint"), default="full",
+    g.add_argument("--posterior", choices=POSTERIORS, default="full",
                    help="full Gaussian components; diag: the paper's diagonal components over u (mog); "
                         "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
                         "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
@@ -215,13 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--learn-prior-mean", action="store_true", help="learn the prior means")
     g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",
                    help="orthogonally decoupled mean basis per latent function (Salimbeni et al. 2018; 0 = off)")
-    g.add_argument("--mean-basis", choices=("orthogonal", "decoupled", "hybrid"), default="orthogonal",
+    g.add_argument("--mean-basis", choices=MEAN_HEADS, default="orthogonal",
                    help="how the mean basis of --mean-basis-size enters (savigp.mean_bases): orthogonal (Salimbeni et al. 2018), "
                         "decoupled (Cheng & Boots 2017) or hybrid (Salimbeni et al. 2018, eq. (10))")
     g.add_argument("--standardize-inputs", action="store_true", help="train on standardized inputs (undone at prediction)")
     g.add_argument("--standardize-targets", action="store_true",
                    help="train on standardized targets; means, variances and densities are reported in the original units")
-    g.add_argument("--dtype", choices=("float32", "float64"), default="float64")
+    g.add_argument("--dtype", choices=DTYPES, default="float64")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default cpu)")
     g.add_argument("--seed", type=int, default=0, help="seeds initialization, mini-batches and Monte Carlo draws")
     g = t.add_argument_group("training")

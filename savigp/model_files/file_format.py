@@ -14,6 +14,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .._choices import KERNELS
 from ..atomic_files import atomic_write
 from .errors import ModelFileError
 from .likelihood_spec import likelihood_spec
@@ -87,14 +88,12 @@ def save_model(path: str, model, config: dict, training_state: Optional[dict] = 
     # the K_zz jitter training settled on: a loaded or resumed model factorizes as it trained
     config["jitter_floor"] = float(getattr(model, "jitter_floor", 0.0))
     # what the module itself is, whatever the caller's config says
-    from ..kernels import KERNELS
-
-    kernel = [name for name, cls in KERNELS.items() if type(model.kernel) is cls]
-    if not kernel:
+    kernel = KERNELS.name_of(type(model.kernel))
+    if kernel is None:
         raise TypeError(f"cannot save a model with kernel {type(model.kernel).__name__}: model files support "
-                        f"the built-in kernels {sorted(KERNELS)}")
+                        f"the registered kernels ({', '.join(KERNELS)}; savigp.kernels.KERNELS.register adds one)")
     options = dict(config.get("model_options") or {})
-    options.update(kernel=kernel[0], dtype=str(model.dtype).replace("torch.", ""))
+    options.update(kernel=kernel, dtype=str(model.dtype).replace("torch.", ""))
     config["model_options"] = options
     payload = {
         "config": config,

@@ -4,6 +4,9 @@ A model file is data from somewhere else: every field is checked for its type, r
 and the sizes are checked against the tensors of the state dict, before one tensor is allocated
 for the model. The checks are a table (:data:`CONFIG_SCHEMA`): a new configuration field is one
 entry, e.g. ``"task": Str(choices=("regression", "classification"))`` in the likelihood section.
+The names of kernels, posterior families, mean heads, entropy estimates are those of the
+registries in :mod:`savigp._choices`, read when a file is checked (a kernel registered at run time
+is a valid name).
 
 The limits bound what a small file can make the loader allocate: the sizes D, Q, M, K, G must
 equal those of the tensors actually stored (so a 17 KB file cannot claim M = 10^6), a dense model's
@@ -19,7 +22,7 @@ import torch
 from likelihoods.callable import CONSTRAINTS
 
 from ..cost import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, CostError, check_memory, memory_limit, model_cost  # noqa: F401
-from ..posteriors.entropy import ENTROPY_ESTIMATES
+from .._choices import DTYPES, ENTROPY_ESTIMATES, INDUCING_INITS, KERNELS, MEAN_HEADS, POSTERIORS
 
 from .fields import (MAX_STRING, Absent, Bool, BoundedPlain, Dict, Float, Int, List, OneOf, Opt, Positive,
                      SchemaError, Str)
@@ -86,18 +89,18 @@ MODEL_FIELDS = {
     "num_inducing": Int(1, MAX_INDUCING),
     "dense": Bool(),
     "learn_inducing": Bool(),
-    "posterior": Str(choices=("full", "diag", "diag-whitened", "joint")),
+    "posterior": Str(choices=POSTERIORS),
     "num_components": Int(1, MAX_COMPONENTS),
     "learn_prior_mean": Bool(),
     "mean_basis_size": Opt(Int(0, MAX_INDUCING)),
-    "mean_basis": Opt(Str(choices=("orthogonal", "decoupled", "hybrid"))),
+    "mean_basis": Opt(Str(choices=MEAN_HEADS)),
     "entropy": Opt(Str(choices=ENTROPY_ESTIMATES)),
     "entropy_samples": Opt(Int(2, 1_000_000)),
 }
 MODEL_OPTION_FIELDS = {
-    "kernel": Opt(Str(choices=("rbf", "matern32", "matern52"))),
-    "dtype": Opt(Str(choices=("float32", "float64"))),
-    "inducing_init": Opt(Str(choices=("kmeans", "subset"))),
+    "kernel": Opt(Str(choices=KERNELS)),
+    "dtype": Opt(Str(choices=DTYPES)),
+    "inducing_init": Opt(Str(choices=INDUCING_INITS)),
     "seed": Opt(Int(-2 ** 63, 2 ** 64 - 1)),
     "prior_mean": Opt(OneOf(Float(), List(Float(), 1, MAX_LATENT))),
 }

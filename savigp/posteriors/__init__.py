@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import _choices
 from ._autograd import MIDDLE_FORM_MIN_RATIO, use_middle_form, whitened_moments
 from .base import InducingPrior, Marginals, Posterior
 from .diagonal import DiagonalMixture
@@ -39,18 +40,21 @@ from .u_diagonal import UDiagonalMixture, USpaceParameters
 
 __all__ = ["DEFAULT_ENTROPY", "DiagonalMixture", "ENTROPY_ESTIMATES",
            "FullGaussian", "FullMixture", "InducingPrior", "JointGaussian",
-           "MIDDLE_FORM_MIN_RATIO", "Marginals", "MixturePosterior", "POSTERIOR_KINDS", "Posterior",
+           "MIDDLE_FORM_MIN_RATIO", "Marginals", "MixturePosterior", "POSTERIORS", "POSTERIOR_KINDS", "Posterior",
            "UDiagonalMixture", "USpaceParameters", "make_posterior", "spread_means", "use_middle_form",
            "whitened_moments"]
 
 
-POSTERIOR_KINDS = ("full", "diag", "diag-whitened", "joint")
+#: the families by name (``posterior=``): a registry, ``POSTERIORS.register("name", cls)``
+POSTERIORS = _choices.POSTERIORS
+#: their names (the registry's, read when this module is imported; :data:`POSTERIORS` is live)
+POSTERIOR_KINDS = POSTERIORS.names()
 
 
 def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components: int = 1,
                    generator: torch.Generator | None = None, entropy: str = DEFAULT_ENTROPY,
                    entropy_samples: int = 64) -> Posterior:
-    """Build a posterior by name.
+    """Build a posterior by name (an entry of :data:`POSTERIORS`, by its class's ``build``).
 
     * ``"full"`` (or ``"fg"``): full covariances, whitened; K = 1 is :class:`FullGaussian`.
     * ``"diag"`` (or ``"mog"``): the paper's diagonal mixture over u, :class:`UDiagonalMixture`.
@@ -61,19 +65,10 @@ def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components
     ``entropy`` (``"pairwise"``, the default; ``"bound"``, eq. (18); or ``"mc"``) and
     ``entropy_samples`` choose the entropy term of mixtures with K > 1 (see
     :meth:`MixturePosterior.entropy`).
-    """
-    options = dict(generator=generator, entropy=entropy, entropy_samples=entropy_samples)
-    if kind in ("full", "fg"):
-        if num_components == 1:
-            return FullGaussian(num_latent, num_inducing)
-        return FullMixture(num_latent, num_inducing, num_components, **options)
-    if kind in ("diag", "diagonal", "mog"):
-        return UDiagonalMixture(num_latent, num_inducing, num_components, **options)
-    if kind == "diag-whitened":
-        return DiagonalMixture(num_latent, num_inducing, num_components, **options)
-    if kind == "joint":
-        if num_components != 1:
-            raise ValueError(f"posterior='joint' has one component, got num_components={num_components}")
-        return JointGaussian(num_latent, num_inducing)
-    raise ValueError(f"posterior must be one of {POSTERIOR_KINDS}, got {kind!r}")
 
+    Raises:
+        ValueError: an unknown ``kind``, naming the registered ones.
+    """
+    family = POSTERIORS[POSTERIORS.canonical(kind)]
+    return family.build(num_latent, num_inducing, num_components, generator=generator, entropy=entropy,
+                        entropy_samples=entropy_samples)

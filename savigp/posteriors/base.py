@@ -76,8 +76,9 @@ def variance_floor(kxx: Tensor) -> Tensor:
 class Posterior(nn.Module):
     """Base class of the variational posterior families (the protocol of the module docstring).
 
-    Subclasses set ``kind`` (the name :func:`savigp.posteriors.make_posterior` builds them from),
-    ``num_components`` (K), ``num_latent`` (Q) and ``num_inducing`` (M).
+    Subclasses set ``kind`` (the name :func:`savigp.posteriors.make_posterior` builds them from,
+    their entry in :data:`savigp._choices.POSTERIORS`), ``num_components`` (K), ``num_latent`` (Q)
+    and ``num_inducing`` (M).
     """
 
     kind: str = ""
@@ -96,6 +97,14 @@ class Posterior(nn.Module):
     #: (eq. (18)) or ``"mc"``, and its draws per component (None: the family has no Monte Carlo entropy)
     entropy_estimate: str = "pairwise"
     entropy_samples: Optional[int] = None
+
+    @classmethod
+    def build(cls, num_latent: int, num_inducing: int, num_components: int = 1, **options) -> "Posterior":
+        """The family for Q = ``num_latent``, M = ``num_inducing`` and K = ``num_components``, as
+        :func:`~savigp.posteriors.make_posterior` builds it by name; ``options``: ``generator``,
+        ``entropy``, ``entropy_samples`` (a family ignores those it has no use for). By default
+        ``cls(num_latent, num_inducing, num_components, **options)``."""
+        return cls(num_latent, num_inducing, num_components, **options)
 
     # ------------------------------------------------------------------ weights
     def weights(self) -> Tensor:

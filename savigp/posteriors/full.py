@@ -23,3 +23,10 @@ class FullMixture(MixtureFamily):
 
     kind = "full"
     default_components = 2
+
+    @classmethod
+    def build(cls, num_latent: int, num_inducing: int, num_components: int = 1, **options) -> MixturePosterior:
+        """``posterior="full"``: :class:`FullGaussian` for K = 1 (its exact entropy), else this mixture."""
+        if num_components == 1:
+            return FullGaussian(num_latent, num_inducing)
+        return cls(num_latent, num_inducing, num_components, **options)

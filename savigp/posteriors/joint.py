@@ -63,6 +63,13 @@ class JointGaussian(ScaledPosterior):
     fused_prior = False
     joint = True
 
+    @classmethod
+    def build(cls, num_latent: int, num_inducing: int, num_components: int = 1, **options) -> "JointGaussian":
+        """``posterior="joint"``: one component (the mixture ``options`` do not apply)."""
+        if num_components != 1:
+            raise ValueError(f"posterior='joint' has one component, got num_components={num_components}")
+        return cls(num_latent, num_inducing)
+
     def __init__(self, num_latent: int, num_inducing: int, init_scale: float = 1.0):
         super().__init__()
         Q, M = int(num_latent), int(num_inducing)
