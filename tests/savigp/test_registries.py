@@ -1,0 +1,147 @@
+"""One registry per list of choices (:mod:`savigp._choices`): a kernel, a posterior family and a
+mean head registered at run time -- their own class and one registry entry, nothing else -- are
+built by the model, offered and accepted by ``savigp train``, written to a model file and loaded
+back with the same predictions."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import savigp
+from likelihoods import Gaussian
+from savigp import _choices
+from savigp.cli import main
+from savigp.cli.parser import build_parser
+from savigp.csv_data import write_csv
+from savigp.kernels import KERNELS, Stationary
+from savigp.mean_bases import MEAN_HEADS, HybridMeanHead, make_mean_head
+from savigp.model_files.schema import CONFIG_SCHEMA, SchemaError
+from savigp.posteriors import POSTERIORS, DiagonalMixture, make_posterior
+
+
+class RationalQuadratic1(Stationary):
+    """k = s (1 + r^2 / 2)^-1: the rational quadratic with alpha = 1 (Rasmussen & Williams 2006,
+    eq. (4.19))."""
+
+    def profile(self, r2):
+        return 1.0 / (1.0 + 0.5 * r2)
+
+
+class NarrowDiagonal(DiagonalMixture):
+    """The whitened diagonal mixture started at a tenth of the prior's standard deviation."""
+
+    kind = "diag-narrow"
+
+    def __init__(self, num_latent, num_inducing, num_components=None, **options):
+        super().__init__(num_latent, num_inducing, num_components, init_scale=0.1, **options)
+
+
+class FixedInputsHybrid(HybridMeanHead):
+    """The HYBRID mean head with its basis inputs gamma fixed (a buffer)."""
+
+    def __init__(self, X, num_latent, size, seed=0, **options):
+        super().__init__(X, num_latent, size, seed=seed, **dict(options, learn_inputs=False))
+
+
+@pytest.fixture
+def registered():
+    """The three registered for one test, removed afterwards."""
+    KERNELS.register("rq1", RationalQuadratic1)
+    POSTERIORS.register("diag-narrow", NarrowDiagonal)
+    MEAN_HEADS.register("hybrid-fixed", FixedInputsHybrid)
+    yield
+    KERNELS.unregister("rq1")
+    POSTERIORS.unregister("diag-narrow")
+    MEAN_HEADS.unregister("hybrid-fixed")
+
+
+def _data(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, (n, 2))
+    return X, np.sin(X[:, :1]) + 0.1 * rng.normal(size=(n, 1))
+
+
+def test_the_registries_are_the_models_the_commands_and_the_schemas_lists():
+    parser = build_parser()
+    train = next(a for a in parser._subparsers._group_actions[0].choices["train"]._actions if a.dest == "kernel")
+    assert train.choices is KERNELS
+    assert KERNELS.names() == ("rbf", "matern32", "matern52")
+    assert POSTERIORS.names() == ("full", "diag", "diag-whitened", "joint")
+    assert MEAN_HEADS.names() == ("orthogonal", "decoupled", "hybrid")
+    assert make_posterior("mog", 1, 3).kind == "diag"  # an alias, not a listed name
+    assert "mog" not in POSTERIORS
+    with pytest.raises(ValueError, match="posterior must be one of full, diag, diag-whitened, joint, got 'nope'"):
+        make_posterior("nope", 1, 3)
+    with pytest.raises(ValueError, match="registered already"):
+        KERNELS.register("rbf", RationalQuadratic1)
+    with pytest.raises(ValueError, match="a kernel name is"):
+        KERNELS.register("bad name", RationalQuadratic1)
+
+
+def test_a_registered_kernel_family_and_head_work_through_the_model_and_its_file(tmp_path, registered):
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, Gaussian(0.1), "rq1", num_inducing=6, posterior="diag-narrow", num_components=2,
+                          mean_basis_size=4, mean_basis="hybrid-fixed", seed=1)
+    assert isinstance(model.kernel, RationalQuadratic1) and isinstance(model.posterior, NarrowDiagonal)
+    assert isinstance(model.mean_head, FixedInputsHybrid) and not isinstance(model.mean_head.gamma, torch.nn.Parameter)
+    with torch.no_grad():  # the kernel's closed form
+        x = torch.as_tensor(X[:4])
+        ls, var = model.kernel.lengthscales()[0], model.kernel.variance()[0]
+        r2 = (((x[:, None, :] - x[None, :, :]) / ls) ** 2).sum(-1)
+        torch.testing.assert_close(model.kernel(x, x)[0], var / (1 + 0.5 * r2), rtol=1e-12, atol=1e-12)
+    assert float(model.posterior.scale().detach().max()) == pytest.approx(0.1, rel=1e-6)  # softplus + floor
+    savigp.fit(model, iterations=3, num_samples=8, progress=False)
+    assert model.config["posterior"] == "diag-narrow" and model.config["mean_basis"] == "hybrid-fixed"
+    path = tmp_path / "m.pt"
+    savigp.save(model, path)
+    loaded = savigp.load(path).model
+    Xt = torch.linspace(-1, 1, 5, dtype=torch.float64)[:, None].expand(5, 2)
+    torch.testing.assert_close(loaded.predict(Xt).latent_mean, model.predict(Xt).latent_mean, rtol=0, atol=0)
+    torch.testing.assert_close(loaded.predict(Xt).latent_var, model.predict(Xt).latent_var, rtol=0, atol=0)
+
+
+def test_the_command_offers_and_trains_the_registered_names(tmp_path, registered, capsys):
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "rq1" in out and "diag-narrow" in out and "hybrid-fixed" in out
+    X, Y = _data(40, seed=2)
+    data, path = str(tmp_path / "d.csv"), str(tmp_path / "m.pt")
+    write_csv(data, ["x1", "x2", "y"], np.column_stack([X, Y]))
+    assert main(["train", data, "--targets", "y", "--kernel", "rq1", "--posterior", "diag-narrow", "--components", "2",
+                 "--mean-basis-size", "3", "--mean-basis", "hybrid-fixed", "--num-inducing", "5",
+                 "--iterations", "3", "--quiet", "--out", path]) == 0
+    capsys.readouterr()
+    config = torch.load(path, weights_only=True)["config"]
+    assert (config["model_options"]["kernel"], config["model"]["posterior"], config["model"]["mean_basis"]) == \
+        ("rq1", "diag-narrow", "hybrid-fixed")
+    assert main(["evaluate", path, data, "--json"]) == 0
+    assert math.isfinite(json.loads(capsys.readouterr().out)["nlpd"])
+
+
+def test_the_schema_reads_the_registry_when_it_checks():
+    config = {"kernel": "rq1"}
+    from savigp.model_files.schema import MODEL_OPTION_FIELDS
+
+    with pytest.raises(SchemaError, match="must be one of 'rbf', 'matern32', 'matern52', got 'rq1'"):
+        MODEL_OPTION_FIELDS["kernel"].check(config["kernel"], "config.model_options.kernel")
+    KERNELS.register("rq1", RationalQuadratic1)
+    try:
+        MODEL_OPTION_FIELDS["kernel"].check("rq1", "config.model_options.kernel")
+    finally:
+        KERNELS.unregister("rq1")
+    assert CONFIG_SCHEMA is not None and _choices.KERNELS is KERNELS
+
+
+def test_a_head_is_attached_to_the_posterior_once():
+    X, _ = _data()
+    post = make_posterior("full", 1, 4)
+    with torch.no_grad():
+        post.mean.fill_(1.0)
+    make_mean_head("hybrid", torch.as_tensor(X), 1, 3, posterior=post)
+    assert float(post.mean.detach().abs().min()) == 1.0 and post.mean.requires_grad  # hybrid keeps the coupled mean
+    make_mean_head("decoupled", torch.as_tensor(X), 1, 3, posterior=post)
+    assert float(post.mean.abs().max()) == 0.0 and not post.mean.requires_grad  # decoupled fixes it at 0
+    with pytest.raises(ValueError, match="mean_basis must be one of orthogonal, decoupled, hybrid, got 'x'"):
+        make_mean_head("x", torch.as_tensor(X), 1, 3)
