@@ -65,8 +65,8 @@ from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
+from likelihoods.parameters import PositiveParameter
 
-from .constraints import PositiveParameter
 from .kernels import Kernel
 
 ORDERS = {0.5: 0, 1.5: 1, 2.5: 2}  # nu -> p

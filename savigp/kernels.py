@@ -28,9 +28,9 @@ from typing import Sequence
 
 import torch
 from torch import Tensor, nn
+from likelihoods.parameters import PositiveParameter
 
 from ._choices import KERNELS  # noqa: F401 (the kernels by name: a registry, KERNELS.register(name, cls))
-from .constraints import PositiveParameter
 
 
 class Kernel(nn.Module):

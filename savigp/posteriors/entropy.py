@@ -19,7 +19,7 @@ import math
 import torch
 from torch import Tensor
 
-from ..constraints import LOG_2PI
+from likelihoods.densities import LOG_2PI
 from .._choices import DEFAULT_ENTROPY, ENTROPY_ESTIMATES
 from .._triangular import lower_factor_gram
 

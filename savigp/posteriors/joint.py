@@ -37,9 +37,10 @@ from typing import Any, Optional
 
 import torch
 from torch import Tensor, nn
+from likelihoods.densities import LOG_2PI
+from likelihoods.parameters import inverse_softplus
 
 from .._linalg import point_cholesky
-from ..constraints import LOG_2PI, inverse_softplus
 from ..expected_log_lik import expected_log_lik_joint
 from ._autograd import lower_factor
 from .base import InducingPrior, Marginals, ScaledPosterior

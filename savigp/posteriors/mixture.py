@@ -24,7 +24,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..constraints import LOG_2PI, inverse_softplus
+from likelihoods.densities import LOG_2PI
+from likelihoods.parameters import inverse_softplus
 from ..expected_log_lik import expected_log_lik
 from ._autograd import SCALE_FLOOR, lower_factor, squared_norm, whitened_moments
 from .base import InducingPrior, Marginals, ScaledPosterior, variance_floor

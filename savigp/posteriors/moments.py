@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..constraints import inverse_softplus
+from likelihoods.parameters import inverse_softplus
 from ._autograd import SCALE_FLOOR
 
 #: the diagonals a factorized family may take from a full covariance (see the module docstring)

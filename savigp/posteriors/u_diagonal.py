@@ -7,9 +7,9 @@ from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
+from likelihoods.densities import LOG_2PI
 
 from .._linalg import jittered
-from ..constraints import LOG_2PI
 from ._u_space import fused_u_parameters, fused_u_space_moments
 from .base import InducingPrior
 from .entropy import DEFAULT_ENTROPY, spread_means
