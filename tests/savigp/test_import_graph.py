@@ -1,0 +1,110 @@
+"""The import graph of ``savigp`` (read from the source): no import circle among module-level
+imports, none new among the imports inside functions, and no arrow that runs back up the layers
+(the model, its parts and training never import the model files or the command line; the model
+does not know its file format)."""
+import ast
+import subprocess
+import sys
+
+from conftest import ROOT
+
+#: circles through imports inside functions that exist already (the training package and the warm
+#: start call each other: fit -> the two-stage warm start -> choose_components -> fit); a new one fails
+KNOWN_CIRCLES = [{"savigp.training.components", "savigp.training.fitting", "savigp.warm_start"}]
+#: the layers above the model: only they (and the package's entry points) may import them
+UPPER = ("savigp.model_files", "savigp.cli")
+ENTRY_POINTS = ("savigp", "savigp.__main__")
+
+
+def _modules() -> dict:
+    mods = {}
+    for path in sorted((ROOT / "savigp").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        mods[".".join(parts[:-1] if package else parts)] = (path, package)
+    return mods
+
+
+def _graph(top_level_only: bool) -> dict:
+    """module -> the savigp modules it imports (``from . import x`` of a submodule x: x itself)."""
+    mods = _modules()
+    edges = {m: set() for m in mods}
+    for name, (path, package) in mods.items():
+        tree = ast.parse(path.read_text())
+        for node in tree.body if top_level_only else ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    pkg = name.split(".") if package else name.split(".")[:-1]
+                    pkg = pkg[:len(pkg) - node.level + 1]
+                    base = ".".join(pkg + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            else:
+                continue
+            edges[name] |= {t for t in targets if t in mods and t != name}
+    return edges
+
+
+def _circles(edges: dict) -> list:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(comp)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+def test_no_import_circle_among_module_level_imports():
+    assert _circles(_graph(top_level_only=True)) == []
+
+
+def test_no_new_circle_through_imports_inside_functions():
+    assert [c for c in _circles(_graph(top_level_only=False)) if c not in KNOWN_CIRCLES] == []
+
+
+def test_no_arrow_runs_back_up_to_the_model_files_or_the_command():
+    edges = _graph(top_level_only=False)
+    back = {(m, t) for m, ts in edges.items() for t in ts
+            if any(t == u or t.startswith(u + ".") for u in UPPER)
+            and not any(m == u or m.startswith(u + ".") for u in UPPER) and m not in ENTRY_POINTS}
+    assert back == set()
+    assert not any(t.startswith("savigp.cli") for t in edges["savigp.model_files"] | set().union(
+        *(ts for m, ts in edges.items() if m.startswith("savigp.model_files."))))
+
+
+def test_the_model_imports_without_its_file_format_in_a_fresh_interpreter():
+    code = ("import sys, savigp.model, savigp.kernels, savigp.posteriors, savigp.training; "
+            "print(sorted(m for m in sys.modules if m.startswith(('savigp.model_files', 'savigp.cli'))))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"
