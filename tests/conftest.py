@@ -81,3 +81,49 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if EXPERIMENT_TESTS in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.experiments)
+
+
+def sine_data(n=120, d=2, seed=0, q=1):
+    """``X (n, d)`` standard normal and ``Y (n, q)``: column j is (j + 1) (sin 2 x_1 + cos(3 x_d) / 2)
+    plus noise of standard deviation 0.1 (the mean-head tests' regression problem)."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, generator=g, dtype=torch.float64)
+    f = torch.sin(2.0 * X[:, :1]) + 0.5 * torch.cos(3.0 * X[:, -1:])
+    Y = torch.cat([f * (j + 1) for j in range(q)], 1) + 0.1 * torch.randn(n, q, generator=g, dtype=torch.float64)
+    return X, Y
+
+
+def minimal_file_config(lik=("gaussian", "Gaussian", {}), example=(0.0,), standardize=None):
+    """The configuration a model file needs besides the model's own (``save_model``'s ``config``)."""
+    return {"model_options": {"kernel": "rbf", "inducing_init": "kmeans", "seed": 0, "dtype": "float64",
+                              "prior_mean": None},
+            "likelihood": {"name": lik[0], "class": lik[1], "kwargs": lik[2]},
+            "standardize": standardize or {"inputs": None, "targets": None}, "example_target": list(example)}
+
+
+def moved_posterior_model(posterior, K, seed=0, M=4, N=30, D=2):
+    """A MultiGaussian model (Q = 2 outputs, prior means 0.5 and -1, M inducing points) whose
+    posterior was moved off its start (the KL and posterior-protocol tests' model)."""
+    from likelihoods import MultiGaussian
+
+    Q = 2
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, D, generator=g)
+    Y = torch.randn(N, Q, generator=g)
+    model = savigp.SAVIGP(X, Y, MultiGaussian(Q), num_inducing=M, posterior=posterior, num_components=K,
+                          prior_mean=[0.5, -1.0], seed=seed)
+    with torch.no_grad():  # a posterior far from its initialization
+        for p in model.posterior.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def load_experiment(name: str):
+    """The script ``experiments/<name>.py`` as a module (not on ``sys.path``)."""
+    import importlib.util
+
+    path = ROOT / "experiments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_experiment_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -11,7 +11,7 @@ from likelihoods.base import Likelihood
 
 from . import gradient_checks, moment_checks, target_checks, value_checks
 from .problem import Problem, as_float64, copy_to, likelihood_device
-from .report import FAILED, SKIPPED, Check, LikelihoodCheckError, LikelihoodReport
+from .report import LikelihoodCheckError, LikelihoodReport, run_checks
 
 # (name, function, checks whose failure makes it meaningless)
 _VALUES = ("shapes", "finite")
@@ -86,20 +86,7 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
         the :class:`LikelihoodReport` (``report.passed``, ``report.failures``, ``report["shapes"]``).
     """
     problem = _problem(likelihood, y, num_latent, mean, var, num_samples, seed, bad_targets)
-    report = LikelihoodReport(_describe(likelihood))
-    for name, run, needs in CHECKS:
-        broken = [n for n in needs if report[n].status == FAILED]
-        if broken:
-            report.checks.append(Check(name, SKIPPED, f"not run: {', '.join(broken)} failed"))
-            continue
-        try:
-            status, message = run(problem)
-        except Exception as err:  # a check that raises has found a failure: report it
-            status, message = FAILED, f"raised {type(err).__name__}: {err}"
-        report.checks.append(Check(name, status, message))
-    if raise_on_failure and not report.passed:
-        raise LikelihoodCheckError(report)
-    return report
+    return run_checks(LikelihoodReport(_describe(likelihood)), CHECKS, problem, raise_on_failure, LikelihoodCheckError)
 
 
 def _problem(lik, y, num_latent, mean, var, num_samples, seed, bad_targets) -> Problem:

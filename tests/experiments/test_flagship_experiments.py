@@ -3,22 +3,14 @@ large-scale experiments) in their ``--quick`` mode, called through ``main(argv)`
 must be at ``../shared/data`` (skipped otherwise)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
 import pytest
 import torch
 
-from conftest import DATA, ROOT  # noqa: E402  (the repository root, ../shared/data)
-
-
-def _load(name: str):
-    path = ROOT / "experiments" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_flagship_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from conftest import DATA  # noqa: E402  (../shared/data)
+from conftest import load_experiment as _load
 
 
 @pytest.fixture(autouse=True)

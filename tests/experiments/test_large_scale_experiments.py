@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-# the flagship tests' script loader, and their autouse fixture that runs every test on one thread
-from test_flagship_experiments import _load, _one_thread  # noqa: F401
+# the scripts' loader (every test runs on one thread: tests/conftest.py's autouse fixture)
+from conftest import load_experiment as _load
 
 
 # ---------------------------------------------------------------------------------- airline

@@ -10,9 +10,11 @@ import math
 import pytest
 import torch
 
+from conftest import requires_cuda, sine_data
 from likelihoods import Gaussian, Logistic, MultiGaussian
 from savigp import SAVIGP, fit
 from savigp.decoupled import OrthogonalMeanHead, kernel_matvec
+from savigp.testing.mean_heads import check_mean_head, explicit_component_kl, randomize
 from savigp.natural_gradients import (
     fit_orthnat,
     gamma_preconditioner,
@@ -22,68 +24,9 @@ from savigp.natural_gradients import (
 )
 
 cuda = pytest.mark.cuda
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 # ---------------------------------------------------------------------- helpers
-def _data(n=120, d=2, seed=0, q=1):
-    g = torch.Generator().manual_seed(seed)
-    X = torch.randn(n, d, generator=g, dtype=torch.float64)
-    f = torch.sin(2.0 * X[:, :1]) + 0.5 * torch.cos(3.0 * X[:, -1:])
-    Y = torch.cat([f * (j + 1) for j in range(q)], 1) + 0.1 * torch.randn(n, q, generator=g, dtype=torch.float64)
-    return X, Y
-
-
-def _randomize(model, seed=1, head_scale=1.0):
-    """Random posterior and head coefficients (so that no test passes at the prior by accident)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        post = model.posterior
-        post.mean.copy_(0.5 * torch.randn(post.mean.shape, generator=g, dtype=torch.float64))
-        post.raw_scale.add_(0.2 * torch.randn(post.raw_scale.shape, generator=g, dtype=torch.float64))
-        post.logits.copy_(torch.randn(post.logits.shape, generator=g, dtype=torch.float64))
-        if model.mean_head is not None:
-            model.mean_head.a.copy_(head_scale * torch.randn(model.mean_head.a.shape, generator=g, dtype=torch.float64))
-    return model
-
-
-def _explicit_component_kl(model, k, basis="orthogonal"):
-    """KL(q_k || p) from the joint Gaussian over P = [Z_j; gamma_j], summed over j.
-
-    q_k's mean at P is mu + K_PZ K_zz^-1 u_k + h(P), with u_k = L_zz m_k (whitened) or m_k
-    (u-space), and h(P) = K_P,gamma a (HYBRID, DECOUPLED) or (K_P,gamma - K_PZ K_zz^-1 K_Z,gamma) a
-    (orthogonal); its covariance K_PP - K_PZ K_zz^-1 K_ZP + K_PZ K_zz^-1 S_u K_zz^-1 K_ZP;
-    p = N(mu, K_PP) (Salimbeni et al. 2018, App. A). K_zz is the jittered L_zz L_zz^T the model uses. (With
-    a = 0 pass a model whose head is zeroed.)
-    """
-    with torch.no_grad():
-        kern, Z, head, post = model.kernel, model.inducing, model.mean_head, model.posterior
-        Lzz = model.prior_factor()
-        Kzz = Lzz @ Lzz.transpose(-1, -2)
-        Kzg = kern(Z, head.gamma)  # blockwise, so that Z may be inducing features (savigp.fourier_features)
-        KPP = torch.cat([torch.cat([Kzz, Kzg], -1), torch.cat([Kzg.transpose(-1, -2), kern(head.gamma, head.gamma)], -1)], -2)
-        M = Z.shape[1]
-        KPZ, KPg = KPP[:, :, :M], KPP[:, :, M:]
-        if post.whitened:
-            sc = post.scale()[k]
-            S = torch.diag_embed(sc * sc) if post.diagonal else sc @ sc.transpose(-1, -2)
-            Su = Lzz @ S @ Lzz.transpose(-1, -2)
-            um = (Lzz @ post.mean[k].unsqueeze(-1)).squeeze(-1)
-        else:  # the diagonal mixture over u: its m and s (held in prior-conditioned coordinates)
-            u = post.u_parameters(Lzz=Lzz)
-            Su, um = torch.diag_embed(u.sd[k] ** 2), u.mean[k]
-        A = torch.linalg.solve(Kzz, KPZ.transpose(-1, -2)).transpose(-1, -2)  # K_PZ K_zz^-1
-        hP = KPg - A @ KPg[:, :M, :] if basis == "orthogonal" else KPg
-        mean = (A @ um.unsqueeze(-1)).squeeze(-1) + (hP @ head.a.unsqueeze(-1)).squeeze(-1)
-        cov = KPP - A @ KPZ.transpose(-1, -2) + A @ Su @ A.transpose(-1, -2)
-        Lp = torch.linalg.cholesky(KPP)
-        Lq = torch.linalg.cholesky(0.5 * (cov + cov.transpose(-1, -2)))
-        tr = torch.cholesky_solve(cov, Lp).diagonal(dim1=-2, dim2=-1).sum(-1)
-        maha = (torch.cholesky_solve(mean.unsqueeze(-1), Lp).squeeze(-1) * mean).sum(-1)
-        logdet = 2 * (torch.log(Lp.diagonal(dim1=-2, dim2=-1)).sum(-1) - torch.log(Lq.diagonal(dim1=-2, dim2=-1)).sum(-1))
-        return float((0.5 * (tr + maha - KPP.shape[-1] + logdet)).sum())
-
-
 def _collapsed_bound(model, y):
     """Titsias' collapsed bound for a Gaussian likelihood with targets y (N,), mean mu."""
     with torch.no_grad():
@@ -109,7 +52,7 @@ def _head_shift(model, X):
 # ---------------------------------------------------------------------- a_gamma = 0 is the coupled model
 @pytest.mark.parametrize("posterior,K,lik", [("full", 1, "gauss"), ("diag-whitened", 2, "logistic")])
 def test_zero_head_equals_coupled_exactly(posterior, K, lik):
-    X, Y = _data(80)
+    X, Y = sine_data(80)
     if lik == "gauss":
         make_lik, est = (lambda: Gaussian(0.1)), "closed-form"
     else:
@@ -118,7 +61,7 @@ def test_zero_head_equals_coupled_exactly(posterior, K, lik):
     coupled = SAVIGP(X, Y, make_lik(), num_inducing=7, posterior=posterior, num_components=K)
     assert coupled.mean_head is None  # mean_basis_size = 0
     head = SAVIGP(X, Y, make_lik(), num_inducing=7, posterior=posterior, num_components=K, mean_basis_size=25)
-    _randomize(coupled, head_scale=0.0)
+    randomize(coupled, head_scale=0.0)
     head.load_state_dict(coupled.state_dict(), strict=False)
     assert float(head.mean_head.a.detach().abs().max()) == 0.0
     # the head's contributions are exact zeros ...
@@ -149,13 +92,13 @@ def test_zero_head_equals_coupled_exactly(posterior, K, lik):
 # ---------------------------------------------------------------------- the KL against the joint Gaussian
 @pytest.mark.parametrize("posterior", ["full", "diag-whitened"])
 def test_kl_matches_explicit_joint_gaussian(posterior):
-    X, Y = _data(40, seed=2, q=2)
+    X, Y = sine_data(40, seed=2, q=2)
     model = SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=4, posterior=posterior, mean_basis_size=6)
-    _randomize(model, seed=5)
+    randomize(model, seed=5)
     Lzz = model.prior_factor()
     head_kl = float(model.mean_head.kl(model.kernel, model.inducing, Lzz).detach())
     model_kl = -float((model.posterior.entropy() + model.posterior.cross_entropy()).detach()) + head_kl  # v-space KL = u-space KL
-    explicit = _explicit_component_kl(model, 0)
+    explicit = explicit_component_kl(model, 0)
     assert head_kl > 1e-2  # the head contributes
     assert model_kl == pytest.approx(explicit, rel=1e-8, abs=1e-8)
     # the head term alone, against the explicit a^T (K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma) a / 2
@@ -171,15 +114,15 @@ def test_kl_matches_explicit_joint_gaussian(posterior):
 
 def test_head_kl_is_exact_for_each_mixture_component():
     """One head shared by all components adds the same exact KL to every component (DESIGN §7)."""
-    X, Y = _data(40, seed=4)
+    X, Y = sine_data(40, seed=4)
     model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=4, posterior="full", num_components=2, mean_basis_size=5)
-    _randomize(model, seed=7)
+    randomize(model, seed=7)
     head_kl = float(model.mean_head.kl(model.kernel, model.inducing, model.prior_factor()).detach())
-    with_head = [_explicit_component_kl(model, k) for k in range(2)]
+    with_head = [explicit_component_kl(model, k) for k in range(2)]
     a = model.mean_head.a.detach().clone()
     with torch.no_grad():
         model.mean_head.a.zero_()
-    without = [_explicit_component_kl(model, k) for k in range(2)]
+    without = [explicit_component_kl(model, k) for k in range(2)]
     with torch.no_grad():
         model.mean_head.a.copy_(a)
     for k in range(2):
@@ -190,10 +133,10 @@ def test_head_kl_is_exact_for_each_mixture_component():
 def test_marginal_means_match_definition(basis):
     """r(x) = (k(x, gamma) - k(x, Z) K_zz^-1 K(Z, gamma)) a (orthogonal) or k(x, gamma) a (HYBRID,
     DECOUPLED, savigp.mean_bases), added to every component's mean (DECOUPLED: coupled mean 0)."""
-    X, Y = _data(50, seed=6, q=2)
+    X, Y = sine_data(50, seed=6, q=2)
     model = SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag-whitened", num_components=2,
                    mean_basis_size=9, mean_basis=basis)
-    _randomize(model, seed=8)
+    randomize(model, seed=8)
     if basis == "decoupled":
         with torch.no_grad():
             model.posterior.mean.zero_()
@@ -221,8 +164,8 @@ def test_fused_and_reference_paths_agree(posterior, K):
     """The model's fused path (L_zz without graph, K_zz adjoint by hand) and autograd through L_zz
     give the same ELBO and the same gradients for every parameter, the head's included; ``"diag"``
     (the paper's mixture over u) checks the u-space hand-written backward passes."""
-    X, Y = _data(70, seed=30, q=2)
-    model = _randomize(SAVIGP(X, Y, MultiGaussian(2, variance=0.2), num_inducing=6, posterior=posterior,
+    X, Y = sine_data(70, seed=30, q=2)
+    model = randomize(SAVIGP(X, Y, MultiGaussian(2, variance=0.2), num_inducing=6, posterior=posterior,
                               num_components=K, mean_basis_size=15), seed=31)
     params = [p for p in model.parameters() if p.requires_grad]
     fused = model.elbo()
@@ -243,9 +186,9 @@ def test_fused_and_reference_paths_agree(posterior, K):
 
 # ---------------------------------------------------------------------- column-sampled quadratic
 def _sampling_model(G=60, seed=9):
-    X, Y = _data(200, seed=seed)
+    X, Y = sine_data(200, seed=seed)
     model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, mean_basis_size=G)
-    _randomize(model, seed=seed)
+    randomize(model, seed=seed)
     return model
 
 
@@ -320,9 +263,9 @@ def test_kernel_matvec_blocks_match_dense():
 
 # ---------------------------------------------------------------------- natural gradients
 def test_whitened_marginals_match_model():
-    X, Y = _data(60, seed=14)
+    X, Y = sine_data(60, seed=14)
     for posterior in ("full", "diag-whitened"):
-        model = _randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, posterior=posterior, mean_basis_size=8), seed=15)
+        model = randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, posterior=posterior, mean_basis_size=8), seed=15)
         with torch.no_grad():
             L = model.posterior.scale()[0]
             S = L * L if model.posterior.diagonal else L @ L.transpose(-1, -2)
@@ -335,9 +278,9 @@ def test_whitened_marginals_match_model():
 
 @pytest.mark.parametrize("with_head", [False, True])
 def test_one_natural_step_reaches_the_conjugate_optimum(with_head):
-    X, Y = _data(100, seed=16)
+    X, Y = sine_data(100, seed=16)
     model = SAVIGP(X, Y, Gaussian(0.05), num_inducing=10, mean_basis_size=20 if with_head else 0, prior_mean=0.3)
-    _randomize(model, seed=17)  # a random start, far from the optimum
+    randomize(model, seed=17)  # a random start, far from the optimum
     start = float(model.elbo().elbo.detach())
     tau = natural_gradient_step(model, step=1.0)
     assert tau == 1.0
@@ -371,7 +314,7 @@ def test_natural_update_formula_for_diagonal_matches_full_restricted():
 
 def test_natural_step_improves_nonconjugate_elbo():
     """Logistic likelihood, deterministic quadrature ELL: small natural steps increase the ELBO."""
-    X, Y = _data(80, seed=19)
+    X, Y = sine_data(80, seed=19)
     Y = torch.sign(Y)
     for posterior in ("full", "diag-whitened"):
         model = SAVIGP(X, Y, Logistic(), num_inducing=8, posterior=posterior, mean_basis_size=10)
@@ -383,7 +326,7 @@ def test_natural_step_improves_nonconjugate_elbo():
 
 
 def test_natural_gradients_need_a_single_gaussian():
-    X, Y = _data(30)
+    X, Y = sine_data(30)
     model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=4, posterior="diag-whitened", num_components=2)
     with pytest.raises(ValueError, match="single Gaussian"):
         natural_gradient_step(model)
@@ -430,7 +373,7 @@ def test_decoupled_optimum_is_a_stationary_point():
     model, best = _optimum_model()
     t = best.elbo()
     ga, gm = torch.autograd.grad(t.elbo, [best.mean_head.a, best.posterior.mean])
-    _randomize(model, seed=21)
+    randomize(model, seed=21)
     t0 = model.elbo()
     ga0, gm0 = torch.autograd.grad(t0.elbo, [model.mean_head.a, model.posterior.mean])
     assert float(ga.abs().max()) < 1e-7 * float(ga0.abs().max())
@@ -440,7 +383,7 @@ def test_decoupled_optimum_is_a_stationary_point():
 
 def test_preconditioner_matches_explicit_residual_diagonal_and_bounds_curvature():
     model, _ = _optimum_model()
-    _randomize(model, seed=22)
+    randomize(model, seed=22)
     with torch.no_grad():
         h, k, Z = model.mean_head, model.kernel, model.inducing
         Lzz = model.prior_factor()
@@ -497,7 +440,7 @@ def test_orthnat_black_box_likelihood_is_stable_with_unit_gamma_step():
     """Logistic likelihood through the score-function estimator (values of log p only): the default
     ORTHNAT step (Gauss-Newton row-sum preconditioner, tau_gamma = 1) improves the ELBO and stays
     finite where the preconditioner without the KL row sums diverged."""
-    X, Y = _data(200, seed=40)
+    X, Y = sine_data(200, seed=40)
     Y = torch.sign(Y)
     model = SAVIGP(X, Y, Logistic(), num_inducing=10, mean_basis_size=40)
     start = float(model.elbo(estimator="quadrature").elbo.detach())
@@ -530,8 +473,8 @@ def test_adam_fit_trains_the_head_and_beats_coupled():
 
 
 def test_prediction_cache_is_used_and_invalidated():
-    X, Y = _data(60, seed=24)
-    model = _randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=5, mean_basis_size=12), seed=25)
+    X, Y = sine_data(60, seed=24)
+    model = randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=5, mean_basis_size=12), seed=25)
     h = model.mean_head
     Xs = torch.randn(20, 2, dtype=torch.float64)
 
@@ -573,7 +516,7 @@ def test_prediction_cache_is_used_and_invalidated():
 
 
 def test_float32_training_step():
-    X, Y = _data(64, seed=26)
+    X, Y = sine_data(64, seed=26)
     model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, mean_basis_size=12, dtype=torch.float32)
     assert model.mean_head.a.dtype == torch.float32 and model.mean_head.gamma.dtype == torch.float32
     model.mean_head.kl_columns = 4
@@ -585,7 +528,7 @@ def test_float32_training_step():
 
 
 def test_head_errors():
-    X, _ = _data(20)
+    X, _ = sine_data(20)
     with pytest.raises(ValueError, match="gamma_inputs"):
         OrthogonalMeanHead(X, 1, 5, gamma_inputs=torch.zeros(4, 2))
     head = OrthogonalMeanHead(X, 2, 30)  # G > N: all rows plus perturbed extra rows
@@ -594,10 +537,10 @@ def test_head_errors():
 
 # ---------------------------------------------------------------------- CUDA
 @cuda
-@needs_cuda
+@requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_training_step(dtype):
-    X, Y = _data(256, seed=27)
+    X, Y = sine_data(256, seed=27)
     model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=16, mean_basis_size=64, dtype=dtype, device="cuda")
     h = model.mean_head
     assert h.a.device.type == "cuda" and h.a.dtype == dtype
@@ -614,10 +557,10 @@ def test_cuda_training_step(dtype):
 
 
 @cuda
-@needs_cuda
+@requires_cuda
 def test_cuda_matches_cpu_float64():
-    X, Y = _data(80, seed=28)
-    cpu = _randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, mean_basis_size=10), seed=29)
+    X, Y = sine_data(80, seed=28)
+    cpu = randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, mean_basis_size=10), seed=29)
     gpu = SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, mean_basis_size=10, device="cuda")
     gpu.load_state_dict(cpu.state_dict())
     assert float(gpu.elbo().elbo.detach()) == pytest.approx(float(cpu.elbo().elbo.detach()), rel=1e-10)

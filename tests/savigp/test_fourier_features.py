@@ -178,15 +178,14 @@ def test_odvff_optimal_q_is_titsias_bound_below_the_evidence():
 def test_odvff_kl_matches_explicit_joint_gaussian(basis):
     """The mean head's KL with Fourier features as the covariance basis, against the joint Gaussian
     over [u, f(gamma)] (u the features)."""
-    from test_decoupled import _explicit_component_kl, _randomize
-    from test_mean_bases import _model_kl
+    from savigp.testing.mean_heads import explicit_component_kl, model_kl, randomize
 
     X, Y = _gp_data(60, seed=5)
-    model = _randomize(odvff_model(X, Y, Gaussian(0.1), nu=1.5, num_frequencies=2, mean_basis_size=7,
+    model = randomize(odvff_model(X, Y, Gaussian(0.1), nu=1.5, num_frequencies=2, mean_basis_size=7,
                                    mean_basis=basis), seed=6)
-    total, head_kl = _model_kl(model)
+    total, head_kl = model_kl(model)
     assert abs(head_kl) > 1e-2
-    assert total == pytest.approx(_explicit_component_kl(model, 0, basis), rel=1e-7)
+    assert total == pytest.approx(explicit_component_kl(model, 0, basis), rel=1e-7)
 
 
 def test_odvff_trains_and_predicts():

@@ -6,22 +6,13 @@ import pytest
 import torch
 from torch.distributions import MultivariateNormal
 
-import savigp
-from likelihoods import MultiGaussian
+from conftest import moved_posterior_model
 
 Q, M, N, D = 2, 4, 30, 2
 
 
 def _model(posterior, K, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    X = torch.randn(N, D, generator=g)
-    Y = torch.randn(N, Q, generator=g)
-    model = savigp.SAVIGP(X, Y, MultiGaussian(Q), num_inducing=M, posterior=posterior, num_components=K,
-                          prior_mean=[0.5, -1.0], seed=seed)
-    with torch.no_grad():  # a posterior far from its initialization
-        for p in model.posterior.parameters():
-            p.add_(0.5 * torch.randn(p.shape, generator=g))
-    return model
+    return moved_posterior_model(posterior, K, seed, M=M, N=N, D=D)
 
 
 def _u_space_components(model):

@@ -8,42 +8,32 @@ float64 round-off.
 from __future__ import annotations
 
 import math
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import minimal_file_config, requires_cuda, sine_data
 from likelihoods import Gaussian, Logistic, MultiGaussian
 from savigp import SAVIGP, fit
 from savigp.mean_bases import MEAN_BASES, DecoupledMeanHead, HybridMeanHead, make_mean_head
 from savigp.natural_gradients import fit_orthnat, gamma_preconditioner, natural_gradient_step
 from savigp.model_files import SavedModel, load_model
-from test_decoupled import _data, _explicit_component_kl, _randomize, cuda, needs_cuda
+from savigp.testing.mean_heads import explicit_component_kl, model_kl, randomize
 
 _U = "diag"  # the paper's mixture over u (held in prior-conditioned coordinates, m = L_zz w)
 
 
 def _model(basis, posterior="full", K=1, q=1, n=40, M=4, G=6, seed=2, lik=None):
-    X, Y = _data(n, seed=seed, q=q)
+    X, Y = sine_data(n, seed=seed, q=q)
     lik = lik or (Gaussian(0.1) if q == 1 else MultiGaussian(q, variance=0.1))
     model = SAVIGP(X, Y, lik, num_inducing=M, posterior=posterior, num_components=K, mean_basis_size=G,
                    mean_basis=basis)
-    _randomize(model, seed=seed + 3)
+    randomize(model, seed=seed + 3)
     if basis == "decoupled":
         with torch.no_grad():
             model.posterior.mean.zero_()
     return model
-
-
-def _model_kl(model):
-    """-(entropy + cross-entropy) + head KL, in the posterior's own coordinates (= the u-space KL)."""
-    with torch.no_grad():
-        post, Lzz = model.posterior, model.prior_factor()
-        cross = post.cross_entropy() if post.whitened else post.cross_entropy(None, Lzz)
-        head = model.mean_head.kl(model.kernel, model.inducing, Lzz, posterior=post)
-        return -float(post.entropy(None, Lzz) + cross) + float(head), float(head)
 
 
 # ---------------------------------------------------------------------- the KL against the joint Gaussian
@@ -51,9 +41,9 @@ def _model_kl(model):
 @pytest.mark.parametrize("posterior", ["full", "diag-whitened", _U])
 def test_kl_matches_explicit_joint_gaussian(basis, posterior):
     model = _model(basis, posterior, q=2)
-    total, head_kl = _model_kl(model)
+    total, head_kl = model_kl(model)
     assert abs(head_kl) > 1e-2  # (HYBRID's cross term can make it negative)
-    assert total == pytest.approx(_explicit_component_kl(model, 0, basis), rel=1e-8, abs=1e-8)
+    assert total == pytest.approx(explicit_component_kl(model, 0, basis), rel=1e-8, abs=1e-8)
 
 
 @pytest.mark.parametrize("basis", ["decoupled", "hybrid"])
@@ -62,12 +52,12 @@ def test_mixture_kl_terms_exact_per_component(basis, posterior):
     """A shared head shifts every component: component k's KL grows by 1/2 ||h||^2 + <h, mu_k>_H
     (HYBRID; <h, mu_k> = 0 for DECOUPLED), and the head's term is their pi-weighted sum."""
     model = _model(basis, posterior, K=2, seed=4)
-    _, head_kl = _model_kl(model)
-    with_head = [_explicit_component_kl(model, k, basis) for k in range(2)]
+    _, head_kl = model_kl(model)
+    with_head = [explicit_component_kl(model, k, basis) for k in range(2)]
     a = model.mean_head.a.detach().clone()
     with torch.no_grad():
         model.mean_head.a.zero_()
-    without = [_explicit_component_kl(model, k, basis) for k in range(2)]
+    without = [explicit_component_kl(model, k, basis) for k in range(2)]
     with torch.no_grad():
         model.mean_head.a.copy_(a)
     diffs = [w - wo for w, wo in zip(with_head, without)]
@@ -82,8 +72,8 @@ def test_mixture_kl_terms_exact_per_component(basis, posterior):
 def test_hybrid_is_the_orthogonal_basis_reparametrized():
     """HYBRID with coupled mean m - c (c = L_zz^-1 K_Z,gamma a) is the orthogonal model with mean m:
     same marginals, same KL, same ELBO (Salimbeni et al. 2018, §3.2: (11) is (10) with a projection)."""
-    X, Y = _data(60, seed=6, q=2)
-    orth = _randomize(SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag-whitened",
+    X, Y = sine_data(60, seed=6, q=2)
+    orth = randomize(SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag-whitened",
                              num_components=2, mean_basis_size=8), seed=7)
     hyb = SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag-whitened", num_components=2,
                  mean_basis_size=8, mean_basis="hybrid")
@@ -126,9 +116,9 @@ def test_fused_and_reference_paths_agree(basis, posterior, K):
 def test_joint_posterior_hybrid_kl_matches_factorized():
     """posterior="joint" (one Gaussian over all Q M values): with the same means, the HYBRID term
     is the factorized model's (it depends on the means only)."""
-    X, Y = _data(40, seed=9, q=2)
+    X, Y = sine_data(40, seed=9, q=2)
     kw = dict(num_inducing=4, mean_basis_size=6, mean_basis="hybrid")
-    full = _randomize(SAVIGP(X, Y, MultiGaussian(2, variance=0.1), **kw), seed=10)
+    full = randomize(SAVIGP(X, Y, MultiGaussian(2, variance=0.1), **kw), seed=10)
     joint = SAVIGP(X, Y, MultiGaussian(2, variance=0.1), posterior="joint", **kw)
     joint.load_state_dict({k: v for k, v in full.state_dict().items() if "raw_scale" not in k and "logits" not in k},
                           strict=False)
@@ -140,7 +130,7 @@ def test_joint_posterior_hybrid_kl_matches_factorized():
 
 # ---------------------------------------------------------------------- DECOUPLED: the coupled mean stays zero
 def test_decoupled_keeps_the_coupled_mean_at_zero_in_every_trainer():
-    X, Y = _data(80, seed=11)
+    X, Y = sine_data(80, seed=11)
     model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, mean_basis_size=12, mean_basis="decoupled")
     post = model.posterior
     assert not post.mean.requires_grad and float(post.mean.abs().max()) == 0.0
@@ -188,7 +178,7 @@ def test_preconditioner_without_projection(basis):
                                                    ("joint", 1, "auto")])
 def test_black_box_training_improves(basis, posterior, K, estimator):
     """Logistic likelihood through every estimator (the score function sees values of log p only)."""
-    X, Y = _data(120, seed=40)
+    X, Y = sine_data(120, seed=40)
     Y = torch.sign(Y)
     model = SAVIGP(X, Y, Logistic(), num_inducing=6, posterior=posterior, num_components=K, mean_basis_size=20,
                    mean_basis=basis)
@@ -204,14 +194,9 @@ def test_black_box_training_improves(basis, posterior, K, estimator):
 
 @pytest.mark.parametrize("basis", MEAN_BASES)
 def test_model_file_round_trip(basis, tmp_path):
-    # test_cli lives in tests/savigp/cli, on sys.path only once pytest has collected it: put it
-    # there so that this file also runs on its own
-    sys.path.insert(0, str(Path(__file__).parent / "cli"))
-    from test_cli import _minimal_config
-
-    X, Y = _data(30, seed=12)
+    X, Y = sine_data(30, seed=12)
     model = _model(basis, "full", n=30, M=4, G=5, seed=12)
-    saved = SavedModel(model, _minimal_config())
+    saved = SavedModel(model, minimal_file_config())
     assert model.config["mean_basis"] == basis
     path = str(tmp_path / "m.pt")
     saved.save(path)
@@ -225,12 +210,12 @@ def test_model_file_round_trip(basis, tmp_path):
         assert torch.allclose(u, v, rtol=1e-13, atol=1e-14)
 
 
-@cuda
-@needs_cuda
+@pytest.mark.cuda
+@requires_cuda
 @pytest.mark.parametrize("basis", ["decoupled", "hybrid"])
 def test_cuda_matches_cpu(basis):
     cpu = _model(basis, "diag-whitened", K=2, n=80, M=6, G=10, seed=28)
-    X, Y = _data(80, seed=28)
+    X, Y = sine_data(80, seed=28)
     gpu = SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, posterior="diag-whitened", num_components=2, mean_basis_size=10,
                  mean_basis=basis, device="cuda")
     gpu.load_state_dict(cpu.state_dict())

@@ -13,7 +13,9 @@ import savigp
 from savigp.natural_gradients import natural_gradient_step
 from savigp.posteriors import InducingPrior, Posterior
 
-from test_kl_terms import M, Q, _model  # the KL tests' models: Q = 2, M = 4, posteriors moved off their start
+from conftest import moved_posterior_model as _model  # Q = 2, M = 4, posteriors moved off their start
+
+Q, M = 2, 4
 
 FAMILIES = [("full", 1), ("full", 2), ("diag-whitened", 2), ("diag", 1), ("diag", 2), ("joint", 1)]
 
