@@ -1,26 +1,23 @@
 """The ``SAVIGP_*`` environment variables: each read here, with its meaning, default and check.
 
-=================================  ==========================================  ======================
-variable                           meaning                                     default
-=================================  ==========================================  ======================
-``SAVIGP_MAX_MODEL_BYTES``         memory limit (bytes) of building, training  8 GiB
-                                   or using a model (:mod:`savigp.cost`;
-                                   ``--max-memory`` / ``max_bytes=`` win)
-``SAVIGP_COMPILE``                 ``1``: ``torch.compile`` the step's         off
-                                   elementwise chains (:mod:`savigp._compile`)
-``SAVIGP_DIST_TIMEOUT``            seconds a collective waits for the other    300
-                                   ranks (:mod:`savigp.distributed`)
-``SAVIGP_GRAD_SYNC``               how ranks average gradients: ``allreduce``  ``allreduce``
-                                   (bucketed) or ``ddp`` (DistributedDataParallel)
-``SAVIGP_DEBUG``                   ``1``: the command shows tracebacks         off
-                                   instead of one-line errors (:mod:`savigp.cli`)
-``SAVIGP_TRAIN_LOCK_HELD``         set by ``train --nproc`` for its ranks: the  unset
-                                   lock file the launcher holds (internal)
-``SAVIGP_CLI_TEST_SIGINT_AFTER``   tests only: ``train`` sends itself SIGINT   unset
-                                   after this many steps
-=================================  ==========================================  ======================
+``SAVIGP_MAX_MODEL_BYTES`` (default 8 GiB)
+    memory limit (bytes) of building, training or using a model (:mod:`savigp.cost`;
+    ``--max-memory`` and ``max_bytes=`` win over it).
+``SAVIGP_COMPILE`` (default off)
+    ``1``: ``torch.compile`` the step's elementwise chains (:mod:`savigp._compile`).
+``SAVIGP_DIST_TIMEOUT`` (default 300)
+    seconds a collective waits for the other ranks (:mod:`savigp.distributed`).
+``SAVIGP_GRAD_SYNC`` (default ``allreduce``)
+    how ranks average gradients: ``allreduce`` (bucketed) or ``ddp`` (DistributedDataParallel).
+``SAVIGP_DEBUG`` (default off)
+    ``1``: the command shows tracebacks instead of one-line errors (:mod:`savigp.cli`).
+``SAVIGP_TRAIN_LOCK_HELD`` (default unset)
+    set by ``train --nproc`` for its ranks: the lock file the launcher holds (internal).
+``SAVIGP_CLI_TEST_SIGINT_AFTER`` (default unset)
+    tests only: ``train`` sends itself SIGINT after this many steps.
 
-Every value is read when asked for (not at import), so a variable set later in the process counts.
+Every value is read when asked for, so a variable set later in the process counts (``SAVIGP_COMPILE``:
+read once, when :mod:`savigp._compile` is imported; :func:`savigp.expected_log_lik.set_compile` then).
 A value that does not parse raises :class:`SettingError` naming the variable, its value and what
 was expected. This module imports nothing heavy (the command's parser reads it before torch).
 """
