@@ -244,8 +244,11 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
     mc = config["model"]
     Q, M, D, K = mc["num_latent"], mc["num_inducing"], mc["input_dim"], mc["num_components"]
     G = mc.get("mean_basis_size") or 0
-    expect = {"inducing": (Q, M, D), "prior_mean": (Q,),
-              "posterior.mean": (1 if mc["posterior"] == "joint" else K, Q, M)}
+    limit = POSTERIORS[mc["posterior"]].max_components
+    if limit is not None and K > limit:
+        raise SchemaError(f"config.model.num_components must be at most {limit} for the {mc['posterior']!r} "
+                          f"posterior, got {K}")
+    expect = {"inducing": (Q, M, D), "prior_mean": (Q,), "posterior.mean": (K, Q, M)}
     if G:
         expect["mean_head.gamma"] = (Q, G, D)
     for key, shape in expect.items():
@@ -253,8 +256,6 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
             raise SchemaError(f"config.model says {key} has shape {shape} (Q={Q}, M={M}, D={D}, K={K}"
                               f"{f', G={G}' if G else ''}) but the state dict holds "
                               f"{_shape(state, key) if key in state else 'no such tensor'}")
-    if mc["posterior"] == "joint" and K != 1:
-        raise SchemaError(f"config.model.num_components must be 1 for the joint posterior, got {K}")
     if mc["dense"] and mc["num_data"] != M:
         raise SchemaError(f"config.model.num_data is {mc['num_data']} but a dense model has one inducing input "
                           f"per data point (M = {M})")

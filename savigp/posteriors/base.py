@@ -97,6 +97,8 @@ class Posterior(nn.Module):
     #: (eq. (18)) or ``"mc"``, and its draws per component (None: the family has no Monte Carlo entropy)
     entropy_estimate: str = "pairwise"
     entropy_samples: Optional[int] = None
+    #: the most components K the family takes (None: any); a model file asking for more is refused
+    max_components: Optional[int] = None
 
     @classmethod
     def build(cls, num_latent: int, num_inducing: int, num_components: int = 1, **options) -> "Posterior":

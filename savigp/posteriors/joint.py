@@ -63,6 +63,7 @@ class JointGaussian(ScaledPosterior):
     kind: str = "joint"
     fused_prior = False
     joint = True
+    max_components = 1
 
     @classmethod
     def build(cls, num_latent: int, num_inducing: int, num_components: int = 1, **options) -> "JointGaussian":

@@ -145,3 +145,17 @@ def test_a_head_is_attached_to_the_posterior_once():
     assert float(post.mean.abs().max()) == 0.0 and not post.mean.requires_grad  # decoupled fixes it at 0
     with pytest.raises(ValueError, match="mean_basis must be one of orthogonal, decoupled, hybrid, got 'x'"):
         make_mean_head("x", torch.as_tensor(X), 1, 3)
+
+
+def test_the_schema_asks_the_family_how_many_components_it_takes(tmp_path):
+    from savigp.model_files import ModelFileError
+
+    X, Y = _data(20)
+    model = savigp.SAVIGP(X, Y, Gaussian(0.1), num_inducing=4, posterior="joint")
+    path = tmp_path / "joint.pt"
+    savigp.save(model, path)
+    blob = torch.load(str(path), weights_only=True)
+    blob["config"]["model"]["num_components"] = 2
+    torch.save(blob, str(path))
+    with pytest.raises(ModelFileError, match="num_components must be at most 1 for the 'joint' posterior, got 2"):
+        savigp.load(path)
