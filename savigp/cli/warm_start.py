@@ -84,7 +84,7 @@ def read_source(args, spec: dict, input_names: list, target_names: list):
     theirs = config["likelihood"]
     _compare(path, "the likelihood is", _likelihood_text(spec), _likelihood_text(theirs))
     columns = config.get("columns")
-    if columns is not None:  # a file written by savigp train (model.save records no columns)
+    if columns is not None:  # a file written by savigp train (savigp.save records no columns)
         _compare(path, "the input columns are", input_names, columns.get("inputs"))
         _compare(path, "the target columns are", target_names, columns.get("targets"))
     recorded = config.get("standardize") or {}

@@ -245,7 +245,7 @@ def _user_module(tmp_path):
 
 
 def test_python_user_likelihood_with_options_round_trips(tmp_path):
-    """``model.save`` writes ``CallableLikelihood.spec()`` (task, classes, params, constraints,
+    """``savigp.save`` writes ``CallableLikelihood.spec()`` (task, classes, params, constraints,
     min_log_prob) and the mean function under code_kwargs; ``savigp.load`` with consent rebuilds
     it, and its predictions equal the original model's (same draws)."""
     src, fns = _user_module(tmp_path)
