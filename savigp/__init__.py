@@ -18,7 +18,7 @@ _LAZY = {
     "Matern32": "kernels", "Matern52": "kernels", "evaluate": "metrics", "SAVIGP": "model", "ELBOTerms": "model",
     "Prediction": "model", "DiagonalMixture": "posteriors", "FullGaussian": "posteriors", "FullMixture": "posteriors",
     "MixturePosterior": "posteriors", "UDiagonalMixture": "posteriors", "TrainingDiverged": "training",
-    "TrainingHistory": "training", "fit": "training", "OrthogonalMeanHead": "decoupled",
+    "TrainingHistory": "training", "fit": "training", "OrthogonalMeanHead": "mean_bases",
     "DecoupledMeanHead": "mean_bases", "HybridMeanHead": "mean_bases", "AdditiveMatern": "fourier_features",
     "FourierFeatureKernel": "fourier_features", "odvff_model": "fourier_features", "fit_orthnat": "natural_gradients",
     "CholeskyError": "_linalg", "robust_cholesky": "_linalg", "tune_cpu_allocator": "_allocator",

@@ -123,7 +123,7 @@ POSTERIORS = Registry("posterior", {
 #: the mean heads (``mean_basis=``, Salimbeni et al. 2018); a class built as
 #: ``cls(X, num_latent, size, seed=, **options)``, then given the posterior (``attach``)
 MEAN_HEADS = Registry("mean_basis", {
-    "orthogonal": "savigp.decoupled:OrthogonalMeanHead",
+    "orthogonal": "savigp.mean_bases:OrthogonalMeanHead",
     "decoupled": "savigp.mean_bases:DecoupledMeanHead",
     "hybrid": "savigp.mean_bases:HybridMeanHead",
 })

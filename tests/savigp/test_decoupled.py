@@ -13,7 +13,8 @@ import torch
 from conftest import requires_cuda, sine_data
 from likelihoods import Gaussian, Logistic, MultiGaussian
 from savigp import SAVIGP, fit
-from savigp.decoupled import OrthogonalMeanHead, kernel_matvec
+from savigp.decoupled import kernel_matvec
+from savigp.mean_bases import OrthogonalMeanHead
 from savigp.testing.mean_heads import check_mean_head, explicit_component_kl, randomize
 from savigp.natural_gradients import (
     fit_orthnat,
