@@ -20,7 +20,7 @@ work. The KL divergence gains (Salimbeni et al. 2018, App. A, Prop. A.1)
     1/2 a_j^T (K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma) a_j = 1/2 (a_j^T K_gamma a_j - b_j^T w_j),
 
 b_j^T w_j = ||c_j||^2. The head follows the model's two ways of differentiating through K_zz^-1
-(:meth:`OrthogonalMeanHead.basis_terms`): autograd through L_zz, or the fused path where L_zz has
+(:meth:`savigp.mean_bases.OrthogonalMeanHead.basis_terms`): autograd through L_zz, or the fused path where L_zz has
 no graph and the gradient -(K_zz^-1 dF/dw) w^T goes to K_zz directly.
 
 Why this is exact for a mixture posterior too: the head shifts every component by the
