@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from .model_checks import marginals_device, marginals_dtype
 from .report import FAILED, PASSED, SKIPPED, Report, run_checks
 
 
@@ -159,32 +160,13 @@ def _gradients(p: _Problem):
     return PASSED, ""
 
 
-def _dtype(p: _Problem):
-    model = p.model(dtype=torch.float32)
-    X = model.train_x[:5]
-    with torch.no_grad():
-        mean, var = model.marginals(X)
-    if mean.dtype != torch.float32 or var.dtype != torch.float32:
-        return FAILED, f"a float32 model gave marginals of {mean.dtype}, {var.dtype}"
-    return PASSED, ""
-
-
-def _device(p: _Problem):
-    if not torch.cuda.is_available():
-        return SKIPPED, "no CUDA device"
-    model = p.model(device="cuda")
-    with torch.no_grad():
-        mean, _ = model.marginals(model.train_x[:5])
-    return (PASSED, "") if mean.is_cuda else (FAILED, f"a CUDA model gave marginals on {mean.device}")
-
-
 CHECKS = (
     ("shapes", _shapes, ()),
     ("zero_head", _zero_head, ("shapes",)),
     ("kl_reference", _kl_reference, ("shapes",)),
     ("gradients", _gradients, ("shapes",)),
-    ("dtype", _dtype, ("shapes",)),
-    ("device", _device, ("shapes",)),
+    ("dtype", marginals_dtype, ("shapes",)),
+    ("device", marginals_device, ("shapes",)),
 )
 
 

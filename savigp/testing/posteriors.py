@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .model_checks import marginals_device, marginals_dtype
 from .report import FAILED, PASSED, SKIPPED, Report, run_checks
 
 Q, M, N, B = 2, 4, 30, 5
@@ -161,23 +162,6 @@ def _gradients(p: _Problem):
     return PASSED, ""
 
 
-def _dtype(p: _Problem):
-    model = p.model(dtype=torch.float32)
-    with torch.no_grad():
-        mean, var = model.marginals(model.train_x[:B])
-    ok = mean.dtype == var.dtype == torch.float32
-    return (PASSED, "") if ok else (FAILED, f"a float32 model gave marginals of {mean.dtype}, {var.dtype}")
-
-
-def _device(p: _Problem):
-    if not torch.cuda.is_available():
-        return SKIPPED, "no CUDA device"
-    model = p.model(device="cuda")
-    with torch.no_grad():
-        mean, _ = model.marginals(model.train_x[:B])
-    return (PASSED, "") if mean.is_cuda else (FAILED, f"a CUDA model gave marginals on {mean.device}")
-
-
 CHECKS = (
     ("shapes", _shapes, ()),
     ("fused_path", _fused_path, ("shapes",)),
@@ -185,8 +169,8 @@ CHECKS = (
     ("kl_terms", _kl_terms, ("shapes",)),
     ("draws", _draws, ("shapes",)),
     ("gradients", _gradients, ("shapes",)),
-    ("dtype", _dtype, ("shapes",)),
-    ("device", _device, ("shapes",)),
+    ("dtype", marginals_dtype, ("shapes",)),
+    ("device", marginals_device, ("shapes",)),
 )
 
 
