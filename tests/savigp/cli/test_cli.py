@@ -468,11 +468,16 @@ def test_bad_inputs_exit_2_with_one_clear_line(tmp_path, capsys):
         capsys.readouterr()
         code = main([str(a) for a in args])
         check(args, needles, code, capsys.readouterr().err)
-    # end to end, one of each kind (CSV, labels, user function, model file), started together
+    # end to end, one of each kind (CSV, labels, user function, model file), started together: each
+    # train run its own --out (two runs on one --out contend for its lock and one is refused first)
     subset = [cases[i] for i in (3, 7, 14, 17)]
-    for (args, needles), r in zip(subset, run_many([c[0] for c in subset])):
+    outs = [t / f"existing{i}.pt" for i in range(len(subset))]
+    for o in outs:
+        o.write_bytes(b"keep me")
+    argv = [[outs[i] if a == out else a for a in c[0]] for i, c in enumerate(subset)]
+    for (_, needles), args, r in zip(subset, argv, run_many(argv)):
         check(args, needles, r.returncode, r.stderr)
-    assert out.read_bytes() == b"keep me"
+    assert all(o.read_bytes() == b"keep me" for o in [out, *outs])
     assert sorted(p.name for p in t.iterdir() if p.name.startswith(".")) == []  # no temporary files left
 
 
