@@ -3,6 +3,7 @@ imports, none new among the imports inside functions, and no arrow that runs bac
 (the model, its parts and training never import the model files or the command line; the model
 does not know its file format)."""
 import ast
+import functools
 import subprocess
 import sys
 
@@ -25,6 +26,7 @@ def _modules() -> dict:
     return mods
 
 
+@functools.lru_cache(maxsize=None)
 def _graph(top_level_only: bool) -> dict:
     """module -> the savigp modules it imports (``from . import x`` of a submodule x: x itself)."""
     mods = _modules()
