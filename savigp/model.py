@@ -605,6 +605,16 @@ class SAVIGP(nn.Module):
             out[i:i + chunk_size] = lse - math.log(num_samples)
         return out
 
+    def save(self, path: str) -> None:
+        """Deprecated: use :func:`savigp.save` (``savigp.save(model, path)``), which sits beside
+        :func:`savigp.load`; the model itself does not know its file format. Kept for one release so
+        that code written against earlier versions keeps working; it warns and calls that function."""
+        warnings.warn("SAVIGP.save(path) is deprecated and will be removed; use savigp.save(model, path)",
+                      DeprecationWarning, stacklevel=2)
+        from .model_files import save  # the one deprecated arrow up to the file format (tests/savigp/test_import_graph.py)
+
+        save(self, path)
+
     def extra_repr(self) -> str:
         return (f"N={self.num_data}, D={self.input_dim}, Q={self.num_latent}, M={self.num_inducing}, "
                 f"dense={self.dense}, learn_inducing={self.learn_inducing}")
