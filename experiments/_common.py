@@ -1,36 +1,72 @@
-"""Helpers shared by the paper experiments: locating and reading the CSV splits of
-``../shared/data``, standardizing with training statistics, writing CSV / Markdown tables
-atomically, summarizing over splits, and a box-plot helper in the style of the paper's figures.
+"""The experiments' shared runner: where the scripts import from, their common options
+(``--data-dir``, ``--out``, ``--threads``, ``--seed`` / ``--seeds``, ``--device`` / ``--dtype``),
+locating and reading the CSV splits of ``../shared/data``, standardizing with training statistics
+(the statistics ``savigp train`` uses), the paper's metrics (Gaussian NLPD, SSE) written once,
+writing CSV / Markdown / JSON results atomically, printing tables, summarizing over splits, and a
+box-plot helper in the style of the paper's figures.
 
-Nothing here knows about a particular experiment; every function takes plain numpy arrays,
-lists of dicts or paths.
+A script is run as a file, ``python experiments/<name>.py ...``: Python puts ``experiments/`` first
+on ``sys.path``, so the script imports this module as ``_common`` (and ``_flagship_io``,
+``seismic_model``, ... the same way). Importing this module puts the repository root on
+``sys.path`` too (a checkout without ``pip install -e .``); importing a script as
+``experiments.<name>`` (the tests, ``python -m experiments.<name>``) goes through
+``experiments/__init__.py``, which imports this module first. :func:`_importable` is the one
+place that edits ``sys.path`` for the experiments.
+
+Nothing here knows about a particular experiment; every function takes plain numpy arrays or
+tensors, lists of dicts, paths or an ``argparse`` parser.
 """
 from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from savigp.atomic_files import atomic_write
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS_DIR = REPO_ROOT / "experiments"
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 
 
+def _importable() -> None:
+    """Make ``savigp`` / ``likelihoods`` (the repository root) and the scripts' own modules
+    (``experiments/``) importable, and give this module one identity under both of its names
+    (``_common`` and ``experiments._common``), so its classes are the same objects whichever way a
+    script was reached."""
+    if str(REPO_ROOT) not in sys.path:  # this checkout's savigp before any installed one
+        sys.path.insert(0, str(REPO_ROOT))
+    if str(EXPERIMENTS_DIR) not in sys.path:  # after the installed packages: a script's name shadows none
+        sys.path.append(str(EXPERIMENTS_DIR))
+    other = "_common" if __name__ == "experiments._common" else "experiments._common"
+    sys.modules.setdefault(other, sys.modules[__name__])
+
+
+_importable()
+
+from savigp.atomic_files import atomic_write  # noqa: E402  (after the repository is importable)
+
+
 # ---------------------------------------------------------------------------------- data
-def resolve_data_dir(data_dir: Optional[str] = None) -> Path:
-    """``data_dir`` if given, else ``<repo>/../shared/data``. Raises FileNotFoundError if absent."""
+def resolve_data_dir(data_dir: Optional[str] = None, folder: Optional[str] = None) -> Path:
+    """``data_dir`` if given, else ``<repo>/../shared/data``; with ``folder``, that sub-folder of it.
+
+    Raises FileNotFoundError naming the missing path and the ``--data-dir`` option."""
     path = Path(data_dir) if data_dir else DEFAULT_DATA_DIR
     if not path.is_dir():
         raise FileNotFoundError(
             f"data folder {path} not found: pass --data-dir, or place the shared data at {DEFAULT_DATA_DIR}"
         )
+    if folder is not None:
+        if not (path / folder).is_dir():
+            raise FileNotFoundError(f"data folder {path / folder} not found: --data-dir {path} has no {folder}/")
+        return path / folder
     return path
 
 
@@ -73,15 +109,19 @@ def read_split(folder: os.PathLike, split: int, target_cols: int = 1) -> tuple[n
 
 
 class Standardizer:
-    """Affine map x -> (x - mean) / std with statistics of the training data (columns with zero
-    spread keep std 1). ``log_scale`` is sum(log std): the log-Jacobian term to add to a
-    per-row negative log density computed on the standardized scale to get it on the original one.
+    """Affine map x -> (x - mean) / std with statistics of the training data, the statistics
+    ``savigp train`` standardizes with (:func:`savigp.model_files.builder.standardization_stats`:
+    column means and population standard deviations, a constant column keeps std 1).
+    ``log_scale`` is sum(log std): the log-Jacobian term to add to a per-row negative log density
+    computed on the standardized scale to get it on the original one.
     """
 
     def __init__(self, data: np.ndarray):
-        self.mean = data.mean(0)
-        std = data.std(0)
-        self.std = np.where(std > 1e-12, std, 1.0)
+        from savigp.model_files.builder import standardization_stats
+
+        stats = standardization_stats(np.asarray(data).reshape(len(data), -1))
+        self.mean = np.asarray(stats["mean"], dtype=np.float64)
+        self.std = np.asarray(stats["std"], dtype=np.float64)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return (x - self.mean) / self.std
@@ -257,6 +297,103 @@ def grouped_boxplot(ax, data: dict, groups: Sequence, members: Sequence, *, ylab
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(handles=handles, fontsize="small", loc="best")
+
+
+# ---------------------------------------------------------------------------------- options
+def add_data_argument(parser, folder: Optional[str] = None) -> None:
+    """``--data-dir`` (default ``../shared/data``); read it with :func:`resolve_data_dir`."""
+    what = f"folder holding {folder}/" if folder else "folder with the datasets"
+    parser.add_argument("--data-dir", default=None, help=f"{what} (default ../shared/data)")
+
+
+def add_out_argument(parser, default: Optional[str] = None, help: Optional[str] = None) -> None:
+    """``--out``: where the script writes its results (every file atomically)."""
+    parser.add_argument("--out", default=default, help=help or f"output folder (default {default})")
+
+
+def add_threads_argument(parser, default: Optional[int] = None, help: Optional[str] = None) -> None:
+    """``--threads``: torch's intra-op CPU threads (apply with :func:`set_threads`)."""
+    parser.add_argument("--threads", type=int, default=default, help=help)
+
+
+def add_seed_argument(parser, default: int = 0, help: Optional[str] = None) -> None:
+    """``--seed``: one integer seed."""
+    parser.add_argument("--seed", type=int, default=default, help=help)
+
+
+def add_seeds_argument(parser, default: str = "0", help: Optional[str] = None) -> None:
+    """``--seeds``: comma-separated integer seeds (read with :func:`parse_ints`)."""
+    parser.add_argument("--seeds", default=default, help=help or "comma-separated seeds")
+
+
+def parse_ints(parser, text: str, option: str = "--seeds") -> list[int]:
+    """``"0,1, 2"`` -> ``[0, 1, 2]``; anything else is ``parser.error`` naming ``option`` (exit 2)."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        parser.error(f"{option} must be comma-separated integers, got {text!r}")
+    return values
+
+
+def set_threads(threads: Optional[int]) -> Optional[int]:
+    """``torch.set_num_threads(threads)`` when given; returns it."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    return threads
+
+
+# ---------------------------------------------------------------------------------- metrics
+def _tensor(x):
+    import torch
+
+    return x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x, dtype=np.float64))
+
+
+def gaussian_log_density(y, mean, var):
+    """log N(y; mean, var) elementwise (broadcast), by
+    :func:`likelihoods.densities.gaussian_log_density`, the density the Gaussian likelihoods use;
+    a tensor if any argument is one, else a numpy array."""
+    import torch
+
+    from likelihoods.densities import gaussian_log_density as _log_density
+
+    out = _log_density(_tensor(y), _tensor(mean), _tensor(var))
+    return out if any(isinstance(a, torch.Tensor) for a in (y, mean, var)) else out.numpy()
+
+
+def gaussian_nlpd(y, mean, var) -> float:
+    """Mean over points of -log N(y; mean, var) (the paper's NLPD of a Gaussian predictive,
+    Bonilla et al. 2019, §9.1)."""
+    return float(-gaussian_log_density(y, mean, var).mean())
+
+
+def sse(y, mean) -> float:
+    """The paper's SSE: mean squared error / variance of the test targets, averaged over outputs
+    (:func:`savigp.metrics.standardized_squared_error`); ``y``, ``mean`` ``(N,)`` or ``(N, P)``,
+    tensors or numpy arrays."""
+    from savigp.metrics import standardized_squared_error
+
+    y, mean = _tensor(y), _tensor(mean)
+    if y.dim() == 1:
+        y, mean = y[:, None], mean[:, None]
+    return standardized_squared_error(y, mean)
+
+
+# ---------------------------------------------------------------------------------- results
+def write_json_atomic(path: os.PathLike, obj) -> Path:
+    """``obj`` as indented JSON at ``path`` (written atomically; numpy numbers as floats)."""
+    _atomic_write(path, json.dumps(obj, indent=2, default=float) + "\n")
+    return Path(path)
+
+
+def print_table(rows: Sequence[dict], columns: Sequence[str], headers: Optional[Sequence[str]] = None,
+                digits: int = 4, file=None) -> None:
+    """Print ``rows`` as a Markdown table (:func:`markdown_table`) to ``file`` (stdout)."""
+    print(markdown_table(rows, columns, headers, digits), end="", file=file or sys.stdout, flush=True)
 
 
 # ---------------------------------------------------------------------------------------- device and dtype

@@ -7,7 +7,6 @@ repository root, or from ``--data-dir``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -16,14 +15,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-# experiments/ is on sys.path; resolve_data_dir is re-exported for the experiments (io.resolve_data_dir)
+# the shared runner (which makes savigp importable); resolve_data_dir and the option helpers are
+# re-exported for the experiments (io.resolve_data_dir, io.add_seed_argument, ...)
 from _common import (  # noqa: F401
-    REPO_ROOT, add_device_arguments, device_and_dtype, markdown_table, resolve_data_dir, write_csv_atomic,
-    write_text_atomic,
+    REPO_ROOT, add_data_argument, add_device_arguments, add_out_argument, add_seed_argument, add_threads_argument,
+    device_and_dtype, gaussian_log_density, gaussian_nlpd, markdown_table, resolve_data_dir, sse, write_csv_atomic,
+    write_json_atomic, write_text_atomic,
 )
-
-if str(REPO_ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, str(REPO_ROOT))
 
 
 def out_dir(arg: Optional[str], name: str) -> Path:
@@ -64,8 +62,8 @@ def write_table(rows: Sequence[dict], stem: Path, columns: Optional[Sequence[str
 
 
 def write_json(obj, path: Path) -> Path:
-    write_text_atomic(path, json.dumps(obj, indent=2, default=float) + "\n")
-    return Path(path)
+    """``obj`` as JSON at ``path``, atomically (:func:`_common.write_json_atomic`)."""
+    return write_json_atomic(path, obj)
 
 
 def write_result(path: Path, argv: Optional[Sequence[str]], **fields) -> dict:
@@ -107,9 +105,9 @@ def parser(doc: str, name: str, *, quick_help: Optional[str] = None, data_folder
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     if quick_help is not None:
         p.add_argument("--quick", action="store_true", help=quick_help)
-    p.add_argument("--out", default=None, help=f"output folder (default results/{name})")
+    add_out_argument(p, None, help=f"output folder (default results/{name})")
     if data_folder is not None:
-        p.add_argument("--data-dir", default=None, help=f"folder holding {data_folder}/ (default ../shared/data)")
+        add_data_argument(p, data_folder)
     return p
 
 

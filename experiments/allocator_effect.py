@@ -17,14 +17,14 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from _common import add_threads_argument  # the shared runner (savigp and benchmark.py importable)
 
 
 def one_run(M: int, B: int, S: int, steps: int, warmup: int, threads: int, tune: bool) -> float:
     """Median ms per fit step in this process."""
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import benchmark as bm
     import savigp
 
@@ -46,7 +46,7 @@ def main(argv=None) -> dict:
     p.add_argument("--S", type=int, default=100)
     p.add_argument("--steps", type=int, default=60, help="timed steps per run")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--threads", type=int, default=2)
+    add_threads_argument(p, 2)
     p.add_argument("--pairs", type=int, default=3, help="alternating (tuned, default) process pairs")
     p.add_argument("--child", choices=["tuned", "default"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)

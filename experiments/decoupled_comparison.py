@@ -72,25 +72,30 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from experiments._common import (  # noqa: E402
+from _common import (  # the shared runner (it makes savigp importable)
     Standardizer,
+    add_data_argument,
+    add_device_arguments,
+    add_out_argument,
+    add_seeds_argument,
+    add_threads_argument,
+    device_and_dtype,
+    gaussian_log_density,
     markdown_table,
+    parse_ints,
     read_csv_matrix,
     read_csv_rows,
     read_split,
     resolve_data_dir,
+    sse,
     summarize,
     write_csv_atomic,
     write_text_atomic,
 )
-from experiments._common import add_device_arguments, device_and_dtype  # noqa: E402
-from likelihoods import Gaussian  # noqa: E402
-from savigp import SAVIGP, TrainingDiverged, TrainingHistory, fit  # noqa: E402
-from savigp.fourier_features import AdditiveMatern, odvff_model  # noqa: E402
-from savigp.natural_gradients import fit_orthnat  # noqa: E402
+from likelihoods import Gaussian
+from savigp import SAVIGP, TrainingDiverged, TrainingHistory, fit
+from savigp.fourier_features import AdditiveMatern, odvff_model
+from savigp.natural_gradients import fit_orthnat
 
 CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled", "odvff", "orthnat-gn", "orthnat-eq16")
 DEFAULT_CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled", "odvff")
@@ -243,11 +248,10 @@ def test_metrics(model: SAVIGP, Xte, Yte, ys: Standardizer) -> dict:
     mu = mean[0, :, 0].cpu().numpy()
     s2 = (var[0, :, 0] + model.likelihood.variance()).cpu().numpy()
     z = ys(Yte)[:, 0]
-    nlpd = 0.5 * np.log(2 * np.pi * s2) + 0.5 * (z - mu) ** 2 / s2 + ys.log_scale
+    nlpd = -gaussian_log_density(z, mu, s2) + ys.log_scale
     pred = ys.inverse(mu[:, None])[:, 0]
     err = Yte[:, 0] - pred
-    return {"test_ll": -float(nlpd.mean()), "mae": float(np.abs(err).mean()),
-            "sse": float((err ** 2).mean() / Yte[:, 0].var())}
+    return {"test_ll": -float(nlpd.mean()), "mae": float(np.abs(err).mean()), "sse": sse(Yte[:, 0], pred)}
 
 
 def run_dataset(name: str, configs, seeds, args, done=None) -> list[dict]:
@@ -472,14 +476,14 @@ def summarize_runs(rows: list[dict]) -> list[dict]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny settings (seconds; what the test suite runs)")
-    p.add_argument("--out", default="results/decoupled")
-    p.add_argument("--data-dir", default=None, help="folder with the datasets (default ../shared/data)")
+    add_out_argument(p, "results/decoupled")
+    add_data_argument(p)
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=f"comma-separated, from {CONFIGS}")
     p.add_argument("--datasets", default=",".join(DATASETS), help=f"comma-separated, from {DATASETS}")
-    p.add_argument("--seeds", default="0,1", help="comma-separated seeds (one run per seed and configuration)")
+    add_seeds_argument(p, "0,1", help="comma-separated seeds (one run per seed and configuration)")
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (all Adam groups)")
     p.add_argument("--eq16-step", type=float, default=1e-3, help="step of Salimbeni et al. 2018 eq. (16) for orthnat-eq16")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: reproducible CPU ms)")
+    add_threads_argument(p, 1, help="torch CPU threads (1: reproducible CPU ms)")
     p.add_argument("--no-timing", action="store_true", help="skip the timing and prediction-cache tables")
     p.add_argument("--reuse", default=None, metavar="CSV",
                    help="a comparison.csv of an earlier (interrupted) run with the same settings: its rows are kept "
@@ -496,10 +500,7 @@ def main(argv=None) -> int:
     bad = set(datasets) - set(DATASETS)
     if bad:
         p.error(f"unknown datasets {sorted(bad)}; choose from {DATASETS}")
-    try:
-        seeds = [int(x) for x in args.seeds.split(",") if x]
-    except ValueError:
-        p.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
+    seeds = parse_ints(p, args.seeds, "--seeds")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -24,21 +24,17 @@ evaluates it, a check on ``mog1@fg``'s optimization.
 from __future__ import annotations
 
 import argparse
-import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import savigp  # noqa: E402
-from experiments import small_scale as ss  # noqa: E402
-from experiments._common import (  # noqa: E402
-    Identity, Standardizer, nested_subsets, read_split, resolve_data_dir, write_csv_atomic,
+from _common import (  # the shared runner (it makes savigp and the experiments package importable)
+    Identity, Standardizer, add_data_argument, add_threads_argument, gaussian_log_density, nested_subsets, read_split,
+    resolve_data_dir, sse, write_csv_atomic,
 )
+import savigp
+from experiments import small_scale as ss
 
 
 def closed_form_diagonal_nlpd(model, ytr: np.ndarray, Xte: np.ndarray, yte: np.ndarray) -> dict:
@@ -63,8 +59,7 @@ def closed_form_diagonal_nlpd(model, ytr: np.ndarray, Xte: np.ndarray, yte: np.n
         mean = A @ m
         var = model.kernel.diag(Xs)[0] - (A * Ksx).sum(1) + (A * A * s).sum(1) + s2
         ys = torch.as_tensor(yte[:, 0], dtype=K.dtype)
-        lpd = -0.5 * (math.log(2 * math.pi) + var.log() + (ys - mean) ** 2 / var)
-        return {"sse": float(((ys - mean) ** 2).mean() / ys.var(unbiased=False)), "nlpd": float(-lpd.mean())}
+        return {"sse": sse(ys, mean), "nlpd": float(-gaussian_log_density(ys, mean, var).mean())}
 
 
 def _hyper_parameters(model) -> dict:
@@ -97,7 +92,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--splits", type=ss._ints, default=[1])
     p.add_argument("--sf", type=float, default=1.0)
     p.add_argument("--out", default=None, help="CSV file for the rows (default: print only)")
-    p.add_argument("--threads", type=int, default=1)
+    add_threads_argument(p, 1)
+    add_data_argument(p)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     spec = ss.DATASETS[args.dataset]
@@ -105,7 +101,7 @@ def main(argv=None) -> list[dict]:
     args.tol = ss.DEFAULT_TOL[spec.optimizer]
     args.q_warmup = 0  # ss.train's option (off, the suite's default)
     args.placement = {"device": None, "dtype": torch.float64}
-    data_dir = resolve_data_dir(None) / spec.folder
+    data_dir = resolve_data_dir(args.data_dir, spec.folder)
     rows = []
     for split in args.splits:
         Xtr, Ytr, Xte, Yte = read_split(data_dir, split, spec.target_cols)

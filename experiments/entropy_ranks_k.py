@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import savigp  # noqa: E402
-from likelihoods import CallableLikelihood, Gaussian  # noqa: E402
+import _common  # noqa: F401  (the shared runner: savigp importable from a checkout)
+import savigp
+from likelihoods import CallableLikelihood, Gaussian
+from likelihoods.densities import gaussian_log_density
 
 N, NOISE = 10, 0.05
 ITERATIONS = 15  # L-BFGS outer steps of 20 inner iterations
@@ -38,7 +35,7 @@ Y = (1.0 + 0.3 * torch.sin(2.0 * X)).to(torch.float64)
 
 
 def _abs_lik(y, f):
-    return -0.5 * math.log(2 * math.pi * NOISE) - 0.5 * (y[:, 0] - f[..., 0].abs()) ** 2 / NOISE
+    return gaussian_log_density(y[:, 0], f[..., 0].abs(), torch.tensor(NOISE, dtype=f.dtype, device=f.device))
 
 
 def _model(K, seed, entropy, likelihood="abs"):

@@ -21,15 +21,13 @@ same M, same split, same optimizer).
 from __future__ import annotations
 
 import math
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _flagship_io as io  # noqa: E402
-from _common import add_device_arguments, device_and_dtype  # noqa: E402
+import _flagship_io as io
+from _common import Standardizer, add_device_arguments, device_and_dtype, sse
 
 # The paper's numbers (text of §9.4, 44,484 training rows, SF = 0.04, i.e. M ~ 1780, fg posterior):
 PAPER = {
@@ -53,19 +51,12 @@ def load(data: Path, problem: str, seed: int = 0, test_fraction: float = 0.2):
     return X[tr], Y[tr], X[te], Y[te]
 
 
-class Standardizer:
-    def __init__(self, A):
-        self.mean, self.std = A.mean(0), A.std(0)
-        self.std[self.std == 0] = 1.0
-
-    def __call__(self, A):
-        return (A - self.mean) / self.std
-
-
 def gprn_per_output_lpd(model, X, Y, num_samples=1000, seed=0, chunk=512):
     """log p(y_np | x_n) for each test point and output, ``(N, P)`` (standardized units), by Monte
     Carlo over q(f): logsumexp_s log N(y_np; (W g)_p(f_s), sigma_p^2) - log S."""
     import torch
+
+    from likelihoods.densities import gaussian_log_density
 
     lik = model.likelihood
     X = torch.as_tensor(X, dtype=model.dtype, device=model.device)
@@ -75,8 +66,7 @@ def gprn_per_output_lpd(model, X, Y, num_samples=1000, seed=0, chunk=512):
     for i in range(0, X.shape[0], chunk):
         f, log_pi, _, _ = model.draws(X[i:i + chunk], num_samples, seed + i)  # (S, K, B, Q)
         mu = lik.mix(f)  # (S, K, B, P)
-        r = Y[i:i + chunk] - mu
-        lp = -0.5 * (math.log(2 * math.pi) + torch.log(var)) - 0.5 * r * r / var
+        lp = gaussian_log_density(Y[i:i + chunk], mu, var)
         lse = torch.logsumexp(lp + log_pi[None, :, None, None], dim=(0, 1)) - math.log(num_samples)
         out.append(lse)
     return torch.cat(out).double().cpu().numpy()
@@ -136,9 +126,9 @@ def run_problem(problem, data, args, settings, out):
     mean = pred.mean.double().cpu().numpy()
     lpd = gprn_per_output_lpd(model, xte, yte, num_samples=1000, seed=args.seed)
     for p, joint in enumerate(joints):
-        sse = float(((yte[:, p] - mean[:, p]) ** 2).mean() / yte[:, p].var())
         nlpd = float(-lpd[:, p].mean() + log_std[p])  # original torque units
-        rows.append({"problem": problem, "model": "savigp-gprn", "joint": joint, "sse": sse, "nlpd": nlpd,
+        rows.append({"problem": problem, "model": "savigp-gprn", "joint": joint, "sse": sse(yte[:, p], mean[:, p]),
+                     "nlpd": nlpd,
                      "seconds": round(secs, 1), "iterations": hist.steps, "M": settings["M"],
                      "n_train": len(xtr), "n_test": len(xte), "estimator": hist.estimator,
                      "samples": settings["samples"]})
@@ -189,8 +179,8 @@ def parse(argv=None):
     p.add_argument("--max-train", type=int, default=None, help="use only the first rows of the training split")
     p.add_argument("--max-test", type=int, default=None)
     p.add_argument("--split-seed", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None)
+    io.add_seed_argument(p)
+    io.add_threads_argument(p)
     p.add_argument("--progress", action="store_true")
     add_device_arguments(p)
     return p.parse_args(argv)

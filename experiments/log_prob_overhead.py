@@ -23,6 +23,7 @@ import time
 import torch
 from torch import Tensor
 
+import _common  # noqa: F401  (the shared runner: savigp importable from a checkout)
 from likelihoods import Likelihood, Logistic
 from likelihoods.base import log_prob_checked
 

@@ -38,15 +38,12 @@ distance between images and variance 1).
 from __future__ import annotations
 
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _flagship_io as io  # noqa: E402
-import mnist as mnist_exp  # noqa: E402  (experiments/mnist.py)
+import _flagship_io as io
+import mnist as mnist_exp  # (experiments/mnist.py)
 
 PAPER_ERROR_RATE = 0.0154
 # options that define the training stream and the model: a resumed run must use the checkpoint's
@@ -203,8 +200,8 @@ def parse(argv=None):
     p.add_argument("--shift", type=float, default=1.5, help="pixels (default 1.5)")
     p.add_argument("--elastic-alpha", type=float, default=20.0, help="pixels (default 20)")
     p.add_argument("--elastic-sigma", type=float, default=4.0, help="pixels (default 4)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None)
+    io.add_seed_argument(p)
+    io.add_threads_argument(p)
     io.add_device_arguments(p, default_dtype=None)
     args = p.parse_args(argv)
     q = args.quick

@@ -18,9 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _common import REPO_ROOT as REPO, add_threads_argument  # the shared runner
 
 
 def run_child(args: list, env: dict) -> tuple:
@@ -37,7 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--samples", type=int, default=None, help="--samples for both commands (default: theirs)")
-    ap.add_argument("--threads", type=int, default=1)
+    add_threads_argument(ap, 1)
     a = ap.parse_args()
 
     import numpy as np

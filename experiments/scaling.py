@@ -52,10 +52,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import REPO_ROOT, markdown_table, read_csv_rows, write_csv_atomic, write_text_atomic  # noqa: E402
+from _common import (  # the shared runner (it makes savigp importable)
+    REPO_ROOT, add_out_argument, add_threads_argument, markdown_table, read_csv_rows, write_csv_atomic,
+    write_text_atomic,
+)
 
 
 def _model(cfg: dict):
@@ -166,7 +166,7 @@ def plot(rows: list, path: Path) -> None:
 def main(argv=None) -> list:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", default="1,2,4,8", help="rank counts (default 1,2,4,8)")
-    p.add_argument("--threads", type=int, default=2, help="torch threads per rank (default 2)")
+    add_threads_argument(p, 2, help="torch threads per rank (default 2)")
     p.add_argument("--sync", default="allreduce", help="gradient synchronization(s): allreduce, ddp (comma-separated)")
     p.add_argument("--batch", type=int, default=8000, help="strong scaling: global batch (default 8000)")
     p.add_argument("--rank-batch", type=int, default=2000, help="weak scaling: batch per rank (default 2000)")
@@ -179,7 +179,7 @@ def main(argv=None) -> list:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--oversubscribe", action="store_true", help="also run rank counts beyond the cores")
     p.add_argument("--quick", action="store_true", help="N=4000, M=100, B=1000/250 per rank, 1 round, 3 steps")
-    p.add_argument("--out", default=str(REPO_ROOT / "results" / "scaling"))
+    add_out_argument(p, str(REPO_ROOT / "results" / "scaling"))
     p.add_argument("--replot", action="store_true", help="only redraw scaling.png from OUT/scaling.csv")
     args = p.parse_args(argv)
     if args.replot:

@@ -15,16 +15,12 @@ expectation): what remains comes from y f alone.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from likelihoods import CallableLikelihood, Logistic, Poisson  # noqa: E402
-from savigp.expected_log_lik import expected_log_lik  # noqa: E402
+import _common  # noqa: F401  (the shared runner: savigp importable from a checkout)
+from likelihoods import CallableLikelihood, Logistic, Poisson
+from savigp.expected_log_lik import expected_log_lik
 
 K, B, Q = 2, 12, 1
 

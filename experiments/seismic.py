@@ -78,16 +78,14 @@ diagonal mixtures ("mog1", "mog2").
 """
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _flagship_io as io  # noqa: E402
-from _common import add_device_arguments, device_and_dtype  # noqa: E402
-from seismic_model import LATENT_NAMES, NOISE_STD, SCALE, agreement, load, prior  # noqa: E402
+import _flagship_io as io
+from _common import add_device_arguments, device_and_dtype
+from seismic_model import LATENT_NAMES, NOISE_STD, SCALE, agreement, load, prior
 
 # (estimator, optimizer, samples, iterations, lr) per mode. L-BFGS iterations are outer steps of
 # `lbfgs_max_iter` inner iterations with fixed draws; Adam iterations are full-batch steps.
@@ -231,8 +229,8 @@ def parse(argv=None):
     p.add_argument("--ref-draws", type=int, default=None, help="HMC draws per chain (default 2000; 150 with --quick)")
     p.add_argument("--ref-warmup", type=int, default=None,
                    help="HMC warm-up iterations (default 1000; 150 with --quick)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default 1 with --quick)")
+    io.add_seed_argument(p)
+    io.add_threads_argument(p, help="torch threads (default 1 with --quick)")
     p.add_argument("--progress", action="store_true", help="show progress bars")
     add_device_arguments(p)
     return p.parse_args(argv)

@@ -69,10 +69,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _flagship_io as io  # noqa: E402
-from _common import write_text_atomic  # noqa: E402
-import seismic_model  # noqa: E402  (the model's definition: prior, noise, latent names, data loader)
+import _flagship_io as io
+from _common import write_text_atomic
+import seismic_model  # (the model's definition: prior, noise, latent names, data loader)
 
 LogLik = Callable[["torch.Tensor"], "torch.Tensor"]  # noqa: F821
 
@@ -512,8 +511,8 @@ def parse(argv=None):
     p.add_argument("--chains", type=int, default=FULL["chains"])
     p.add_argument("--draws", type=int, default=FULL["draws"], help="kept draws per chain")
     p.add_argument("--warmup", type=int, default=FULL["warmup"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    io.add_seed_argument(p)
+    io.add_threads_argument(p, 1, help="torch threads (default 1)")
     p.add_argument("--progress", action="store_true")
     return p.parse_args(argv)
 

@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import benchmark as bm  # noqa: E402
-from savigp.training import GradientStep  # noqa: E402
+from _common import add_threads_argument  # the shared runner (it makes savigp importable)
+import benchmark as bm
+from savigp.training import GradientStep
 
 
 def main(argv=None) -> dict:
@@ -42,7 +40,7 @@ def main(argv=None) -> dict:
     p.add_argument("--lik", default="bernoulli", choices=["bernoulli", "gaussian"])
     p.add_argument("--rounds", type=int, default=11)
     p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    add_threads_argument(p, 2)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     from savigp import tune_cpu_allocator

@@ -25,6 +25,7 @@ os.environ.pop("OMP_NUM_THREADS", None)  # before torch is imported: the rule de
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import _common  # noqa: E402, F401  (the shared runner: savigp importable from a checkout)
 import savigp  # noqa: E402
 from likelihoods import CallableLikelihood, Gaussian  # noqa: E402
 from savigp._threads import torch_threads  # noqa: E402

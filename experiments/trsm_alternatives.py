@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from savigp import _triangular as T  # noqa: E402
-from savigp._linalg import base_jitter  # noqa: E402
-from savigp.kernels import RBF  # noqa: E402
+from _common import DTYPES, add_threads_argument  # the shared runner (it makes savigp importable)
+from savigp import _triangular as T
+from savigp._linalg import base_jitter
+from savigp.kernels import RBF
 
 
 def _sync(device) -> None:
@@ -97,10 +95,10 @@ def run(M: int, B: int, dtype, device, repeats: int) -> list[dict]:
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.add_argument("--dtype", default="float64", choices=DTYPES)
     p.add_argument("--sizes", default="500x1000,1000x1000,500x10000,1000x10000", help="MxB,... (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--threads", type=int, default=2)
+    add_threads_argument(p, 2)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.device.startswith("cuda") and not torch.cuda.is_available():

@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import savigp  # noqa: E402
-from likelihoods import CallableLikelihood  # noqa: E402
-from savigp.testing.examples import nb_dlogp_dr, nb_numpy, ordinal_numpy, ordinal_torch  # noqa: E402
+from _common import add_threads_argument  # the shared runner (it makes savigp importable)
+import savigp
+from likelihoods import CallableLikelihood
+from savigp.testing.examples import nb_dlogp_dr, nb_numpy, ordinal_numpy, ordinal_torch
 
 
 def nb_errors(rng) -> list:
@@ -79,7 +76,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1)
+    add_threads_argument(p, 1)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     rng = np.random.default_rng(0)

@@ -122,6 +122,8 @@ def load_experiment(name: str):
     """The script ``experiments/<name>.py`` as a module (not on ``sys.path``)."""
     import importlib.util
 
+    import experiments  # noqa: F401  (the scripts' own imports, `import _common`, resolve as in a run)
+
     path = ROOT / "experiments" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"_experiment_{name}", path)
     mod = importlib.util.module_from_spec(spec)
