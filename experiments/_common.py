@@ -7,8 +7,10 @@ box-plot helper in the style of the paper's figures.
 
 A script is run as a file, ``python experiments/<name>.py ...``: Python puts ``experiments/`` first
 on ``sys.path``, so the script imports this module as ``_common`` (and ``_flagship_io``,
-``seismic_model``, ... the same way). Importing this module puts the repository root on
-``sys.path`` too (a checkout without ``pip install -e .``); importing a script as
+``seismic_model``, ... the same way); another script it imports by its package name
+(``from experiments import mnist``: a name such as ``mnist`` may also be an installed package).
+Importing this module puts the repository root on ``sys.path`` (a checkout without
+``pip install -e .``); importing a script as
 ``experiments.<name>`` (the tests, ``python -m experiments.<name>``) goes through
 ``experiments/__init__.py``, which imports this module first. :func:`_importable` is the one
 place that edits ``sys.path`` for the experiments.

@@ -25,7 +25,7 @@ def one_run(M: int, B: int, S: int, steps: int, warmup: int, threads: int, tune:
     """Median ms per fit step in this process."""
     import torch
 
-    import benchmark as bm
+    from experiments import benchmark as bm
     import savigp
 
     torch.set_num_threads(threads)

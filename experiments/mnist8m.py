@@ -43,7 +43,7 @@ import time
 import numpy as np
 
 import _flagship_io as io
-import mnist as mnist_exp  # (experiments/mnist.py)
+from experiments import mnist as mnist_exp  # a sibling script by its package name: a pip package is called mnist
 
 PAPER_ERROR_RATE = 0.0154
 # options that define the training stream and the model: a resumed run must use the checkpoint's

@@ -28,7 +28,7 @@ import time
 import torch
 
 from _common import add_threads_argument  # the shared runner (it makes savigp importable)
-import benchmark as bm
+from experiments import benchmark as bm
 from savigp.training import GradientStep
 
 
