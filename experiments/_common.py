@@ -10,10 +10,9 @@ on ``sys.path``, so the script imports this module as ``_common`` (and ``_flagsh
 ``seismic_model``, ... the same way); another script it imports by its package name
 (``from experiments import mnist``: a name such as ``mnist`` may also be an installed package).
 Importing this module puts the repository root on ``sys.path`` (a checkout without
-``pip install -e .``); importing a script as
-``experiments.<name>`` (the tests, ``python -m experiments.<name>``) goes through
-``experiments/__init__.py``, which imports this module first. :func:`_importable` is the one
-place that edits ``sys.path`` for the experiments.
+``pip install -e .``); importing a script as ``experiments.<name>`` (the tests, ``python -m
+experiments.<name>``) goes through ``experiments/__init__.py``, which imports this module first.
+:func:`_importable` is the one place that edits ``sys.path`` for the experiments.
 
 Nothing here knows about a particular experiment; every function takes plain numpy arrays or
 tensors, lists of dicts, paths or an ``argparse`` parser.
