@@ -313,7 +313,7 @@ def add_out_argument(parser, default: Optional[str] = None, help: Optional[str] 
 
 
 def add_threads_argument(parser, default: Optional[int] = None, help: Optional[str] = None) -> None:
-    """``--threads``: torch's intra-op CPU threads (apply with :func:`set_threads`)."""
+    """``--threads``: torch's intra-op CPU threads (the script calls ``torch.set_num_threads``)."""
     parser.add_argument("--threads", type=int, default=default, help=help)
 
 
@@ -336,15 +336,6 @@ def parse_ints(parser, text: str, option: str = "--seeds") -> list[int]:
     if not values:
         parser.error(f"{option} must be comma-separated integers, got {text!r}")
     return values
-
-
-def set_threads(threads: Optional[int]) -> Optional[int]:
-    """``torch.set_num_threads(threads)`` when given; returns it."""
-    if threads:
-        import torch
-
-        torch.set_num_threads(int(threads))
-    return threads
 
 
 # ---------------------------------------------------------------------------------- metrics
