@@ -54,7 +54,7 @@ import torch.multiprocessing as mp
 
 from _common import (  # the shared runner (it makes savigp importable)
     REPO_ROOT, add_out_argument, add_threads_argument, markdown_table, read_csv_rows, write_csv_atomic,
-    write_text_atomic,
+    write_json_atomic, write_text_atomic,
 )
 
 
@@ -83,7 +83,7 @@ def _worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
     cpu0 = time.process_time()
     history = savigp.fit(model, iterations=cfg["steps"], seed=2, **common)
     cpu = time.process_time() - cpu0
-    Path(out.format(rank=rank)).write_text(json.dumps({"seconds": history.seconds, "cpu_seconds": cpu}))
+    write_json_atomic(out.format(rank=rank), {"seconds": history.seconds, "cpu_seconds": cpu})
     if cfg["group"]:
         dist.destroy_process_group()
 
