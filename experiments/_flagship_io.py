@@ -1,5 +1,6 @@
-"""Small helpers shared by the flagship experiments (seismic.py, gprn_sarcos.py, mnist.py):
-locating the shared data, writing result tables as CSV and Markdown, and the matplotlib set-up.
+"""Small helpers shared by the flagship experiments (seismic.py, gprn_sarcos.py, mnist.py, ...), on
+top of the shared runner (_common.py): their common options, a result folder with tables as CSV
+and Markdown, a JSON record and figures (every file written atomically), and the matplotlib set-up.
 
 Data are never copied into the repository: they are read from ``../shared/data`` relative to the
 repository root, or from ``--data-dir``.
