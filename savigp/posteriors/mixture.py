@@ -164,10 +164,11 @@ class MixturePosterior(ScaledPosterior):
         ``generator``, in units of each component's own standard deviations and at the spread they
         have now,
 
-            m_k <- c + s L_k z_k,    s^2 = (1 / (K D)) sum_k ||L_k^-1 (m_k - c)||^2    (D = Q M),
+            m_k <- c + d_k - sum_l pi_l d_l,    d_k = s L_k z_k,
+            s^2 = (1 / (K D)) sum_k ||L_k^-1 (m_k - c)||^2    (D = Q M),
 
         (s = 1 when the means coincide), with L_k the component's Cholesky factor (standard
-        deviations for diagonal S_k); covariances and weights are kept. A fresh model's means
+        deviations for diagonal S_k); the centre c, the covariances and the weights are kept. A fresh model's means
         (L_k = I, s = 1) are then a new draw of the constructor's start, and a warm start's
         (:meth:`init_from_moments`) a new draw of its own. Used by :func:`savigp.fit`'s exploration
         of starts for K > 1. ``prior_factor`` (the prior's Cholesky factor ``(Q, M, M)``, called
@@ -185,7 +186,8 @@ class MixturePosterior(ScaledPosterior):
             white = torch.linalg.solve_triangular(L, dev.unsqueeze(-1), upper=False).squeeze(-1)
         s = float((white * white).sum() / (K * Q * M)) ** 0.5
         z = (s if s > 1e-8 else 1.0) * spread_means(K, Q, M, 1.0, generator).to(self.mean)
-        self.mean.copy_(c + (L * z if self.diagonal else (L @ z.unsqueeze(-1)).squeeze(-1)))
+        new = L * z if self.diagonal else (L @ z.unsqueeze(-1)).squeeze(-1)  # (K, Q, M)
+        self.mean.copy_(c + new - (self.weights().view(K, 1, 1) * new).sum(0))
 
     @torch.no_grad()
     def reflect(self, source: int, target: int) -> None:

@@ -210,8 +210,8 @@ class UDiagonalMixture(MixtureFamily):
     def respread(self, prior_factor: Callable[[], Tensor], generator: torch.Generator | None = None) -> None:
         """:meth:`MixturePosterior.respread` in u-space, where this family spreads its start
         (:meth:`spread_within_components`): the u-space means m_k = L_zz w_k are spread anew around
-        c = sum_k pi_k m_k as c + s * s_k z_k (s_k the component's u-space standard deviations, s
-        the spread they have now in those units), and held as w_k = L_zz^-1 m_k. ``prior_factor()``:
+        c = sum_k pi_k m_k as c + d_k - sum_l pi_l d_l, d_k = s * s_k z_k (s_k the component's u-space
+        standard deviations, s the spread they have now in those units), and held as w_k = L_zz^-1 m_k. ``prior_factor()``:
         the prior's Cholesky factor ``(Q, M, M)``."""
         K, Q, M = self.num_components, self.num_latent, self.num_inducing
         if K == 1:
@@ -221,7 +221,8 @@ class UDiagonalMixture(MixtureFamily):
         c = (self.weights().view(K, 1, 1) * p.mean).sum(0)  # (Q, M)
         white = (p.mean - c) / p.sd
         s = float((white * white).sum() / (K * Q * M)) ** 0.5
-        m = c + (s if s > 1e-8 else 1.0) * p.sd * spread_means(K, Q, M, 1.0, generator).to(p.sd)
+        d = (s if s > 1e-8 else 1.0) * p.sd * spread_means(K, Q, M, 1.0, generator).to(p.sd)  # (K, Q, M)
+        m = c + d - (self.weights().view(K, 1, 1) * d).sum(0)
         self.mean.copy_(torch.linalg.solve_triangular(Lzz, m.unsqueeze(-1), upper=False).squeeze(-1))
 
     # ------------------------------------------------------------------ moments over u (warm starts)
