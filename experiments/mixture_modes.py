@@ -25,6 +25,12 @@ Problems (all float64, CPU):
 * ``unimodal``: y = sin(2x) + noise, a Gaussian likelihood, 20 inputs (control).
 
     OMP_NUM_THREADS=1 python experiments/mixture_modes.py --seeds 20
+
+``savigp.fit`` explores starts, tries a reflection move and anneals for K > 1 by default
+(docs/mixtures.md, "One fit that finds both modes"); ``--options starts=1,reflect=0,anneal=0``
+fits K = 2 as before that, ``--k1-options anneal=1`` anneals K = 1 too. ``--no-restart`` and
+``--no-gain`` leave out the second K = 2 fit and the K = 1 fit of the two-mode problems (a third
+and a half of the time).
 """
 from __future__ import annotations
 
