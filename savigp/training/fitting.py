@@ -165,7 +165,7 @@ def fit(
             (common draws) goes on (the short-runs initialization of EM for mixtures, Biernacki,
             Celeux & Govaert 2003). A K > 1 fit of a posterior with several modes otherwise ends in
             the local optimum its start leads to (a component whose mean changes sign between
-            inputs, 1-20 nats below the two-mode fit) in up to a fifth of the seeds (docs/mixtures.md).
+            inputs, 1-20 nats below the two-mode fit) in up to a third of the seeds (docs/mixtures.md).
         start_fraction: the fraction of ``iterations`` all the starts take together, in (0, 1).
         anneal: Adam/Adadelta: take the last 10% of the iterations
             (:data:`~savigp.training.starts.ANNEAL_FRACTION`) with a fresh optimizer at a tenth of

@@ -265,10 +265,11 @@ def test_one_fit_keeps_both_modes_of_y_equal_f_squared(estimator, seed, fixed_by
 def test_two_components_lose_nothing_on_a_unimodal_problem():
     """y = sin(2x) + noise with a Gaussian likelihood, fitted with the score estimator (Adam, lr
     0.05, 1500 steps, S = 50), the ELBOs compared in closed form (no Monte Carlo error in the
-    comparison): K = 2 is within 0.05 nats of K = 1 fitted with the same annealing phase, and not
-    below the plain K = 1 fit by more than 0.05. Without the annealing and the starts (fit with
-    starts=1, reflect=False, anneal=False, the fit before them) K = 2 ends 0.13 nats below the
-    annealed K = 1 here: at lr 0.05 the score estimator's noise floor is 0.1-0.3 nats."""
+    comparison, so the tolerance is the issue's 0.05 nats): K = 2 is within 0.05 nats of K = 1
+    fitted with the same annealing phase (``anneal=True``). Measured on this seed: K = 2 +0.002
+    nats; before the starts, the move and the annealing (``starts=1, reflect=False,
+    anneal=False``) -0.129; the plain K = 1 fit -0.253 (the score estimator's noise floor at lr
+    0.05, which is why K = 1 is annealed for the comparison)."""
     p = PROBLEMS["unimodal"]
 
     def exact(K, **kw):
@@ -276,5 +277,5 @@ def test_two_components_lose_nothing_on_a_unimodal_problem():
         with torch.no_grad():
             return float(m.elbo(None, estimator="closed-form").elbo)
 
-    e1, e1_annealed, e2 = exact(1), exact(1, anneal=True), exact(2)
-    assert abs(e2 - e1_annealed) < 0.05 and e2 > e1 - 0.05, (e1, e1_annealed, e2)
+    e1, e2 = exact(1, anneal=True), exact(2)
+    assert abs(e2 - e1) < 0.05, (e1, e2)
