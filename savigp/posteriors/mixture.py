@@ -18,6 +18,7 @@ Monte Carlo estimate of the exact entropy (``entropy="mc"``).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
 import torch
@@ -208,7 +209,7 @@ class MixturePosterior(ScaledPosterior):
         self.mean[l] = -self.mean[k]
         self.raw_scale[l] = self.raw_scale[k]
         log_pi = self.log_weights()
-        shared = torch.logsumexp(log_pi[[k, l]], 0) - torch.log(torch.tensor(2.0, dtype=log_pi.dtype))
+        shared = torch.logsumexp(log_pi[[k, l]], 0) - math.log(2.0)
         # (logits are log pi up to a constant: log_softmax's values give the same weights)
         logits = log_pi.clone()
         logits[k] = logits[l] = shared
