@@ -20,9 +20,17 @@ Problems (all float64, CPU):
   between the curves 1 + 0.5 sin(2x) and -1 + 0.5 cos(2x) at 16 inputs (6 inducing inputs per
   latent function): modes (f1, f2) ~ (A, B) and (B, A) (label switching);
 * ``square``: y = f^2 + noise at 8 inputs on [0, 2] (length-scale 1, dense), modes f ~ +-sqrt(y);
+* ``laplace2d``: y = |f| + Laplace noise (scale 0.15) at 12 random inputs in [0, 2]^2, a Matern-5/2
+  kernel with ARD length-scales (1.5, 2.5), dense, modes f ~ +-y;
 * ``unimodal``: y = sin(2x) + noise, a Gaussian likelihood, 20 inputs (control).
 
     OMP_NUM_THREADS=1 python experiments/mixture_modes.py --seeds 20
+
+``savigp.fit`` explores starts, tries a reflection move and anneals for K > 1 by default
+(docs/mixtures.md, "One fit that finds both modes"); ``--options starts=1,reflect=0,anneal=0``
+fits K = 2 as before that, ``--k1-options anneal=1`` anneals K = 1 too. ``--no-restart`` and
+``--no-gain`` leave out the second K = 2 fit and the K = 1 fit of the two-mode problems (a third
+and a half of the time).
 """
 from __future__ import annotations
 
@@ -119,6 +127,32 @@ def _switch_problem(n=16, num_inducing=6):
     return Problem("switch", build, modes, 2.0)
 
 
+LAPLACE_B = 0.15  # the Laplace noise scale of laplace2d
+
+
+def _laplace_abs_lik(y, f):
+    return -math.log(2 * LAPLACE_B) - (y[:, 0] - f[..., 0].abs()).abs() / LAPLACE_B
+
+
+def _laplace2d_problem(n=12):
+    """y = |f| + Laplace noise at n inputs in [0, 2]^2, a Matern-5/2 kernel with ARD length-scales
+    (1.5, 2.5): heavy-tailed noise, 2-D inputs, a rougher kernel than the others."""
+    g = torch.Generator().manual_seed(11)
+    X = 2 * torch.rand(n, 2, generator=g, dtype=torch.float64)
+    target = 1.3 + 0.3 * torch.sin(2 * X[:, :1]) - 0.2 * X[:, 1:]
+    u = torch.rand(2, n, 1, generator=g, dtype=torch.float64)
+    noise = LAPLACE_B * torch.log(u[0] / u[1])  # Laplace(0, b): a difference of two exponentials
+    Y = (target + noise).abs()
+
+    def build(K, seed, entropy=None, **kw):
+        kw.update({} if entropy is None else {"entropy": entropy})
+        kernel = savigp.Matern52(2, 1, lengthscale=[1.5, 2.5], variance=1.0, ard=True, learn=False)
+        like = CallableLikelihood(_laplace_abs_lik, backend="torch", differentiable=True)
+        return savigp.SAVIGP(X, Y, like, kernel, dense=True, num_components=K, seed=seed, **kw)
+
+    return Problem("laplace2d", build, lambda m: _fmean(m)[..., 0].mean(-1), float(Y.mean()))
+
+
 def _unimodal_problem(n=20):
     X = torch.linspace(0, 3, n, dtype=torch.float64)[:, None]
     g = torch.Generator().manual_seed(3)
@@ -139,6 +173,7 @@ def problems() -> dict:
         _sign_problem("abs40b", 40, _abs_lik, 1.6, 1.0, 2.0, num_inducing=6, batch_size=10),
         _switch_problem(),
         _sign_problem("square", 8, _square_lik, 1.5, 1.0, 2.0),
+        _laplace2d_problem(),
         _unimodal_problem(),
     ]}
 
@@ -162,25 +197,45 @@ def full_elbo(model, estimator: str, num_samples: int = 2000, seed: int = 12345)
 
 
 def train(model, problem: Problem, estimator: str, seed: int, iterations: int, lr: float = 0.05,
-          num_samples: int = 50):
+          num_samples: int = 50, **options):
+    """``savigp.fit`` as the issue's checks call it (``options``: more of fit's arguments)."""
     savigp.fit(model, iterations=iterations, lr=lr, num_samples=num_samples, estimator=estimator,
-               batch_size=problem.batch_size, groups=("posterior",), seed=seed, progress=False)
+               batch_size=problem.batch_size, groups=("posterior",), seed=seed, progress=False, **options)
     return model
 
 
-def run_cell(problem: Problem, estimator: str, seed: int, iterations: int, entropy: Optional[str] = None) -> dict:
+def run_cell(problem: Problem, estimator: str, seed: int, iterations: int, entropy: Optional[str] = None,
+             restart: bool = True, gain: bool = True, options: Optional[dict] = None,
+             k1_options: Optional[dict] = None) -> dict:
     """K = 1 and K = 2 fits from ``seed``, and a second K = 2 fit from ``seed + 100`` (a restart):
     whether K = 2 keeps both modes, alone and as the better of the two starts by the full-data ELBO,
-    and the ELBO gain of K = 2 (the first start) over K = 1."""
-    m1 = train(problem.build(1, seed), problem, estimator, seed, iterations)
-    m2 = train(problem.build(2, seed, entropy), problem, estimator, seed, iterations)
-    m3 = train(problem.build(2, seed + 100, entropy), problem, estimator, seed + 100, iterations)
-    e1, _ = full_elbo(m1, estimator)
+    and the ELBO gain of K = 2 (the first start) over K = 1. ``restart=False``: no second K = 2 fit
+    (``both_best_of_2`` None); ``gain=False``: no K = 1 fit (``gain`` NaN). ``options``: more
+    arguments of the K = 2 fits (e.g. ``starts=1``), ``k1_options`` of the K = 1 fit."""
+    options, k1_options = options or {}, k1_options or {}
+    m2 = train(problem.build(2, seed, entropy), problem, estimator, seed, iterations, **options)
     e2, se = full_elbo(m2, estimator)
-    e3, _ = full_elbo(m3, estimator)
-    return {"both": both_modes(problem, m2), "both_best_of_2": both_modes(problem, m2 if e2 >= e3 else m3),
-            "gain": e2 - e1, "se": se, "weights": [round(float(w), 2) for w in m2.posterior.weights().detach()],
+    gain_ = math.nan
+    if gain:
+        m1 = train(problem.build(1, seed), problem, estimator, seed, iterations, **k1_options)
+        gain_ = e2 - full_elbo(m1, estimator)[0]
+    best = None
+    if restart:
+        m3 = train(problem.build(2, seed + 100, entropy), problem, estimator, seed + 100, iterations, **options)
+        best = both_modes(problem, m2 if e2 >= full_elbo(m3, estimator)[0] else m3)
+    return {"both": both_modes(problem, m2), "both_best_of_2": best,
+            "gain": gain_, "se": se, "weights": [round(float(w), 2) for w in m2.posterior.weights().detach()],
             "modes": [round(float(c), 2) for c in problem.modes(m2)]}
+
+
+def _options(text: str) -> dict:
+    """``"starts=1,reflect=0"`` -> ``{"starts": 1, "reflect": False}`` (ints; 0/1 for the flags)."""
+    flags = {"reflect", "anneal"}
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, value = item.split("=")
+        out[key.strip()] = bool(int(value)) if key.strip() in flags else float(value) if "." in value else int(value)
+    return out
 
 
 def main(argv=None):
@@ -192,6 +247,10 @@ def main(argv=None):
     ap.add_argument("--iterations", type=int, default=1500)
     ap.add_argument("--entropy", default=None, help="the K = 2 fits' entropy term (default: the library's)")
     ap.add_argument("--verbose", action="store_true", help="one line per seed")
+    ap.add_argument("--no-restart", action="store_true", help="no second K = 2 fit (no best-of-2 column)")
+    ap.add_argument("--no-gain", action="store_true", help="no K = 1 fit for the two-mode problems (no gain column)")
+    ap.add_argument("--options", default="", help="more arguments of the K = 2 fits, e.g. starts=1,reflect=0,anneal=0")
+    ap.add_argument("--k1-options", default="", help="more arguments of the K = 1 fits, e.g. anneal=1")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     table = []
@@ -201,13 +260,15 @@ def main(argv=None):
         for est in args.estimators.split(","):
             t0, rows = time.time(), []
             for s in range(args.first_seed, args.first_seed + args.seeds):
-                r = run_cell(p, est, s, args.iterations, args.entropy)
+                r = run_cell(p, est, s, args.iterations, args.entropy, restart=not args.no_restart,
+                             gain=not (args.no_gain and p.bimodal), options=_options(args.options),
+                             k1_options=_options(args.k1_options))
                 rows.append(r)
                 if args.verbose:
                     print(f"  {name} {est} seed {s}: {r}", flush=True)
             gains = [r["gain"] for r in rows]
             count = sum(r["both"] for r in rows) if p.bimodal else None
-            best = sum(r["both_best_of_2"] for r in rows) if p.bimodal else None
+            best = sum(r["both_best_of_2"] for r in rows) if p.bimodal and not args.no_restart else None
             row = (name, est, count, best, len(rows), statistics.median(gains), min(gains), max(gains))
             table.append(row)
             print(f"{name:9s} {est:8s} both modes {'-' if count is None else count:>2}/{len(rows)} (best of 2 starts "

@@ -18,7 +18,8 @@ Monte Carlo estimate of the exact entropy (``entropy="mc"``).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+import math
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -157,6 +158,63 @@ class MixturePosterior(ScaledPosterior):
             raw.diagonal(dim1=-2, dim2=-1).copy_(raw_scale(B.diagonal(dim1=-2, dim2=-1)))
             self.raw_scale.copy_(raw.expand_as(self.raw_scale))
         self.logits.zero_()
+
+    @torch.no_grad()
+    def respread(self, prior_factor: Callable[[], Tensor], generator: torch.Generator | None = None) -> None:
+        """A fresh start for the component means (K > 1; K = 1: nothing): spread them anew around
+        their weighted centre c = sum_k pi_k m_k by :func:`spread_means`' centred z_k from
+        ``generator``, in units of each component's own standard deviations and at the spread they
+        have now,
+
+            m_k <- c + d_k - sum_l pi_l d_l,    d_k = s L_k z_k,
+            s^2 = (1 / (K D)) sum_k ||L_k^-1 (m_k - c)||^2    (D = Q M),
+
+        (s = 1 when the means coincide), with L_k the component's Cholesky factor (standard
+        deviations for diagonal S_k); the centre c, the covariances and the weights are kept. A fresh model's means
+        (L_k = I, s = 1) are then a new draw of the constructor's start, and a warm start's
+        (:meth:`init_from_moments`) a new draw of its own. Used by :func:`savigp.fit`'s exploration
+        of starts for K > 1. ``prior_factor`` (the prior's Cholesky factor ``(Q, M, M)``, called
+        only by families whose coordinates depend on it) is unused here.
+        """
+        K, Q, M = self.num_components, self.num_latent, self.num_inducing
+        if K == 1:
+            return
+        L = self.scale()
+        c = (self.weights().view(K, 1, 1) * self.mean).sum(0)  # (Q, M)
+        dev = self.mean - c  # (K, Q, M)
+        if self.diagonal:
+            white = dev / L
+        else:
+            white = torch.linalg.solve_triangular(L, dev.unsqueeze(-1), upper=False).squeeze(-1)
+        s = float((white * white).sum() / (K * Q * M)) ** 0.5
+        z = (s if s > 1e-8 else 1.0) * spread_means(K, Q, M, 1.0, generator).to(self.mean)
+        new = L * z if self.diagonal else (L @ z.unsqueeze(-1)).squeeze(-1)  # (K, Q, M)
+        self.mean.copy_(c + new - (self.weights().view(K, 1, 1) * new).sum(0))
+
+    @torch.no_grad()
+    def reflect(self, source: int, target: int) -> None:
+        """Replace component ``target`` by the reflection of component ``source`` through the prior
+        mean: m_target <- -m_source and S_target <- S_source (in the coordinates the parameters are
+        held in, whitened v or w, both linear in u - mu, so the reflected component is the source's
+        image under u - mu -> -(u - mu)), the two weights shared equally, the others kept.
+
+        The prior is symmetric about its mean, so the reflection is exactly as probable a priori;
+        when the likelihood is invariant to f -> -f (a sign ambiguity: y = |f|, y = f^2, ...) it is
+        the posterior's mirror mode of the source's, otherwise usually a poor component. Used by
+        :func:`savigp.training.starts.reflection_move`, which keeps it only if it raises the ELBO.
+        """
+        K = self.num_components
+        k, l = int(source), int(target)
+        if not (0 <= k < K and 0 <= l < K and k != l):
+            raise ValueError(f"source and target must be two different components in [0, {K}), got {source}, {target}")
+        self.mean[l] = -self.mean[k]
+        self.raw_scale[l] = self.raw_scale[k]
+        log_pi = self.log_weights()
+        shared = torch.logsumexp(log_pi[[k, l]], 0) - math.log(2.0)
+        # (logits are log pi up to a constant: log_softmax's values give the same weights)
+        logits = log_pi.clone()
+        logits[k] = logits[l] = shared
+        self.logits.copy_(logits)
 
     # ------------------------------------------------------------------ marginals
     def marginal_quadratic(self, V: Tensor) -> Tensor:

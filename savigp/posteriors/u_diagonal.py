@@ -206,6 +206,25 @@ class UDiagonalMixture(MixtureFamily):
         z = self.mean * p.sd / p.rel  # c * z_k, (K, Q, M)
         self.mean.copy_(torch.linalg.solve_triangular(Lzz, z.unsqueeze(-1), upper=False).squeeze(-1))
 
+    @torch.no_grad()
+    def respread(self, prior_factor: Callable[[], Tensor], generator: torch.Generator | None = None) -> None:
+        """:meth:`MixturePosterior.respread` in u-space, where this family spreads its start
+        (:meth:`spread_within_components`): the u-space means m_k = L_zz w_k are spread anew around
+        c = sum_k pi_k m_k as c + d_k - sum_l pi_l d_l, d_k = s * s_k z_k (s_k the component's u-space
+        standard deviations, s the spread they have now in those units), and held as w_k = L_zz^-1 m_k. ``prior_factor()``:
+        the prior's Cholesky factor ``(Q, M, M)``."""
+        K, Q, M = self.num_components, self.num_latent, self.num_inducing
+        if K == 1:
+            return
+        Lzz = prior_factor().detach().to(self.mean)
+        p = self.u_parameters(Lzz=Lzz)
+        c = (self.weights().view(K, 1, 1) * p.mean).sum(0)  # (Q, M)
+        white = (p.mean - c) / p.sd
+        s = float((white * white).sum() / (K * Q * M)) ** 0.5
+        d = (s if s > 1e-8 else 1.0) * p.sd * spread_means(K, Q, M, 1.0, generator).to(p.sd)  # (K, Q, M)
+        m = c + d - (self.weights().view(K, 1, 1) * d).sum(0)
+        self.mean.copy_(torch.linalg.solve_triangular(Lzz, m.unsqueeze(-1), upper=False).squeeze(-1))
+
     # ------------------------------------------------------------------ moments over u (warm starts)
     @torch.no_grad()
     def u_moments(self, Lzz: Tensor) -> tuple[Tensor, Tensor]:

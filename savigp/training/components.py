@@ -251,6 +251,10 @@ def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int =
     if int(restarts) < 0:
         raise ValueError(f"restarts must be >= 0, got {restarts}")
     fit_kwargs.setdefault("progress", False)
+    # every K's fit ends with fit's annealing phase (a mixture's does by default): K = 1 at the
+    # noise floor of its learning rate against an annealed K = 2 would favour K = 2 by that floor
+    if fit_kwargs.get("anneal") is None:
+        fit_kwargs["anneal"] = True
     estimator = fit_kwargs.get("estimator", "auto")
     eval_estimator = "auto" if estimator in ("score", "score-nocv") else estimator
     seed = int(fit_kwargs.get("seed", 0))

@@ -77,6 +77,9 @@ class TrainingHistory:
     still_rising: Optional[str] = None
     #: the torch threads the steps ran on
     threads: Optional[int] = None
+    #: fit's exploration of starts before these steps (a mixture with K > 1 under Adam/Adadelta):
+    #: :class:`savigp.training.starts.Exploration` (its steps are not in ``elbo`` and ``steps``), else None
+    starts: Optional[object] = None
 
 
 @dataclass
