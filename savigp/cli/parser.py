@@ -201,6 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
                         "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
     g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
+    g.add_argument("--hypers", choices=("two-stage", "joint"),
+                   help="diag, diag-whitened: how the kernel and likelihood are learned. two-stage (the default): "
+                        "fit a full Gaussian (--posterior full, K = 1) with the same options first, then the "
+                        "factorized q(u) at its kernel, likelihood and inducing inputs; joint: with the factorized "
+                        "q(u) on its own ELBO (the paper's mog; biased towards a worse fit, see docs/mixtures.md)")
     g.add_argument("--max-components", type=int, metavar="KMAX",
                    help="choose K up to KMAX by the full-data ELBO (savigp.choose_components: starting from "
                         "--components, K grows while the ELBO gains more than 2 Monte Carlo standard errors; a birth "
