@@ -48,6 +48,7 @@ def _check_options(args) -> None:
         raise CLIError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
     args.learn = parse_learn(args.learn)  # as recorded in the run's options (--resume compares them)
     check_warm_start_options(args)
+    resolve_hypers(args)  # (its refusals, before ranks are started)
 
 
 def _check_training_options(args) -> None:
