@@ -27,7 +27,8 @@ examples:
   # binary classification with labels in {0, 1} or {-1, +1}, mini-batches of 200
   savigp train data.csv --targets label --likelihood logistic --batch-size 200 \\
       --iterations 3000 --out clf.pt
-  # 10 classes (labels 0..9), a mixture of 2 diagonal Gaussians as posterior
+  # 10 classes (labels 0..9), a mixture of 2 diagonal Gaussians as posterior (by default in two
+  # stages: a full Gaussian's kernel and likelihood, then q(u); --hypers joint: the paper's way)
   savigp train usps.csv --targets 0 --likelihood softmax --num-classes 10 \\
       --posterior diag --components 2 --out usps.pt
   # your own log-likelihood log_lik(y, f) in numpy or torch, with Q = 2 latent functions

@@ -7,6 +7,7 @@ The two together are the two-stage fit of a mixture over the inducing values: a 
 likelihood and inducing inputs of a fitted full Gaussian (``--posterior full``, K = 1) and learns
 only q(u) (``--learn posterior``) predicts as well as the full Gaussian, where learned jointly on
 its own ELBO it can be over-confident at high sparsity factors (see docs/cli.md for the figures).
+``train`` runs this two-stage fit by itself for a factorized posterior (:mod:`savigp.cli.two_stage`).
 
 The source file is read with the model-file loader of ``savigp predict``: a model file never runs
 code by itself; a source trained with a user likelihood runs the code this command's own
