@@ -103,6 +103,13 @@ def resume(args, config: dict, out: str, ckpt: str, Xm, Ym, user_code: bool):
         if a != b:
             raise CLIError(f"--resume: --{key.replace('_', '-')} is {b!r} here but {source} was trained with "
                            f"{a!r}; resume with the same options")
+    hypers = config["training"].get("hypers")  # how the factorized posterior's hyper-parameters were learned
+    old_hypers = ot.get("hypers", None if hypers is None else "joint")  # (before --hypers: jointly)
+    if old_hypers != hypers:
+        raise CLIError(f"--resume: {source} was fitted with --hypers {old_hypers}, this run would fit with --hypers "
+                       f"{hypers}; resume with --hypers {old_hypers}")
+    if "stage1" in ot:  # a two-stage fit resumes its stage 2; stage 1's record is kept
+        config["training"]["stage1"] = ot["stage1"]
     if tstate is None:
         raise CLIError(f"--resume: {source} holds no optimizer state to resume from")
     step = int(old.get("step", 0))

@@ -28,7 +28,8 @@ examples:
   # binary classification with labels in {0, 1} or {-1, +1}, mini-batches of 200
   savigp train data.csv --targets label --likelihood logistic --batch-size 200 \\
       --iterations 3000 --out clf.pt
-  # 10 classes (labels 0..9), a mixture of 2 diagonal Gaussians as posterior
+  # 10 classes (labels 0..9), a mixture of 2 diagonal Gaussians as posterior (by default in two
+  # stages: a full Gaussian's kernel and likelihood, then q(u); --hypers joint: the paper's way)
   savigp train usps.csv --targets 0 --likelihood softmax --num-classes 10 \\
       --posterior diag --components 2 --out usps.pt
   # your own log-likelihood log_lik(y, f) in numpy or torch, with Q = 2 latent functions
@@ -202,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
                         "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
     g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
+    g.add_argument("--hypers", choices=("two-stage", "joint"),
+                   help="diag, diag-whitened: how the kernel and likelihood are learned. two-stage (the default): "
+                        "fit a full Gaussian (--posterior full, K = 1) with the same options first, then the "
+                        "factorized q(u) at its kernel, likelihood and inducing inputs; joint: with the factorized "
+                        "q(u) on its own ELBO (the paper's mog; biased towards a worse fit, see docs/mixtures.md)")
     g.add_argument("--max-components", type=int, metavar="KMAX",
                    help="choose K up to KMAX by the full-data ELBO (savigp.choose_components: starting from "
                         "--components, K grows while the ELBO gains more than 2 Monte Carlo standard errors; a birth "

@@ -16,7 +16,7 @@ from .errors import EXIT_OK, CLIError, one_line
 from .user_options import file_lines_in_errors
 
 METRIC_NAMES = {"n": "N", "sse": "SSE", "nlpd": "NLPD", "mse": "MSE", "mae": "MAE",
-                "error_rate": "error rate", "nlp": "NLP"}
+                "error_rate": "error rate", "nlp": "NLP", "coverage90": "90% interval coverage"}
 
 
 def _label_name(v) -> str:

@@ -23,6 +23,7 @@ from .columns import validate_targets
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
 from .ranks import join_ranks, launch_ranks
 from .run_lock import LOCK_ENV, lock_output
+from .two_stage import STAGE_TWO_GROUPS, describe, fit_full_gaussian, resolve_hypers
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
 from .warm_start import (check_groups, check_warm_start_options, parse_learn, read_source, start_from,
@@ -47,6 +48,7 @@ def _check_options(args) -> None:
         raise CLIError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
     args.learn = parse_learn(args.learn)  # as recorded in the run's options (--resume compares them)
     check_warm_start_options(args)
+    resolve_hypers(args)  # (its refusals, before ranks are started)
 
 
 def _check_training_options(args) -> None:
@@ -259,7 +261,12 @@ def _train(args, out: str, ckpt: str, plot) -> int:
         model_options["inducing_inputs"] = warm.model.inducing.detach()  # M is the source's; no k-means
     config = _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)
     total = config["training"]["iterations"]
+    hypers = config["training"]["hypers"] = resolve_hypers(args)
+    groups = STAGE_TWO_GROUPS if hypers == "two-stage" else args.learn  # what this run's fit learns
     _check_cost(args, X.shape, Y.shape[1], int(likelihood.num_latent), model_options, config, quiet)
+    if hypers == "two-stage":  # stage 1's full Gaussian too
+        _check_cost(args, X.shape, Y.shape[1], int(likelihood.num_latent),
+                    dict(model_options, posterior="full", num_components=1), config, True)
 
     state: dict = {}
     if args.resume:
@@ -275,20 +282,27 @@ def _train(args, out: str, ckpt: str, plot) -> int:
         if not quiet:
             print(f"resuming from {source} at step {step} of {total}", file=sys.stderr)
     else:
+        if hypers == "two-stage":
+            if not quiet:
+                print(describe(hypers, args), file=sys.stderr)
+            warm_model, config["training"]["stage1"] = fit_full_gaussian(args, Xm, Ym, spec, model_options, config,
+                                                                         quiet, rank)
         model = build_model(Xm, Ym, likelihood, model_options)  # SAVIGP calls likelihood.initialize_from_data
+        if hypers == "two-stage":
+            start_from(args, model, types.SimpleNamespace(model=warm_model))
         if warm is not None:
             start_from(args, model, warm)
             if not quiet:
                 print(f"warm start from {args.warm_start}: its kernel, likelihood, inducing inputs and prior mean; "
                       f"q(u) from its moments", file=sys.stderr)
     check_groups(args, model)
-    warn_joint_factorized(args, model, rank)
-    if args.learn is not None and not quiet:
-        print(f"learning only: {', '.join(args.learn)}", file=sys.stderr)
+    warn_joint_factorized(args, model, rank, groups)
+    if groups is not None and not quiet:
+        print(f"learning only: {', '.join(groups)}", file=sys.stderr)
     ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, args.checkpoint_every, rank, state,
                        keep_generator=spec["name"] == "callable")
     t0 = time.perf_counter()
-    history = _fit(args, model, ckp, table, spec, quiet)
+    history = _fit(args, model, ckp, table, spec, quiet, groups)
     done = int(state.get("step", 0))
     if done < total:  # interrupted here or on another rank (interrupted after the last step: just finish)
         ckp.checkpoint(done)  # unless Ctrl-C came before the last callback, which wrote it
@@ -363,8 +377,9 @@ def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer)
             signal.signal(signal.SIGTERM, previous)
 
 
-def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
-    """:func:`savigp.training.fit` for the remaining steps, under ``ckp``'s signal handlers."""
+def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups):
+    """:func:`savigp.training.fit` of the parameter ``groups`` (None: all) for the remaining steps,
+    under ``ckp``'s signal handlers."""
     from ..distributed import launched
     from ..training import ConvergenceWarning, default_log_every, fit
     from ..warm_start import FactorizedHyperparameterWarning
@@ -393,7 +408,7 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
                 if args.max_components is not None:  # the search (no checkpoints: refused with it), then done
                     history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
                                   lr=ckp.config["training"]["lr"], num_samples=args.samples,
-                                  estimator=args.estimator, groups=args.learn, seed=args.seed, progress=False,
+                                  estimator=args.estimator, groups=groups, seed=args.seed, progress=False,
                                   log_every=log_every, threads=args.threads,
                                   max_components=args.max_components)
                     ckp.state["step"] = ckp.total
@@ -405,7 +420,7 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool):
                     return history
                 return fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
                            lr=ckp.config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
-                           groups=args.learn, seed=args.seed, progress=not quiet, callback=ckp.callback, state=ckp.state,
+                           groups=groups, seed=args.seed, progress=not quiet, callback=ckp.callback, state=ckp.state,
                            log_every=log_every, threads=args.threads)
         except (SystemExit, KeyboardInterrupt) as err:
             if isinstance(err, KeyboardInterrupt) and (ckp.interrupted or not handled):

@@ -7,6 +7,7 @@ The two together are the two-stage fit of a mixture over the inducing values: a 
 likelihood and inducing inputs of a fitted full Gaussian (``--posterior full``, K = 1) and learns
 only q(u) (``--learn posterior``) predicts as well as the full Gaussian, where learned jointly on
 its own ELBO it can be over-confident at high sparsity factors (see docs/cli.md for the figures).
+``train`` runs this two-stage fit by itself for a factorized posterior (:mod:`savigp.cli.two_stage`).
 
 The source file is read with the model-file loader of ``savigp predict``: a model file never runs
 code by itself; a source trained with a user likelihood runs the code this command's own
@@ -123,13 +124,15 @@ def check_groups(args, model) -> None:
                        "(e.g. inducing with --dense or --fixed-inducing, mean_head without --mean-basis-size)")
 
 
-def warn_joint_factorized(args, model, rank: int) -> None:
+def warn_joint_factorized(args, model, rank: int, groups=None) -> None:
     """One stderr line (rank 0, also with ``--quiet``) when the run learns a dense model's kernel or
     likelihood jointly with a factorized q(u) (:func:`savigp.warm_start.joint_factorized_fit`),
     naming the two-stage recipe; :func:`savigp.fit`'s own Python warning is then silenced by the
-    caller (:data:`savigp.warm_start.FactorizedHyperparameterWarning`)."""
+    caller (:data:`savigp.warm_start.FactorizedHyperparameterWarning`). ``groups``: the groups the
+    run learns (None: all)."""
     from ..warm_start import TWO_STAGE_CLI, joint_factorized_fit
 
-    problem = joint_factorized_fit(model, args.learn)
+    problem = joint_factorized_fit(model, groups)
     if problem is not None and rank == 0:
-        print(f"savigp train: warning: {problem}; the two-stage fit avoids it: {TWO_STAGE_CLI}", file=sys.stderr)
+        print(f"savigp train: warning: {problem}; the two-stage fit avoids it: drop --hypers joint (two stages are "
+              f"the default), or by hand: {TWO_STAGE_CLI}", file=sys.stderr)

@@ -97,10 +97,10 @@ class SavedModel:
 
         Returns:
             ``{"n", "sse", "nlpd", "mse", "mae"}`` for regression (``sse``/``mse``/``mae`` only
-            when the likelihood has predictive means), ``{"n", "error_rate", "nlp"}`` for
-            classification.
+            when the likelihood has predictive means; ``coverage90`` when it can draw y),
+            ``{"n", "error_rate", "nlp"}`` for classification.
         """
-        from ..metrics import evaluate, sse_entries
+        from ..metrics import coverage_entry, evaluate, sse_entries
 
         self._need_likelihood("evaluate")
         lik = self.model.likelihood
@@ -115,6 +115,9 @@ class SavedModel:
             y, m = torch.as_tensor(Y), torch.as_tensor(mean)
             out.update(**sse_entries(y, m), mse=float(((y - m) ** 2).mean()),
                        mae=float((y - m).abs().mean()))
+        # (the interval's coverage is unchanged by the standardization, an increasing map of y)
+        out.update(coverage_entry(self.model, self.transform_inputs(X), self.transform_targets(Y),
+                                  num_samples=num_samples, seed=seed))
         return out
 
     # ------------------------------------------------------------ files

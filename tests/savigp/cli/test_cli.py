@@ -260,7 +260,7 @@ def test_train_predict_evaluate_end_to_end(tmp_path, capsys):
     assert np.mean((got[:, 0] - Y[:10, 0]) ** 2) < np.var(Y)
     assert r2.returncode == 0, r2.stderr
     metrics = json.loads(r2.stdout)
-    assert set(metrics) == {"n", "sse", "nlpd", "mse", "mae"} and metrics["n"] == 60
+    assert set(metrics) == {"n", "sse", "nlpd", "mse", "mae", "coverage90"} and metrics["n"] == 60
     assert metrics == saved.evaluate(X, Y)
     capsys.readouterr()
     assert main(["evaluate", str(model), data]) == 0  # --targets defaults to the training target names

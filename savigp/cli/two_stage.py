@@ -1,0 +1,108 @@
+"""``savigp train --posterior diag|diag-whitened``: by default the two-stage fit (``--hypers``).
+
+A factorized q(u) (the paper's "mog", diagonal over the inducing values u, Bonilla et al. 2019,
+§6.2, or diagonal over v = L_zz^-1 u) cannot represent the correlation between inducing values, and
+its ELBO pays a penalty for that which depends on the kernel; learned jointly with q(u), the kernel
+and the likelihood drift to where that penalty is small, at a worse prediction (the bias of
+variational hyper-parameter learning, Turner & Sahani 2011; measured in docs/mixtures.md: wisconsin
+SF 1, NLP 0.126 against the full Gaussian's 0.097). So when such a run learns the kernel or the
+likelihood together with q(u), ``train`` by default fits in two stages:
+
+1. the full Gaussian (``posterior="full"``, K = 1: the family that contains every factorized q, so
+   its bound is the tighter one) with the run's own options, exactly as ``savigp train --posterior
+   full --components 1`` with the same options would;
+2. the requested posterior, started from it by :func:`savigp.warm_start` (its kernel, likelihood,
+   inducing inputs and prior mean; q(u) from its moments) and trained on ``posterior`` only.
+
+This is the recipe ``--warm-start fg.pt --learn posterior`` done in one command. ``--hypers joint``
+learns everything on the factorized ELBO, as the paper does (with the warning of
+:func:`savigp.warm_start.joint_factorized_fit` on a dense model). The model file records what was
+done: ``config["training"]["hypers"]`` (``"two-stage"``, ``"joint"``, or None where the choice does
+not arise) and, after a two-stage fit, ``config["training"]["stage1"]`` (the full Gaussian's steps
+and full-data ELBO with its standard error).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+from .errors import CLIError
+
+#: the factorized families, whose hyper-parameters are taken from a full Gaussian by default
+FACTORIZED = ("diag", "diag-whitened")
+#: the parameter groups of stage 2
+STAGE_TWO_GROUPS = ["posterior"]
+
+
+def resolve_hypers(args) -> Optional[str]:
+    """How this run learns its hyper-parameters: ``"two-stage"``, ``"joint"``, or None when the
+    question does not arise (not a factorized posterior, kernel and likelihood not learned, q(u) not
+    learned, or ``--warm-start``, which is the two-stage recipe by hand); ``--hypers`` where it does
+    not apply, or with an option two stages cannot take, is an error naming both."""
+    chosen = getattr(args, "hypers", None)
+    learn = None if args.learn is None else set(args.learn)
+    learns_hypers = learn is None or bool(learn & {"kernel", "likelihood"})
+    learns_q = learn is None or "posterior" in learn
+    if args.posterior not in FACTORIZED or not (learns_hypers and learns_q):
+        if chosen is not None:
+            why = (f"--posterior {args.posterior} has no factorization bias (its hyper-parameters are learned with it)"
+                   if args.posterior not in FACTORIZED else
+                   f"--learn {','.join(args.learn)} does not learn q(u) together with the kernel or likelihood")
+            raise CLIError(f"--hypers {chosen} applies to a factorized posterior (diag, diag-whitened) that learns "
+                           f"q(u) with the kernel or likelihood: {why}")
+        return None
+    if args.warm_start:
+        if chosen == "two-stage":
+            raise CLIError(f"--hypers two-stage with --warm-start {args.warm_start}: the two-stage fit starts from a "
+                           "full Gaussian it fits itself; with a source of your own, give --learn posterior")
+        return "joint"
+    hypers = chosen or "two-stage"
+    if hypers == "two-stage" and args.nproc is not None and args.nproc > 1:
+        raise CLIError(f"--nproc with the two-stage fit of --posterior {args.posterior} (the default): run the stages "
+                       "as two commands (--posterior full --out fg.pt, then --warm-start fg.pt --learn posterior), or "
+                       "give --hypers joint")
+    return hypers
+
+
+def describe(hypers: Optional[str], args) -> str:
+    """One stderr line on what the run fits (two-stage or joint), or ''."""
+    if hypers == "two-stage":
+        return (f"savigp train: two-stage fit (--hypers two-stage, the default for --posterior {args.posterior}): "
+                f"stage 1 fits a full Gaussian (--posterior full, K = 1) with these options, stage 2 the "
+                f"{args.posterior} posterior (K = {args.components}) at its kernel, likelihood and inducing inputs, "
+                f"learning q(u) only (--hypers joint: everything on the factorized ELBO, as the paper)")
+    return ""
+
+
+def fit_full_gaussian(args, Xm, Ym, spec: dict, model_options: dict, config: dict, quiet: bool, rank: int = 0):
+    """Stage 1: the full Gaussian of this run's options (``posterior="full"``, K = 1), trained as
+    ``savigp train --posterior full`` trains it (same seed, steps, optimizer, batches and groups).
+
+    Returns:
+        ``(model, record)``: the fitted :class:`~savigp.SAVIGP` and what the model file records of it.
+    """
+    from ..model_files import build_model
+    from ..training import ConvergenceWarning, default_log_every, fit
+    from .likelihood_options import make_likelihood
+
+    import warnings
+
+    options = dict(model_options, posterior="full", num_components=1)
+    model = build_model(Xm, Ym, make_likelihood(spec), options)
+    total = int(config["training"]["iterations"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
+        history = fit(model, iterations=total, batch_size=args.batch_size, optimizer=args.optimizer,
+                      lr=config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
+                      groups=args.learn, seed=args.seed, progress=not quiet, log_every=default_log_every(model.device),
+                      threads=args.threads)
+    record = {"posterior": "full", "components": 1, "steps": int(history.steps), "estimator": history.estimator,
+              "elbo": history.final_elbo, "elbo_stderr": history.final_elbo_stderr}
+    if rank == 0:  # (also with --quiet, as the summary line: what was fitted)
+        se = f" +- {history.final_elbo_stderr:.2g}" if history.final_elbo_stderr else ""
+        elbo = "n/a" if history.final_elbo is None else f"{history.final_elbo:.6g}{se}"
+        print(f"savigp train: stage 1 of 2: full Gaussian, {history.steps} step(s), final ELBO {elbo} (on all "
+              f"{Xm.shape[0]} rows); stage 2: {args.posterior}, K = {args.components}, learning q(u) only",
+              file=sys.stderr)
+    return model, record
