@@ -199,7 +199,7 @@ class MixturePosterior(ScaledPosterior):
         image under u - mu -> -(u - mu)), the two weights shared equally, the others kept.
 
         The prior is symmetric about its mean, so the reflection is exactly as probable a priori;
-        when the likelihood is invariant to f -> -f (a sign ambiguity: y = |f|, y = f^2, ...) it is
+        when the likelihood is invariant to f -> -f (a sign ambiguity: ``y = |f|``, ``y = f^2``, ...) it is
         the posterior's mirror mode of the source's, otherwise usually a poor component. Used by
         :func:`savigp.training.starts.reflection_move`, which keeps it only if it raises the ELBO.
         """

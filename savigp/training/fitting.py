@@ -181,7 +181,7 @@ def fit(
             (:meth:`savigp.posteriors.MixturePosterior.reflect`): the fit as it is and the reflected
             copy are each fitted for 15% of the iterations and the one with the higher full-data
             ELBO goes on (default True). It moves the second of two components that sit on one
-            mode of a sign-symmetric posterior (y = |f|, y = f^2: 0.69 nats below the two-mode fit,
+            mode of a sign-symmetric posterior (``y = |f|``, ``y = f^2``: 0.69 nats below the two-mode fit,
             too little for the starts' short runs to see) to the mirror mode. Starts, the move
             (:func:`savigp.training.starts.search`) and the annealing phase below take part of
             ``iterations``, so the steps taken add up to ``iterations``; ``history.elbo`` holds the
