@@ -144,6 +144,8 @@ def test_mnist_settings_fill_only_the_unset_options():
     assert mnist.apply_setting(args) == "cpu"  # the default on the CPU
     assert (args.num_inducing, args.lr, args.lr_schedule, args.dtype, args.time_budget) == (300, 0.2, "cosine",
                                                                                             "float32", 3600.0)
+    args = mnist.parse(["--task", "binary"])
+    assert mnist.apply_setting(args) == "cpu" and args.num_inducing == 1000
     args = mnist.parse(["--device", "cuda", "--lr", "0.05"])
     assert mnist.apply_setting(args) == "paper" and (args.num_inducing, args.samples, args.lr) == (2400, 100, 0.05)
     args = mnist.parse(["--quick", "--setting", "auto"])
