@@ -303,37 +303,46 @@ def _softmax_likelihood(Q: int):
     return L.CallableLikelihood(log_softmax_lik, num_latent=Q, backend="torch", task="classification")
 
 
+def gpytorch_svgp(Z: torch.Tensor, num_tasks: int = 0, *, ard: bool = True, learn_inducing: bool = True):
+    """GPyTorch's SVGP with inducing inputs ``Z (M, D)``: a whitened full-Cholesky q(u)
+    (``CholeskyVariationalDistribution`` in a ``VariationalStrategy``), zero mean, a scaled RBF kernel
+    (ARD or one length-scale); with ``num_tasks`` = Q > 0, Q independent GPs sharing the initial Z
+    (``IndependentMultitaskVariationalStrategy``, batch shape ``(Q,)``)."""
+    import gpytorch
+    from gpytorch.variational import (CholeskyVariationalDistribution, IndependentMultitaskVariationalStrategy,
+                                      VariationalStrategy)
+
+    M, D = Z.shape
+    batch_shape = torch.Size([num_tasks]) if num_tasks else torch.Size([])
+
+    class SVGP(gpytorch.models.ApproximateGP):
+        def __init__(self, Zb):
+            vd = CholeskyVariationalDistribution(M, batch_shape=batch_shape)
+            vs = VariationalStrategy(self, Zb, vd, learn_inducing_locations=learn_inducing)
+            if num_tasks:
+                vs = IndependentMultitaskVariationalStrategy(vs, num_tasks=num_tasks)
+            super().__init__(vs)
+            self.mean_module = gpytorch.means.ZeroMean(batch_shape=batch_shape)
+            self.covar_module = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(ard_num_dims=D if ard else None, batch_shape=batch_shape),
+                batch_shape=batch_shape)
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+    return SVGP(Z.unsqueeze(0).expand(num_tasks, M, D).clone() if num_tasks else Z.clone())
+
+
 class GPyTorchStep:
     """One GPyTorch SVGP training step (VariationalELBO, Adam), on the same data and initialization."""
 
     def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, lr: float = 0.01, seed: int = 0,
                  bernoulli: str = "mc"):
         import gpytorch
-        from gpytorch.variational import (CholeskyVariationalDistribution, IndependentMultitaskVariationalStrategy,
-                                          VariationalStrategy)
 
         torch.manual_seed(seed)
-        M, D, Q = cfg.M, data.D, cfg.Q
-        multi = cfg.lik == "softmax"
-        batch_shape = torch.Size([Q]) if multi else torch.Size([])
-
-        class SVGP(gpytorch.models.ApproximateGP):
-            def __init__(self, Z):
-                vd = CholeskyVariationalDistribution(M, batch_shape=batch_shape)
-                vs = VariationalStrategy(self, Z, vd, learn_inducing_locations=cfg.learn_inducing)
-                if multi:
-                    vs = IndependentMultitaskVariationalStrategy(vs, num_tasks=Q)
-                super().__init__(vs)
-                self.mean_module = gpytorch.means.ZeroMean(batch_shape=batch_shape)
-                self.covar_module = gpytorch.kernels.ScaleKernel(
-                    gpytorch.kernels.RBFKernel(ard_num_dims=D if cfg.ard else None, batch_shape=batch_shape),
-                    batch_shape=batch_shape)
-
-            def forward(self, x):
-                return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-        Zg = Z.unsqueeze(0).expand(Q, *Z.shape).clone() if multi else Z.clone()
-        model = SVGP(Zg)
+        Q = cfg.Q
+        model = gpytorch_svgp(Z, Q if cfg.lik == "softmax" else 0, ard=cfg.ard, learn_inducing=cfg.learn_inducing)
         model.covar_module.base_kernel.lengthscale = data.lengthscale
         model.covar_module.outputscale = 1.0
         if cfg.lik == "gaussian":

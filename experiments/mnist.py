@@ -390,30 +390,13 @@ def run_gpytorch(args, task: str, Xtr, Ytr, Xte, Yte, Z, *, lengthscale: float, 
     (softmax: the mean over ``eval_S`` draws of f, as savigp's). Returns the curve and the final row."""
     import gpytorch
     import torch
-    from gpytorch.variational import (CholeskyVariationalDistribution, IndependentMultitaskVariationalStrategy,
-                                      VariationalStrategy)
+
+    from benchmark import gpytorch_svgp
 
     torch.manual_seed(args.seed)
     multi = task == "multiclass"
     Q = 10 if multi else 1
-    batch_shape = torch.Size([Q]) if multi else torch.Size([])
-
-    class SVGP(gpytorch.models.ApproximateGP):
-        def __init__(self, Zq):
-            vd = CholeskyVariationalDistribution(M, batch_shape=batch_shape)
-            vs = VariationalStrategy(self, Zq, vd, learn_inducing_locations=args.learn_inducing)
-            if multi:
-                vs = IndependentMultitaskVariationalStrategy(vs, num_tasks=Q)
-            super().__init__(vs)
-            self.mean_module = gpytorch.means.ZeroMean(batch_shape=batch_shape)
-            self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(batch_shape=batch_shape),
-                                                             batch_shape=batch_shape)
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-    Zq = Z.unsqueeze(0).expand(Q, *Z.shape).clone() if multi else Z.clone()
-    model = SVGP(Zq)
+    model = gpytorch_svgp(Z, Q if multi else 0, ard=False, learn_inducing=args.learn_inducing)
     model.covar_module.base_kernel.lengthscale = lengthscale
     model.covar_module.outputscale = 1.0
     lik = (gpytorch.likelihoods.SoftmaxLikelihood(num_features=Q, num_classes=Q, mixing_weights=False) if multi
