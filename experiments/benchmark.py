@@ -111,16 +111,22 @@ class Config:
     posterior: str = "full"  # "full" | "diag" (the paper's mog, diagonal over u) | "diag-whitened"
     G: int = 0  # size of the orthogonally decoupled mean basis (savigp only; 0: none)
     sweep: str = ""  # which plot panel(s) it belongs to: "M", "B", "S", "K", "Q"
+    D: int = 0  # input dimension (0: the run's --input-dim)
+    ard: bool = True  # one length-scale per input dimension (False: one per latent function)
+    learn_inducing: bool = True
+    est: str = ""  # savigp's estimator ("": closed form for the Gaussian, else the score function)
 
     @property
     def estimator(self) -> str:
-        return "closed-form" if self.lik == "gaussian" else "score"
+        return self.est or ("closed-form" if self.lik == "gaussian" else "score")
 
     @property
     def label(self) -> str:
         post = f"K={self.K} {self.posterior}" + (f" G={self.G}" if self.G else "")
         s = "" if self.lik == "gaussian" else f" S={self.S}"
-        return f"{self.lik} Q={self.Q} M={self.M} B={self.B}{s} {post}"
+        extra = (f" D={self.D}" if self.D else "") + ("" if self.ard else " iso") + (
+            "" if self.learn_inducing else " Z-fixed") + (f" {self.est}" if self.est else "")
+        return f"{self.lik} Q={self.Q} M={self.M} B={self.B}{s} {post}{extra}"
 
     @property
     def gpytorch_ok(self) -> bool:
@@ -162,7 +168,18 @@ def target_configs() -> list[Config]:
         Config("bernoulli", 500, 1000, S=100, sweep="M"),
         Config("bernoulli", 1000, 1000, S=100, sweep="M"),
         Config("gaussian", 500, 1000, sweep="M"),
+        mnist_config(),
     ]
+
+
+def mnist_config() -> Config:
+    """The step of ``experiments/mnist.py`` (Bonilla et al. 2019, §9.4.1): softmax over Q = 10 latent
+    functions, D = 784 inputs, isotropic RBF kernels, M = 500 fixed inducing inputs shared by the
+    latent functions, B = 1000, the reparameterization estimator with S = 10 samples (GPyTorch: its
+    SoftmaxLikelihood with S Monte Carlo samples over Q independent SVGPs, isotropic kernels, Z
+    fixed)."""
+    return Config("softmax", 500, 1000, S=10, Q=10, D=784, ard=False, learn_inducing=False, est="reparam",
+                  sweep="mnist")
 
 
 def gpu_target_configs() -> list[Config]:
@@ -237,11 +254,11 @@ class SavigpStep:
             lik, Y = _softmax_likelihood(cfg.Q), data.classes(cfg.Q).to(data.dtype)
         else:
             raise ValueError(cfg.lik)
-        kernel = RBF(D, cfg.Q, lengthscale=data.lengthscale, variance=1.0)
+        kernel = RBF(D, cfg.Q, lengthscale=data.lengthscale, variance=1.0, ard=cfg.ard)
         # the model keeps X/Y as buffers; build it on the CPU copy then move (constructor validates targets)
         self.model = SAVIGP(data.X.cpu(), Y.cpu(), lik, kernel, inducing_inputs=Z.cpu(), posterior=cfg.posterior,
                             num_components=cfg.K, mean_basis_size=cfg.G, dtype=data.dtype, device=data.device,
-                            seed=seed)
+                            seed=seed, learn_inducing=cfg.learn_inducing)
         device = torch.device(data.device)
         graphs, _ = graph_decision(None if cuda_graphs else False, device=device, optimizer="adam",
                                    estimator=cfg.estimator, likelihood=lik, joint=False)
@@ -286,36 +303,46 @@ def _softmax_likelihood(Q: int):
     return L.CallableLikelihood(log_softmax_lik, num_latent=Q, backend="torch", task="classification")
 
 
+def gpytorch_svgp(Z: torch.Tensor, num_tasks: int = 0, *, ard: bool = True, learn_inducing: bool = True):
+    """GPyTorch's SVGP with inducing inputs ``Z (M, D)``: a whitened full-Cholesky q(u)
+    (``CholeskyVariationalDistribution`` in a ``VariationalStrategy``), zero mean, a scaled RBF kernel
+    (ARD or one length-scale); with ``num_tasks`` = Q > 0, Q independent GPs sharing the initial Z
+    (``IndependentMultitaskVariationalStrategy``, batch shape ``(Q,)``)."""
+    import gpytorch
+    from gpytorch.variational import (CholeskyVariationalDistribution, IndependentMultitaskVariationalStrategy,
+                                      VariationalStrategy)
+
+    M, D = Z.shape
+    batch_shape = torch.Size([num_tasks]) if num_tasks else torch.Size([])
+
+    class SVGP(gpytorch.models.ApproximateGP):
+        def __init__(self, Zb):
+            vd = CholeskyVariationalDistribution(M, batch_shape=batch_shape)
+            vs = VariationalStrategy(self, Zb, vd, learn_inducing_locations=learn_inducing)
+            if num_tasks:
+                vs = IndependentMultitaskVariationalStrategy(vs, num_tasks=num_tasks)
+            super().__init__(vs)
+            self.mean_module = gpytorch.means.ZeroMean(batch_shape=batch_shape)
+            self.covar_module = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(ard_num_dims=D if ard else None, batch_shape=batch_shape),
+                batch_shape=batch_shape)
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+    return SVGP(Z.unsqueeze(0).expand(num_tasks, M, D).clone() if num_tasks else Z.clone())
+
+
 class GPyTorchStep:
     """One GPyTorch SVGP training step (VariationalELBO, Adam), on the same data and initialization."""
 
     def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, lr: float = 0.01, seed: int = 0,
                  bernoulli: str = "mc"):
         import gpytorch
-        from gpytorch.variational import (CholeskyVariationalDistribution, IndependentMultitaskVariationalStrategy,
-                                          VariationalStrategy)
 
         torch.manual_seed(seed)
-        M, D, Q = cfg.M, data.D, cfg.Q
-        multi = cfg.lik == "softmax"
-        batch_shape = torch.Size([Q]) if multi else torch.Size([])
-
-        class SVGP(gpytorch.models.ApproximateGP):
-            def __init__(self, Z):
-                vd = CholeskyVariationalDistribution(M, batch_shape=batch_shape)
-                vs = VariationalStrategy(self, Z, vd, learn_inducing_locations=True)
-                if multi:
-                    vs = IndependentMultitaskVariationalStrategy(vs, num_tasks=Q)
-                super().__init__(vs)
-                self.mean_module = gpytorch.means.ZeroMean(batch_shape=batch_shape)
-                self.covar_module = gpytorch.kernels.ScaleKernel(
-                    gpytorch.kernels.RBFKernel(ard_num_dims=D, batch_shape=batch_shape), batch_shape=batch_shape)
-
-            def forward(self, x):
-                return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-        Zg = Z.unsqueeze(0).expand(Q, *Z.shape).clone() if multi else Z.clone()
-        model = SVGP(Zg)
+        Q = cfg.Q
+        model = gpytorch_svgp(Z, Q if cfg.lik == "softmax" else 0, ard=cfg.ard, learn_inducing=cfg.learn_inducing)
         model.covar_module.base_kernel.lengthscale = data.lengthscale
         model.covar_module.outputscale = 1.0
         if cfg.lik == "gaussian":
@@ -501,6 +528,119 @@ def peak_step_memory(step: Callable, batch: torch.Tensor, device) -> float:
     return peak / 2 ** 20
 
 
+#: the phases of :func:`phase_profile`, in the order of the step
+PHASES = ("kernel", "factorization", "moments (solves)", "ELL: sampling", "ELL: likelihood", "KL", "backward",
+          "optimizer")
+
+
+def phase_profile(step: "SavigpStep", batches: list, seed: int = 0) -> dict:
+    """Milliseconds per phase of savigp's training step (medians over ``batches``), timed with
+    synchronized timers around the pieces the step is made of, called in the order of
+    :meth:`savigp.SAVIGP.elbo` (K = 1 families with a fused prior, no mean head):
+
+    kernel (K_zz, K_zx, diag), factorization (Cholesky of K_zz), moments (the whitened marginals:
+    triangular solves and blocked products), ELL (the estimator: the Monte Carlo draws, timed alone
+    with a generator of the same seed, and the rest: likelihood and reductions), KL (entropy and
+    cross entropy), backward (all of the step's backward passes), optimizer (Adam).
+
+    The backward pass is split by autograd node in ``backward_nodes`` (torch.profiler, one more
+    step): kernel (the RBF's hand-written backward and its inputs'), moments (the fused whitened
+    moments), the rest. ``elbo`` is the ELBO of the last step, for checking that the pieces make
+    the model's ELBO; ``peak_mib`` the most memory torch allocated above the start of a step.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    from savigp.expected_log_lik import _sample_eps
+    from savigp.posteriors.base import InducingPrior
+
+    model, opt, cfg = step.model, step.opt, step.cfg
+    post, device = model.posterior, model.device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    times: dict[str, list[float]] = {k: [] for k in PHASES}
+    out: dict = {}
+
+    def one(batch, timed: bool):
+        marks = [time.perf_counter()]
+
+        def lap(name):
+            _sync(device)
+            marks.append(time.perf_counter())
+            if timed:
+                times[name].append(1e3 * (marks[-1] - marks[-2]))
+
+        opt.zero_grad(set_to_none=True)
+        X, Y = model.train_x[batch], model.train_y[batch]
+        Z = model.kernel_inducing()
+        Kzz, Kzx, kxx = model.kernel(Z, Z), model.kernel(Z, X), model.kernel.diag(X)
+        lap("kernel")
+        with torch.no_grad():
+            Lzz, jitter = model._factorize(Kzz.detach())
+        prior = InducingPrior(Lzz, Kzz, jitter)
+        lap("factorization")
+        state = post.evaluation_state(prior)
+        m = post.marginals(prior, Kzx, kxx, state)
+        mean = model.prior_mean + m.mean
+        lap("moments (solves)")
+        _sample_eps((cfg.S,) + tuple(mean.shape), mean, torch.Generator(device=device).manual_seed(seed))
+        lap("ELL: sampling")
+        ell = post.expected_log_lik(model.likelihood, Y, mean, m.cov, estimator=cfg.estimator, num_samples=cfg.S,
+                                    scale=model.num_data / X.shape[0], generator=gen)
+        lap("ELL: likelihood")
+        ent, cross = post.kl_terms(prior, state, gen)
+        elbo = ell.value + ent + cross
+        lap("KL")
+        (-elbo).backward()
+        lap("backward")
+        opt.step()
+        lap("optimizer")
+        return float(elbo.detach())
+
+    for b in batches:
+        out["elbo"] = one(b, True)
+    # the sampling lap drew the step's draws a second time: the likelihood's share is the estimator's
+    # time less the draws' (the estimator draws its own)
+    times["ELL: likelihood"] = [a - b for a, b in zip(times["ELL: likelihood"], times["ELL: sampling"])]
+    out["ms"] = {k: statistics.median(v) for k, v in times.items()}
+    with _quiet_stderr():
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=torch.device(device).type == "cpu") as prof:
+            one(batches[0], False)
+    nodes = {"kernel": 0.0, "moments": 0.0, "other": 0.0}
+    for e in prof.key_averages():
+        if e.key.startswith("autograd::engine::evaluate_function: "):
+            name = e.key.split(": ", 1)[1]
+            ms = e.cpu_time_total / 1e3  # totals include nested calls; the nodes themselves do not nest
+            if "RBF" in name:
+                nodes["kernel"] += ms
+            elif "Moments" in name:
+                nodes["moments"] += ms
+            else:
+                nodes["other"] += ms
+    out["backward_nodes"] = nodes
+    out["peak_mib"] = peak_step_memory(lambda b: one(b, False), batches[0], device)
+    return out
+
+
+def format_phases(prof: dict, label: str) -> str:
+    ms = prof["ms"]
+    total = sum(ms.values())
+    lines = [f"per-phase profile of the savigp step ({label}); ms per step, median over steps:",
+             f"  {'phase':<22}{'ms':>10}{'share':>9}"]
+    lines += [f"  {k:<22}{v:>10.1f}{100 * v / total:>8.1f}%" for k, v in ms.items()]
+    lines.append(f"  {'total':<22}{total:>10.1f}")
+    lines.append("  backward by autograd node (one profiled step, ms): " + ", ".join(
+        f"{k} {v:.1f}" for k, v in prof["backward_nodes"].items()))
+    lines.append(f"  peak memory of a step: {prof['peak_mib']:.1f} MiB allocated by torch; process peak RSS "
+                 f"{peak_rss_mib():.0f} MiB")
+    return "\n".join(lines)
+
+
+def peak_rss_mib() -> float:
+    """The process's peak resident memory (MiB; Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 @dataclass
 class Result:
     config: Config
@@ -510,6 +650,7 @@ class Result:
     mem_mib: dict = field(default_factory=dict)
     prof: dict = field(default_factory=dict)  # library -> profile_steps(...)
     error: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)  # phase_profile(...) of savigp's step
 
     def row(self, peak_gflops: float) -> dict:
         c = self.config
@@ -544,7 +685,8 @@ def _r(x, digits: int = 4):
 
 def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int, seed: int,
                libraries: tuple[str, ...], measure_memory: bool = True, gpytorch_bernoulli: str = "mc",
-               dense: bool = True, cuda_graphs: bool = True, profile_steps_n: int = 3) -> Result:
+               dense: bool = True, cuda_graphs: bool = True, profile_steps_n: int = 3,
+               phases: bool = False) -> Result:
     res = Result(cfg)
     Z = data.inducing(cfg.M, seed)
     runners: dict[str, Callable] = {}
@@ -605,6 +747,8 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
                 res.mem_mib[lib] = peak_step_memory(run, batch(), data.device)
             except Exception as exc:  # pragma: no cover - profiler quirks
                 res.error[f"{lib} memory"] = f"{type(exc).__name__}: {exc}"[:120]
+    if phases and "savigp" in runners:
+        res.phases = phase_profile(runners["savigp"], [batch() for _ in range(max(3, rounds // 2))], seed=seed)
     return res
 
 
@@ -749,6 +893,11 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p.add_argument("--quick", action="store_true", help="a few configurations (< ~1 min on 2 CPU threads)")
     p.add_argument("--smallest", action="store_true", help="only the smallest configuration (for tests)")
     p.add_argument("--targets", action="store_true", help="only the issue's acceptance configurations")
+    p.add_argument("--mnist", action="store_true",
+                   help="only the MNIST step (D=784, Q=10, M=500, B=1000, S=10, isotropic, Z fixed), with its "
+                        "per-phase profile")
+    p.add_argument("--phases", action="store_true",
+                   help="print the per-phase profile of savigp's step for every configuration (always for MNIST)")
     p.add_argument("--gpu-targets", action="store_true",
                    help="only the GPU issue's configurations (M=1000 B=10k S=100 Bernoulli; decoupled head M=500 "
                         "G=20000 B=10k): run with --device cuda and on the CPU")
@@ -803,6 +952,8 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
         configs = target_configs()
     elif args.gpu_targets:
         configs = gpu_target_configs()
+    elif args.mnist:
+        configs = [mnist_config()]
     else:
         configs = quick_configs() if args.quick else full_configs()
     if args.only:
@@ -816,7 +967,14 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
         print("GPyTorch is not importable: savigp only (pip install gpytorch, the 'benchmark' extra)")
         libraries = tuple(x for x in libraries if x != "gpytorch")
 
-    data = Data(args.num_data, args.input_dim, 10, args.seed, dtype, args.device)
+    datasets: dict[int, Data] = {}
+
+    def data_for(cfg: Config) -> Data:
+        D = cfg.D or args.input_dim
+        if D not in datasets:
+            datasets[D] = Data(args.num_data, D, 10, args.seed, dtype, args.device)
+        return datasets[D]
+
     peak = matmul_peak(dtype, args.device, sizes=(256,) if args.smallest else (1000, 2000))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.device}, {args.dtype}; "
           f"matmul peak {peak:.1f} GFLOP/s; N={args.num_data}, D={args.input_dim}; "
@@ -825,16 +983,19 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     t0 = time.perf_counter()
     for cfg in configs:
         t = time.perf_counter()
-        res = run_config(cfg, data, warmup=warmup, rounds=rounds, steps=steps, seed=args.seed, libraries=libraries,
+        res = run_config(cfg, data_for(cfg), warmup=warmup, rounds=rounds, steps=steps, seed=args.seed, libraries=libraries,
                          measure_memory=not args.no_memory, gpytorch_bernoulli=args.gpytorch_bernoulli,
                          dense=not args.no_dense, cuda_graphs=args.cuda_graphs == "auto",
-                         profile_steps_n=0 if args.no_profile else args.profile_steps)
+                         profile_steps_n=0 if args.no_profile else args.profile_steps,
+                         phases=args.phases or cfg.sweep == "mnist")
         results.append(res)
         if not args.smallest:  # the peak drifts with machine load: keep the best seen
             peak = max(peak, matmul_peak(dtype, args.device, sizes=(1000,), repeats=2))
         ms = ", ".join(f"{k} {v:.1f} ms" for k, v in res.ms.items())
         print(f"  {cfg.label}: {ms}  ({time.perf_counter() - t:.1f} s)" + (f"  [{res.error}]" if res.error else ""),
               flush=True)
+        if res.phases:
+            print(format_phases(res.phases, cfg.label), flush=True)
     rows = [r.row(peak) for r in results]
     print()
     print(format_table(rows))

@@ -18,12 +18,23 @@ script falls back to scikit-learn's bundled 8x8 digits (1797 images) if scikit-l
 and says so in its output. Nothing is downloaded at run time.
 
     python experiments/mnist.py --quick                          # 2k train / 1k test, under a minute
+    python experiments/mnist.py                                  # CPU: the cpu setting, 60 min
+    python experiments/mnist.py --gpytorch --time-budget 600     # then GPyTorch SVGP, same settings
     python experiments/mnist.py --device cuda --dtype float32 --time-budget 600   # the paper's setting, GPU
     python experiments/mnist.py --task binary --device cuda --dtype float32 --time-budget 600
-    python experiments/mnist.py --num-inducing 200 --batch-size 200 --samples 10 --time-budget 1200  # CPU: 6.0 %
 
-The full mode's default is the paper's setting: 60k / 10k, M = 2400, B = 1000, Adam lr 0.01,
-S = 100 samples, at most 20000 steps (``--time-budget`` stops earlier).
+Settings (``--setting``; explicit options win): on the CPU the default is ``cpu``: M = 500 k-means
+inducing inputs (fixed; M = 1000 for mnist-b), B = 1000, S = 10, float32, Adam at lr 0.2 decayed by
+a cosine over the time budget (3600 s) to a tenth; it reached the lowest test error per wall time
+among the settings compared in short runs on a 2-core machine (docs/experiments.md; 60-minute runs
+were not made). Elsewhere the default is the
+paper's (``paper``): 60k / 10k, M = 2400, B = 1000, Adam lr 0.01, S = 100 samples, at most 20000
+steps (``--time-budget`` stops earlier).
+
+``--gpytorch`` then trains GPyTorch's SVGP on the same data with the same M, inducing inputs,
+batch, S, dtype, learning-rate schedule and time budget (``--gpytorch-lr`` for its own rate), and
+writes both curves to ``<name>_vs_gpytorch.csv`` and the figure; ``--gpytorch-only`` trains it
+alone, for running it beside a savigp run under the same load.
 """
 from __future__ import annotations
 
@@ -140,15 +151,34 @@ def parse(argv=None):
                    help="multiclass (softmax, 10 classes) or binary (mnist-b: odd vs even, logistic)")
     p.add_argument("--num-train", type=int, default=None, help="training images (default all 60k; 2000 quick)")
     p.add_argument("--num-test", type=int, default=None, help="test images (default all 10k; 1000 quick)")
-    p.add_argument("--num-inducing", type=int, default=None, help="M (default 2400, the paper's SF 0.04; 20 quick)")
+    p.add_argument("--num-inducing", type=int, default=None, help="M (paper 2400, the SF 0.04; cpu 500, binary 1000; quick 20)")
     p.add_argument("--inducing", default="kmeans", choices=["kmeans", "subset"],
                    help="k-means centres (torch, on the device) or a random subset of the training images")
     p.add_argument("--kmeans-iterations", type=int, default=10, help="Lloyd iterations of the k-means (default 10)")
-    p.add_argument("--batch-size", type=int, default=None, help="default 1000 (200 quick)")
-    p.add_argument("--iterations", type=int, default=None, help="maximum Adam steps (default 20000; 150 quick)")
-    p.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds")
-    p.add_argument("--samples", type=int, default=None, help="Monte Carlo samples S (default 100; 20 quick)")
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--batch-size", type=int, default=None, help="B (paper and cpu 1000; quick 200)")
+    p.add_argument("--iterations", type=int, default=None, help="maximum steps (paper 20000; quick 150; cpu: no limit but the time budget)")
+    p.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds (cpu setting 3600)")
+    p.add_argument("--samples", type=int, default=None, help="Monte Carlo samples S (paper 100; cpu 10; quick 20)")
+    p.add_argument("--setting", default="auto", choices=["auto", "quick", "paper", "cpu"],
+                   help="defaults of the options below: paper (M 2400, B 1000, S 100, lr 0.01), cpu (M 500, B 1000, "
+                        "S 10, float32, lr 0.2 with cosine decay over a 3600 s budget; M 1000 for --task binary), quick; auto (default): quick "
+                        "with --quick, else cpu on the CPU and paper elsewhere")
+    p.add_argument("--lr", type=float, default=None, help="Adam's learning rate (paper and quick 0.01; cpu 0.2)")
+    p.add_argument("--lr-schedule", default=None, choices=["constant", "cosine"],
+                   help="Adam's learning rate: constant, or cosine decay over --time-budget (else over "
+                        "--iterations) from --lr to --lr * --lr-final")
+    p.add_argument("--lr-final", type=float, default=0.1, help="the cosine schedule's last lr as a fraction of --lr")
+    p.add_argument("--learn-inducing", action="store_true", help="learn the inducing inputs (default: fixed)")
+    p.add_argument("--natgrad-step", type=float, default=None,
+                   help="train q(u) by natural-gradient steps of this size and the hyper-parameters by Adam at --lr "
+                        "(savigp.fit_orthnat, Salimbeni et al. 2018) instead of Adam for everything")
+    p.add_argument("--gpytorch", action="store_true",
+                   help="then GPyTorch SVGP with the same M, inducing inputs, batch, samples, dtype, threads and "
+                        "time budget (the 'benchmark' extra; skipped with a note where GPyTorch is absent)")
+    p.add_argument("--gpytorch-lr", type=float, default=None, help="GPyTorch's Adam lr (default --lr)")
+    p.add_argument("--gpytorch-only", action="store_true",
+                   help="train GPyTorch SVGP alone (the --gpytorch settings; for running it beside a savigp run, "
+                        "under the same load); writes <name>_gpytorch.csv/.md")
     p.add_argument("--estimator", default="auto", choices=["auto", "reparam", "score"])
     p.add_argument("--eval-every", type=float, default=None,
                    help="seconds of training between test evaluations (default 60; 10 quick)")
@@ -160,8 +190,44 @@ def parse(argv=None):
     return p.parse_args(argv)
 
 
+def learning_rate(lr: float, schedule: str, progress: float, final: float = 0.1) -> float:
+    """The learning rate at ``progress`` in [0, 1] of the run: ``lr`` (constant) or the cosine decay
+    lr (final + (1 - final) (1 + cos(pi progress)) / 2) (Loshchilov & Hutter 2017, without restarts)."""
+    if schedule == "constant":
+        return lr
+    p = min(max(progress, 0.0), 1.0)
+    return lr * (final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * p)))
+
+
+#: The defaults of each setting (explicit options win): ``quick`` (the smoke run), ``paper`` (Bonilla
+#: et al. 2019's M = 2400, S = 100, lr 0.01; the default off the CPU) and ``cpu`` (the default on the
+#: CPU: what reached the lowest error per wall time in short runs on the 2-core machine, see
+#: docs/experiments.md)
+SETTINGS = {
+    "quick": dict(num_inducing=20, batch_size=200, iterations=150, samples=20, lr=0.01, lr_schedule="constant",
+                  eval_every=10.0, eval_samples=100, time_budget=None, dtype=None),
+    "paper": dict(num_inducing=2400, batch_size=1000, iterations=20000, samples=100, lr=0.01, lr_schedule="constant",
+                  eval_every=60.0, eval_samples=200, time_budget=None, dtype=None),
+    "cpu": dict(num_inducing={"multiclass": 500, "binary": 1000}, batch_size=1000, iterations=10 ** 7, samples=10, lr=0.2, lr_schedule="cosine",
+                eval_every=60.0, eval_samples=200, time_budget=3600.0, dtype="float32"),
+}
+
+
+def apply_setting(args) -> str:
+    """Fill the options left unset from ``--setting`` (``auto``: quick with ``--quick``, else cpu on the
+    CPU and paper elsewhere); returns the setting's name."""
+    name = args.setting
+    if name == "auto":
+        name = "quick" if args.quick else ("cpu" if str(args.device).startswith("cpu") else "paper")
+    for key, value in SETTINGS[name].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value[args.task] if isinstance(value, dict) else value)
+    return name
+
+
 def main(argv=None) -> dict:
     args = parse(argv)
+    setting = apply_setting(args)
     io.set_threads(args.quick, args.threads)
     device, dtype = io.device_and_dtype(args)
     import torch
@@ -178,12 +244,12 @@ def main(argv=None) -> dict:
     Xtr, ytr = subsample(Xtr, ytr, args.num_train or (2000 if q else None), args.seed)
     Xte, yte = subsample(Xte, yte, args.num_test or (1000 if q else None), args.seed + 1)
     Ytr, Yte = task_targets(ytr, args.task), task_targets(yte, args.task)
-    M = args.num_inducing or (20 if q else 2400)
-    B = min(len(ytr), args.batch_size or (200 if q else 1000))
-    iters = args.iterations or (150 if q else 20000)
-    S = args.samples or (20 if q else 100)
-    eval_every = args.eval_every or (10.0 if q else 60.0)
-    eval_S = args.eval_samples or (100 if q else 200)
+    M = args.num_inducing
+    B = min(len(ytr), args.batch_size)
+    iters = args.iterations
+    S = args.samples
+    eval_every = args.eval_every
+    eval_S = args.eval_samples
     print(f"[{name}] data: {source}; train {len(ytr)}, test {len(yte)}, D = {Xtr.shape[1]}; M = {M}, B = {B}, "
           f"S = {S}; device {io.device_name(device)}, {str(dtype).replace('torch.', '')}", flush=True)
 
@@ -201,12 +267,23 @@ def main(argv=None) -> dict:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     inducing_s = time.perf_counter() - t_setup
-    model = savigp.SAVIGP(Xtr_dev, Ytr, lik, kernel, inducing_inputs=Z, learn_inducing=False, posterior="full",
-                          seed=args.seed, dtype=dtype, device=device)
+    model = savigp.SAVIGP(Xtr_dev, Ytr, lik, kernel, inducing_inputs=Z, learn_inducing=args.learn_inducing,
+                          posterior="full", seed=args.seed, dtype=dtype, device=device)
     del Xtr_dev
     Xte_t = torch.as_tensor(Xte, dtype=dtype, device=device)
     Yte_t = torch.as_tensor(Yte, dtype=dtype, device=device)
     print(f"[{name}] inducing inputs ({args.inducing}, M = {M}): {inducing_s:.1f} s", flush=True)
+
+    if args.gpytorch_only:
+        if not gpytorch_available():
+            raise SystemExit("--gpytorch-only: gpytorch is not installed (pip install gpytorch, the 'benchmark' extra)")
+        gp_curve, gp_row = run_gpytorch(args, args.task, Xtr, Ytr, Xte, Yte, Z[0] if Z.dim() == 3 else Z,
+                                        lengthscale=median_distance(Xtr, args.seed), M=M, B=B, S=S, iters=iters,
+                                        eval_every=eval_every, eval_S=eval_S, device=device, dtype=dtype,
+                                        final_S=200 if q else 1000)
+        io.write_table(gp_curve, out / f"{name}_gpytorch",
+                       title=f"{name}: GPyTorch SVGP, test metrics against training time")
+        return io.write_result(out / f"{name}_gpytorch_results.json", argv, row=gp_row, gpytorch_curve=gp_curve)
 
     clock = io.TrainingClock(device)
     curve = []
@@ -220,15 +297,29 @@ def main(argv=None) -> dict:
         print(f"[{name}] step {step}: {curve[-1]['train_seconds']:.0f} s, error {100 * ev['error_rate']:.2f} %, "
               f"NLP {ev['nlp']:.4f}", flush=True)
 
+    state: dict = {}
+
     def callback(step, terms):
         el = clock.seconds()
+        if args.lr_schedule != "constant":  # fit leaves its live optimizer in ``state`` before each callback
+            done = el / args.time_budget if args.time_budget else (step + 1) / iters
+            for group in state["optimizer"].param_groups:
+                group["lr"] = learning_rate(args.lr, args.lr_schedule, done, args.lr_final)
         if el >= next_eval[0]:
             record(step + 1)
             next_eval[0] = clock.seconds() + eval_every
         return args.time_budget is not None and el > args.time_budget
 
-    hist = savigp.fit(model, iterations=iters, batch_size=B, optimizer="adam", lr=args.lr, num_samples=S,
-                      estimator=args.estimator, seed=args.seed, progress=args.progress, callback=callback)
+    if args.natgrad_step:
+        if args.lr_schedule != "constant":
+            raise SystemExit("--natgrad-step takes a constant --lr-schedule")
+        hist = savigp.fit_orthnat(model, iters, batch_size=B, natgrad_step=args.natgrad_step, hyper_lr=args.lr,
+                                  num_samples=S, estimator=args.estimator, seed=args.seed, progress=args.progress,
+                                  callback=callback)
+    else:
+        hist = savigp.fit(model, iterations=iters, batch_size=B, optimizer="adam", lr=args.lr, num_samples=S,
+                          estimator=args.estimator, seed=args.seed, progress=args.progress, callback=callback,
+                          state=state, final_elbo=False)
     train_s = clock.seconds()
     t1 = time.perf_counter()
     final = test_metrics(model, Xte_t, Yte_t, 200 if q else 1000, args.seed)
@@ -250,24 +341,151 @@ def main(argv=None) -> dict:
         + (f", stopped by the {args.time_budget:.0f} s time budget" if args.time_budget and hist.steps < iters else "")
         + "; train_seconds excludes the periodic test evaluations.",
     ]
+    gp_curve, gp_row = None, None
+    if args.gpytorch and not gpytorch_available():
+        notes.append("GPyTorch comparison skipped: gpytorch is not installed (pip install gpytorch, the 'benchmark' "
+                     "extra).")
+        print(f"[{name}] {notes[-1]}", flush=True)
+    elif args.gpytorch:
+        gp_curve, gp_row = run_gpytorch(args, args.task, Xtr, Ytr, Xte, Yte, Z[0] if Z.dim() == 3 else Z,
+                                        lengthscale=median_distance(Xtr, args.seed), M=M, B=B, S=S, iters=iters,
+                                        eval_every=eval_every, eval_S=eval_S, device=device, dtype=dtype,
+                                        final_S=200 if q else 1000)
+        row.update({f"gpytorch_{k}": v for k, v in gp_row.items()})
+        notes.append(f"GPyTorch SVGP run right after savigp in the same process: same M, inducing inputs (fixed: "
+                     f"{not args.learn_inducing}), batch, S, dtype, threads and time budget; Adam lr "
+                     f"{args.gpytorch_lr or args.lr} ({args.lr_schedule}).")
     io.write_table([row], out / name, title=f"MNIST ({args.task}), Bonilla et al. 2019 §9.4.1", notes=notes)
     io.write_table(curve, out / f"{name}_curve", title=f"{name}: test metrics against training time")
-    plot_curve(curve, hist, out / f"{name}_curve.png", name, paper)
-    result = io.write_result(out / f"{name}_results.json", argv, row=row, curve=curve)
+    if gp_curve is not None:
+        both = [{"library": "savigp", **c} for c in curve] + [{"library": "gpytorch", **c} for c in gp_curve]
+        io.write_table(both, out / f"{name}_vs_gpytorch",
+                       title=f"{name}: savigp and GPyTorch SVGP, test metrics against training time")
+    plot_curve(curve, hist, out / f"{name}_curve.png", name, paper, other=gp_curve)
+    result = io.write_result(out / f"{name}_results.json", argv, row=row, curve=curve,
+                             **({"gpytorch_curve": gp_curve} if gp_curve is not None else {}))
     print(f"[{name}] error rate {100 * final['error_rate']:.2f} %, NLP {final['nlp']:.4f}, {hist.steps} steps, "
           f"{train_s:.0f} s training", flush=True)
     return result
 
 
-def plot_curve(curve, hist, path, name, paper):
+def gpytorch_available() -> bool:
+    try:
+        import gpytorch  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def run_gpytorch(args, task: str, Xtr, Ytr, Xte, Yte, Z, *, lengthscale: float, M: int, B: int, S: int, iters: int,
+                 eval_every: float, eval_S: int, device, dtype, final_S: int) -> tuple[list, dict]:
+    """GPyTorch SVGP on the same problem as the savigp run: the same inducing inputs ``Z (M, D)``
+    (fixed unless ``--learn-inducing``), isotropic RBF kernels with the same initial length-scale and
+    variance, a whitened full-Cholesky q(u) (``CholeskyVariationalDistribution`` in a
+    ``VariationalStrategy``), mini-batches of B, Adam (``--gpytorch-lr``, default ``--lr``, with the same
+    schedule) and the same time budget and evaluation times. Multiclass: Q = 10 independent SVGPs
+    (``IndependentMultitaskVariationalStrategy``) under GPyTorch's ``SoftmaxLikelihood`` with S Monte
+    Carlo samples; binary: one SVGP under its ``BernoulliLikelihood`` (probit link, Gauss-Hermite
+    quadrature: GPyTorch's own choice). Test error and NLP from the predictive class probabilities
+    (softmax: the mean over ``eval_S`` draws of f, as savigp's). Returns the curve and the final row."""
+    import gpytorch
+    import torch
+
+    from benchmark import gpytorch_svgp
+
+    torch.manual_seed(args.seed)
+    multi = task == "multiclass"
+    Q = 10 if multi else 1
+    model = gpytorch_svgp(Z, Q if multi else 0, ard=False, learn_inducing=args.learn_inducing)
+    model.covar_module.base_kernel.lengthscale = lengthscale
+    model.covar_module.outputscale = 1.0
+    lik = (gpytorch.likelihoods.SoftmaxLikelihood(num_features=Q, num_classes=Q, mixing_weights=False) if multi
+           else gpytorch.likelihoods.BernoulliLikelihood())
+    model, lik = model.to(dtype=dtype, device=device), lik.to(dtype=dtype, device=device)
+    X = torch.as_tensor(Xtr, dtype=dtype, device=device)
+    y = torch.as_tensor(Ytr[:, 0], dtype=dtype, device=device)
+    y = y.long() if multi else y
+    Xt = torch.as_tensor(Xte, dtype=dtype, device=device)
+    yt = torch.as_tensor(Yte[:, 0], device=device).long()
+    N = X.shape[0]
+    mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=N)
+    lr = args.gpytorch_lr or args.lr
+    opt = torch.optim.Adam(list(model.parameters()) + list(lik.parameters()), lr=lr)
+    gen = torch.Generator().manual_seed(args.seed)
+
+    def metrics(num_samples):
+        model.eval()
+        err = nlp = 0.0
+        with torch.no_grad(), gpytorch.settings.num_likelihood_samples(num_samples):
+            for i in range(0, Xt.shape[0], 2500):
+                out = model(Xt[i:i + 2500])
+                t = yt[i:i + 2500]
+                if multi:  # draws from the marginals q(f_n), as savigp's predictions (not the joint over rows)
+                    eps = torch.randn((num_samples,) + tuple(out.mean.shape), dtype=dtype, device=device)
+                    f = out.mean + out.variance.clamp_min(0).sqrt() * eps  # (S, n, Q)
+                    probs = torch.softmax(f, -1).mean(0)
+                    p_true = probs.gather(-1, t[:, None])[:, 0]
+                    wrong = probs.argmax(-1) != t
+                else:
+                    p1 = lik(out).probs  # P(y = 1), probit link by quadrature
+                    p_true = torch.where(t == 1, p1, 1 - p1)
+                    wrong = (p1 > 0.5).long() != t
+                err += float(wrong.double().sum())
+                nlp += float(-torch.log(p_true.double().clamp_min(1e-300)).sum())
+        model.train()
+        return {"error_rate": err / Xt.shape[0], "nlp": nlp / Xt.shape[0]}
+
+    name = "gpytorch"
+    clock = io.TrainingClock(device)
+    curve, next_eval, step = [], eval_every, 0
+    model.train()
+    lik.train()
+    with gpytorch.settings.num_likelihood_samples(S):
+        while step < iters:
+            perm = torch.randperm(N, generator=gen).to(device)
+            for i in range(0, N - B + 1, B):
+                opt.zero_grad(set_to_none=True)
+                loss = -mll(model(X[perm[i:i + B]]), y[perm[i:i + B]])
+                loss.backward()
+                opt.step()
+                step += 1
+                el = clock.seconds()
+                if args.lr_schedule != "constant":
+                    done = el / args.time_budget if args.time_budget else step / iters
+                    for group in opt.param_groups:
+                        group["lr"] = learning_rate(lr, args.lr_schedule, done, args.lr_final)
+                if el >= next_eval:
+                    with clock.pause():
+                        ev = metrics(eval_S)
+                    curve.append({"step": step, "train_seconds": round(clock.seconds(), 2), **ev})
+                    print(f"[{name}] step {step}: {curve[-1]['train_seconds']:.0f} s, error "
+                          f"{100 * ev['error_rate']:.2f} %, NLP {ev['nlp']:.4f}", flush=True)
+                    next_eval = clock.seconds() + eval_every
+                if step >= iters or (args.time_budget is not None and el > args.time_budget):
+                    break
+            if args.time_budget is not None and clock.seconds() > args.time_budget:
+                break
+    train_s = clock.seconds()
+    final = metrics(final_S)
+    curve.append({"step": step, "train_seconds": round(train_s, 2), **final})
+    print(f"[{name}] error rate {100 * final['error_rate']:.2f} %, NLP {final['nlp']:.4f}, {step} steps, "
+          f"{train_s:.0f} s training", flush=True)
+    return curve, {"iterations": step, "train_seconds": round(train_s, 1), **final}
+
+
+def plot_curve(curve, hist, path, name, paper, other=None):
     """Test error and NLP against training wall time, and the mini-batch ELBO against the step."""
     plt = io.pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
     t = [c["train_seconds"] / 60 for c in curve]
-    axes[0].plot(t, [100 * c["error_rate"] for c in curve], "o-", ms=3)
+    axes[0].plot(t, [100 * c["error_rate"] for c in curve], "o-", ms=3, label="savigp")
     axes[0].axhline(100 * paper["paper_error_rate"], color="grey", ls="--", label="paper")
     axes[0].set_ylabel("test error (%)")
-    axes[1].plot(t, [c["nlp"] for c in curve], "o-", ms=3)
+    axes[1].plot(t, [c["nlp"] for c in curve], "o-", ms=3, label="savigp")
+    if other:
+        to = [c["train_seconds"] / 60 for c in other]
+        axes[0].plot(to, [100 * c["error_rate"] for c in other], "s--", ms=3, label="GPyTorch SVGP")
+        axes[1].plot(to, [c["nlp"] for c in other], "s--", ms=3, label="GPyTorch SVGP")
     if paper["paper_nlp"]:
         axes[1].axhline(paper["paper_nlp"], color="grey", ls="--", label="paper")
     axes[1].set_ylabel("test NLP")

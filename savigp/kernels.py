@@ -167,13 +167,56 @@ class _ScaledRBF(torch.autograd.Function):
         return da, db, dlv
 
 
+class _IsotropicRBF(torch.autograd.Function):
+    """k_qij = exp(log s_q + c_q r_ij^2) with c_q = -1 / (2 l_q^2), for one length-scale per latent
+    function and inputs shared by all of them: x1 ``(N1, D)``, x2 ``(N2, D)`` (centred, see the module
+    docstring). The distances r^2 ``(N1, N2)`` are computed once, by one product, for all Q latent
+    functions (the ARD path, :class:`_ScaledRBF`, needs one product of D columns per latent function,
+    forward and twice backward). Backward, with W_q = dF/dk_q * k_q: dF/d log s_q = sum W_q,
+    dF/dc_q = sum W_q * r^2, and only when the inputs need a gradient, with G = sum_q c_q W_q,
+    dF/dx1_i = 2 (rowsum(G)_i x1_i - (G x2)_i), dF/dx2_j = 2 (colsum(G)_j x2_j - (G^T x1)_j).
+    """
+
+    @staticmethod
+    def forward(ctx, x1: Tensor, x2: Tensor, log_var: Tensor, c: Tensor) -> Tensor:
+        a2 = (x1 * x1).sum(-1, keepdim=True)  # (N1, 1)
+        b2 = (x2 * x2).sum(-1)  # (N2,)
+        r2 = torch.addmm(b2.unsqueeze(0), x1, x2.transpose(0, 1), alpha=-2.0).add_(a2).clamp_min_(0.0)
+        k = torch.addcmul(log_var.reshape(-1, 1, 1), c.reshape(-1, 1, 1), r2)  # (Q, N1, N2)
+        k.exp_()
+        ctx.save_for_backward(x1, x2, c, r2, k)
+        return k
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x1, x2, c, r2, k = ctx.saved_tensors
+        Q = k.shape[0]
+        W = (grad * k).reshape(Q, -1)  # (Q, N1 N2)
+        dlv = W.sum(-1) if ctx.needs_input_grad[2] else None
+        dc = W @ r2.reshape(-1) if ctx.needs_input_grad[3] else None
+        dx1 = dx2 = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            G = (c.reshape(1, Q) @ W).reshape(r2.shape)  # dF/dr^2, (N1, N2)
+            if ctx.needs_input_grad[0]:
+                dx1 = 2.0 * (G.sum(-1, keepdim=True) * x1 - G @ x2)
+            if ctx.needs_input_grad[1]:
+                dx2 = 2.0 * (G.sum(0).unsqueeze(-1) * x2 - G.transpose(0, 1) @ x1)
+        return dx1, dx2, dlv, dc
+
+
 class RBF(Stationary):
     """Squared exponential: k(x, x') = s exp(-||(x - x') / l||^2 / 2) (a fused forward and backward,
-    :class:`_ScaledRBF`, instead of the distance-then-profile path of :class:`Stationary`)."""
+    :class:`_ScaledRBF`, instead of the distance-then-profile path of :class:`Stationary`; with
+    ``ard=False`` and inputs shared by the latent functions, :class:`_IsotropicRBF`, which computes
+    the distances once for all of them)."""
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         self._check(x1, "x1")
         self._check(x2, "x2")
+        if not self.ard and (x1.dim() == 2 or x1.shape[0] == 1) and (x2.dim() == 2 or x2.shape[0] == 1):
+            x1, x2 = _centred(x1.reshape(x1.shape[-2:]), x2.reshape(x2.shape[-2:]))
+            c = -0.5 / self.lengthscales()[:, 0].square()  # (Q,)
+            return _IsotropicRBF.apply(x1, x2, torch.log(self.variance()), c)
         ls = self.lengthscales().unsqueeze(-2)  # (Q, 1, D or 1)
         x1, x2 = _centred(x1, x2)  # distances of inputs with a large common offset stay accurate
         a, b = x1 / ls, x2 / ls  # (Q, N1, D), (Q, N2, D)

@@ -293,9 +293,26 @@ class SAVIGP(nn.Module):
         model's dtype and device; a ValueError names ``name`` and the shapes when they do not fit."""
         return as_inputs(x, name, dtype=self.dtype, device=self.device, input_dim=self.input_dim)
 
+    def kernel_inducing(self) -> Tensor:
+        """The inducing inputs as the kernel gets them: ``(1, M, D)`` when they are fixed and the same
+        for every latent function (so that a kernel can compute what depends on the inputs alone
+        once for all Q, e.g. the isotropic RBF's distances), else ``self.inducing`` ``(Q, M, D)``.
+
+        Whether the Q copies are equal is checked once per value of the buffer (keyed on its
+        storage and in-place version counter, so a loaded or edited buffer is checked again)."""
+        Z = self.inducing
+        if isinstance(Z, nn.Parameter) or Z.shape[0] == 1:
+            return Z
+        key = (Z.data_ptr(), Z._version, tuple(Z.shape))
+        cached = getattr(self, "_shared_inducing_key", None)
+        if cached is None or cached[0] != key:
+            cached = (key, bool(torch.equal(Z[:1].expand_as(Z), Z)))
+            self._shared_inducing_key = cached
+        return Z[:1] if cached[1] else Z
+
     def prior_factor(self) -> Tensor:
         """Cholesky factors L_zz of K_zz for every latent function, ``(Q, M, M)`` (see :meth:`_factorize`)."""
-        Z = self.inducing
+        Z = self.kernel_inducing()
         return self._factorize(self.kernel(Z, Z))[0]
 
     def _factorize(self, Kzz: Tensor) -> tuple[Tensor, Tensor]:
@@ -337,7 +354,7 @@ class SAVIGP(nn.Module):
         The training step differentiates through L_zz with the posteriors' fused backward passes
         (e.g. :meth:`savigp.posteriors.MixturePosterior.moments`), which hand the gradient to K_zz.
         """
-        Z = self.inducing
+        Z = self.kernel_inducing()
         Kzz = self.kernel(Z, Z)
         with torch.no_grad():
             Lzz, jitter_rel = self._factorize(Kzz.detach())
@@ -375,7 +392,7 @@ class SAVIGP(nn.Module):
     def _latent(self, X: Tensor, prior: InducingPrior, state=None) -> tuple[Tensor, Tensor]:
         """q(f_n) at inputs ``X (B, D)``: means ``(K, B, Q)`` (prior mean and mean head added) and the
         family's covariances (:meth:`savigp.posteriors.Posterior.marginals`)."""
-        Kzx = self.kernel(self.inducing, X)  # (Q, M, B)
+        Kzx = self.kernel(self.kernel_inducing(), X)  # (Q, M, B)
         m = self.posterior.marginals(prior, Kzx, self.kernel.diag(X), state)
         mean = self.prior_mean + m.mean  # (K, B, Q)
         if self.mean_head is not None:  # Salimbeni et al. 2018: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a

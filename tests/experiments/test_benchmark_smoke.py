@@ -72,3 +72,30 @@ def test_dense_step_runs_in_both_forms(bench, B):
     data = bench.Data(100, 3, 2, 0, torch.float64, "cpu")
     step = bench.DenseStep(cfg, data, data.inducing(20, 0))
     assert math.isfinite(step(None))
+
+
+def test_phase_profile_is_the_models_step(bench):
+    """The per-phase profile of the MNIST-like step (softmax, isotropic kernel, fixed shared inducing
+    inputs, reparameterization) calls the pieces of the model's ELBO: with a zero learning rate its
+    ELBO equals ``model.elbo`` on the same batch and draws; every phase and the memory are reported."""
+    import torch
+
+    cfg = bench.Config("softmax", 10, 32, S=5, Q=3, D=6, ard=False, learn_inducing=False, est="reparam",
+                       sweep="mnist")
+    data = bench.Data(200, 6, 10, 0, torch.float64, "cpu")
+    step = bench.SavigpStep(cfg, data, data.inducing(cfg.M, 0), lr=0.0)
+    assert tuple(step.model.kernel_inducing().shape) == (1, 10, 6)
+    batch = torch.arange(32)
+    prof = bench.phase_profile(step, [batch], seed=3)
+    want = step.model.elbo(batch, num_samples=5, estimator="reparam", generator=torch.Generator().manual_seed(3))
+    assert math.isclose(prof["elbo"], float(want.elbo), rel_tol=1e-10)
+    assert set(prof["ms"]) == set(bench.PHASES) and all(math.isfinite(v) for v in prof["ms"].values())
+    assert set(prof["backward_nodes"]) == {"kernel", "moments", "other"} and prof["peak_mib"] > 0
+    assert "moments (solves)" in bench.format_phases(prof, cfg.label)
+
+
+def test_smallest_configuration_prints_its_phases(bench, tmp_path, capsys):
+    bench.main(["--smallest", "--libraries", "savigp", "--no-memory", "--no-profile", "--no-dense", "--phases",
+                "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "per-phase profile" in out and "backward by autograd node" in out and "peak memory" in out

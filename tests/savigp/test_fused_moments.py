@@ -179,3 +179,61 @@ def test_fused_u_space_parameters_match_autograd_through_cholesky(K):
     for i, (a, b) in enumerate(zip(run(True), run(False))):
         tol = 1e-10 * float(b.abs().max()) + 1e-300
         assert float((a - b).abs().max()) <= tol, (i, float((a - b).abs().max()), tol)
+
+
+def test_isotropic_rbf_shares_distances_and_matches_the_ard_path():
+    """``RBF(ard=False)`` on inputs shared by the latent functions (``kernels._IsotropicRBF``): one
+    distance matrix for all Q. Values and gradients equal the per-latent (ARD) path's; gradients of
+    the inputs, length-scales and variances against finite differences (gradcheck)."""
+    from savigp.kernels import RBF, _IsotropicRBF
+
+    gen = torch.Generator().manual_seed(12)
+    x1 = torch.randn(6, 3, dtype=DT, generator=gen).requires_grad_()
+    x2 = torch.randn(5, 3, dtype=DT, generator=gen).requires_grad_()
+    lv = torch.randn(3, dtype=DT, generator=gen).requires_grad_()
+    c = (-0.5 / (0.5 + torch.rand(3, dtype=DT, generator=gen))).requires_grad_()
+    assert torch.autograd.gradcheck(_IsotropicRBF.apply, (x1, x2, lv, c))
+    assert torch.autograd.gradcheck(lambda z, v, cc: _IsotropicRBF.apply(z, z, v, cc), (x1, lv, c))
+    kern = RBF(3, 3, lengthscale=torch.tensor([[0.7], [1.3], [2.1]]), variance=torch.tensor([0.5, 1.0, 2.0]), ard=False)
+    k_iso = kern(x1, x2)  # (Q, N1, N2) from one distance matrix
+    k_ard = kern(x1.unsqueeze(0).expand(3, 6, 3), x2.unsqueeze(0).expand(3, 5, 3))  # the per-latent path
+    assert torch.allclose(k_iso, k_ard, rtol=1e-12, atol=1e-14)
+    w = torch.randn(3, 6, 5, dtype=DT, generator=gen)
+    params = [x1, x2] + list(kern.parameters())
+    g_iso = torch.autograd.grad((w * k_iso).sum(), params)
+    g_ard = torch.autograd.grad((w * k_ard).sum(), params)
+    for a, b in zip(g_iso, g_ard):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_model_computes_kernels_once_for_shared_fixed_inducing_inputs():
+    """``SAVIGP.kernel_inducing``: fixed inducing inputs equal for every latent function go to the
+    kernel as one ``(1, M, D)`` set; the ELBO and its gradients equal those of the per-latent
+    ``(Q, M, D)`` path; after one latent function's inputs change in place, all Q sets are used."""
+    import savigp
+    from likelihoods import Softmax
+    from savigp.kernels import RBF
+
+    gen = torch.Generator().manual_seed(4)
+    X = torch.randn(40, 3, dtype=DT, generator=gen)
+    Y = torch.randint(0, 3, (40, 1), generator=gen).to(DT)
+    model = savigp.SAVIGP(X, Y, Softmax(3), RBF(3, 3, lengthscale=1.5, ard=False), inducing_inputs=X[:7],
+                          learn_inducing=False, seed=0)
+    assert tuple(model.kernel_inducing().shape) == (1, 7, 3)
+
+    def elbo_and_grads():
+        terms = model.elbo(num_samples=20, estimator="reparam", generator=torch.Generator().manual_seed(1))
+        params = [p for p in model.parameters() if p.requires_grad]
+        return terms.elbo.detach(), torch.autograd.grad(terms.elbo, params)
+
+    shared = elbo_and_grads()
+    full = model.inducing
+    model.kernel_inducing = lambda: full  # the per-latent path
+    per_latent = elbo_and_grads()
+    del model.kernel_inducing
+    assert torch.allclose(shared[0], per_latent[0], rtol=1e-12)
+    for a, b in zip(shared[1], per_latent[1]):
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-11)
+    with torch.no_grad():
+        model.inducing[1, 0, 0] += 0.5
+    assert tuple(model.kernel_inducing().shape) == (3, 7, 3)
