@@ -171,10 +171,9 @@ def fit(
             (:data:`~savigp.training.starts.ANNEAL_FRACTION`) with a fresh optimizer at a tenth of
             ``lr`` and ``weight_lr`` (:data:`~savigp.training.starts.ANNEAL_LR`), to bring the fit
             below the noise floor of its Monte Carlo gradients at ``lr`` (a two-step version of
-            the decreasing step sizes of Robbins & Monro 1951). None (the default): for mixtures
-            with K > 1 only, so that K = 1 fits are as they were; True: for any posterior (what
-            :func:`savigp.choose_components` asks of every fit, so that the K compared have had
-            the same schedule). Measured on Gaussian regression (docs/mixtures.md), K = 1 with the
+            the decreasing step sizes of Robbins & Monro 1951). None (the default) and True: for
+            any posterior fitted by Adam/Adadelta without a resumed ``state`` (so that fits of
+            different K compared by their ELBO have had the same schedule); False: never. Measured on Gaussian regression (docs/mixtures.md), K = 1 with the
             score estimator at ``lr=0.05`` ends up to 0.3 nats below its annealed fit.
         reflect: Adam/Adadelta, mixtures (K > 1): after half the iterations, try replacing the
             lightest component by the reflection of the heaviest through the prior mean
@@ -188,10 +187,10 @@ def fit(
             kept path's (the kept start's, the steps before the move, the kept branch's, fit's own
             phase, the annealing phase) and ``history.starts`` the record
             (:class:`savigp.training.starts.Exploration`); progress and ``callback`` cover fit's
-            own phase (a stop by ``callback`` skips the annealing). Neither is done for K = 1, L-BFGS, a resumed
-            ``state``, under torch.distributed, when the posterior's means are not trained, or
-            when a start (a branch) would get fewer than :data:`~savigp.training.starts.MIN_STEPS`
-            steps.
+            own phase (a stop by ``callback`` skips the annealing). The starts and the move are
+            not done for K = 1 or when the posterior's means are not trained; none of the three
+            for L-BFGS, a resumed ``state``, under torch.distributed, or when a phase would get
+            fewer than :data:`~savigp.training.starts.MIN_STEPS` steps.
         max_components: choose the number of mixture components K, up to this many, by the
             full-data ELBO (:func:`savigp.choose_components` with fit's other arguments and its
             defaults: a birth and two restarts per K, K grown while the ELBO gains more than 2
@@ -309,7 +308,7 @@ def fit(
     steps = None
     if _starts.explorable(model, optimizer, trained, state):
         steps = _starts.plan(iterations, n_starts, float(start_fraction), reflect, anneal is not False)
-    elif anneal and _starts.explorable(model, optimizer, trained, state, mixture=False):
+    elif anneal is not False and _starts.explorable(model, optimizer, trained, state, mixture=False):
         steps = _starts.plan(iterations, 1, float(start_fraction), False, True)
     common = dict(B=B, optimizer=optimizer, lr=lr, num_samples=num_samples, estimator=estimator, requested=requested,
                   groups=groups, lbfgs_max_iter=lbfgs_max_iter, tune_allocator=tune_allocator, log_every=log_every,
