@@ -30,16 +30,13 @@ import argparse
 import contextlib
 import io
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make `savigp` and `experiments` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from experiments._common import (  # noqa: E402
-    read_csv_matrix, read_csv_rows, resolve_data_dir, summarize, write_csv_atomic, write_text_atomic,
+from _common import (  # the shared runner (it makes savigp and the experiments package importable)
+    add_data_argument, add_out_argument, parse_ints, read_csv_matrix, read_csv_rows, resolve_data_dir, summarize,
+    write_csv_atomic, write_text_atomic,
 )
 
 #: row name -> (--posterior, --components)
@@ -149,8 +146,8 @@ def main(argv=None) -> str:
     p.add_argument("--rows", default=",".join(ROWS))
     p.add_argument("--hypers", choices=("default", "joint", "two-stage"), default="default",
                    help="what the factorized rows pass (default: nothing, the command's default)")
-    p.add_argument("--out", default="results/cli_mixtures")
-    p.add_argument("--data-dir", default=None)
+    add_out_argument(p, "results/cli_mixtures")
+    add_data_argument(p)
     p.add_argument("--resume", action="store_true", help="keep the rows of an existing results.csv")
     p.add_argument("--stage1", choices=("reuse", "refit"), default="reuse",
                    help="factorized rows by default: take stage 1 from the fg row's file (reuse, default: "
@@ -166,7 +163,7 @@ def main(argv=None) -> str:
     reuse = args.stage1 == "reuse" and args.hypers == "default"
     if reuse and "fg" in names:
         names = ["fg"] + [n for n in names if n != "fg"]
-    for split in [int(s) for s in args.splits.split(",")]:
+    for split in parse_ints(p, args.splits, "--splits"):
         n_train = read_csv_matrix(data / DATASETS[args.dataset][0] / f"train_{split}.csv").shape[0]
         for sf in [float(s) for s in args.sparsity.split(",")]:
             fg_file = out_dir / "models" / f"fg_split{split}_sf{sf:g}.pt"
