@@ -38,18 +38,15 @@ import argparse
 import math
 import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import savigp  # noqa: E402
-from likelihoods import CallableLikelihood, Gaussian  # noqa: E402
+from _common import gaussian_log_density  # the shared runner (it makes savigp and the experiments importable)
+import savigp
+from likelihoods import CallableLikelihood, Gaussian
 
 NOISE = 0.1  # the noise variance of the |f| and f^2 problems
 SWITCH_SD = 0.2
@@ -71,16 +68,15 @@ class Problem:
 
 
 def _abs_lik(y, f):
-    return -0.5 * math.log(2 * math.pi * NOISE) - 0.5 * (y[:, 0] - f[..., 0].abs()) ** 2 / NOISE
+    return gaussian_log_density(y[:, 0], f[..., 0].abs(), NOISE)
 
 
 def _square_lik(y, f):
-    return -0.5 * math.log(2 * math.pi * NOISE) - 0.5 * (y[:, 0] - f[..., 0] ** 2) ** 2 / NOISE
+    return gaussian_log_density(y[:, 0], f[..., 0] ** 2, NOISE)
 
 
 def _switch_lik(y, f):
-    z = (y[:, :1] - f) / SWITCH_SD  # (..., B, 2)
-    return torch.logsumexp(-0.5 * z * z, -1) - math.log(2 * math.sqrt(2 * math.pi) * SWITCH_SD)
+    return torch.logsumexp(gaussian_log_density(y[:, :1], f, SWITCH_SD ** 2), -1) - math.log(2)  # f: (..., B, 2)
 
 
 def _fmean(model):
