@@ -83,16 +83,15 @@ from typing import Optional
 import numpy as np
 import torch
 
-if __package__ in (None, ""):  # run as a script: make `savigp`, `likelihoods` and `experiments` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import likelihoods as L  # noqa: E402
-import savigp  # noqa: E402
-from experiments._common import (  # noqa: E402
-    Identity, Standardizer, available_splits, grouped_boxplot, markdown_table, nested_subsets, read_csv_matrix,
-    read_csv_rows, read_split, resolve_data_dir, summarize, write_csv_atomic, write_text_atomic,
+from _common import (  # the shared runner (it makes savigp and the experiments package importable)
+    Identity, Standardizer, add_data_argument, add_device_arguments, add_out_argument, add_threads_argument,
+    available_splits, device_and_dtype, gaussian_log_density, grouped_boxplot, markdown_table, nested_subsets,
+    read_csv_matrix, read_csv_rows, read_split, resolve_data_dir, sse as standardized_squared_error, summarize,
+    write_csv_atomic, write_text_atomic,
 )
-from experiments._common import add_device_arguments, device_and_dtype  # noqa: E402
+import likelihoods as L
+import savigp
+from likelihoods.densities import LOG_2PI
 
 # The paper's three (fg, mog1, mog2: diagonal over u, Bonilla et al. 2019, §9.3) and, opt-in with --posteriors,
 # the library's other mixture families: diagonal in whitened coordinates v = L_zz^-1 u (wmog1, wmog2) and a
@@ -347,7 +346,7 @@ def exact_gp_baseline(kernel, Xtr, ytr, Xte, yte, warped: bool, max_iter: int = 
         Kxx = kernel(X, X)[0] + lik.variance() * eye
         Lc = chol(Kxx)
         alpha = torch.cholesky_solve(t[:, None], Lc)[:, 0]
-        nll = 0.5 * (t * alpha).sum() + torch.log(torch.diagonal(Lc)).sum() + 0.5 * N * math.log(2 * math.pi)
+        nll = 0.5 * (t * alpha).sum() + torch.log(torch.diagonal(Lc)).sum() + 0.5 * N * LOG_2PI
         if warped:
             nll = nll - torch.log(dt).sum()
         return nll / N
@@ -376,15 +375,13 @@ def exact_gp_baseline(kernel, Xtr, ytr, Xte, yte, warped: bool, max_iter: int = 
         vf = (kernel.diag(Xs)[0] - (V * V).sum(0)).clamp_min(1e-12)
         if warped:
             ts, dts = lik.warp(ys)
-            lpd = -0.5 * (math.log(2 * math.pi) + torch.log(vf + noise)) - 0.5 * (ts - mf) ** 2 / (vf + noise) \
-                + torch.log(dts)
+            lpd = gaussian_log_density(ts, mf, vf + noise) + torch.log(dts)
             ymean, _ = lik.predictive_moments(mf[:, None], vf[:, None])
             ymean = ymean[:, 0]
         else:
-            lpd = -0.5 * (math.log(2 * math.pi) + torch.log(vf + noise)) - 0.5 * (ys - mf) ** 2 / (vf + noise)
+            lpd = gaussian_log_density(ys, mf, vf + noise)
             ymean = mf
-        sse = float(((ys - ymean) ** 2).mean() / ys.var(unbiased=False))
-        return {"sse": sse, "nlpd": float(-lpd.mean()), "train_seconds": time.perf_counter() - t0,
+        return {"sse": standardized_squared_error(ys, ymean), "nlpd": float(-lpd.mean()), "train_seconds": time.perf_counter() - t0,
                 "elbo": float(-neg_log_ml() * N), "ymean": ymean.numpy()}
 
 
@@ -865,9 +862,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--learn-inducing", action="store_true", help="learn the inducing inputs (default: fixed subset)")
     p.add_argument("--no-baselines", action="store_true", help="skip the exact GP / WGP baselines")
     p.add_argument("--resume", action="store_true", help="keep the rows of an existing results.csv, run the rest")
-    p.add_argument("--out", default=None, help="output folder (default results/small_scale, quick: results/small_scale_quick)")
-    p.add_argument("--data-dir", default=None, help="the shared data folder (default ../shared/data)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    add_out_argument(p, None, "output folder (default results/small_scale, quick: results/small_scale_quick)")
+    add_data_argument(p)
+    add_threads_argument(p, 1, "torch threads (default 1)")
     add_device_arguments(p)
     args = p.parse_args(argv)
     device, dtype = device_and_dtype(args)
