@@ -80,14 +80,18 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from savigp import SAVIGP  # noqa: E402
-from savigp.kernels import RBF  # noqa: E402
-from savigp.training import WARMUP_STEPS, StepRunner, default_log_every, graph_decision, make_adam  # noqa: E402
-import likelihoods as L  # noqa: E402
+try:  # the shared runner (it makes savigp and the experiments package importable), as a run of the file finds it
+    from _common import (REPO_ROOT as ROOT, add_device_arguments, add_out_argument, add_seed_argument,
+                         add_threads_argument)
+except ModuleNotFoundError as err:  # loaded by path with experiments/ not on sys.path (its smoke test): the package
+    if err.name != "_common":
+        raise
+    from experiments._common import (REPO_ROOT as ROOT, add_device_arguments, add_out_argument, add_seed_argument,
+                                     add_threads_argument)
+from savigp import SAVIGP
+from savigp.kernels import RBF
+from savigp.training import WARMUP_STEPS, StepRunner, default_log_every, graph_decision, make_adam
+import likelihoods as L
 
 try:  # GPyTorch is only in the ``benchmark`` extra
     import gpytorch  # noqa: F401
@@ -901,10 +905,9 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p.add_argument("--gpu-targets", action="store_true",
                    help="only the GPU issue's configurations (M=1000 B=10k S=100 Bernoulli; decoupled head M=500 "
                         "G=20000 B=10k): run with --device cuda and on the CPU")
-    p.add_argument("--out", default="results/benchmark", help="output folder (CSV, Markdown, PNG)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
-    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (CPU)")
+    add_out_argument(p, "results/benchmark", "output folder (CSV, Markdown, PNG)")
+    add_device_arguments(p, default_dtype="float64")
+    add_threads_argument(p, 2, "torch.set_num_threads (CPU)")
     p.add_argument("--num-data", type=int, default=50_000)
     p.add_argument("--input-dim", type=int, default=8)
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps per library (default 3, quick 2)")
@@ -928,7 +931,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p.add_argument("--no-profile", action="store_true",
                    help="skip the torch.profiler columns (ops, host reads; GPU busy time, kernels, syncs on CUDA)")
     p.add_argument("--profile-steps", type=int, default=3, help="steps profiled per library (default 3)")
-    p.add_argument("--seed", type=int, default=0)
+    add_seed_argument(p, 0)
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)

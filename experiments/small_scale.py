@@ -381,8 +381,8 @@ def exact_gp_baseline(kernel, Xtr, ytr, Xte, yte, warped: bool, max_iter: int = 
         else:
             lpd = gaussian_log_density(ys, mf, vf + noise)
             ymean = mf
-        return {"sse": standardized_squared_error(ys, ymean), "nlpd": float(-lpd.mean()), "train_seconds": time.perf_counter() - t0,
-                "elbo": float(-neg_log_ml() * N), "ymean": ymean.numpy()}
+        return {"sse": standardized_squared_error(ys, ymean), "nlpd": float(-lpd.mean()),
+                "train_seconds": time.perf_counter() - t0, "elbo": float(-neg_log_ml() * N), "ymean": ymean.numpy()}
 
 
 # ======================================================================================= mixture starts
