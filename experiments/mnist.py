@@ -41,15 +41,13 @@ from __future__ import annotations
 import functools
 import gzip
 import pickle
-import sys
 import math
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _flagship_io as io  # noqa: E402
+import _flagship_io as io  # on the shared runner (it makes savigp and the experiments package importable)
 
 
 
@@ -183,8 +181,8 @@ def parse(argv=None):
     p.add_argument("--eval-every", type=float, default=None,
                    help="seconds of training between test evaluations (default 60; 10 quick)")
     p.add_argument("--eval-samples", type=int, default=None, help="samples per test evaluation (default 200; 100 quick)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None)
+    io.add_seed_argument(p, 0)
+    io.add_threads_argument(p, None)
     p.add_argument("--progress", action="store_true")
     io.add_device_arguments(p, default_dtype=None)
     return p.parse_args(argv)
