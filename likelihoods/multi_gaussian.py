@@ -53,6 +53,11 @@ class MultiGaussian(Likelihood):
             raise ValueError(f"MultiGaussian: variance must be one number or {P} numbers, got {init.tolist()}")
         self.variance = PositiveParameter(init, floor=1e-8, learnable=learn_variance)
 
+    @property
+    def num_outputs(self) -> int:
+        """P, the constructor's ``num_outputs`` (what a model file records to rebuild this likelihood)."""
+        return self.output_dim
+
     def _check(self, y: Tensor, f: Tensor) -> None:
         if f.shape[-1] != self.num_latent or y.shape[-1] != self.output_dim:
             raise ValueError(

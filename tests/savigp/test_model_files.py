@@ -156,6 +156,22 @@ def test_python_save_and_load_round_trip_builtin(tmp_path):
     assert np.array_equal(a.latent_mean.numpy(), b["latent_mean"]) and np.array_equal(a.mean.numpy(), b["mean"])
 
 
+def test_a_multi_output_gaussian_model_round_trips(tmp_path):
+    """MultiGaussian's constructor argument num_outputs is recorded (it was not: the file could not
+    be written), and the loaded model predicts what the saved one did."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (20, 1))
+    Y = np.hstack([np.sin(X), np.cos(X)]) + 0.1 * rng.standard_normal((20, 2))
+    model = savigp.SAVIGP(X, Y, likelihoods.MultiGaussian(2, variance=0.05), num_inducing=5, seed=0)
+    savigp.fit(model, iterations=3, num_samples=5, progress=False)
+    path = str(tmp_path / "m.pt")
+    savigp.save(model, path)
+    loaded = savigp.load(path)
+    assert loaded.config["likelihood"]["kwargs"]["num_outputs"] == 2
+    a, b = model.predict(X[:5]), loaded.predict(X[:5])
+    assert np.array_equal(a.latent_mean.numpy(), b["latent_mean"]) and np.array_equal(a.mean.numpy(), b["mean"])
+
+
 def test_python_user_likelihood_consent_hash_and_moved_file(tmp_path, capsys):
     """A user function saved from Python: loading without consent gives latent predictions only;
     ``likelihood=`` / ``trust_code=True`` run it; a changed file is refused unless trusted; the
