@@ -80,14 +80,8 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-try:  # the shared runner (it makes savigp and the experiments package importable), as a run of the file finds it
-    from _common import (REPO_ROOT as ROOT, add_device_arguments, add_out_argument, add_seed_argument,
-                         add_threads_argument)
-except ModuleNotFoundError as err:  # loaded by path with experiments/ not on sys.path (its smoke test): the package
-    if err.name != "_common":
-        raise
-    from experiments._common import (REPO_ROOT as ROOT, add_device_arguments, add_out_argument, add_seed_argument,
-                                     add_threads_argument)
+from _common import (REPO_ROOT as ROOT, add_device_arguments, add_out_argument, add_seed_argument,
+                     add_threads_argument)
 from savigp import SAVIGP
 from savigp.kernels import RBF
 from savigp.training import WARMUP_STEPS, StepRunner, default_log_every, graph_decision, make_adam

@@ -15,6 +15,8 @@ from conftest import ROOT  # noqa: E402  (the repository root)
 
 
 def _load_benchmark():
+    import experiments  # noqa: F401  (the script's own `import _common` resolves as in a run)
+
     spec = importlib.util.spec_from_file_location("savigp_experiments_benchmark", ROOT / "experiments" / "benchmark.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
