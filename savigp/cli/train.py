@@ -327,6 +327,9 @@ def _train(args, out: str, ckpt: str, plot) -> int:
             threads = f", {history.threads} thread{'s' if history.threads != 1 else ''}" if history.threads else ""
             print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s{threads}, "
                   f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
+            search = getattr(history, "starts", None)
+            if search is not None and (search.starts > 1 or search.reflection is not None) and not quiet:
+                print(f"savigp train: {_search_text(search)}", file=sys.stderr)
             if history.still_rising:
                 print(f"savigp train: note: {history.still_rising} (the same command with --resume and a larger "
                       "--iterations continues from the model)", file=sys.stderr)
@@ -427,3 +430,17 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups)
                 raise  # Ctrl-C pressed twice: stop at once
             # raised by user code (our handler turns a first Ctrl-C into a flag): a failure of that code
             raise ckp.user_code_exit(err, spec.get("import_path") or spec["name"]) from None
+
+
+def _search_text(search) -> str:
+    """One line on what :func:`savigp.fit` explored for a mixture (:class:`savigp.training.starts.Exploration`)."""
+    parts = []
+    if search.starts > 1:
+        parts.append(f"{search.starts} starts of {search.steps} steps, kept start {search.kept} (full-data ELBO "
+                     + ", ".join(f"{e:.6g}" for e in search.elbo) + ")")
+    r = search.reflection
+    if r is not None:
+        parts.append(f"reflection move of component {r['source']} onto {r['target']} after {r['after']} steps "
+                     f"{'accepted' if r['accepted'] else 'declined'} (ELBO {r['elbo_reflected']:.6g} against "
+                     f"{r['elbo']:.6g})")
+    return "mixture search (savigp.fit's starts): " + "; ".join(parts)

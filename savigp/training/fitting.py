@@ -306,7 +306,11 @@ def fit(
     reflect = True if reflect is None else bool(reflect)
     trained = parameter_groups(model, groups)
     steps = None
-    if _starts.explorable(model, optimizer, trained, state):
+    # a state that resumes nothing (the command's checkpoint state at step 0) does not stop a mixture's
+    # exploration: the starts and the move run first, fit's own phase then counts its steps on from them
+    fresh = state is not None and state.get("optimizer_state") is None and int(state.get("step", 0)) == 0
+    total = iterations
+    if _starts.explorable(model, optimizer, trained, None if fresh else state):
         steps = _starts.plan(iterations, n_starts, float(start_fraction), reflect, anneal is not False)
     elif anneal is not False and _starts.explorable(model, optimizer, trained, state, mixture=False):
         steps = _starts.plan(iterations, 1, float(start_fraction), False, True)
@@ -326,8 +330,12 @@ def fit(
                                         estimator=estimator, seed=seed)
             iterations = steps["final"]
         cool = 0 if steps is None else steps["anneal"]
-        history = _fit(model, iterations=iterations, seed=seed, progress=progress, callback=callback, state=state,
-                       final_elbo=final_elbo and not cool, **common)
+        offset = 0
+        if state is not None and steps is not None:  # (fresh: the steps taken so far open the count)
+            offset = total - iterations - cool
+            state["step"] = offset
+        history = _fit(model, iterations=iterations, seed=seed, progress=progress, callback=callback,
+                       state=state, final_elbo=final_elbo and not cool, **common)
         if record is not None:  # (the kept path's steps open the trace)
             history.elbo[:0] = record.trace
             history.steps += record.path_steps
@@ -342,6 +350,8 @@ def fit(
             history.steps += last.steps
             history.final_elbo, history.final_elbo_stderr = last.final_elbo, last.final_elbo_stderr
             history.seconds += last.seconds
+            if state is not None:  # (the annealing phase is not resumable: it counts once it is done)
+                state["step"] = total
     history.threads = n_threads
     history.starts = record
     return history
