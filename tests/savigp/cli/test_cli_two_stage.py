@@ -130,3 +130,16 @@ def test_max_components_searches_at_the_full_gaussians_hyper_parameters(files, c
     saved, fg = load_model(str(out))[0], load_model(str(files["fg"]))[0]
     assert saved.config["training"]["hypers"] == "two-stage"
     assert _equal(saved.model.kernel.state_dict(), fg.model.kernel.state_dict())
+
+
+def test_stage_one_is_the_full_gaussian_also_over_many_steps(files):
+    """Over enough steps for fit's annealing phase (250), stage 1 is still ``--posterior full``'s fit
+    bit for bit: the command's full Gaussian (trained with its checkpoint state) does not anneal, and
+    neither does stage 1 (it did, 25 steps at a tenth of lr, before this was fixed)."""
+    t = files["dir"]
+    common = [t / "d.csv", "--targets", "y", "--dense", "--iterations", "250", "--lr", "0.05"]
+    assert _train(*common, "--out", t / "fg250.pt") == 0
+    assert _train(*common, "--posterior", "diag", "--out", t / "mog250.pt") == 0
+    saved, fg = load_model(str(t / "mog250.pt"))[0], load_model(str(t / "fg250.pt"))[0]
+    for name in ("kernel", "likelihood"):
+        assert _equal(getattr(saved.model, name).state_dict(), getattr(fg.model, name).state_dict()), name
