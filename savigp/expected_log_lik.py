@@ -172,8 +172,14 @@ def _weighted_sum(weights: Tensor, per_point: Tensor, scale: float) -> Tensor:
     return scale * (weights.unsqueeze(-1) * per_point).sum()
 
 
-def _stderr(values: Tensor, weights: Tensor, scale: float) -> Tensor:
-    """MC standard error of scale * sum_n sum_k pi_k mean_s values[s, k, n] (values ``(S, K, B)``)."""
+def _stderr(values: Tensor, weights: Tensor, scale: float, common: bool = False) -> Tensor:
+    """MC standard error of scale * sum_n sum_k pi_k mean_s values[s, k, n] (values ``(S, K, B)``):
+    draws independent across the components (``common=False``: the variance is sum_k pi_k^2 Var_k / S
+    per point) or one draw per sample shared by all of them (``common=True``: the variance of
+    sum_k pi_k values[s, k, n] over s, / S)."""
+    if common:  # (the mixture's per-sample value: one "component" of weight 1)
+        values = (weights.detach().view(1, -1, 1) * values.detach()).sum(1, keepdim=True)
+        weights = weights.new_ones(1)
     S = values.shape[0]
     # unbiased variance over the samples from two sums of the values shifted by the first sample
     # (the shift avoids cancellation when the spread is small next to the mean); a sum over the
@@ -188,7 +194,8 @@ def _stderr(values: Tensor, weights: Tensor, scale: float) -> Tensor:
 
 def expected_log_lik(likelihood, y: Tensor, mean: Tensor, var: Tensor, weights: Tensor, *,
                      estimator: str, num_samples: int, scale: float = 1.0,
-                     generator: torch.Generator | None = None, quadrature_points: int = 20) -> ELLEstimate:
+                     generator: torch.Generator | None = None, quadrature_points: int = 20,
+                     common_draws: bool | None = None) -> ELLEstimate:
     """Estimate L_ell and wire its gradient into autograd.
 
     Args:
@@ -202,6 +209,19 @@ def expected_log_lik(likelihood, y: Tensor, mean: Tensor, var: Tensor, weights: 
         scale: N / B for a mini-batch (eq. 33).
         generator: torch.Generator for the draws (fix it to reuse draws, e.g. inside L-BFGS).
         quadrature_points: Gauss-Hermite points per latent dimension for ``"quadrature"``.
+        common_draws: Monte Carlo estimators: one set of S standard normal draws per data point,
+            shared by all K components (f_skn = b_kn + sqrt(s2_kn) eps_sn), instead of independent
+            draws per component. None (the default): shared when gradients are off
+            (``torch.is_grad_enabled()`` False, an evaluation such as
+            :func:`savigp.training.convergence.full_data_elbo`), independent otherwise (training).
+            Both are unbiased. Shared draws make the estimate for K components that coincide the
+            single Gaussian's estimate from the same generator, exactly, so that ELBOs of fits of
+            different K (and a mixture's candidate states) are compared with common random numbers:
+            a mixture whose components have merged onto one Gaussian then scores what the K = 1 fit
+            with those moments scores, up to the slack of the entropy term, instead of differing
+            from it by about one standard error. In training, independent draws give coincident
+            components distinct gradients, so that they can still separate. The standard error
+            follows the draws (:func:`_stderr`).
     """
     estimator = resolve_estimator(estimator, likelihood)
     K, B, Q = mean.shape
@@ -217,13 +237,15 @@ def expected_log_lik(likelihood, y: Tensor, mean: Tensor, var: Tensor, weights: 
     S = int(num_samples)
     if S < 2:
         raise ValueError(f"num_samples must be >= 2 for Monte Carlo estimators, got {S}")
-    eps = _sample_eps((S, K, B, Q), mean, generator)
+    common = (not torch.is_grad_enabled()) if common_draws is None else bool(common_draws)
+    common = common and K > 1
+    eps = _sample_eps((S, 1 if common else K, B, Q), mean, generator).expand(S, K, B, Q)
     sd = torch.sqrt(var)
 
     if estimator == "reparam":
         values = checked_log_prob(likelihood, y, mean + sd * eps)  # (S, K, B), differentiable
         per = values.mean(0)
-        return ELLEstimate(_weighted_sum(weights, per, scale), per.detach(), _stderr(values, weights, scale))
+        return ELLEstimate(_weighted_sum(weights, per, scale), per.detach(), _stderr(values, weights, scale, common))
 
     # score-function estimators: f is detached, only values of log p are used
     f = torch.addcmul(mean.detach(), sd.detach(), eps)
@@ -240,7 +262,7 @@ def expected_log_lik(likelihood, y: Tensor, mean: Tensor, var: Tensor, weights: 
     grad_s2 = mean_s2 / (2.0 * var.detach())
     surrogate = (mean * grad_b + var * grad_s2).sum(-1)  # (K, B)
     per = per_value + (surrogate - surrogate.detach())
-    return ELLEstimate(_weighted_sum(weights, per, scale), per_value.detach(), _stderr(values, weights, scale))
+    return ELLEstimate(_weighted_sum(weights, per, scale), per_value.detach(), _stderr(values, weights, scale, common))
 
 
 def _mean_baseline(likelihood, y: Tensor, mean: Tensor) -> Tensor:
