@@ -407,7 +407,9 @@ class SAVIGP(nn.Module):
 
         Args:
             batch: indices ``(B,)`` of training points, or None for all N.
-            num_samples: S, samples per component and data point for Monte Carlo estimators.
+            num_samples: S, samples per component and data point for Monte Carlo estimators
+                (without gradients, e.g. under ``torch.no_grad()``, the S draws of a point are shared
+                by the components: :func:`savigp.expected_log_lik.expected_log_lik`'s ``common_draws``).
             estimator: see :mod:`savigp.expected_log_lik` (``"auto"`` picks closed form, else
                 reparameterization for differentiable likelihoods, else the score function).
             generator: torch.Generator for the Monte Carlo draws.
