@@ -21,7 +21,7 @@ _LAZY = {
     "FourierFeatureKernel": "kernels.fourier_features", "odvff_model": "kernels.fourier_features", "fit_orthnat": "training.natural_gradients",
     "CholeskyError": "linalg.cholesky", "robust_cholesky": "linalg.cholesky", "tune_cpu_allocator": "runtime.allocator",
     "load": "model_files", "save": "model_files", "warm_start": "training.warm_start", "ConvergenceWarning": "training",
-    "choose_components": "training.components", "grow": "training.components",
+    "choose_components": "training.fitting", "grow": "training.components",
     "ComponentSearch": "training.components",
 }
 

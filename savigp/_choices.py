@@ -129,6 +129,8 @@ MEAN_HEADS = Registry("mean_basis", {
 })
 #: the expected log-likelihood estimators (:mod:`savigp.estimators.expected_log_likelihood`)
 ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
+#: the optimizers of :func:`savigp.fit` (``optimizer=``, the command's ``--optimizer``)
+OPTIMIZERS = ("adam", "adadelta", "lbfgs")
 #: the parameter groups that :func:`savigp.fit` trains (``groups=``, the command's ``--learn``)
 PARAMETER_GROUPS = ("posterior", "kernel", "inducing", "likelihood", "prior_mean", "mean_head")
 #: the command-line names of the built-in likelihood classes, in the order in which

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from .._choices import (BUILTIN_LIKELIHOODS, DEFAULT_ENTROPY, DTYPES, ENTROPY_ESTIMATES, ESTIMATORS, INDUCING_INITS, KERNELS,
-                        MEAN_HEADS, PARAMETER_GROUPS, POSTERIORS)
+                        MEAN_HEADS, OPTIMIZERS, PARAMETER_GROUPS, POSTERIORS)
 
 EPILOG_MAIN = """\
 examples:
@@ -235,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--iterations", type=int, help="optimizer steps (default 500)")
     g.add_argument("--epochs", type=float, help="alternatively, passes over the data")
     g.add_argument("--batch-size", type=int, metavar="B", help="mini-batch size (default all rows; lbfgs: all rows)")
-    g.add_argument("--optimizer", choices=("adam", "adadelta", "lbfgs"), default="adam")
+    g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
     g.add_argument("--lr", type=float, help="learning rate (default: adam 0.01, adadelta 1, lbfgs 1)")
     g.add_argument("--samples", type=int, default=100, metavar="S", help="Monte Carlo samples per point (default 100)")
     g.add_argument("--estimator", choices=ESTIMATORS, default="auto",

@@ -18,37 +18,18 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from . import distributed
-from .._choices import PARAMETER_GROUPS
+from .._choices import OPTIMIZERS, PARAMETER_GROUPS
 from ..runtime.allocator import tune_cpu_allocator
 from ..runtime.threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
 from . import loop, starts as _starts, step as _step
+from .components import ComponentSearch, adopt, search_components
 from .convergence import ConvergenceWarning, full_data_elbo
+from .groups import parameter_groups
 from .loop import Batches, TrainingHistory
 from .rules import GradientStep, SyncFreeStep
 from .starts import DEFAULT_FRACTION
 
-OPTIMIZERS = ("adam", "adadelta", "lbfgs")
-
-
-def parameter_groups(model: SAVIGP, groups: Optional[Sequence[str]] = None) -> list:
-    """The trainable parameters of the named groups (all groups by default)."""
-    groups = PARAMETER_GROUPS if groups is None else tuple(groups)
-    unknown = set(groups) - set(PARAMETER_GROUPS)
-    if unknown:
-        raise ValueError(f"unknown parameter group(s) {sorted(unknown)}; choose from {PARAMETER_GROUPS}")
-    modules = {"posterior": [model.posterior], "kernel": [model.kernel], "likelihood": [model.likelihood],
-               "mean_head": [model.mean_head] if model.mean_head is not None else []}
-    params = []
-    for g in groups:
-        if g == "inducing":
-            params += [model.inducing] if isinstance(model.inducing, torch.nn.Parameter) else []
-        elif g == "prior_mean":
-            params += [model.prior_mean] if isinstance(model.prior_mean, torch.nn.Parameter) else []
-        else:
-            for m in modules[g]:
-                params += [p for p in m.parameters() if p.requires_grad]
-    return params
 
 
 #: the mixture weights' learning rate relative to fit's ``lr`` (first-order optimizers, K > 1)
@@ -89,6 +70,18 @@ def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> No
     if problem is not None:
         warnings.warn(f"savigp.fit: {problem}. The two-stage recipe avoids it: {TWO_STAGE_PYTHON}.",
                       FactorizedHyperparameterWarning, stacklevel=4)  # (fit's caller, through _fit)
+
+
+def choose_components(model: SAVIGP, **options) -> ComponentSearch:
+    """Choose the number of mixture components K by the full-data ELBO: grow K from the model's
+    while K + 1's ELBO exceeds K's by more than its Monte Carlo standard error, each K fitted by
+    :func:`fit`. ``options``: those of
+    :func:`savigp.training.components.search_components` (``max_components``, ``restarts``,
+    ``min_gain_se``, ``min_gain``, ``eval_samples``, ``eval_repeats``, ``entropy``, ``verbose``)
+    and of :func:`fit`. Returns a :class:`~savigp.training.components.ComponentSearch`: the
+    chosen, fitted model, its K and the ELBO per K."""
+    return search_components(model, fit, **options)
+
 
 
 def make_adam(params, lr: float, capturable: bool = False) -> torch.optim.Adam:
@@ -268,8 +261,6 @@ def fit(
     if max_components is not None:
         if state is not None or callback is not None:
             raise ValueError("fit(max_components=...) fits several models: it takes no state= or callback=")
-        from .components import adopt, choose_components
-
         search = choose_components(model, max_components=max_components, verbose=progress, iterations=iterations,
                                    epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr,
                                    num_samples=num_samples, estimator=estimator, groups=groups, seed=seed,

@@ -17,7 +17,9 @@ import torch
 from torch import nn
 
 from ..model import SAVIGP
+from .._choices import PARAMETER_GROUPS
 from ..posteriors.moments import VARIANCE_RULES
+from .groups import parameter_groups
 
 
 def _copy_module(name: str, target: nn.Module, source: nn.Module) -> None:
@@ -51,8 +53,6 @@ def joint_factorized_fit(model: SAVIGP, groups: Optional[Sequence[str]] = None) 
     docs/mixtures.md, "Factorized families and learned hyper-parameters"). The answer names the
     hyper-parameter groups; the callers add the two-stage recipe (:data:`TWO_STAGE_PYTHON`,
     :data:`TWO_STAGE_CLI`)."""
-    from .fitting import PARAMETER_GROUPS, parameter_groups
-
     post = model.posterior
     if not (model.dense and getattr(post, "diagonal", False)):
         return None
