@@ -178,6 +178,15 @@ class Posterior(nn.Module):
         deviations; equal weights."""
         raise NotImplementedError(f"{type(self).__name__} cannot be set from moments over u (init_from_moments)")
 
+    # ------------------------------------------------------------------ size, before one is built
+    @classmethod
+    def cost_terms(cls, num_components: int, num_latent: int, num_inducing: int, batch: int) -> tuple[int, int, float]:
+        """What this family adds to a model's cost (:func:`savigp.cost.model_cost`, read before the
+        model is built): the numbers its covariances hold, the numbers one mini-batch of ``batch``
+        rows needs beyond K_zx and V, and the floating-point operations of one step beyond the
+        prior's. By default those of a diagonal family: K Q M numbers, nothing more."""
+        return num_components * num_latent * num_inducing, 0, 0.0
+
     # ------------------------------------------------------------------ set-up and capabilities
     def start(self, prior_factor: Callable[[], Tensor]) -> None:
         """Called once by a model that built this posterior from its name; families whose initial

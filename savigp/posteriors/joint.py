@@ -180,5 +180,10 @@ class JointGaussian(ScaledPosterior):
                 "this model's posterior is 'joint' (coupled across them): use savigp.fit (Adam or L-BFGS)")
 
 
+    @classmethod
+    def cost_terms(cls, num_components: int, num_latent: int, num_inducing: int, batch: int) -> tuple[int, int, float]:
+        """One (Q M) x (Q M) covariance (see :meth:`Posterior.cost_terms`)."""
+        return (num_latent * num_inducing) ** 2, 0, 0.0
+
     def extra_repr(self) -> str:
         return f"Q={self.num_latent}, M={self.num_inducing} (one Gaussian over all {self.num_latent * self.num_inducing} values)"

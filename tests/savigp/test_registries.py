@@ -159,3 +159,27 @@ def test_the_schema_asks_the_family_how_many_components_it_takes(tmp_path):
     torch.save(blob, str(path))
     with pytest.raises(ModelFileError, match="num_components must be at most 1 for the 'joint' posterior, got 2"):
         savigp.load(path)
+
+
+def test_the_memory_check_asks_the_family_its_cost(registered):
+    """savigp.cost reads a family's covariance numbers from the family (Posterior.cost_terms), not
+    from a list of names: the built-in ones as before, and a registered family with its own."""
+    from savigp.cost import model_cost
+
+    sizes = dict(D=3, Q=2, M=50, K=2, N=1000, batch=100, samples=10, training=True)
+    full, diag, joint = (model_cost(posterior=p, **sizes) for p in ("full", "diag", "joint"))
+    K, Q, M, B = 2, 2, 50, 100
+    assert full.bytes - diag.bytes == 8 * (4 * (K * Q * M * M - K * Q * M) + K * B * Q * M)
+    assert full.step_flops - diag.step_flops == K * Q * M ** 3
+    assert joint.bytes - diag.bytes == 8 * 4 * ((Q * M) ** 2 - K * Q * M) and joint.step_flops == diag.step_flops
+
+    class DenseNarrow(NarrowDiagonal):
+        @classmethod
+        def cost_terms(cls, num_components, num_latent, num_inducing, batch):
+            return 10 ** 9, 0, 0.0
+
+    POSTERIORS.register("dense-narrow", DenseNarrow)
+    try:
+        assert model_cost(posterior="dense-narrow", **sizes).main == "the posterior covariances"
+    finally:
+        POSTERIORS.unregister("dense-narrow")
