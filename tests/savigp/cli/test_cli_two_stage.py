@@ -48,7 +48,7 @@ def test_default_for_a_factorized_family_is_the_two_stage_fit(files, capsys):
     live model); stderr says so in two lines, also with --quiet, and warns of nothing."""
     t, common = files["dir"], files["common"]
     capsys.readouterr()
-    for posterior in ("diag", "diag-whitened"):
+    for posterior in ("diag-u", "diag"):
         out = t / f"{posterior}.pt"
         assert _train(*common, "--posterior", posterior, "--components", "2", "--out", out) == 0
         err = capsys.readouterr().err
@@ -61,7 +61,7 @@ def test_default_for_a_factorized_family_is_the_two_stage_fit(files, capsys):
         assert training["stage1"]["posterior"] == "full" and training["stage1"]["steps"] == 12
         assert training["stage1"]["elbo"] == fg.config["elbo"]
         assert fg.config["training"]["hypers"] is None  # (the question does not arise for a full Gaussian)
-    assert _train(*common, "--posterior", "diag", "--components", "2", "--warm-start", files["fg"], "--learn",
+    assert _train(*common, "--posterior", "diag-u", "--components", "2", "--warm-start", files["fg"], "--learn",
                   "posterior", "--out", t / "manual.pt") == 0
     a, b = load_model(str(t / "diag.pt"))[0].model.state_dict(), load_model(str(t / "manual.pt"))[0].model.state_dict()
     assert a.keys() == b.keys()
@@ -75,7 +75,7 @@ def test_hypers_joint_learns_everything_and_keeps_the_warning(files, capsys):
     t, common = files["dir"], files["common"]
     capsys.readouterr()
     out = t / "joint.pt"
-    assert _train(*common, "--posterior", "diag", "--components", "2", "--hypers", "joint", "--out", out) == 0
+    assert _train(*common, "--posterior", "diag-u", "--components", "2", "--hypers", "joint", "--out", out) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("savigp train: warning: ") and "drop --hypers joint" in err[0], err
     saved, fg = load_model(str(out))[0], load_model(str(files["fg"]))[0]
@@ -87,9 +87,9 @@ def test_refusals_name_the_option(files, capsys):
     """--hypers where it does not apply, two stages with --warm-start or --nproc: exit 2, one line."""
     t, common = files["dir"], files["common"]
     cases = [(["--posterior", "full", "--hypers", "joint"], "--posterior full has no factorization bias"),
-             (["--posterior", "diag", "--learn", "posterior", "--hypers", "two-stage"], "--learn posterior does not"),
-             (["--posterior", "diag", "--hypers", "two-stage", "--warm-start", files["fg"]], "give --learn posterior"),
-             (["--posterior", "diag", "--nproc", "2"], "give --hypers joint")]
+             (["--posterior", "diag-u", "--learn", "posterior", "--hypers", "two-stage"], "--learn posterior does not"),
+             (["--posterior", "diag-u", "--hypers", "two-stage", "--warm-start", files["fg"]], "give --learn posterior"),
+             (["--posterior", "diag-u", "--nproc", "2"], "give --hypers joint")]
     for extra, text in cases:
         capsys.readouterr()
         assert _train(*common, *extra, "--out", t / "refused.pt") == 2, extra
@@ -103,7 +103,7 @@ def test_two_stage_resumes_its_second_stage(files, capsys, monkeypatch):
     full Gaussian's hyper-parameters to the uninterrupted run's parameters bit for bit; a
     jointly learned checkpoint is not resumed as a two-stage fit (one line naming --hypers joint)."""
     t, common = files["dir"], files["common"]
-    args = [*common, "--posterior", "diag", "--batch-size", "20", "--checkpoint-every", "4"]
+    args = [*common, "--posterior", "diag-u", "--batch-size", "20", "--checkpoint-every", "4"]
     assert _train(*args, "--out", t / "ref.pt") == 0
     monkeypatch.setenv(TEST_SIGINT_ENV, "5")
     assert _train(*args, "--out", t / "cut.pt") == 130
@@ -125,7 +125,7 @@ def test_max_components_searches_at_the_full_gaussians_hyper_parameters(files, c
     so the kept fit has the full Gaussian's kernel whatever K it chose."""
     t, common = files["dir"], files["common"]
     out = t / "kmax.pt"
-    assert _train(*common, "--posterior", "diag", "--max-components", "2", "--out", out) == 0
+    assert _train(*common, "--posterior", "diag-u", "--max-components", "2", "--out", out) == 0
     assert "by the full-data ELBO" in capsys.readouterr().out
     saved, fg = load_model(str(out))[0], load_model(str(files["fg"]))[0]
     assert saved.config["training"]["hypers"] == "two-stage"
@@ -139,7 +139,7 @@ def test_stage_one_is_the_full_gaussian_also_over_many_steps(files):
     t = files["dir"]
     common = [t / "d.csv", "--targets", "y", "--dense", "--iterations", "250", "--lr", "0.05"]
     assert _train(*common, "--out", t / "fg250.pt") == 0
-    assert _train(*common, "--posterior", "diag", "--out", t / "mog250.pt") == 0
+    assert _train(*common, "--posterior", "diag-u", "--out", t / "mog250.pt") == 0
     saved, fg = load_model(str(t / "mog250.pt"))[0], load_model(str(t / "fg250.pt"))[0]
     for name in ("kernel", "likelihood"):
         assert _equal(getattr(saved.model, name).state_dict(), getattr(fg.model, name).state_dict()), name
