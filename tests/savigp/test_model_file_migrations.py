@@ -3,10 +3,9 @@ there: the model (:mod:`savigp.model`) carries no upgrade hook.
 
 Format versions 1 and 2 are loaded in tests/savigp/cli/test_cli.py (a version-1 ``"diag"`` file)
 and tests/savigp/test_model_files.py (version 2); a file written before ``config.model.entropy``
-in tests/savigp/test_mixture_entropy.py. Here: the steps are complete and in order, version-3
-files name the two diagonal families by their former names and load as the models that wrote
-them, and the two state-dict layouts that changed without a version (the diagonal mixture over
-u's former coordinates, the warped likelihood's slope bound) load as the models that wrote them.
+in tests/savigp/test_mixture_entropy.py. Here: the steps are complete and in order, and the two
+state-dict layouts that changed without a version (the diagonal mixture over u's former
+coordinates, the warped likelihood's slope bound) load as the models that wrote them.
 """
 import pytest
 import torch

@@ -15,7 +15,7 @@ import likelihoods
 import savigp
 from savigp.cli import main
 from savigp.csv_data import write_csv
-from savigp.model_files import VERSION, LikelihoodImportError, ModelFileError, load_model
+from savigp.model_files import LikelihoodImportError, ModelFileError, load_model
 
 FAST = ["--num-inducing", "6", "--samples", "10", "--threads", "1", "--quiet", "--iterations", "3"]
 
@@ -185,7 +185,7 @@ def test_python_user_likelihood_consent_hash_and_moved_file(tmp_path, capsys):
     path = str(tmp_path / "u.pt")
     savigp.save(model, path)
     spec = _payload(path)["config"]["likelihood"]
-    assert spec["import_path"] == f"{src}:log_lik" and len(spec["sha256"]) == 64 and _payload(path)["config"]["version"] == VERSION
+    assert spec["import_path"] == f"{src}:log_lik" and len(spec["sha256"]) == 64 and _payload(path)["config"]["version"] == savigp.model_files.VERSION
 
     latent = savigp.load(path)
     assert not latent.likelihood_loaded

@@ -233,10 +233,10 @@ def test_a_user_likelihood_source_runs_only_this_runs_code(files, capsys):
 
 def test_jointly_learned_diagonal_mixture_on_a_dense_model_warns_in_one_line(files, capsys):
     """``--posterior diag --components 2 --dense --hypers joint`` learning everything (issue 25: NLP 0.175
-    against fg's 0.118 on wisconsin with the family over u, silently): one stderr line, also with
-    --quiet, naming the two-stage recipe and no Python warning; none with ``--learn posterior`` (the
-    Python side's cases: tests/savigp/test_joint_factorized_warning.py; ``diag-u`` adds its line on
-    narrower intervals here, tests/savigp/cli/test_cli_two_stage.py)."""
+    against fg's 0.118 on wisconsin, silently): one stderr line, also with --quiet, naming the two-stage
+    recipe and no Python warning; none with ``--learn posterior`` (the Python side's cases:
+    tests/savigp/test_joint_factorized_warning.py)."""
+    # (the whitened family: "diag-u" would add its line on narrower intervals, test_cli_two_stage.py)
     base = [files["data"], "--targets", "y", "--inputs", "x", "--dense", "--iterations", "1"]
     assert _train(*base, "--posterior", "diag", "--components", "2", "--hypers", "joint",
                   "--out", files["dir"] / "j.pt") == 0
