@@ -83,7 +83,7 @@ import torch
 from _common import (REPO_ROOT as ROOT, add_device_arguments, add_out_argument, add_seed_argument,
                      add_threads_argument)
 from savigp import SAVIGP
-from savigp.kernels import RBF
+from savigp.kernels.stationary import RBF
 from savigp.training import WARMUP_STEPS, StepRunner, default_log_every, graph_decision, make_adam
 import likelihoods as L
 
@@ -384,7 +384,7 @@ class DenseStep:
     The kernel matrices, the factor L_s and the weights g are fixed (the batch is ignored)."""
 
     def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, seed: int = 0):
-        from savigp.kernels import RBF as _RBF
+        from savigp.kernels.stationary import RBF as _RBF
 
         g = torch.Generator().manual_seed(seed)
         Q, M, B = cfg.Q, cfg.M, cfg.B
@@ -402,7 +402,7 @@ class DenseStep:
         return cfg.K == 1 and cfg.posterior == "full"
 
     def __call__(self, batch: torch.Tensor) -> float:
-        from savigp import _triangular as T
+        from savigp.linalg import triangular as T
         from savigp.posteriors import use_middle_form
 
         if not use_middle_form(self.Kzx.shape[-2], self.Kzx.shape[-1], 1):
@@ -420,7 +420,7 @@ class DenseStep:
         return float(RV[0, 0, 0, 0] + d_scale[0, 0, 0, 0] + d_kzz[0, 0, 0])
 
     def _a_form(self) -> float:
-        from savigp import _triangular as T
+        from savigp.linalg import triangular as T
 
         with torch.no_grad():
             L = torch.linalg.cholesky_ex(self.Kzz)[0]
@@ -548,7 +548,7 @@ def phase_profile(step: "SavigpStep", batches: list, seed: int = 0) -> dict:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    from savigp.expected_log_lik import _sample_eps
+    from savigp.estimators.expected_log_likelihood import _sample_eps
     from savigp.posteriors.base import InducingPrior
 
     model, opt, cfg = step.model, step.opt, step.cfg
@@ -917,7 +917,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
                    help="tuned (default): savigp.tune_cpu_allocator(), as savigp.fit does on the CPU; it is "
                         "process-wide, so both libraries' steps run with it. default: glibc's own settings")
     p.add_argument("--compile", action="store_true",
-                   help="savigp: torch.compile the step's elementwise chains: the score estimator's and the marginal variances' (savigp.expected_log_lik.set_compile, SAVIGP_COMPILE=1)")
+                   help="savigp: torch.compile the step's elementwise chains: the score estimator's and the marginal variances' (savigp.estimators.expected_log_likelihood.set_compile, SAVIGP_COMPILE=1)")
     p.add_argument("--no-dense", action="store_true",
                    help="skip timing the step's dense linear algebra alone (the dense_ms column)")
     p.add_argument("--cuda-graphs", choices=["auto", "off"], default="auto",
@@ -936,7 +936,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
         allocator_tuned = tune_cpu_allocator()
     args.allocator_tuned = allocator_tuned
     if args.compile:
-        from savigp.expected_log_lik import set_compile
+        from savigp.estimators.expected_log_likelihood import set_compile
 
         set_compile(True)
     dtype = getattr(torch, args.dtype)

@@ -32,7 +32,7 @@ hybrid         the hybrid basis (Salimbeni et al. 2018, eq. (10)), Adam on every
 decoupled      the decoupled basis (Cheng & Boots 2017; Salimbeni et al. 2018, eq. (9)), Adam (DECOUPLED)
 odvff          Azzimonti et al. 2020: Fourier features as the covariance basis (F = the largest with
                D (2F + 1) <= M), the orthogonal inducing-point mean basis, trained as orthnat;
-               on the Matern set only (``savigp.fourier_features``)
+               on the Matern set only (``savigp.kernels.fourier_features``)
 orthnat-gn     natural steps on q(v), the Gauss-Newton-bounded preconditioned step for a_gamma
 orthnat-eq16   natural steps on q(v), Salimbeni et al. 2018 eq. (16) for a_gamma with a fixed step (``--eq16-step``)
 =============  ======================================================================
@@ -94,8 +94,8 @@ from _common import (  # the shared runner (it makes savigp importable)
 )
 from likelihoods import Gaussian
 from savigp import SAVIGP, TrainingDiverged, TrainingHistory, fit
-from savigp.fourier_features import AdditiveMatern, odvff_model
-from savigp.natural_gradients import fit_orthnat
+from savigp.kernels.fourier_features import AdditiveMatern, odvff_model
+from savigp.training.natural_gradients import fit_orthnat
 
 CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled", "odvff", "orthnat-gn", "orthnat-eq16")
 DEFAULT_CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled", "odvff")

@@ -103,7 +103,7 @@ def build_model(Y, X, posterior: str = "full", num_components: int = 1, x_unit: 
 
     import savigp
     from likelihoods import Seismic
-    from savigp.kernels import RBF
+    from savigp.kernels.stationary import RBF
 
     mean, std = prior()
     kernel = RBF(1, 8, lengthscale=lengthscale, variance=torch.tensor((std / SCALE) ** 2), learn=False)

@@ -7,7 +7,7 @@ Lists whose entries are classes are :class:`Registry` objects: a name maps to
 ``"module:attribute"``, imported on first use, or to the object itself. The model builds from
 them (:data:`KERNELS` in :class:`~savigp.model.SAVIGP`, :data:`POSTERIORS` in
 :func:`~savigp.posteriors.make_posterior`, :data:`MEAN_HEADS` in
-:func:`~savigp.mean_bases.make_mean_head`), the command's ``choices=`` and the schema's
+:func:`~savigp.mean_heads.make_mean_head`), the command's ``choices=`` and the schema's
 ``Str(choices=...)`` read them when they check, and ``tests/docs/test_choices_in_docs.py`` keeps
 the docs' lists equal to them. A new kernel, posterior family or mean head is its own module and
 one line here (or ``KERNELS.register("name", MyKernel)`` at run time)::
@@ -131,11 +131,11 @@ POSTERIORS = Registry("posterior", {
 #: the mean heads (``mean_basis=``, Salimbeni et al. 2018); a class built as
 #: ``cls(X, num_latent, size, seed=, **options)``, then given the posterior (``attach``)
 MEAN_HEADS = Registry("mean_basis", {
-    "orthogonal": "savigp.mean_bases:OrthogonalMeanHead",
-    "decoupled": "savigp.mean_bases:DecoupledMeanHead",
-    "hybrid": "savigp.mean_bases:HybridMeanHead",
+    "orthogonal": "savigp.mean_heads:OrthogonalMeanHead",
+    "decoupled": "savigp.mean_heads:DecoupledMeanHead",
+    "hybrid": "savigp.mean_heads:HybridMeanHead",
 })
-#: the expected log-likelihood estimators (:mod:`savigp.expected_log_lik`)
+#: the expected log-likelihood estimators (:mod:`savigp.estimators.expected_log_likelihood`)
 ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
 #: the parameter groups that :func:`savigp.fit` trains (``groups=``, the command's ``--learn``)
 PARAMETER_GROUPS = ("posterior", "kernel", "inducing", "likelihood", "prior_mean", "mean_head")

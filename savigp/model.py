@@ -17,13 +17,14 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
-from . import _chunks, _sync_free
+from .linalg import chunks as _chunks
+from .runtime import sync_free
 from ._checks import FLOAT32_MAX_OFFSET, as_inputs, as_targets, input_offset
-from ._linalg import base_jitter, jittered, robust_cholesky
-from .expected_log_lik import checked_log_prob, resolve_estimator
+from .linalg.cholesky import base_jitter, jittered, robust_cholesky
+from .estimators.expected_log_likelihood import checked_log_prob, resolve_estimator
 from .inducing import initial_inducing_inputs
-from .kernels import KERNELS, Kernel
-from .nonfinite import NonFiniteLogProb
+from .kernels.stationary import KERNELS, Kernel
+from .estimators.nonfinite import NonFiniteLogProb
 from .posteriors import DEFAULT_ENTROPY, InducingPrior, Posterior, make_posterior
 
 
@@ -99,7 +100,7 @@ def _tune_allocator() -> None:
     """Chunked prediction allocates and frees the same large blocks per chunk: keep them in the
     heap (see :func:`savigp.tune_cpu_allocator`; 0.93-1.0 s instead of 1.9-2.1 s for 200k rows,
     peak 310 MB either way with preallocated outputs, measured with experiments/predict_memory.py's model)."""
-    from ._allocator import tune_cpu_allocator
+    from .runtime.allocator import tune_cpu_allocator
 
     tune_cpu_allocator()
 
@@ -147,7 +148,7 @@ class SAVIGP(nn.Module):
         mean_basis_size: size of the mean basis gamma per latent function (Salimbeni et al. 2018); 0 disables it.
         mean_basis: ``"orthogonal"`` (Salimbeni et al. (2018)'s orthogonally decoupled basis), ``"decoupled"``
             (Cheng & Boots 2017: mean from gamma alone, the posterior mean fixed at 0) or
-            ``"hybrid"`` (Salimbeni et al. 2018, eq. (10)); see :mod:`savigp.mean_bases`.
+            ``"hybrid"`` (Salimbeni et al. 2018, eq. (10)); see :mod:`savigp.mean_heads`.
         dtype, device: of every parameter and buffer (float64 on CPU by default).
         seed: seeds k-means and random initial means of mixture components.
     """
@@ -264,7 +265,7 @@ class SAVIGP(nn.Module):
         if mean_basis != "orthogonal" and not mean_basis_size:
             raise ValueError(f"mean_basis={mean_basis!r} needs mean_basis_size > 0 (the size G of the basis)")
         if mean_basis_size:
-            from .mean_bases import make_mean_head
+            from .mean_heads.heads import make_mean_head
 
             self.mean_head = make_mean_head(mean_basis, X, Q, int(mean_basis_size), seed=seed, posterior=self.posterior)
 
@@ -328,16 +329,16 @@ class SAVIGP(nn.Module):
         :func:`robust_cholesky` grows the jitter (with its warning) or raises the error that names
         the problem.
 
-        Inside :func:`savigp._sync_free.deferred` (a training step of :func:`savigp.fit`) nothing is
+        Inside :func:`savigp.runtime.sync_free.deferred` (a training step of :func:`savigp.fit`) nothing is
         read back: one factorization at that jitter, a failure flagged on the device and the factor
         set to NaN; fit then grows ``jitter_floor`` at its next check (see :mod:`savigp.training.step`).
         """
         base = max(base_jitter(Kzz.dtype), float(getattr(self, "jitter_floor", 0.0)))
-        flags = _sync_free.active()
+        flags = sync_free.active()
         if flags is not None:
             L, info = torch.linalg.cholesky_ex(jittered(Kzz, base))
             flags.note("cholesky", info != 0)
-            return _sync_free.nan_where_failed(L, info), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype,
+            return sync_free.nan_where_failed(L, info), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype,
                                                                     device=Kzz.device)
         for work in (Kzz, Kzz.to(torch.float64)) if Kzz.dtype == torch.float32 else (Kzz,):
             L, info = torch.linalg.cholesky_ex(jittered(work, base))
@@ -410,7 +411,7 @@ class SAVIGP(nn.Module):
         Args:
             batch: indices ``(B,)`` of training points, or None for all N.
             num_samples: S, samples per component and data point for Monte Carlo estimators.
-            estimator: see :mod:`savigp.expected_log_lik` (``"auto"`` picks closed form, else
+            estimator: see :mod:`savigp.estimators.expected_log_likelihood` (``"auto"`` picks closed form, else
                 reparameterization for differentiable likelihoods, else the score function).
             generator: torch.Generator for the Monte Carlo draws.
         """
@@ -462,7 +463,7 @@ class SAVIGP(nn.Module):
         Args:
             X: ``(B, D)``.
             chunk_size: test inputs per chunk (default: what the device's memory budget allows,
-                :mod:`savigp._chunks`; a few M x chunk cross-covariances per chunk).
+                :mod:`savigp.linalg.chunks`; a few M x chunk cross-covariances per chunk).
 
         Returns:
             means ``(K, B, Q)``, variances ``(K, B, Q)`` and mixture weights ``(K,)``.
@@ -517,7 +518,7 @@ class SAVIGP(nn.Module):
         """Test rows per chunk (at most ``total``) so that the ``(S, K, rows, per_sample)`` Monte Carlo
         arrays (with a factor 4 for temporaries) fit in ``memory_budget`` bytes (default
         :data:`PREDICT_MEMORY_BUDGET`, or on an accelerator the larger of it and the device's budget
-        of :func:`savigp._chunks.memory_budget`)."""
+        of :func:`savigp.linalg.chunks.memory_budget`)."""
         if memory_budget is None:
             memory_budget = PREDICT_MEMORY_BUDGET
             if self.device.type != "cpu":

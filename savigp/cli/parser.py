@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",
                    help="orthogonally decoupled mean basis per latent function (Salimbeni et al. 2018; 0 = off)")
     g.add_argument("--mean-basis", choices=MEAN_HEADS, default="orthogonal",
-                   help="how the mean basis of --mean-basis-size enters (savigp.mean_bases): orthogonal (Salimbeni et al. 2018), "
+                   help="how the mean basis of --mean-basis-size enters (savigp.mean_heads): orthogonal (Salimbeni et al. 2018), "
                         "decoupled (Cheng & Boots 2017) or hybrid (Salimbeni et al. 2018, eq. (10))")
     g.add_argument("--standardize-inputs", action="store_true", help="train on standardized inputs (undone at prediction)")
     g.add_argument("--standardize-targets", action="store_true",

@@ -14,8 +14,8 @@ import warnings
 import numpy as np
 from likelihoods import registry
 
-from ..csv_data import DataError, data_checksum, read_csv, split_columns
-from ..output_paths import check_output_path, remove_orphaned_temporaries
+from ..io.csv_data import DataError, data_checksum, read_csv, split_columns
+from ..io.output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
 from .checkpoint import Checkpointer, resume, training_options
 from .checks import check_device, check_plot_option, code_inputs, max_memory_bytes, output_path, parse_floats
@@ -230,7 +230,7 @@ def cmd_train(args) -> int:
     Under ``torchrun`` every rank trains its share of each mini-batch and rank 0 alone prints and
     writes checkpoints and the model."""
     _check_options(args)
-    from ..distributed import launched
+    from ..training.distributed import launched
 
     _check_training_options(args)
     out, ckpt, plot = _output_files(args)
@@ -246,7 +246,7 @@ def cmd_train(args) -> int:
 
 def _train(args, out: str, ckpt: str, plot) -> int:
     """``cmd_train`` in one process (or one rank), its output paths checked and locked."""
-    from ..distributed import finish
+    from ..training.distributed import finish
 
     table, icols, tcols, X, Y = _read_data(args)
 
@@ -337,7 +337,7 @@ def _train(args, out: str, ckpt: str, plot) -> int:
                 print(f"savigp train: note: {history.still_rising} (the same command with --resume and a larger "
                       "--iterations continues from the model)", file=sys.stderr)
             if plot:
-                from ..plotting import save_elbo_plot
+                from ..io.plotting import save_elbo_plot
 
                 save_elbo_plot(history.elbo, plot, start=done - history.steps,
                                title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
@@ -356,7 +356,7 @@ def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer)
     complete; before that, it propagates (a SIGTERM as KeyboardInterrupt)."""
     import signal
 
-    from ..distributed import DistributedError
+    from ..training.distributed import DistributedError
 
     after = types.SimpleNamespace(stopped=None, plot_written=False)
 
@@ -386,9 +386,9 @@ def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer)
 def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups):
     """:func:`savigp.training.fit` of the parameter ``groups`` (None: all) for the remaining steps,
     under ``ckp``'s signal handlers."""
-    from ..distributed import launched
+    from ..training.distributed import launched
     from ..training import ConvergenceWarning, default_log_every, fit
-    from ..warm_start import FactorizedHyperparameterWarning
+    from ..training.warm_start import FactorizedHyperparameterWarning
 
     remaining = ckp.total - int(ckp.state.get("step", 0))
     with ckp.signals(sigterm=launched()) as handled:

@@ -16,7 +16,7 @@ likelihood together with q(u), ``train`` by default fits in two stages:
 
 This is the recipe ``--warm-start fg.pt --learn posterior`` done in one command. ``--hypers joint``
 learns everything on the factorized ELBO, as the paper does (with the warning of
-:func:`savigp.warm_start.joint_factorized_fit` on a dense model). The model file records what was
+:func:`savigp.training.warm_start.joint_factorized_fit` on a dense model). The model file records what was
 done: ``config["training"]["hypers"]`` (``"two-stage"``, ``"joint"``, or None where the choice does
 not arise) and, after a two-stage fit, ``config["training"]["stage1"]`` (the full Gaussian's steps
 and full-data ELBO with its standard error).

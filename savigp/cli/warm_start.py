@@ -106,7 +106,7 @@ def read_source(args, spec: dict, input_names: list, target_names: list):
 def start_from(args, model, saved) -> None:
     """:func:`savigp.warm_start` ``model`` from the source (seeded by ``--seed``); its refusals
     (K != 1, the shapes (Q, M, D), the kernel's class, ...) as one-line errors."""
-    from ..warm_start import warm_start
+    from ..training.warm_start import warm_start
 
     try:
         warm_start(model, saved.model, seed=args.seed)
@@ -126,11 +126,11 @@ def check_groups(args, model) -> None:
 
 def warn_joint_factorized(args, model, rank: int, groups=None) -> None:
     """One stderr line (rank 0, also with ``--quiet``) when the run learns a dense model's kernel or
-    likelihood jointly with a factorized q(u) (:func:`savigp.warm_start.joint_factorized_fit`),
+    likelihood jointly with a factorized q(u) (:func:`savigp.training.warm_start.joint_factorized_fit`),
     naming the two-stage recipe; :func:`savigp.fit`'s own Python warning is then silenced by the
-    caller (:data:`savigp.warm_start.FactorizedHyperparameterWarning`). ``groups``: the groups the
+    caller (:data:`savigp.training.warm_start.FactorizedHyperparameterWarning`). ``groups``: the groups the
     run learns (None: all)."""
-    from ..warm_start import TWO_STAGE_CLI, joint_factorized_fit
+    from ..training.warm_start import TWO_STAGE_CLI, joint_factorized_fit
 
     problem = joint_factorized_fit(model, groups)
     if problem is not None and rank == 0:

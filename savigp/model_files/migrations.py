@@ -16,7 +16,7 @@ The model itself (:mod:`savigp.model`) knows nothing of files or their history: 
 (:func:`~savigp.model_files.file_format.read_model_file`) calls :func:`upgrade_config`, the builder
 (:func:`~savigp.model_files.builder.rebuild_model`) calls :func:`upgrade_state` before
 ``load_state_dict`` and :func:`upgrade_model` after it. A new format step is one function here
-and its entry; a test loads a file of every earlier layout (``tests/savigp/test_model_file_migrations.py``).
+and its entry; a test loads a file of every earlier layout (``tests/savigp/model_files/test_model_file_migrations.py``).
 """
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ class Posterior(nn.Module):
                          num_samples: int, scale: float = 1.0, generator: Optional[torch.Generator] = None):
         """L_ell (Bonilla et al. 2019, eq. (24), (29)) for marginals ``mean (K, B, Q)``, ``cov`` (as returned by
         :meth:`marginals`, prior mean added) and targets ``y (B, P)``; an
-        :class:`savigp.expected_log_lik.ELLEstimate`."""
+        :class:`savigp.estimators.expected_log_likelihood.ELLEstimate`."""
         raise NotImplementedError
 
     def kl_terms(self, prior: InducingPrior, state: Any = None,

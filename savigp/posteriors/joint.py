@@ -25,7 +25,7 @@ for moderate Q * M (the seismic model: Q = 8, M = 113). The ELBO terms in whiten
     L_cross = -1/2 (QM log 2 pi + m^T m + ||L_S||_F^2),
 
 and the expected log-likelihood is estimated from samples of the correlated q(f_n)
-(:func:`savigp.expected_log_lik.expected_log_lik_joint`), by reparameterization or by the score
+(:func:`savigp.estimators.expected_log_likelihood.expected_log_lik_joint`), by reparameterization or by the score
 function (black-box likelihoods). One component only (K = 1). The family implements the protocol of
 :mod:`savigp.posteriors.base` with covariances ``(1, B, Q, Q)`` for its marginals, and always
 differentiates through L_zz (no fused path).
@@ -40,8 +40,8 @@ from torch import Tensor, nn
 from likelihoods.densities import LOG_2PI
 from likelihoods.parameters import inverse_softplus
 
-from .._linalg import point_cholesky
-from ..expected_log_lik import expected_log_lik_joint
+from ..linalg.cholesky import point_cholesky
+from ..estimators.expected_log_likelihood import expected_log_lik_joint
 from ._autograd import lower_factor
 from .base import InducingPrior, Marginals, ScaledPosterior
 
@@ -167,7 +167,7 @@ class JointGaussian(ScaledPosterior):
 
     def expected_log_lik(self, likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
                          num_samples: int, scale: float = 1.0, generator: Optional[torch.Generator] = None):
-        """L_ell with q(f_n) a Q-variate Gaussian (:func:`savigp.expected_log_lik.expected_log_lik_joint`)."""
+        """L_ell with q(f_n) a Q-variate Gaussian (:func:`savigp.estimators.expected_log_likelihood.expected_log_lik_joint`)."""
         return expected_log_lik_joint(likelihood, y, mean[0], cov[0], estimator=estimator, num_samples=num_samples,
                                       scale=scale, generator=generator)
 

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 
 from likelihoods.densities import LOG_2PI
 from likelihoods.parameters import inverse_softplus
-from ..expected_log_lik import expected_log_lik
+from ..estimators.expected_log_likelihood import expected_log_lik
 from ._autograd import SCALE_FLOOR, lower_factor, squared_norm, whitened_moments
 from .base import InducingPrior, Marginals, ScaledPosterior, variance_floor
 from .entropy import (DEFAULT_ENTROPY, ENTROPY_ESTIMATES, entropy_bound, entropy_monte_carlo, entropy_pairwise,
@@ -297,7 +297,7 @@ class MixturePosterior(ScaledPosterior):
         O(sd(log q) / sqrt(S K)): zero for coinciding components, about sqrt(D / 2) / sqrt(S K) per
         overlap-free component (log q of a Gaussian in D dimensions has variance D / 2), e.g.
         0.125 nats at D = 4, S = 64, K = 2 (exact for equal weights; measured 0.122 over 4000 replicates
-        by ``pytest tests/savigp/test_mixtures.py -k entropy_sd``). Cost: K^2 S Q triangular solves of
+        by ``pytest tests/savigp/posteriors/test_mixtures.py -k entropy_sd``). Cost: K^2 S Q triangular solves of
         size M (full) or O(K^2 S Q M) elementwise (diagonal), plus the draws.
         """
         if self.entropy_estimate == "pairwise":
@@ -342,7 +342,7 @@ class MixturePosterior(ScaledPosterior):
 
     def expected_log_lik(self, likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
                          num_samples: int, scale: float = 1.0, generator: Optional[torch.Generator] = None):
-        """L_ell of the K components' factorized marginals (:func:`savigp.expected_log_lik.expected_log_lik`)."""
+        """L_ell of the K components' factorized marginals (:func:`savigp.estimators.expected_log_likelihood.expected_log_lik`)."""
         return expected_log_lik(likelihood, y, mean, cov, self.weights(), estimator=estimator,
                                 num_samples=num_samples, scale=scale, generator=generator)
 

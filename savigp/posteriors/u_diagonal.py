@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from likelihoods.densities import LOG_2PI
 
-from .._linalg import jittered
+from ..linalg.cholesky import jittered
 from ._u_space import fused_u_parameters, fused_u_space_moments
 from .base import InducingPrior
 from .entropy import DEFAULT_ENTROPY, spread_means

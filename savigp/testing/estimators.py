@@ -1,4 +1,4 @@
-"""A test kit for expected log-likelihood estimators (:mod:`savigp.expected_log_lik`, Bonilla et al.
+"""A test kit for expected log-likelihood estimators (:mod:`savigp.estimators.expected_log_likelihood`, Bonilla et al.
 2019, eq. (24)-(29)): :func:`check_estimator` checks an estimator's value and its gradients in the
 marginal means and variances against a likelihood's closed form, with tolerances from the Monte
 Carlo standard error over independent replications.
@@ -38,7 +38,7 @@ class _Problem:
         mean = self.mean.to(dtype=dtype, device=device).clone().requires_grad_(True)
         var = self.var.to(dtype=dtype, device=device).clone().requires_grad_(True)
         gen = torch.Generator(device=mean.device).manual_seed(self.seed + 7919 * rep)
-        from ..expected_log_lik import expected_log_lik
+        from ..estimators.expected_log_likelihood import expected_log_lik
 
         est = expected_log_lik(lik, self.y.to(dtype=dtype, device=device), mean, var,
                                self.weights.to(dtype=dtype, device=device), estimator=self.estimator,
@@ -57,7 +57,7 @@ class _Problem:
 
     @property
     def monte_carlo(self) -> bool:
-        from ..expected_log_lik import resolve_estimator
+        from ..estimators.expected_log_likelihood import resolve_estimator
 
         return resolve_estimator(self.estimator, self.likelihood) not in ("closed-form", "quadrature")
 

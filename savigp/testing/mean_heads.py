@@ -1,5 +1,5 @@
 """A test kit for mean heads (``mean_basis=``, Salimbeni et al. 2018): :func:`check_mean_head` runs on
-any registered head (:data:`savigp.mean_bases.MEAN_HEADS`) the checks savigp runs on its own, with
+any registered head (:data:`savigp.mean_heads.MEAN_HEADS`) the checks savigp runs on its own, with
 the closed-form references they use (:func:`explicit_component_kl`, :func:`model_kl`).
 
     from savigp.testing.mean_heads import check_mean_head
@@ -48,7 +48,7 @@ def explicit_component_kl(model, k: int, basis: Optional[str] = None) -> float:
         orthogonal = head.orthogonal if basis is None else basis == "orthogonal"
         Lzz = model.prior_factor()
         Kzz = Lzz @ Lzz.transpose(-1, -2)
-        Kzg = kern(Z, head.gamma)  # blockwise, so that Z may be inducing features (savigp.fourier_features)
+        Kzg = kern(Z, head.gamma)  # blockwise, so that Z may be inducing features (savigp.kernels.fourier_features)
         KPP = torch.cat([torch.cat([Kzz, Kzg], -1), torch.cat([Kzg.transpose(-1, -2), kern(head.gamma, head.gamma)], -1)], -2)
         M = Z.shape[1]
         KPZ, KPg = KPP[:, :, :M], KPP[:, :, M:]

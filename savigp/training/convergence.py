@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from .. import _chunks
+from ..linalg import chunks as _chunks
 
 #: a rise of the ELBO's trend over the last fifth of the run below this many nats per data point is
 #: not worth more iterations (a change of NLPD in the third decimal)

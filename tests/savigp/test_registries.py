@@ -14,9 +14,9 @@ from likelihoods import Gaussian
 from savigp import _choices
 from savigp.cli import main
 from savigp.cli.parser import build_parser
-from savigp.csv_data import write_csv
-from savigp.kernels import KERNELS, Stationary
-from savigp.mean_bases import MEAN_HEADS, HybridMeanHead, make_mean_head
+from savigp.io.csv_data import write_csv
+from savigp.kernels.stationary import KERNELS, Stationary
+from savigp.mean_heads.heads import MEAN_HEADS, HybridMeanHead, make_mean_head
 from savigp.model_files.schema import CONFIG_SCHEMA, SchemaError
 from savigp.posteriors import POSTERIORS, DiagonalMixture, UDiagonalMixture, make_posterior
 

@@ -1,4 +1,4 @@
-"""End-to-end tests of the ``savigp`` command line (savigp/cli/, savigp/csv_data.py,
+"""End-to-end tests of the ``savigp`` command line (savigp/cli/, savigp/io/csv_data.py,
 savigp/model_files/).
 
 Subprocess tests run ``python -m savigp.cli`` exactly as a user would; every process pays the torch
@@ -19,7 +19,7 @@ import torch
 from likelihoods import registry
 
 from savigp.cli import TEST_SIGINT_ENV, main
-from savigp.csv_data import DataError, read_csv, resolve_columns, split_columns, write_csv
+from savigp.io.csv_data import DataError, read_csv, resolve_columns, split_columns, write_csv
 from savigp.model_files import ModelFileError, SavedModel, build_model, load_model, save_model
 
 from conftest import ROOT  # noqa: E402  (the repository root)

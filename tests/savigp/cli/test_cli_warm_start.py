@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from savigp.cli import TEST_SIGINT_ENV, main
-from savigp.csv_data import write_csv
+from savigp.io.csv_data import write_csv
 from savigp.model_files import load_model
 
 QUIET = ["--threads", "1", "--quiet"]
@@ -235,7 +235,7 @@ def test_jointly_learned_diagonal_mixture_on_a_dense_model_warns_in_one_line(fil
     """``--posterior diag --components 2 --dense --hypers joint`` learning everything (issue 25: NLP 0.175
     against fg's 0.118 on wisconsin, silently): one stderr line, also with --quiet, naming the two-stage
     recipe and no Python warning; none with ``--learn posterior`` (the Python side's cases:
-    tests/savigp/test_joint_factorized_warning.py)."""
+    tests/savigp/training/test_joint_factorized_warning.py)."""
     # (the whitened family: "diag-u" would add its line on narrower intervals, test_cli_two_stage.py)
     base = [files["data"], "--targets", "y", "--inputs", "x", "--dense", "--iterations", "1"]
     assert _train(*base, "--posterior", "diag", "--components", "2", "--hypers", "joint",
@@ -251,7 +251,7 @@ def test_jointly_learned_diagonal_mixture_on_a_dense_model_warns_in_one_line(fil
 def test_entropy_option_reaches_the_model_file(files, capsys):
     """``--entropy`` chooses the mixture's entropy term and the model file records it (``bound``: the
     paper's eq. (18); the default, the pairwise bound, is the model's own, tested in
-    tests/savigp/test_mixture_entropy.py); an unknown name is a usage error."""
+    tests/savigp/posteriors/test_mixture_entropy.py); an unknown name is a usage error."""
     base = [files["data"], "--targets", "y", "--inputs", "x", "--num-inducing", "5", "--components", "2",
             "--iterations", "1"]
     out = files["dir"] / "ent_bound.pt"
