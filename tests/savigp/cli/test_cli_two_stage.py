@@ -170,3 +170,30 @@ def test_former_names_and_where_the_interval_warning_applies(files, capsys):
         saved = load_model(str(t / "named.pt"))[0]
         assert type(saved.model.posterior) is cls and saved.config["model"]["posterior"] == name
         assert saved.config["training"]["options"]["posterior"] == name
+
+
+def test_a_version_3_checkpoint_of_the_family_over_u_resumes_as_diag_u(files, capsys, monkeypatch):
+    """A checkpoint written before format 4 by ``--posterior diag`` (then the family over u) records
+    "diag" in its model and in the command's options: read, both say "diag-u", so ``--resume
+    --posterior diag-u`` continues it to the uninterrupted run's parameters bit for bit, and
+    ``--resume --posterior diag`` (now the whitened family) is refused, naming diag-u."""
+    t, common = files["dir"], files["common"]
+    args = [*common, "--posterior", "diag-u", "--batch-size", "20", "--checkpoint-every", "4"]
+    assert _train(*args, "--out", t / "ref3.pt") == 0
+    monkeypatch.setenv(TEST_SIGINT_ENV, "5")
+    assert _train(*args, "--out", t / "cut3.pt") == 130
+    monkeypatch.delenv(TEST_SIGINT_ENV)
+    ckpt = t / "cut3.pt.ckpt"
+    blob = torch.load(str(ckpt), weights_only=True)
+    blob["config"]["version"] = 3
+    blob["config"]["model"]["posterior"] = blob["config"]["training"]["options"]["posterior"] = "diag"
+    torch.save(blob, str(ckpt))
+    capsys.readouterr()
+    refused = [a if a != "diag-u" else "diag" for a in args]
+    assert _train(*refused, "--out", t / "cut3.pt", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "--posterior is 'diag' here but" in err and "'diag-u'" in err, err
+    assert _train(*args, "--out", t / "cut3.pt", "--resume") == 0
+    ref, cut = load_model(str(t / "ref3.pt"))[0], load_model(str(t / "cut3.pt"))[0]
+    assert cut.config["step"] == 12 and cut.config["model"]["posterior"] == "diag-u"
+    assert _equal(cut.model.state_dict(), ref.model.state_dict())
