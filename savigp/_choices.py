@@ -52,6 +52,11 @@ class Registry(Mapping):
             raise ValueError(f"{self.what} must be one of {', '.join(self._entries)}, got {name!r}")
         return name
 
+    def resolve(self, name: str) -> str:
+        """The canonical name ``name`` stands for if it is an alias, else ``name`` unchanged (not
+        checked: the command's ``type=`` for ``--posterior``, whose ``choices=`` then check it)."""
+        return self._aliases.get(name, name)
+
     def get(self, name: str, default: Any = None) -> Any:  # noqa: D102 - Mapping's get, with aliases
         try:
             return self[name]
@@ -113,13 +118,16 @@ class Registry(Mapping):
 KERNELS = Registry("kernel", {"rbf": "savigp.kernels:RBF", "matern32": "savigp.kernels:Matern32",
                               "matern52": "savigp.kernels:Matern52"})
 #: the posterior families (:mod:`savigp.posteriors`); a :class:`~savigp.posteriors.Posterior` class built
-#: by its ``build(num_latent, num_inducing, num_components, generator=, entropy=, entropy_samples=)``
+#: by its ``build(num_latent, num_inducing, num_components, generator=, entropy=, entropy_samples=)``.
+#: ``"diag"`` is diagonal in whitened coordinates (as GPflow's ``q_diag`` and GPyTorch's mean-field
+#: distribution under whitening; ``"diag-whitened"`` before), ``"diag-u"`` the paper's diagonal
+#: mixture over u (Bonilla et al. 2019, §6.2; ``"diag"`` in model files of format versions 2-3)
 POSTERIORS = Registry("posterior", {
     "full": "savigp.posteriors.full:FullMixture",
-    "diag": "savigp.posteriors.u_diagonal:UDiagonalMixture",
-    "diag-whitened": "savigp.posteriors.diagonal:DiagonalMixture",
+    "diag": "savigp.posteriors.diagonal:DiagonalMixture",
+    "diag-u": "savigp.posteriors.u_diagonal:UDiagonalMixture",
     "joint": "savigp.posteriors.joint:JointGaussian",
-}, aliases={"fg": "full", "diagonal": "diag", "mog": "diag"})
+}, aliases={"fg": "full", "diagonal": "diag", "diag-whitened": "diag", "mog": "diag-u"})
 #: the mean heads (``mean_basis=``, Salimbeni et al. 2018); a class built as
 #: ``cls(X, num_latent, size, seed=, **options)``, then given the posterior (``attach``)
 MEAN_HEADS = Registry("mean_basis", {

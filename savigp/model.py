@@ -125,11 +125,13 @@ class SAVIGP(nn.Module):
         inducing_init: ``"kmeans"`` or ``"subset"``.
         learn_inducing: learn the inducing inputs Z (each latent function has its own).
         dense: the paper's dense case: Z = X, fixed, M = N.
-        posterior: ``"full"`` (Cholesky-parametrized covariances), ``"diag"`` (the paper's diagonal
-            mixture over u), ``"diag-whitened"``, ``"joint"``, or a
-            :class:`~savigp.posteriors.Posterior`. A factorized family's ELBO pulls learned
+        posterior: ``"full"`` (Cholesky-parametrized covariances), ``"diag"`` (diagonal in whitened
+            coordinates, as GPflow's ``q_diag`` and GPyTorch's mean-field family; ``"diag-whitened"``
+            before), ``"diag-u"`` (the paper's diagonal mixture over u, ``"diag"`` before: mean-field
+            variances, intervals narrower than the full Gaussian's on dense models), ``"joint"``, or
+            a :class:`~savigp.posteriors.Posterior`. A factorized family's ELBO pulls learned
             hyper-parameters towards settings where the family is tight (shorter length-scales, a
-            pure-noise fit), most on dense models: fit ``"diag"`` at a full Gaussian's
+            pure-noise fit), most on dense models: fit ``"diag"`` or ``"diag-u"`` at a full Gaussian's
             hyper-parameters (:func:`savigp.warm_start`, then ``fit(..., groups=["posterior"])``;
             docs/mixtures.md).
         num_components: K, mixture components (K > 1: initial means spread around the prior mean,

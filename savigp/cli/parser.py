@@ -198,13 +198,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--inducing-init", choices=INDUCING_INITS, default="kmeans", help="initial inducing inputs")
     g.add_argument("--dense", action="store_true", help="inducing inputs = all training inputs, fixed (small N only)")
     g.add_argument("--fixed-inducing", action="store_true", help="do not learn the inducing inputs")
-    g.add_argument("--posterior", choices=POSTERIORS, default="full",
-                   help="full Gaussian components; diag: the paper's diagonal components over u (mog); "
-                        "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
-                        "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
+    g.add_argument("--posterior", choices=POSTERIORS, type=POSTERIORS.resolve, default="full",
+                   help="full Gaussian components; diag: diagonal in whitened coordinates (as GPflow's q_diag and "
+                        "GPyTorch's mean field; intervals as the full Gaussian's; diag-whitened before); diag-u: the "
+                        "paper's diagonal components over u (mog; diag before; mean-field variances, narrower "
+                        "intervals on dense models); joint: one Gaussian coupled across the latent functions (K = 1; "
+                        "for likelihoods that couple them, moderate Q * M)")
     g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
     g.add_argument("--hypers", choices=("two-stage", "joint"),
-                   help="diag, diag-whitened: how the kernel and likelihood are learned. two-stage (the default): "
+                   help="diag, diag-u: how the kernel and likelihood are learned. two-stage (the default): "
                         "fit a full Gaussian (--posterior full, K = 1) with the same options first, then the "
                         "factorized q(u) at its kernel, likelihood and inducing inputs; joint: with the factorized "
                         "q(u) on its own ELBO (the paper's mog; biased towards a worse fit, see docs/mixtures.md)")

@@ -23,7 +23,7 @@ from .columns import validate_targets
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
 from .ranks import join_ranks, launch_ranks
 from .run_lock import LOCK_ENV, lock_output
-from .two_stage import STAGE_TWO_GROUPS, describe, fit_full_gaussian, resolve_hypers
+from .two_stage import STAGE_TWO_GROUPS, describe, fit_full_gaussian, mean_field_warning, resolve_hypers
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
 from .warm_start import (check_groups, check_warm_start_options, parse_learn, read_source, start_from,
@@ -68,7 +68,7 @@ def _check_training_options(args) -> None:
         if clash:
             raise CLIError(f"--max-components fits several models and keeps one: not with {', '.join(clash)}")
         if args.posterior == "joint":
-            raise CLIError("--max-components needs a mixture posterior (full, diag, diag-whitened), not joint")
+            raise CLIError("--max-components needs a mixture posterior (full, diag, diag-u), not joint")
     if args.lr is not None and not args.lr > 0:
         raise CLIError(f"--lr must be > 0, got {args.lr}")
 
@@ -297,6 +297,9 @@ def _train(args, out: str, ckpt: str, plot) -> int:
                       f"q(u) from its moments", file=sys.stderr)
     check_groups(args, model)
     warn_joint_factorized(args, model, rank, groups)
+    narrow = mean_field_warning(args, model, groups)
+    if narrow and rank == 0:
+        print(narrow, file=sys.stderr)
     if groups is not None and not quiet:
         print(f"learning only: {', '.join(groups)}", file=sys.stderr)
     ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, args.checkpoint_every, rank, state,

@@ -3,7 +3,7 @@ model file (:func:`savigp.warm_start`) and train only some parameter groups
 (:data:`savigp.training.PARAMETER_GROUPS`).
 
 The two together are the two-stage fit of a mixture over the inducing values: a diagonal mixture
-(``--posterior diag``, the paper's "mog", Bonilla et al. 2019, §6.2) that takes the kernel,
+(``--posterior diag-u``, the paper's "mog", Bonilla et al. 2019, §6.2, or ``diag``) that takes the kernel,
 likelihood and inducing inputs of a fitted full Gaussian (``--posterior full``, K = 1) and learns
 only q(u) (``--learn posterior``) predicts as well as the full Gaussian, where learned jointly on
 its own ELBO it can be over-confident at high sparsity factors (see docs/cli.md for the figures).

@@ -381,7 +381,7 @@ class MixturePosterior(ScaledPosterior):
 
     def natural_gradient_obstacle(self) -> Optional[str]:
         if self.num_components != 1:
-            return (f"natural-gradient updates need a single Gaussian q(v) (posterior='full' or 'diag-whitened' with "
+            return (f"natural-gradient updates need a single Gaussian q(v) (posterior='full' or 'diag' with "
                     f"num_components=1); this model has K={self.num_components} components: use savigp.fit (Adam)")
         return None
 

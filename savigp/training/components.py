@@ -34,7 +34,7 @@ from .convergence import full_data_elbo
 def _check_growable(model: SAVIGP) -> MixturePosterior:
     post = model.posterior
     if not isinstance(post, MixturePosterior) or getattr(post, "joint", False):
-        raise ValueError(f"growing K needs a mixture posterior ('full', 'diag', 'diag-whitened'); this model's is "
+        raise ValueError(f"growing K needs a mixture posterior ('full', 'diag', 'diag-u'); this model's is "
                          f"{type(post).__name__}")
     if model.mean_head is not None:
         raise ValueError("growing K is not supported with a mean head (mean_basis_size > 0): the head holds the "
@@ -230,7 +230,7 @@ def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, 
         fit: fits one model in place with ``fit_kwargs`` and returns its ``TrainingHistory``
             (:func:`savigp.fit`, which :func:`savigp.choose_components` passes; taken as an
             argument so that this module does not import the training loop that calls it).
-        model: a :class:`savigp.SAVIGP` with a mixture posterior ('full', 'diag', 'diag-whitened')
+        model: a :class:`savigp.SAVIGP` with a mixture posterior ('full', 'diag', 'diag-u')
             and no mean head. It is fitted in place (as the first K); the other fits are copies.
         max_components: the largest K tried (>= the model's K).
         restarts: fresh starts per K > the model's K, besides the birth.

@@ -45,7 +45,7 @@ TWO_STAGE_CLI = "train --posterior full first, then --warm-start fg.pt --learn p
 
 def joint_factorized_fit(model: SAVIGP, groups: Optional[Sequence[str]] = None) -> Optional[str]:
     """What is wrong with learning ``groups`` (None: all, as :func:`savigp.fit`) of ``model`` jointly,
-    or None. A factorized q(u) (``posterior="diag"``, the paper's mog, or ``"diag-whitened"``; any
+    or None. A factorized q(u) (``posterior="diag-u"``, the paper's mog, or ``"diag"``; any
     K) on a dense model (inducing inputs = training inputs, strongly correlated u) learned together
     with trainable kernel or likelihood parameters pulls them towards settings where the factorized
     family is tight -- shorter length-scales or a pure-noise fit -- at a higher ELBO and a worse
@@ -111,7 +111,7 @@ def warm_start(model: SAVIGP, source: SAVIGP, *, moments: bool = True, variances
         if getattr(value.posterior, "kind", None) == "joint":
             raise ValueError(f"warm_start: the {name} has posterior='joint' (one Gaussian over all Q M values, "
                              "coupled across latent functions), which has no per-function moments to start from "
-                             "or to set; use 'full', 'diag' or 'diag-whitened'")
+                             "or to set; use 'full', 'diag' or 'diag-u'")
     if moments and source.posterior.num_components != 1:
         raise ValueError(f"warm_start: the source must have one component (K = 1), it has "
                          f"K={source.posterior.num_components}")

@@ -18,7 +18,7 @@ from savigp.io.csv_data import write_csv
 from savigp.kernels.stationary import KERNELS, Stationary
 from savigp.mean_heads.heads import MEAN_HEADS, HybridMeanHead, make_mean_head
 from savigp.model_files.schema import CONFIG_SCHEMA, SchemaError
-from savigp.posteriors import POSTERIORS, DiagonalMixture, make_posterior
+from savigp.posteriors import POSTERIORS, DiagonalMixture, UDiagonalMixture, make_posterior
 
 
 class RationalQuadratic1(Stationary):
@@ -68,11 +68,14 @@ def test_the_registries_are_the_models_the_commands_and_the_schemas_lists():
     train = next(a for a in parser._subparsers._group_actions[0].choices["train"]._actions if a.dest == "kernel")
     assert train.choices is KERNELS
     assert KERNELS.names() == ("rbf", "matern32", "matern52")
-    assert POSTERIORS.names() == ("full", "diag", "diag-whitened", "joint")
+    assert POSTERIORS.names() == ("full", "diag", "diag-u", "joint")
     assert MEAN_HEADS.names() == ("orthogonal", "decoupled", "hybrid")
-    assert make_posterior("mog", 1, 3).kind == "diag"  # an alias, not a listed name
-    assert "mog" not in POSTERIORS
-    with pytest.raises(ValueError, match="posterior must be one of full, diag, diag-whitened, joint, got 'nope'"):
+    # "diag" is diagonal in whitened coordinates (the peers' convention), "diag-u" the paper's family over u;
+    # the former name of the whitened one and the paper's name are aliases, not listed names
+    assert type(make_posterior("diag", 1, 3)) is DiagonalMixture and type(make_posterior("diag-u", 1, 3)) is UDiagonalMixture
+    assert make_posterior("mog", 1, 3).kind == "diag-u" and make_posterior("diag-whitened", 1, 3).kind == "diag"
+    assert "mog" not in POSTERIORS and "diag-whitened" not in POSTERIORS
+    with pytest.raises(ValueError, match="posterior must be one of full, diag, diag-u, joint, got 'nope'"):
         make_posterior("nope", 1, 3)
     with pytest.raises(ValueError, match="registered already"):
         KERNELS.register("rbf", RationalQuadratic1)

@@ -21,7 +21,7 @@ from savigp.training.natural_gradients import fit_orthnat, gamma_preconditioner,
 from savigp.model_files import SavedModel, load_model
 from savigp.testing.mean_heads import explicit_component_kl, model_kl, randomize
 
-_U = "diag"  # the paper's mixture over u (held in prior-conditioned coordinates, m = L_zz w)
+_U = "diag-u"  # the paper's mixture over u (held in prior-conditioned coordinates, m = L_zz w)
 
 
 def _model(basis, posterior="full", K=1, q=1, n=40, M=4, G=6, seed=2, lik=None):
@@ -38,7 +38,7 @@ def _model(basis, posterior="full", K=1, q=1, n=40, M=4, G=6, seed=2, lik=None):
 
 # ---------------------------------------------------------------------- the KL against the joint Gaussian
 @pytest.mark.parametrize("basis", ["decoupled", "hybrid"])
-@pytest.mark.parametrize("posterior", ["full", "diag-whitened", _U])
+@pytest.mark.parametrize("posterior", ["full", "diag", _U])
 def test_kl_matches_explicit_joint_gaussian(basis, posterior):
     model = _model(basis, posterior, q=2)
     total, head_kl = model_kl(model)
@@ -47,7 +47,7 @@ def test_kl_matches_explicit_joint_gaussian(basis, posterior):
 
 
 @pytest.mark.parametrize("basis", ["decoupled", "hybrid"])
-@pytest.mark.parametrize("posterior", ["full", "diag-whitened", _U])
+@pytest.mark.parametrize("posterior", ["full", "diag", _U])
 def test_mixture_kl_terms_exact_per_component(basis, posterior):
     """A shared head shifts every component: component k's KL grows by 1/2 ||h||^2 + <h, mu_k>_H
     (HYBRID; <h, mu_k> = 0 for DECOUPLED), and the head's term is their pi-weighted sum."""
@@ -73,9 +73,9 @@ def test_hybrid_is_the_orthogonal_basis_reparametrized():
     """HYBRID with coupled mean m - c (c = L_zz^-1 K_Z,gamma a) is the orthogonal model with mean m:
     same marginals, same KL, same ELBO (Salimbeni et al. 2018, §3.2: (11) is (10) with a projection)."""
     X, Y = sine_data(60, seed=6, q=2)
-    orth = randomize(SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag-whitened",
+    orth = randomize(SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag",
                              num_components=2, mean_basis_size=8), seed=7)
-    hyb = SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag-whitened", num_components=2,
+    hyb = SAVIGP(X, Y, MultiGaussian(2, variance=0.1), num_inducing=5, posterior="diag", num_components=2,
                  mean_basis_size=8, mean_basis="hybrid")
     hyb.load_state_dict(orth.state_dict())
     with torch.no_grad():
@@ -91,7 +91,7 @@ def test_hybrid_is_the_orthogonal_basis_reparametrized():
 
 # ---------------------------------------------------------------------- gradients (marginal means: test_decoupled.py)
 @pytest.mark.parametrize("basis", ["decoupled", "hybrid"])
-@pytest.mark.parametrize("posterior,K", [("full", 1), ("diag-whitened", 2), (_U, 2)])
+@pytest.mark.parametrize("posterior,K", [("full", 1), ("diag", 2), (_U, 2)])
 def test_fused_and_reference_paths_agree(basis, posterior, K):
     """The fused path (L_zz without graph; HYBRID refactorizes with a graph for its cross term) and
     autograd through L_zz give the same ELBO and gradients for every parameter."""
@@ -174,7 +174,7 @@ def test_preconditioner_without_projection(basis):
 
 # ---------------------------------------------------------------------- estimators, black boxes, files
 @pytest.mark.parametrize("basis", ["decoupled", "hybrid"])
-@pytest.mark.parametrize("posterior,K,estimator", [("full", 1, "score"), ("diag-whitened", 2, "reparam"), (_U, 2, "quadrature"),
+@pytest.mark.parametrize("posterior,K,estimator", [("full", 1, "score"), ("diag", 2, "reparam"), (_U, 2, "quadrature"),
                                                    ("joint", 1, "auto")])
 def test_black_box_training_improves(basis, posterior, K, estimator):
     """Logistic likelihood through every estimator (the score function sees values of log p only)."""
@@ -214,9 +214,9 @@ def test_model_file_round_trip(basis, tmp_path):
 @requires_cuda
 @pytest.mark.parametrize("basis", ["decoupled", "hybrid"])
 def test_cuda_matches_cpu(basis):
-    cpu = _model(basis, "diag-whitened", K=2, n=80, M=6, G=10, seed=28)
+    cpu = _model(basis, "diag", K=2, n=80, M=6, G=10, seed=28)
     X, Y = sine_data(80, seed=28)
-    gpu = SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, posterior="diag-whitened", num_components=2, mean_basis_size=10,
+    gpu = SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, posterior="diag", num_components=2, mean_basis_size=10,
                  mean_basis=basis, device="cuda")
     gpu.load_state_dict(cpu.state_dict())
     assert float(gpu.elbo().elbo.detach()) == pytest.approx(float(cpu.elbo().elbo.detach()), rel=1e-10)

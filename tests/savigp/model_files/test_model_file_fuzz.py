@@ -52,7 +52,7 @@ def bases(tmp_path_factory):
 
     labels = (X[:, :1] > 0).astype(float) + (X[:, 1:] > 0.5)
     built = {
-        "mixture": (savigp.SAVIGP(X, Y, likelihoods.StudentT(df=5.0), num_inducing=4, posterior="diag",
+        "mixture": (savigp.SAVIGP(X, Y, likelihoods.StudentT(df=5.0), num_inducing=4, posterior="diag-u",
                                   num_components=2), {}, Y),
         "decoupled": (savigp.SAVIGP(X, Y, likelihoods.Gaussian(), num_inducing=4, mean_basis_size=3,
                                     mean_basis="decoupled"), {}, Y),

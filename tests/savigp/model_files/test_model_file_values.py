@@ -27,7 +27,7 @@ def _data(n=30, seed=0):
 @pytest.fixture
 def saved_file(tmp_path):
     X, Y = _data()
-    model = savigp.SAVIGP(X, Y, likelihoods.Gaussian(), num_inducing=6, posterior="diag")
+    model = savigp.SAVIGP(X, Y, likelihoods.Gaussian(), num_inducing=6, posterior="diag-u")
     path = tmp_path / "m.pt"
     savigp.save(model, str(path))
     test = tmp_path / "t.csv"

@@ -143,7 +143,7 @@ def test_memory_limit_on_building(tmp_path):
 
 def test_python_save_and_load_round_trip_builtin(tmp_path):
     X, Y = _data()
-    model = savigp.SAVIGP(X, Y, likelihoods.StudentT(df=5.0, learn_df=True), num_inducing=6, posterior="diag",
+    model = savigp.SAVIGP(X, Y, likelihoods.StudentT(df=5.0, learn_df=True), num_inducing=6, posterior="diag-u",
                           num_components=2)
     savigp.fit(model, iterations=3, num_samples=5, progress=False)
     path = str(tmp_path / "m.pt")
@@ -185,7 +185,7 @@ def test_python_user_likelihood_consent_hash_and_moved_file(tmp_path, capsys):
     path = str(tmp_path / "u.pt")
     savigp.save(model, path)
     spec = _payload(path)["config"]["likelihood"]
-    assert spec["import_path"] == f"{src}:log_lik" and len(spec["sha256"]) == 64 and _payload(path)["config"]["version"] == 3
+    assert spec["import_path"] == f"{src}:log_lik" and len(spec["sha256"]) == 64 and _payload(path)["config"]["version"] == savigp.model_files.VERSION
 
     latent = savigp.load(path)
     assert not latent.likelihood_loaded

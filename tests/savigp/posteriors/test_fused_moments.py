@@ -162,7 +162,7 @@ def test_fused_u_space_parameters_match_autograd_through_cholesky(K):
 
     gen = torch.Generator().manual_seed(11 + K)
     X = torch.randn(40, 2, dtype=DT, generator=gen)
-    model = savigp.SAVIGP(X, (X[:, :1] > 0).double(), Logistic(), num_inducing=9, posterior="diag",
+    model = savigp.SAVIGP(X, (X[:, :1] > 0).double(), Logistic(), num_inducing=9, posterior="diag-u",
                           num_components=K)
     with torch.no_grad():
         for p in model.posterior.parameters():

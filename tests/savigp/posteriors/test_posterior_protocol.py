@@ -17,7 +17,7 @@ from conftest import moved_posterior_model as _model  # Q = 2, M = 4, posteriors
 
 Q, M = 2, 4
 
-FAMILIES = [("full", 1), ("full", 2), ("diag-whitened", 2), ("diag", 1), ("diag", 2), ("joint", 1)]
+FAMILIES = [("full", 1), ("full", 2), ("diag", 2), ("diag-u", 1), ("diag-u", 2), ("joint", 1)]
 
 
 @pytest.mark.parametrize("posterior,K", FAMILIES)
@@ -54,7 +54,7 @@ def _u_space_gaussian(model):
         if post.kind == "joint":
             Ls = post.scale()
             return mu + B @ post.mean.reshape(-1), B @ Ls @ Ls.T @ B.T
-        if post.kind == "diag":  # m = L_zz w, s = d c with c_m = [K_zz^-1]_mm^(-1/2)
+        if post.kind == "diag-u":  # m = L_zz w, s = d c with c_m = [K_zz^-1]_mm^(-1/2)
             cinv = torch.linalg.inv(L @ L.transpose(-1, -2)).diagonal(dim1=-2, dim2=-1)
             sd = post.scale()[0] * cinv.rsqrt()
             return mu + B @ post.mean[0].reshape(-1), torch.diag(sd.reshape(-1) ** 2)
@@ -63,7 +63,7 @@ def _u_space_gaussian(model):
         return mu + B @ post.mean[0].reshape(-1), B @ Sv @ B.T
 
 
-@pytest.mark.parametrize("posterior", ["full", "diag-whitened", "diag", "joint"])
+@pytest.mark.parametrize("posterior", ["full", "diag", "diag-u", "joint"])
 def test_kl_terms_in_u_space_match_the_gaussian_formulas(posterior):
     """ELBOTerms.entropy = 1/2 log|2 pi e S_u| and ELBOTerms.cross_entropy = E_q[log N(u; mu, K_zz)]
     (eq. (19)) for K = 1, whatever coordinates the family holds its parameters in."""
@@ -83,7 +83,7 @@ def test_kl_terms_in_u_space_match_the_gaussian_formulas(posterior):
     assert float(terms.cross_entropy) == pytest.approx(float(cross), rel=1e-9, abs=1e-9)
 
 
-@pytest.mark.parametrize("posterior,K", [("full", 2), ("diag", 2), ("joint", 1)])
+@pytest.mark.parametrize("posterior,K", [("full", 2), ("diag-u", 2), ("joint", 1)])
 def test_draws_have_the_moments_of_the_marginals(posterior, K):
     """model.draws: per component, the sample mean and covariance across the Q latent functions of
     S = 4000 draws match the family's marginals within Monte Carlo error (the joint family's
@@ -111,8 +111,8 @@ def test_draws_have_the_moments_of_the_marginals(posterior, K):
 
 def test_families_say_whether_natural_gradients_apply():
     """Only a single whitened Gaussian takes the natural-gradient step; the others say why."""
-    expected = {("full", 1): None, ("diag-whitened", 1): None, ("full", 2): "K=2 components",
-                ("diag", 1): "derived for the whitened q(v)", ("joint", 1): "factorized over the latent functions"}
+    expected = {("full", 1): None, ("diag", 1): None, ("full", 2): "K=2 components",
+                ("diag-u", 1): "derived for the whitened q(v)", ("joint", 1): "factorized over the latent functions"}
     for (posterior, K), reason in expected.items():
         model = _model(posterior, K)
         assert isinstance(model.posterior, Posterior)

@@ -10,7 +10,7 @@ from likelihoods import Gaussian
 from savigp.training.warm_start import FactorizedHyperparameterWarning
 
 
-def _model(posterior="diag", K=2, dense=True, learn_noise=True, learn_kernel=True):
+def _model(posterior="diag-u", K=2, dense=True, learn_noise=True, learn_kernel=True):
     g = torch.Generator().manual_seed(0)
     X = torch.rand(15, 1, generator=g, dtype=torch.float64) * 4
     Y = torch.sin(X) + 0.1 * torch.randn(15, 1, generator=g, dtype=torch.float64)
@@ -26,7 +26,7 @@ def _warnings(model, **kw):
     return [w for w in caught if issubclass(w.category, FactorizedHyperparameterWarning)]
 
 
-@pytest.mark.parametrize("posterior, K", [("diag", 2), ("diag", 1), ("diag-whitened", 2)])
+@pytest.mark.parametrize("posterior, K", [("diag-u", 2), ("diag-u", 1), ("diag", 2)])
 def test_joint_fit_of_a_factorized_posterior_on_a_dense_model_warns_once(posterior, K):
     caught = _warnings(_model(posterior, K))
     assert len(caught) == 1

@@ -164,7 +164,7 @@ def test_respread_draws_new_means_at_the_same_centre_and_spread(diagonal, K):
 def test_respread_of_the_u_space_diagonal_mixture_keeps_its_centre_in_u():
     p = PROBLEMS["abs5"]
     m = savigp.SAVIGP(p.build(1, 0).train_x, p.build(1, 0).train_y, p.build(1, 0).likelihood,
-                      savigp.RBF(1, 1, lengthscale=1.0, learn=False), dense=True, posterior="diag", num_components=2,
+                      savigp.RBF(1, 1, lengthscale=1.0, learn=False), dense=True, posterior="diag-u", num_components=2,
                       seed=0)
     post = m.posterior
     Lzz = m.prior_factor().detach()

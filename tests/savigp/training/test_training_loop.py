@@ -38,7 +38,7 @@ def _run(case: str):
         return False
 
     if case == "adam-score-diag":
-        model = _model("logistic", num_inducing=6, posterior="diag", num_components=2, entropy="bound")  # as recorded
+        model = _model("logistic", num_inducing=6, posterior="diag-u", num_components=2, entropy="bound")  # as recorded
         h = savigp.fit(model, iterations=8, batch_size=20, lr=0.02, num_samples=10, estimator="score",
                        progress=False, seed=3, callback=note)
     elif case == "adam-window-head":
@@ -75,7 +75,7 @@ def _run(case: str):
         h = fit_orthnat(model, 6, batch_size=24, natgrad_step=0.8, natgrad_warmup=3, gamma_precond="gauss-newton",
                         gamma_step=1.0, precond_every=2, hyper_lr=0.01, seed=2, callback=note)
     elif case == "orthnat-gamma-adam":
-        model = _model("logistic", num_inducing=5, mean_basis_size=8, posterior="diag-whitened")
+        model = _model("logistic", num_inducing=5, mean_basis_size=8, posterior="diag")
         h = fit_orthnat(model, 5, natgrad_step=0.3, gamma_update="adam", gamma_lr=0.05, estimator="score",
                         num_samples=10, seed=3, callback=note)
     elif case == "orthnat-stop-early":

@@ -74,14 +74,14 @@ def test_full_gaussian_from_the_optimal_moments_has_titsias_bound_and_passes_it_
     assert torch.equal(full.inducing, fg.inducing)
 
 
-@pytest.mark.parametrize("posterior", ["diag", "diag-whitened"])
+@pytest.mark.parametrize("posterior", ["diag-u", "diag"])
 def test_mean_field_start_is_the_diagonal_familys_optimum(posterior):
     """ELBO(q) = bound - KL(q || q*) at fixed hyper-parameters; the factorized q minimizing the KL
     (in the family's coordinates x, precision P of q*(x)) has variances 1 / P_mm and
     KL = 1/2 (sum_m log P_mm - log|P|). The "marginal" start (diag of the covariance) is worse."""
     fg, mean, factor, bound = _fg_at_optimum()
     Lzz = fg.prior_factor()[0]
-    F = factor[0] if posterior == "diag" else torch.linalg.solve_triangular(Lzz, factor[0], upper=False)
+    F = factor[0] if posterior == "diag-u" else torch.linalg.solve_triangular(Lzz, factor[0], upper=False)
     P = torch.linalg.inv(F @ F.T)
     kl = 0.5 * float(torch.log(P.diagonal()).sum() - torch.logdet(P))
     assert kl > 1.0  # the inducing values are correlated under q*: the projection costs something
@@ -94,10 +94,10 @@ def test_mean_field_start_is_the_diagonal_familys_optimum(posterior):
     assert _elbo(marginal) < bound - kl - 1.0
 
 
-@pytest.mark.parametrize("posterior,K", [("diag", 1), ("diag", 2), ("diag-whitened", 2), ("full", 2)])
+@pytest.mark.parametrize("posterior,K", [("diag-u", 1), ("diag-u", 2), ("diag", 2), ("full", 2)])
 @pytest.mark.parametrize("variances", ["mean-field", "marginal"])
 def test_components_hold_the_sources_moments(posterior, K, variances):
-    """Each component's variances (in its family's coordinates: u for "diag", whitened v otherwise)
+    """Each component's variances (in its family's coordinates: u for "diag-u", whitened v otherwise)
     are the rule's diagonal of the source covariance (full components: the covariance itself); the
     means are spread symmetrically (the mixture's mean is the source's); equal weights."""
     fg, mean, factor, _ = _fg_at_optimum()
@@ -105,7 +105,7 @@ def test_components_hold_the_sources_moments(posterior, K, variances):
     with torch.no_grad():
         Lzz = model.prior_factor()
     post = model.posterior
-    A = torch.eye(M, dtype=torch.float64) if posterior == "diag" else torch.linalg.inv(Lzz[0])
+    A = torch.eye(M, dtype=torch.float64) if posterior == "diag-u" else torch.linalg.inv(Lzz[0])
     G = A @ factor[0] @ factor[0].T @ A.T  # the source covariance in the family's coordinates
     target = G.diagonal() if variances == "marginal" else 1.0 / torch.linalg.inv(G).diagonal()
     m, F = post.u_moments(Lzz)  # (K, 1, M), (K, 1, M, M)
@@ -138,15 +138,15 @@ def test_warm_start_and_init_from_moments_reject_what_does_not_fit():
     other = savigp.SAVIGP(X, Y, Gaussian(variance=NOISE), savigp.RBF(1, 1), inducing_inputs=X[::5],
                           learn_inducing=False)
     with pytest.raises(ValueError, match=r"shape \(1, 8, 1\).*the model's \(1, 10, 1\)"):
-        savigp.warm_start(_model("diag"), other)
+        savigp.warm_start(_model("diag-u"), other)
     with pytest.raises(ValueError, match="one component"):
-        savigp.warm_start(_model("diag"), _model("full", 2))
+        savigp.warm_start(_model("diag-u"), _model("full", 2))
     matern = savigp.SAVIGP(X, Y, Gaussian(variance=NOISE), savigp.Matern52(1, 1), inducing_inputs=X[::4],
                            learn_inducing=False)
     with pytest.raises(TypeError, match="kernel is a RBF, the source's a Matern52"):
-        savigp.warm_start(_model("diag"), matern)
+        savigp.warm_start(_model("diag-u"), matern)
     with pytest.raises(ValueError, match="the source has posterior='joint'"):
-        savigp.warm_start(_model("diag"), _model("joint"))
+        savigp.warm_start(_model("diag-u"), _model("joint"))
     with pytest.raises(ValueError, match="the model has posterior='joint'"):
         savigp.warm_start(_model("joint"), _model("full"))
 
@@ -156,7 +156,7 @@ def test_moments_false_copies_the_hyper_parameters_and_keeps_q(source_kind, K):
     """``moments=False``: the kernel, likelihood, inducing inputs and prior mean are the source's (any
     source, a mixture or a joint Gaussian too), q(u) stays the model's own, bit for bit."""
     source = _model(source_kind, K, lengthscale=1.9, variance=0.4, noise=0.05)
-    model = _model("diag", 2)
+    model = _model("diag-u", 2)
     before = {k: v.clone() for k, v in model.posterior.state_dict().items()}
     savigp.warm_start(model, source, moments=False)
     for name in ("kernel", "likelihood"):
