@@ -27,9 +27,8 @@ from torch.nn import functional as F
 
 from likelihoods.densities import LOG_2PI
 from likelihoods.parameters import inverse_softplus
-from ..estimators.expected_log_likelihood import expected_log_lik
 from ._autograd import SCALE_FLOOR, lower_factor, squared_norm, whitened_moments
-from .base import InducingPrior, Marginals, ScaledPosterior, variance_floor
+from .base import InducingPrior, LatentMarginals, ScaledPosterior, variance_floor
 from .entropy import (DEFAULT_ENTROPY, ENTROPY_ESTIMATES, entropy_bound, entropy_monte_carlo, entropy_pairwise,
                       spread_means)
 from .moments import check_moments, diagonal_variances, raw_scale
@@ -326,7 +325,7 @@ class MixturePosterior(ScaledPosterior):
         V = L_zz^-1 K_zx ``(Q, M, B)`` (``Lzz`` unused: the whitened terms need only V)."""
         return torch.einsum("kqm,qmb->kqb", self.mean, V), self.marginal_quadratic(V)
 
-    def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> Marginals:
+    def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> LatentMarginals:
         """b_knj - mu_j and s2_knj (Bonilla et al. 2019, eq. (22)-(23)), each ``(K, B, Q)``, floored at
         :func:`~savigp.posteriors.base.variance_floor`. On the fused path (``prior.Lzz`` without
         graph) by :meth:`moments`' hand-written backward pass, else by autograd through L_zz."""
@@ -338,13 +337,7 @@ class MixturePosterior(ScaledPosterior):
             fmean, quad = self.reference_moments(V, prior.Lzz, state)
             var = kxx - (V * V).sum(-2) + quad  # (K, Q, B)
         var = torch.clamp_min(var, variance_floor(kxx))
-        return Marginals(fmean.transpose(-1, -2), var.transpose(-1, -2), V)
-
-    def expected_log_lik(self, likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
-                         num_samples: int, scale: float = 1.0, generator: Optional[torch.Generator] = None):
-        """L_ell of the K components' factorized marginals (:func:`savigp.estimators.expected_log_likelihood.expected_log_lik`)."""
-        return expected_log_lik(likelihood, y, mean, cov, self.weights(), estimator=estimator,
-                                num_samples=num_samples, scale=scale, generator=generator)
+        return LatentMarginals(fmean.transpose(-1, -2), var.transpose(-1, -2), self.log_weights(), V=V)
 
     @torch.no_grad()
     def precondition_gradients(self) -> None:

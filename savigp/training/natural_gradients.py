@@ -229,8 +229,6 @@ def natural_gradient_step(model: SAVIGP, *, step: float = 1.0, batch: Optional[T
     new_m, new_L, tau = natural_update(m0, L0, g_m, g_S, step, post.diagonal)
     new_m = _coupled_mean(model, new_m)
     post.set_full(new_m.unsqueeze(0), new_L.unsqueeze(0))
-    if model.mean_head is not None:
-        model.mean_head.clear_cache()
     return tau
 
 
@@ -464,7 +462,5 @@ class NaturalStep(CheckedStep):
                         p.grad = None if g is None else -g
                     self.optimizer.step()
                 post.set_full(new_m.unsqueeze(0), new_L.unsqueeze(0))
-                if head is not None:
-                    head.clear_cache()
         self.terms, self.index = terms, step
         return terms
