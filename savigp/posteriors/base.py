@@ -17,7 +17,12 @@ itself). One evaluation of the ELBO (eq. (17)) passes through it once, in this o
    the family's coordinates; adding :meth:`Posterior.u_space_shift` to the entropy and
    subtracting it from the cross-entropy gives them in the paper's u-space convention.
 
-Prediction reads the same marginals (their ``sample`` draws f*). The prior enters through :class:`InducingPrior`:
+Prediction reads the same marginals (their ``sample`` draws f*). A family that takes
+natural-gradient steps (:func:`savigp.fit_orthnat`; Salimbeni et al. 2018, eq. (15b)-(15c)) owns
+them: :meth:`Posterior.natural_point` (q(v) = N(m, S) with m and S as autograd leaves),
+:meth:`Posterior.natural_marginals` (the marginals at those leaves) and
+:meth:`Posterior.natural_step` (the update, :func:`savigp.posteriors.natural.natural_update`).
+The prior enters through :class:`InducingPrior`:
 a Cholesky factor L_zz of the (jittered) K_zz, with autograd through it (the reference path), or
 without graph together with K_zz itself (the fused path, where the families' hand-written backward
 passes hand the gradient to K_zz; :attr:`Posterior.fused_prior` says which a family needs).
@@ -31,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ..estimators.marginals import LatentMarginals
+from .natural import NaturalPoint
 
 
 @dataclass
@@ -161,6 +167,29 @@ class Posterior(nn.Module):
     def natural_gradient_obstacle(self) -> Optional[str]:
         """Why :func:`savigp.fit_orthnat` cannot update this posterior (a message), or None."""
         return None
+
+    # ------------------------------------------------------------------ natural gradients (families with one Gaussian)
+    def natural_point(self) -> "NaturalPoint":
+        """The start of a natural-gradient step (Salimbeni et al. 2018, eq. (15b)-(15c)): q(v) = N(m, S)
+        with m and S as autograd leaves (:class:`~savigp.posteriors.natural.NaturalPoint`).
+
+        Raises:
+            ValueError: :meth:`natural_gradient_obstacle`'s message, for a family that takes no such step.
+        """
+        raise ValueError(self.natural_gradient_obstacle() or f"{type(self).__name__} takes no natural-gradient steps")
+
+    def natural_marginals(self, point: "NaturalPoint", prior: InducingPrior, Kzx: Tensor, kxx: Tensor) -> LatentMarginals:
+        """:meth:`marginals` of q(v) = N(``point.mean``, ``point.cov``) (autograd through ``prior.Lzz``
+        and the point's leaves), for the gradients d ELL / dm and d ELL / dS of a natural step."""
+        raise NotImplementedError(f"{type(self).__name__} takes no natural-gradient steps")
+
+    def natural_step(self, point: "NaturalPoint", g_mean: Tensor, g_cov: Tensor, step: float, *,
+                     fix_mean: bool = False) -> float:
+        """Take the natural-gradient step of size ``step`` (tau in (0, 1]) from ``point`` with the
+        expected log-likelihood's gradients ``g_mean`` (in m) and ``g_cov`` (in S), and set the
+        parameters to its result (``fix_mean``: keep m at zero, a head that fixes the coupled mean).
+        Returns the step taken (halved until the precision is positive definite)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no natural-gradient steps")
 
     @property
     def supports_natural_gradients(self) -> bool:

@@ -21,7 +21,6 @@ from savigp.training.natural_gradients import (
     gamma_preconditioner,
     natural_gradient_step,
     natural_update,
-    whitened_marginals,
 )
 
 cuda = pytest.mark.cuda
@@ -263,18 +262,26 @@ def test_kernel_matvec_blocks_match_dense():
 
 
 # ---------------------------------------------------------------------- natural gradients
-def test_whitened_marginals_match_model():
+def test_natural_marginals_match_model():
+    """The family's marginals at its natural point (m and S as autograd leaves, what the natural
+    step differentiates) equal the model's, mean head included, and give gradients in m and S."""
+    from savigp.posteriors.base import InducingPrior
+
     X, Y = sine_data(60, seed=14)
     for posterior in ("full", "diag-whitened"):
         model = randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, posterior=posterior, mean_basis_size=8), seed=15)
+        point = model.posterior.natural_point()
+        assert point.diagonal == (posterior == "diag-whitened") and point.mean.requires_grad and point.cov.requires_grad
+        Lzz = model.prior_factor().detach()
+        b = model.latent(X, InducingPrior(Lzz), point=point)
         with torch.no_grad():
-            L = model.posterior.scale()[0]
-            S = L * L if model.posterior.diagonal else L @ L.transpose(-1, -2)
-            Lzz = model.prior_factor()
             a = model.marginals(X, Lzz)
-            b = whitened_marginals(model, X, Lzz, model.posterior.mean[0], S)
-        assert torch.allclose(a[0], b[0], rtol=1e-12, atol=1e-12)
-        assert torch.allclose(a[1], b[1], rtol=1e-10, atol=1e-12)
+        assert torch.allclose(a[0], b.mean, rtol=1e-12, atol=1e-12)
+        assert torch.allclose(a[1], b.var, rtol=1e-10, atol=1e-12)
+        g_m, g_S = torch.autograd.grad((b.mean * b.var).sum(), [point.mean, point.cov])
+        assert g_m.shape == point.mean.shape and g_S.shape == point.cov.shape and float(g_S.abs().max()) > 0
+    with pytest.raises(ValueError, match="K=2 components"):
+        SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, num_components=2).posterior.natural_point()
 
 
 @pytest.mark.parametrize("with_head", [False, True])
