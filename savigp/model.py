@@ -1,10 +1,13 @@
 """The SAVIGP model: Q latent GPs, a mixture-of-Gaussians posterior over inducing variables and a
 black-box likelihood (Bonilla et al. 2019, §3-7).
 
-A training step reads top to bottom:
+A training step reads top to bottom, each part visited once (:meth:`SAVIGP._elbo`):
 
-    data -> kernel matrices K_zz, K_zx (per latent function) -> marginals q_k(f_n) (eq. 22-23)
-         -> samples -> likelihood values -> ELL estimate and its score-function gradients
+    data -> kernel matrices K_zz, K_zx (per latent function)
+         -> the family's marginals q_k(f_n) (eq. 22-23), a LatentMarginals, shifted by the prior
+            mean and the mean head (whose terms are computed once and passed explicitly)
+         -> the registered estimator (one call: samples, likelihood values, the ELL estimate and
+            its gradients, eq. 24-29)
          -> entropy (eq. 18) and cross-entropy (eq. 19) -> ELBO (eq. 17) -> optimizer.
 """
 from __future__ import annotations
