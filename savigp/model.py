@@ -501,7 +501,6 @@ class SAVIGP(nn.Module):
 
     # ------------------------------------------------------------------ prediction
     @torch.no_grad()
-    @torch.no_grad()
     def prediction_state(self) -> PredictionState:
         """The :class:`PredictionState` of the current parameters (the factor of K_zz and the mean
         head's terms), for many predictions at them."""
@@ -513,6 +512,7 @@ class SAVIGP(nn.Module):
         state = self.prediction_state() if state is None else state
         return state.prior, state.head
 
+    @torch.no_grad()
     def predict_latent(self, X, chunk_size: Optional[int] = None,
                        state: Optional[PredictionState] = None) -> tuple[Tensor, Tensor, Tensor]:
         """Per-component latent marginals at test inputs (Bonilla et al. 2019, §7).

@@ -3,7 +3,7 @@ import torch
 
 import savigp
 from savigp.linalg import chunks as _chunks
-from savigp.estimators import expected_log_lik as ell_module
+from savigp.estimators import expected_log_likelihood as ell_module
 from savigp.mean_heads.orthogonal_basis import kernel_matvec
 from savigp.estimators.expected_log_likelihood import _score_means, _score_means_dispatch
 from savigp.kernels.stationary import RBF

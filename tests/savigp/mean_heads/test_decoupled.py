@@ -592,3 +592,14 @@ def test_cuda_matches_cpu_float64():
     natural_gradient_step(cpu, step=1.0)
     natural_gradient_step(gpu, step=1.0)
     assert float(gpu.elbo().elbo.detach()) == pytest.approx(float(cpu.elbo().elbo.detach()), rel=1e-9)
+
+
+def test_predictions_carry_no_graph():
+    """predict_latent, predict and draws run without autograd (also with a caller's prediction_state)."""
+    X, Y = sine_data(30, seed=30)
+    model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=5, mean_basis_size=6)
+    Xs = torch.randn(4, 2, dtype=torch.float64)
+    for state in (None, model.prediction_state()):
+        outputs = list(model.predict_latent(Xs, state=state)) + list(model.draws(Xs, 3, state=state))
+        outputs += [model.predict(Xs, num_samples=3, state=state).latent_mean]
+        assert not any(t.requires_grad for t in outputs)

@@ -28,7 +28,7 @@ import torch.multiprocessing as mp
 
 import savigp
 from likelihoods import CallableLikelihood, Gaussian
-from savigp.estimators import expected_log_lik as ell_module
+from savigp.estimators import expected_log_likelihood as ell_module
 from savigp.training.distributed import DataParallel, free_loopback_port
 from savigp.model import ELBOTerms
 from savigp.model_files import load_model
