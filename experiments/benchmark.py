@@ -548,7 +548,7 @@ def phase_profile(step: "SavigpStep", batches: list, seed: int = 0) -> dict:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    from savigp.estimators.expected_log_likelihood import _sample_eps
+    from savigp.estimators.expected_log_likelihood import _sample_eps, make_estimator
     from savigp.posteriors.base import InducingPrior
 
     model, opt, cfg = step.model, step.opt, step.cfg
@@ -576,13 +576,12 @@ def phase_profile(step: "SavigpStep", batches: list, seed: int = 0) -> dict:
         prior = InducingPrior(Lzz, Kzz, jitter)
         lap("factorization")
         state = post.evaluation_state(prior)
-        m = post.marginals(prior, Kzx, kxx, state)
-        mean = model.prior_mean + m.mean
+        q = post.marginals(prior, Kzx, kxx, state).shifted(model.prior_mean)
         lap("moments (solves)")
-        _sample_eps((cfg.S,) + tuple(mean.shape), mean, torch.Generator(device=device).manual_seed(seed))
+        _sample_eps((cfg.S,) + tuple(q.mean.shape), q.mean, torch.Generator(device=device).manual_seed(seed))
         lap("ELL: sampling")
-        ell = post.expected_log_lik(model.likelihood, Y, mean, m.cov, estimator=cfg.estimator, num_samples=cfg.S,
-                                    scale=model.num_data / X.shape[0], generator=gen)
+        ell = make_estimator(cfg.estimator, model.likelihood)(model.likelihood, Y, q, num_samples=cfg.S,
+                                                              scale=model.num_data / X.shape[0], generator=gen)
         lap("ELL: likelihood")
         ent, cross = post.kl_terms(prior, state, gen)
         elbo = ell.value + ent + cross

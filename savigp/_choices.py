@@ -7,10 +7,11 @@ Lists whose entries are classes are :class:`Registry` objects: a name maps to
 ``"module:attribute"``, imported on first use, or to the object itself. The model builds from
 them (:data:`KERNELS` in :class:`~savigp.model.SAVIGP`, :data:`POSTERIORS` in
 :func:`~savigp.posteriors.make_posterior`, :data:`MEAN_HEADS` in
-:func:`~savigp.mean_heads.make_mean_head`), the command's ``choices=`` and the schema's
+:func:`~savigp.mean_heads.make_mean_head`, :data:`ESTIMATORS` in
+:func:`~savigp.estimators.make_estimator`), the command's ``choices=`` and the schema's
 ``Str(choices=...)`` read them when they check, and ``tests/docs/test_choices_in_docs.py`` keeps
-the docs' lists equal to them. A new kernel, posterior family or mean head is its own module and
-one line here (or ``KERNELS.register("name", MyKernel)`` at run time)::
+the docs' lists equal to them. A new kernel, posterior family, mean head or estimator is its own
+class and one line here (or ``KERNELS.register("name", MyKernel)`` at run time)::
 
     KERNELS = Registry("kernel", {..., "periodic": "mypackage.kernels:Periodic"})
 """
@@ -135,8 +136,18 @@ MEAN_HEADS = Registry("mean_basis", {
     "decoupled": "savigp.mean_heads:DecoupledMeanHead",
     "hybrid": "savigp.mean_heads:HybridMeanHead",
 })
-#: the expected log-likelihood estimators (:mod:`savigp.estimators.expected_log_likelihood`)
-ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
+#: the estimators of the expected log-likelihood (:mod:`savigp.estimators.expected_log_likelihood`); an
+#: :class:`~savigp.estimators.Estimator` class, built as ``cls()`` and called once per ELBO evaluation with
+#: the batch's :class:`~savigp.estimators.LatentMarginals`; ``"auto"`` stands for one of the others
+#: (:func:`~savigp.estimators.resolve_estimator`)
+ESTIMATORS = Registry("estimator", {
+    "auto": "savigp.estimators.expected_log_likelihood:Automatic",
+    "score": "savigp.estimators.expected_log_likelihood:ScoreFunction",
+    "score-nocv": "savigp.estimators.expected_log_likelihood:ScoreFunctionNoCV",
+    "reparam": "savigp.estimators.expected_log_likelihood:Reparameterization",
+    "quadrature": "savigp.estimators.expected_log_likelihood:Quadrature",
+    "closed-form": "savigp.estimators.expected_log_likelihood:ClosedForm",
+})
 #: the optimizers of :func:`savigp.fit` (``optimizer=``, the command's ``--optimizer``)
 OPTIMIZERS = ("adam", "adadelta", "lbfgs")
 #: the parameter groups that :func:`savigp.fit` trains (``groups=``, the command's ``--learn``)

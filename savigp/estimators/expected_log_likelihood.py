@@ -54,6 +54,13 @@ mixture weights pi, and to the likelihood's own parameters.
 
 ``"auto"`` picks ``"closed-form"`` when the likelihood has one, else ``"reparam"`` when it is
 declared differentiable in f, else ``"score"``.
+
+Each is an :class:`Estimator` registered by name in :data:`ESTIMATORS` (``savigp._choices``): the
+model builds the one it is asked for (:func:`make_estimator`) and calls it once per ELBO evaluation
+with the batch's :class:`~savigp.estimators.marginals.LatentMarginals` -- univariate Gaussians per
+latent function (:func:`expected_log_lik`) or, for a family coupled across them, Q-variate ones
+(:func:`expected_log_lik_joint`). A new estimator is a subclass of :class:`Estimator` and one
+entry in that registry (``ESTIMATORS.register("name", MyEstimator)``).
 """
 from __future__ import annotations
 
@@ -70,11 +77,14 @@ from ..runtime import compilation
 from ..runtime import sync_free
 from .._choices import ESTIMATORS
 from ..linalg.cholesky import point_cholesky
+from .marginals import LatentMarginals
 from .nonfinite import non_finite_error
 
 #: below this many samples the score estimator's control variate is the leave-one-out baseline,
 #: from it on the leave-one-out regression coefficient (see the module docstring)
 CV_REGRESSION_MIN_SAMPLES = 50
+#: the estimators :func:`expected_log_lik` computes (the built-in entries of :data:`ESTIMATORS` less ``"auto"``)
+BUILTIN_ESTIMATORS = ("score", "score-nocv", "reparam", "quadrature", "closed-form")
 
 
 @dataclass
@@ -95,21 +105,22 @@ class ELLEstimate:
 
 
 def resolve_estimator(estimator: str, likelihood) -> str:
-    """Turn ``"auto"`` into a concrete estimator name and validate the choice for this likelihood."""
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    if estimator == "auto":
-        if likelihood.has_closed_form_ell:
-            return "closed-form"
-        return "reparam" if likelihood.differentiable else "score"
-    if estimator == "closed-form" and not likelihood.has_closed_form_ell:
-        raise ValueError(f"estimator='closed-form': {type(likelihood).__name__} has no closed-form expected log-likelihood")
-    if estimator == "reparam" and not likelihood.differentiable:
-        raise ValueError(
-            f"estimator='reparam' needs a likelihood differentiable in f; {type(likelihood).__name__} is "
-            "declared non-differentiable (use 'score')"
-        )
-    return estimator
+    """Turn ``"auto"`` into a concrete estimator name and validate the choice for this likelihood
+    (each registered :class:`Estimator` says what it needs, :meth:`Estimator.resolve`).
+
+    Raises:
+        ValueError: a name not in :data:`ESTIMATORS` (naming them), or an estimator the likelihood
+            does not allow (``"closed-form"`` without ``expected_log_prob``, ``"reparam"`` for a
+            likelihood declared non-differentiable).
+    """
+    name = ESTIMATORS.canonical(estimator)
+    return ESTIMATORS[name].resolve(name, likelihood)
+
+
+def make_estimator(estimator: str, likelihood) -> "Estimator":
+    """The :class:`Estimator` that the name ``estimator`` (``"auto"`` resolved for ``likelihood``)
+    stands for, built from :data:`ESTIMATORS`."""
+    return ESTIMATORS[resolve_estimator(estimator, likelihood)]()
 
 
 def checked_log_prob(likelihood, y: Tensor, f: Tensor, check_finite: bool = True) -> Tensor:
@@ -206,6 +217,9 @@ def expected_log_lik(likelihood, y: Tensor, mean: Tensor, var: Tensor, weights: 
         quadrature_points: Gauss-Hermite points per latent dimension for ``"quadrature"``.
     """
     estimator = resolve_estimator(estimator, likelihood)
+    if estimator not in BUILTIN_ESTIMATORS:
+        raise ValueError(f"expected_log_lik computes the built-in estimators {BUILTIN_ESTIMATORS}; {estimator!r} is "
+                         "another registered one: call make_estimator(name, likelihood)")
     K, B, Q = mean.shape
     if estimator == "closed-form":
         per = likelihood.expected_log_prob(y, mean, var)
@@ -431,3 +445,117 @@ def expected_log_lik_joint(likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, 
     surrogate = (g * logq).mean(0)  # (1, B)
     per = per_value + (surrogate - surrogate.detach())
     return ELLEstimate(_weighted_sum(weights, per, scale), per_value.detach(), _stderr(values, weights, scale))
+
+
+# ---------------------------------------------------------------------- the registered estimators
+class Estimator:
+    """An estimator of L_ell (eq. (24), (29), (33)) for the marginals of one batch, built with no
+    arguments from :data:`ESTIMATORS` and called once per ELBO evaluation::
+
+        estimate = estimator(likelihood, y, marginals, num_samples=S, scale=N / B, generator=gen)
+
+    with targets ``y (B, P)`` and :class:`~savigp.estimators.marginals.LatentMarginals` (means and
+    variances ``(K, B, Q)``, covariances ``(K, B, Q, Q)`` or None, log-weights ``(K,)``); it returns
+    an :class:`ELLEstimate` whose value's gradient is the estimator's. A subclass implements
+    :meth:`factorized` and, if it can, :meth:`coupled`; :meth:`resolve` says which likelihoods it
+    takes.
+    """
+
+    def __call__(self, likelihood, y: Tensor, marginals: LatentMarginals, *, num_samples: int, scale: float = 1.0,
+                 generator: torch.Generator | None = None) -> ELLEstimate:
+        if marginals.coupled:
+            return self.coupled(likelihood, y, marginals, num_samples=num_samples, scale=scale, generator=generator)
+        return self.factorized(likelihood, y, marginals, num_samples=num_samples, scale=scale, generator=generator)
+
+    @classmethod
+    def resolve(cls, name: str, likelihood) -> str:
+        """The name this estimator runs under for ``likelihood`` (its own); a ValueError when the
+        likelihood does not allow it."""
+        return name
+
+    def factorized(self, likelihood, y: Tensor, marginals: LatentMarginals, *, num_samples: int, scale: float,
+                   generator: torch.Generator | None) -> ELLEstimate:
+        """L_ell for q_k(f_n) = prod_j N(b_knj, s2_knj)."""
+        raise NotImplementedError
+
+    def coupled(self, likelihood, y: Tensor, marginals: LatentMarginals, *, num_samples: int, scale: float,
+                generator: torch.Generator | None) -> ELLEstimate:
+        """L_ell for q(f_n) = N(b_n, C_n) coupled across the latent functions."""
+        raise ValueError(f"estimator {type(self).__name__} is not available for a posterior coupled across the latent "
+                         "functions (posterior='joint'); use 'reparam', 'score', 'score-nocv' or 'closed-form'")
+
+
+class _Builtin(Estimator):
+    """The estimators of this module's functions, by their name (:func:`expected_log_lik`,
+    :func:`expected_log_lik_joint`)."""
+
+    name = ""
+
+    def factorized(self, likelihood, y, marginals, *, num_samples, scale, generator):
+        return expected_log_lik(likelihood, y, marginals.mean, marginals.var, marginals.weights(), estimator=self.name,
+                                num_samples=num_samples, scale=scale, generator=generator)
+
+    def coupled(self, likelihood, y, marginals, *, num_samples, scale, generator):
+        if marginals.shape[0] != 1:
+            raise ValueError(f"a coupled q(f_n) has one component here, got K={marginals.shape[0]}")
+        return expected_log_lik_joint(likelihood, y, marginals.mean[0], marginals.cov[0], estimator=self.name,
+                                      num_samples=num_samples, scale=scale, generator=generator)
+
+
+class ClosedForm(_Builtin):
+    """``"closed-form"``: the likelihood's own ``expected_log_prob`` (coupled marginals: of their
+    per-latent marginals, right for likelihoods whose expectation depends on each f_nj alone)."""
+
+    name = "closed-form"
+
+    @classmethod
+    def resolve(cls, name, likelihood):
+        if not likelihood.has_closed_form_ell:
+            raise ValueError(f"estimator='closed-form': {type(likelihood).__name__} has no closed-form expected "
+                             "log-likelihood")
+        return name
+
+
+class Quadrature(_Builtin):
+    """``"quadrature"``: Gauss-Hermite quadrature on a tensor grid (small Q, factorized marginals)."""
+
+    name = "quadrature"
+
+
+class Reparameterization(_Builtin):
+    """``"reparam"``: f = b + C^(1/2) eps, log p differentiated in f."""
+
+    name = "reparam"
+
+    @classmethod
+    def resolve(cls, name, likelihood):
+        if not likelihood.differentiable:
+            raise ValueError(f"estimator='reparam' needs a likelihood differentiable in f; {type(likelihood).__name__} "
+                             "is declared non-differentiable (use 'score')")
+        return name
+
+
+class ScoreFunction(_Builtin):
+    """``"score"``: the score-function estimator with the control variates of the module docstring."""
+
+    name = "score"
+
+
+class ScoreFunctionNoCV(_Builtin):
+    """``"score-nocv"``: the score-function estimator without control variates."""
+
+    name = "score-nocv"
+
+
+class Automatic(Estimator):
+    """``"auto"``: ``"closed-form"`` when the likelihood has one, else ``"reparam"`` when it is
+    declared differentiable in f, else ``"score"`` (:func:`resolve_estimator`)."""
+
+    @classmethod
+    def resolve(cls, name, likelihood):
+        if likelihood.has_closed_form_ell:
+            return "closed-form"
+        return "reparam" if likelihood.differentiable else "score"
+
+    def __call__(self, likelihood, y, marginals, **kwargs):
+        return make_estimator("auto", likelihood)(likelihood, y, marginals, **kwargs)

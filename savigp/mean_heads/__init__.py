@@ -9,6 +9,6 @@ posterior mean beside the inducing points.
 :data:`MEAN_HEADS` names them for ``SAVIGP(mean_basis=...)``, ``savigp train --mean-basis`` and
 model files.
 """
-from .heads import MEAN_BASES, MEAN_HEADS, DecoupledMeanHead, HybridMeanHead, OrthogonalMeanHead, make_mean_head
+from .heads import MEAN_BASES, MEAN_HEADS, BasisTerms, DecoupledMeanHead, HybridMeanHead, OrthogonalMeanHead, make_mean_head
 
-__all__ = ["MEAN_HEADS", "MEAN_BASES", "OrthogonalMeanHead", "DecoupledMeanHead", "HybridMeanHead", "make_mean_head"]
+__all__ = ["MEAN_HEADS", "MEAN_BASES", "BasisTerms", "OrthogonalMeanHead", "DecoupledMeanHead", "HybridMeanHead", "make_mean_head"]

@@ -50,20 +50,28 @@ natural step in S alone. (The seed trains both with Adam.)
 """
 from __future__ import annotations
 
-import weakref
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
 
 from .. import _choices
 from ..linalg.cholesky import jittered
-from .orthogonal_basis import KL_SAMPLING, SPDSolve, chol_solve, fingerprint, initial_mean_basis, kernel_matvec
+from .orthogonal_basis import KL_SAMPLING, SPDSolve, chol_solve, initial_mean_basis, kernel_matvec
 
 #: the mean heads by name (``mean_basis=``): a registry, ``MEAN_HEADS.register("name", cls)``
 MEAN_HEADS = _choices.MEAN_HEADS
 #: their names (the registry's, read when this module is imported; :data:`MEAN_HEADS` is live)
 MEAN_BASES = MEAN_HEADS.names()
+
+
+class BasisTerms(NamedTuple):
+    """What one evaluation of the model computes once for an orthogonal head and passes to both its
+    mean shift and its KL (:meth:`OrthogonalMeanHead.evaluation_state`): b_j = K(Z_j, gamma_j) a_j
+    and w_j = K_zz^-1 b_j, each ``(Q, M)``, with their autograd graphs."""
+
+    b: Tensor
+    w: Tensor
 
 
 class OrthogonalMeanHead(nn.Module):
@@ -119,10 +127,6 @@ class OrthogonalMeanHead(nn.Module):
         self.kl_columns = kl_columns
         self.kl_sampling = kl_sampling
         self.generator = torch.Generator().manual_seed(int(seed) + 1_000_003)
-        self._cache_key = None
-        self._cache_terms: Optional[tuple] = None
-        self._stash = None  # (weakref to Lzz, b, w) from the last mean_shift under autograd, reused by kl
-        self.cache_hits = 0
 
     def attach(self, posterior) -> None:
         """Called once by :func:`savigp.mean_heads.make_mean_head` with the model's posterior (or
@@ -151,13 +155,16 @@ class OrthogonalMeanHead(nn.Module):
         self._kl_sampling = value
 
     # ------------------------------------------------------------------ the shared vectors b, w
-    def _key(self, kernel, Z: Tensor) -> tuple:
-        ts = [self.a, self.gamma, Z, *kernel.parameters(), *kernel.buffers()]
-        layout = tuple((id(t), t.data_ptr(), t._version, t.dtype, t.device, tuple(t.shape)) for t in ts)
-        return layout + (fingerprint(ts),)
+    def evaluation_state(self, kernel, Z: Tensor, Lzz: Tensor, Kzz: Optional[Tensor] = None,
+                         jitter_rel: Optional[Tensor] = None) -> Optional[BasisTerms]:
+        """What one evaluation of the model computes once and passes to :meth:`mean_shift` and
+        :meth:`kl` (``state=``): :meth:`basis_terms` (None for a head that needs nothing). The
+        model holds it for the evaluation (a training step, or every chunk of a prediction); the
+        head keeps nothing between calls."""
+        return self.basis_terms(kernel, Z, Lzz, Kzz, jitter_rel)
 
     def basis_terms(self, kernel, Z: Tensor, Lzz: Tensor, Kzz: Optional[Tensor] = None,
-                    jitter_rel: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                    jitter_rel: Optional[Tensor] = None) -> BasisTerms:
         """b_j = K(Z_j, gamma_j) a_j and w_j = K_zz^-1 b_j, each ``(Q, M)`` (so c_j = L_zz^-1 b_j has
         ||c_j||^2 = b_j^T w_j and V_j^T c_j = K_xz w_j).
 
@@ -167,18 +174,8 @@ class OrthogonalMeanHead(nn.Module):
         * ``Kzz`` given (with the relative ``jitter_rel`` that was added before factorizing, and
           ``Lzz`` without graph, the model's fused path): the gradient dF/dK_zz = -(K_zz^-1 dF/dw) w^T
           is handed to K_zz directly, with no Cholesky backward.
-
-        Under ``torch.no_grad`` the result is cached until a parameter changes (module docstring).
         """
-        if not torch.is_grad_enabled():
-            key = self._key(kernel, Z)
-            if key == self._cache_key and self._cache_terms is not None:
-                self.cache_hits += 1
-                return self._cache_terms
-            out = self._basis_terms(kernel, Z, Lzz, Kzz, jitter_rel)
-            self._cache_key, self._cache_terms = key, out
-            return out
-        return self._basis_terms(kernel, Z, Lzz, Kzz, jitter_rel)
+        return BasisTerms(*self._basis_terms(kernel, Z, Lzz, Kzz, jitter_rel))
 
     def _basis_terms(self, kernel, Z, Lzz, Kzz, jitter_rel):
         b = kernel_matvec(kernel, Z, self.gamma, self.a)  # (Q, M)
@@ -194,17 +191,10 @@ class OrthogonalMeanHead(nn.Module):
         _, w = self.basis_terms(kernel, Z, Lzz)
         return (Lzz.transpose(-1, -2) @ w.unsqueeze(-1)).squeeze(-1)
 
-    def clear_cache(self) -> None:
-        self._cache_key, self._cache_terms, self._stash = None, None, None
-
-    def _apply(self, fn, *args, **kwargs):
-        self.clear_cache()
-        return super()._apply(fn, *args, **kwargs)
-
     # ------------------------------------------------------------------ marginal means
     def mean_shift(self, X: Tensor, kernel, Z: Tensor, Lzz: Tensor, V: Optional[Tensor] = None, *,
                    Kzx: Optional[Tensor] = None, Kzz: Optional[Tensor] = None,
-                   jitter_rel: Optional[Tensor] = None) -> Tensor:
+                   jitter_rel: Optional[Tensor] = None, state: Optional[BasisTerms] = None) -> Tensor:
         """r_j(x_n) = k(x_n, gamma_j) a_j - k(x_n, Z_j) K_zz^-1 K(Z_j, gamma_j) a_j, shape ``(Q, B)``
         (broadcasts to ``(K, Q, B)``).
 
@@ -215,12 +205,11 @@ class OrthogonalMeanHead(nn.Module):
                 r = K_x,gamma a - V^T c), or
             Kzx: K_zx ``(Q, M, B)`` (then r = K_x,gamma a - K_xz w), with ``Kzz`` / ``jitter_rel``
                 for the fused gradient (see :meth:`basis_terms`).
+            state: :meth:`evaluation_state` of this evaluation (the same prior), or None (computed here).
         """
         if (V is None) == (Kzx is None):
             raise ValueError("mean_shift needs exactly one of V (= L_zz^-1 K_zx) and Kzx")
-        b, w = self.basis_terms(kernel, Z, Lzz, Kzz, jitter_rel)
-        if torch.is_grad_enabled():
-            self._stash = (weakref.ref(Lzz), b, w)
+        b, w = self.basis_terms(kernel, Z, Lzz, Kzz, jitter_rel) if state is None else state
         if V is not None:
             c = (Lzz.transpose(-1, -2) @ w.unsqueeze(-1)).squeeze(-1)
             proj = (V * c.unsqueeze(-1)).sum(-2)
@@ -231,7 +220,7 @@ class OrthogonalMeanHead(nn.Module):
     # ------------------------------------------------------------------ KL
     def kl(self, kernel, Z: Tensor, Lzz: Tensor, *, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
            columns: Optional[int] = None, generator: Optional[torch.Generator] = None, posterior=None,
-           mean: Optional[Tensor] = None) -> Tensor:
+           mean: Optional[Tensor] = None, state: Optional[BasisTerms] = None) -> Tensor:
         """The extra KL term sum_j 1/2 a_j^T (K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma) a_j (a scalar).
 
         Args:
@@ -240,14 +229,10 @@ class OrthogonalMeanHead(nn.Module):
             generator: CPU torch.Generator for the column draws (default the head's own).
             posterior, mean: the coupled means, unused here (by orthogonality the KL does not
                 depend on them; the HYBRID head of :mod:`savigp.mean_heads` needs them).
+            state: :meth:`evaluation_state` of this evaluation (shared with :meth:`mean_shift`), or
+                None (computed here).
         """
-        bw = None
-        if self._stash is not None:
-            ref, b, w = self._stash
-            self._stash = None
-            if ref() is Lzz:  # reuse this step's mean_shift terms (same graph, no recomputation)
-                bw = (b, w)
-        b, w = bw if bw is not None else self.basis_terms(kernel, Z, Lzz, Kzz, jitter_rel)
+        b, w = self.basis_terms(kernel, Z, Lzz, Kzz, jitter_rel) if state is None else state
         nystrom = (b * w).sum()  # sum_j ||c_j||^2
         C = self.kl_columns if columns is None else int(columns)
         G = self.size
@@ -300,9 +285,14 @@ class _UnprojectedMeanHead(OrthogonalMeanHead):
 
     orthogonal = False
 
+    def evaluation_state(self, kernel, Z: Tensor, Lzz: Tensor, Kzz: Optional[Tensor] = None,
+                         jitter_rel: Optional[Tensor] = None) -> None:
+        """Nothing: the mean shift does not project on the inducing inputs."""
+        return None
+
     def mean_shift(self, X: Tensor, kernel, Z: Tensor, Lzz: Tensor, V: Optional[Tensor] = None, *,
                    Kzx: Optional[Tensor] = None, Kzz: Optional[Tensor] = None,
-                   jitter_rel: Optional[Tensor] = None) -> Tensor:
+                   jitter_rel: Optional[Tensor] = None, state: Optional[BasisTerms] = None) -> Tensor:
         """h_j(x_n) = k(x_n, gamma_j) a_j, ``(Q, B)``; the arguments other than ``X (B, D)`` are
         those of :meth:`OrthogonalMeanHead.mean_shift` (unused: the basis is not projected)."""
         return kernel_matvec(kernel, X, self.gamma, self.a)
@@ -334,7 +324,7 @@ class DecoupledMeanHead(_UnprojectedMeanHead):
 
     def kl(self, kernel, Z: Tensor, Lzz: Tensor, *, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
            columns: Optional[int] = None, generator: Optional[torch.Generator] = None, posterior=None,
-           mean: Optional[Tensor] = None) -> Tensor:
+           mean: Optional[Tensor] = None, state: Optional[BasisTerms] = None) -> Tensor:
         """1/2 sum_j a_j^T K_gamma a_j (a scalar); the other arguments as in
         :meth:`OrthogonalMeanHead.kl` (the coupled KL with m = 0 is the model's)."""
         return self._half_norm(kernel, columns, generator)
@@ -350,7 +340,7 @@ class HybridMeanHead(_UnprojectedMeanHead):
 
     def kl(self, kernel, Z: Tensor, Lzz: Tensor, *, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
            columns: Optional[int] = None, generator: Optional[torch.Generator] = None, posterior=None,
-           mean: Optional[Tensor] = None) -> Tensor:
+           mean: Optional[Tensor] = None, state: Optional[BasisTerms] = None) -> Tensor:
         """1/2 sum_j a_j^T K_gamma a_j + sum_k pi_k sum_j <h_j, mu_kj>_H (a scalar).
 
         Args:

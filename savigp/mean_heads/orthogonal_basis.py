@@ -45,13 +45,10 @@ unbiased in value and, being linear in the inclusion indicators, in gradient. Tw
   Same mean, much smaller variance when gamma lies where Z already explains the prior (the
   Nystrom part is handled exactly by b^T w instead of being sampled).
 
-Predictions: when autograd is off, (b, w) are cached, keyed on the identity, storage, version
-counter and a random projection of the values of every tensor they depend on (a, gamma, Z and every
-kernel parameter and buffer; the values because fused optimizers write parameters in place without
-bumping their version counters), so
-that a prediction costs O(G + M^2) per point (k(x, gamma) a plus the coupled model's work) and
-(b, w) are recomputed only after a parameter changed (optimizer steps, ``load_state_dict``,
-``.to()``).
+Per evaluation: (b, w) are computed once (:meth:`savigp.mean_heads.OrthogonalMeanHead.evaluation_state`)
+and passed explicitly to the mean shift and the KL of a training step, and to every chunk of rows of a
+prediction, which then costs O(G + M^2) per point (k(x, gamma) a plus the coupled model's work);
+the head keeps no state between calls.
 
 Devices and dtypes: every tensor created here follows ``a`` (the module's own dtype and device);
 random column indices are drawn on the CPU with the head's generator and moved.
@@ -149,18 +146,3 @@ def initial_mean_basis(X: Tensor, num_latent: int, size: int, seed: int = 0) -> 
             out.append(torch.cat([X[torch.as_tensor(rng.permutation(N), device=X.device)],
                                   X[extra] + 1e-3 * std * noise]))
     return torch.stack(out).clone()
-
-
-_PROJECTIONS: dict = {}
-
-
-def fingerprint(ts) -> float:
-    """<r, concat(ts)> for a fixed random r (per length, dtype and device): changes whenever any
-    value changes, except on a measure-zero set of updates (one scalar and, on a GPU, one sync)."""
-    flat = torch.cat([t.detach().reshape(-1).to(ts[0].dtype) for t in ts])
-    key = (flat.numel(), flat.dtype, str(flat.device))
-    r = _PROJECTIONS.get(key)
-    if r is None:
-        gen = torch.Generator().manual_seed(0)
-        r = _PROJECTIONS[key] = torch.randn(flat.numel(), generator=gen, dtype=torch.float64).to(flat)
-    return float(flat @ r)

@@ -2,7 +2,13 @@
 
 Three update rules, alternated by :func:`fit_orthnat` at every step on one mini-batch:
 
-1. **q(v): a natural-gradient step** (Salimbeni et al. 2018, eq. (15b)-(15c), in our whitened form).
+1. **q(v): a natural-gradient step** (Salimbeni et al. 2018, eq. (15b)-(15c), in our whitened form),
+   owned by the family: ``post.natural_point()`` gives q(v) = N(m, S) with m and S as autograd
+   leaves, the model's marginals at them (``model.latent(..., point=)``, the family's
+   ``natural_marginals`` plus the prior mean and the mean head) go to the estimator, and
+   ``post.natural_step(point, dL/dm, dL/dS, tau)`` takes the step
+   (:func:`savigp.posteriors.natural.natural_update`). This module reads none of the family's
+   parameters.
 2. **a_gamma: the diagonally preconditioned step** of Salimbeni et al. 2018, eq. (16) (or Adam).
 3. **everything else** (kernel hyper-parameters, inducing inputs Z, gamma, likelihood
    parameters, learnable prior means): Adam.
@@ -78,45 +84,28 @@ sigma and G, at O(B M G + G min(G, 512) M) per refresh.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Callable, Optional, Sequence
 
 import torch
 from torch import Tensor
 
-from ..estimators.expected_log_likelihood import expected_log_lik
+from ..estimators.expected_log_likelihood import make_estimator
 from ..model import SAVIGP, ELBOTerms
+from ..posteriors.base import InducingPrior
+from ..posteriors.natural import NaturalPoint, natural_update
 from . import distributed
+from .fitting import PARAMETER_GROUPS, parameter_groups
 from .loop import Batches, TrainingHistory, run
 from .rules import CheckedStep
 
 GAMMA_UPDATES = ("precond", "adam")
 GAMMA_PRECONDITIONERS = ("seed", "gauss-newton")
-HYPER_GROUPS = ("kernel", "inducing", "likelihood", "prior_mean", "gamma_inputs")
-
-
-# ---------------------------------------------------------------------- marginals with (m, S) leaves
-def whitened_marginals(model: SAVIGP, X: Tensor, Lzz: Tensor, mean: Tensor, cov: Tensor):
-    """The marginals of :meth:`SAVIGP.marginals` for a single Gaussian q(v) = N(mean, cov).
-
-    ``mean`` ``(Q, M)`` and ``cov`` (``(Q, M, M)`` full S, or ``(Q, M)`` the diagonal of S) may be
-    autograd leaves, which gives d ELL / dm and d ELL / dS directly. (The model parameterizes S
-    through a Cholesky factor; this is the same computation with S itself as the variable, checked
-    against ``model.marginals`` in the tests.)
-
-    Returns:
-        means, variances ``(1, B, Q)`` each.
-    """
-    Kzx = model.kernel(model.inducing, X)  # (Q, M, B)
-    V = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)
-    b = model.prior_mean[:, None] + torch.einsum("qm,qmb->qb", mean, V)
-    if model.mean_head is not None:
-        b = b + model.mean_head.mean_shift(X, model.kernel, model.inducing, Lzz, V)
-    kxx = model.kernel.diag(X)
-    quad = (cov.unsqueeze(-1) * V * V).sum(-2) if cov.dim() == 2 else (V * (cov @ V)).sum(-2)
-    var = kxx - (V * V).sum(-2) + quad
-    var = var.clamp_min(1e-12 * float(kxx.detach().max()) + 1e-30)
-    return b.transpose(-1, -2).unsqueeze(0), var.transpose(-1, -2).unsqueeze(0)
+#: the groups of :data:`PARAMETER_GROUPS` that fit_orthnat's Adam step trains (``hyper_groups=``): all
+#: but the posterior (the natural step's); ``"mean_head"`` stands for the head's inputs gamma (its
+#: coefficients a take their own step)
+HYPER_GROUPS = tuple(g for g in PARAMETER_GROUPS if g != "posterior")
+#: earlier names of those groups, still accepted
+_GROUP_ALIASES = {"gamma_inputs": "mean_head"}
 
 
 # ---------------------------------------------------------------------- the mean bases
@@ -130,72 +119,21 @@ def _mean_coupling(model: SAVIGP, Lzz: Tensor, mean: Tensor) -> Tensor:
     return head.coupling(model.kernel, model.inducing, Lzz, mean)
 
 
-def _coupled_mean(model: SAVIGP, new_mean: Tensor) -> Tensor:
+def _mean_fixed(model: SAVIGP) -> bool:
     """DECOUPLED keeps the coupled mean at zero (the natural step then acts on S alone)."""
     head = model.mean_head
-    return torch.zeros_like(new_mean) if head is not None and not head.coupled_mean else new_mean
+    return head is not None and not head.coupled_mean
+
+
+def _leaf_marginals(model: SAVIGP, X: Tensor, Lzz: Tensor, point: NaturalPoint):
+    """The batch's marginals q(f_n) at the family's natural point (prior mean and mean head added by
+    the model) and the head's terms of this evaluation (for its KL)."""
+    prior = InducingPrior(Lzz)
+    head_state = model.head_state(prior)
+    return model.latent(X, prior, head_state=head_state, point=point), head_state
 
 
 # ---------------------------------------------------------------------- the natural step
-def natural_update(mean: Tensor, scale: Tensor, g_m: Tensor, g_S: Tensor, step: float, diagonal: bool,
-                   max_halvings: int = 20) -> tuple[Tensor, Tensor, float]:
-    """One natural-gradient ascent step for q(v_j) = N(m_j, S_j), prior N(0, I) (module docstring).
-
-    Args:
-        mean: m ``(Q, M)``; scale: Cholesky factors L ``(Q, M, M)`` of S (or standard deviations
-            ``(Q, M)`` when ``diagonal``).
-        g_m, g_S: gradients of the expected log-likelihood alone (not the KL) with respect to m and
-            S (``(Q, M, M)`` symmetric, or its diagonal ``(Q, M)``).
-        step: tau in (0, 1]; tau = 1 is the exact conjugate update.
-
-    Returns:
-        new mean, new scale (same layout) and the step actually taken (halved until the new
-        precision is positive definite).
-    """
-    tau = float(step)
-    if not 0.0 < tau <= 1.0:
-        raise ValueError(f"natural-gradient step must be in (0, 1], got {step}")
-    new_mean, new_scale, taken = _natural_update(mean, scale, g_m, g_S, tau, diagonal, max_halvings)
-    if taken < tau:
-        warnings.warn(f"natural-gradient step {tau:g} gave an indefinite precision; took {taken:g} instead",
-                      RuntimeWarning, stacklevel=2)
-    return new_mean, new_scale, taken
-
-
-def _natural_update(mean, scale, g_m, g_S, tau, diagonal, max_halvings):
-    if diagonal:
-        prec = scale.pow(-2)
-        t1_old = prec * mean
-        t1_lik = g_m - 2.0 * g_S * mean
-        for _ in range(max_halvings + 1):
-            new_prec = (1.0 - tau) * prec + tau * (1.0 - 2.0 * g_S)
-            if bool((new_prec > 0).all()) and bool(torch.isfinite(new_prec).all()):
-                theta1 = (1.0 - tau) * t1_old + tau * t1_lik
-                return theta1 / new_prec, new_prec.rsqrt(), tau
-            tau *= 0.5
-        raise FloatingPointError("natural-gradient step: the precision stays indefinite even for tiny steps")
-    M = mean.shape[-1]
-    eye = torch.eye(M, dtype=mean.dtype, device=mean.device)
-    prec = torch.cholesky_inverse(scale)  # S^-1 from its Cholesky factor
-    t1_old = torch.cholesky_solve(mean.unsqueeze(-1), scale).squeeze(-1)  # S^-1 m
-    t1_lik = g_m - 2.0 * (g_S @ mean.unsqueeze(-1)).squeeze(-1)
-    lik_prec = eye - 2.0 * g_S
-    for attempt in range(max_halvings + 1):
-        new_prec = (1.0 - tau) * prec + tau * lik_prec
-        new_prec = 0.5 * (new_prec + new_prec.transpose(-1, -2))
-        Lp, info = torch.linalg.cholesky_ex(new_prec)
-        if not bool((info > 0).any()) and bool(torch.isfinite(Lp).all()):
-            theta1 = (1.0 - tau) * t1_old + tau * t1_lik
-            new_mean = torch.cholesky_solve(theta1.unsqueeze(-1), Lp).squeeze(-1)
-            new_cov = torch.cholesky_inverse(Lp)
-            new_cov = 0.5 * (new_cov + new_cov.transpose(-1, -2))
-            new_scale, info2 = torch.linalg.cholesky_ex(new_cov)
-            if not bool((info2 > 0).any()):
-                return new_mean, new_scale, tau
-        tau *= 0.5
-    raise FloatingPointError("natural-gradient step: the precision stays indefinite even for tiny steps")
-
-
 def _check_natgrad_posterior(model: SAVIGP) -> None:
     obstacle = model.posterior.natural_gradient_obstacle()  # the family says why it cannot take the step
     if obstacle is not None:
@@ -214,24 +152,13 @@ def natural_gradient_step(model: SAVIGP, *, step: float = 1.0, batch: Optional[T
     _check_natgrad_posterior(model)
     post = model.posterior
     X, Y = (model.train_x, model.train_y) if batch is None else (model.train_x[batch], model.train_y[batch])
-    with torch.no_grad():
-        m0 = post.mean[0].detach().clone()
-        L0 = post.scale()[0].detach().clone()
-    m = m0.clone().requires_grad_(True)
-    S = (L0 * L0 if post.diagonal else L0 @ L0.transpose(-1, -2)).requires_grad_(True)
+    point = post.natural_point()
     Lzz = model.prior_factor().detach()
-    mean, var = whitened_marginals(model, X, Lzz, m, S)
-    ell = expected_log_lik(model.likelihood, Y, mean, var, post.weights().detach(), estimator=estimator,
-                           num_samples=num_samples, scale=model.num_data / X.shape[0], generator=generator)
-    g_m, g_S = torch.autograd.grad(ell.value - _mean_coupling(model, Lzz, m), [m, S])
-    if not post.diagonal:
-        g_S = 0.5 * (g_S + g_S.transpose(-1, -2))
-    new_m, new_L, tau = natural_update(m0, L0, g_m, g_S, step, post.diagonal)
-    new_m = _coupled_mean(model, new_m)
-    post.set_full(new_m.unsqueeze(0), new_L.unsqueeze(0))
-    if model.mean_head is not None:
-        model.mean_head.clear_cache()
-    return tau
+    q, _ = _leaf_marginals(model, X, Lzz, point)
+    ell = make_estimator(estimator, model.likelihood)(model.likelihood, Y, q, num_samples=num_samples,
+                                                      scale=model.num_data / X.shape[0], generator=generator)
+    g_m, g_S = torch.autograd.grad(ell.value - _mean_coupling(model, Lzz, point.mean), [point.mean, point.cov])
+    return post.natural_step(point, g_m, g_S, step, fix_mean=_mean_fixed(model))
 
 
 # ---------------------------------------------------------------------- the preconditioned step for a_gamma
@@ -299,22 +226,15 @@ def gamma_preconditioner(model: SAVIGP, Lzz: Tensor, *, jitter: float = 1e-3, ki
 
 # ---------------------------------------------------------------------- the training loop
 def _hyper_parameters(model: SAVIGP, groups: Sequence[str]) -> list:
+    """The parameters of ``groups`` (names of :data:`HYPER_GROUPS`) that the Adam step trains: those
+    :func:`savigp.training.parameter_groups` gives, less the mean head's coefficients a."""
+    groups = tuple(_GROUP_ALIASES.get(g, g) for g in groups)
     unknown = set(groups) - set(HYPER_GROUPS)
     if unknown:
-        raise ValueError(f"unknown hyper-parameter group(s) {sorted(unknown)}; choose from {HYPER_GROUPS}")
-    params = []
-    for g in groups:
-        if g == "kernel":
-            params += [p for p in model.kernel.parameters() if p.requires_grad]
-        elif g == "likelihood":
-            params += [p for p in model.likelihood.parameters() if p.requires_grad]
-        elif g == "inducing" and isinstance(model.inducing, torch.nn.Parameter):
-            params.append(model.inducing)
-        elif g == "prior_mean" and isinstance(model.prior_mean, torch.nn.Parameter):
-            params.append(model.prior_mean)
-        elif g == "gamma_inputs" and model.mean_head is not None and isinstance(model.mean_head.gamma, torch.nn.Parameter):
-            params.append(model.mean_head.gamma)
-    return params
+        raise ValueError(f"unknown hyper-parameter group(s) {sorted(unknown)}; choose from {HYPER_GROUPS} "
+                         "(the posterior takes the natural step)")
+    a = None if model.mean_head is None else model.mean_head.a
+    return [p for p in parameter_groups(model, groups) if p is not a]
 
 
 def fit_orthnat(
@@ -348,8 +268,10 @@ def fit_orthnat(
        bounds of the data and KL curvature so that ``gamma_step=1`` is stable; it is rebuilt
        every ``precond_every`` steps, O(B M G + G min(G, 512) M) each time) or Adam
        (``"adam"``, lr ``gamma_lr``; the practical variant Salimbeni et al. 2018 recommend);
-    3. an Adam step (lr ``hyper_lr``) on the ``hyper_groups``: kernel hyper-parameters, inducing
-       inputs, likelihood parameters, learnable prior means and the gamma inputs.
+    3. an Adam step (lr ``hyper_lr``) on the ``hyper_groups`` (:data:`HYPER_GROUPS`: the groups of
+       :data:`savigp.training.PARAMETER_GROUPS` but the posterior): kernel hyper-parameters,
+       inducing inputs, likelihood parameters, learnable prior means and the mean head's inputs
+       gamma (``"mean_head"``; ``"gamma_inputs"`` is its earlier name).
 
     All gradients are taken at the same (pre-step) parameters. ``natgrad_warmup`` ramps the
     natural step linearly from 1e-5 to ``natgrad_step`` over that many steps (Salimbeni et al. 2018, App. E,
@@ -419,20 +341,16 @@ class NaturalStep(CheckedStep):
         tau = self.natgrad_step if step >= self.natgrad_warmup else \
             1e-5 + (self.natgrad_step - 1e-5) * step / max(1, self.natgrad_warmup)
 
-        # ---- one forward pass with (m, S) as autograd leaves
-        with torch.no_grad():
-            m0 = post.mean[0].detach().clone()
-            L0 = post.scale()[0].detach().clone()
-        m = m0.clone().requires_grad_(True)
-        S = (L0 * L0 if post.diagonal else L0 @ L0.transpose(-1, -2)).requires_grad_(True)
+        # ---- one forward pass with the family's (m, S) as autograd leaves
+        point = post.natural_point()
         Lzz = model.prior_factor()
-        mean, var = whitened_marginals(model, X, Lzz, m, S)
-        ell = expected_log_lik(model.likelihood, Y, mean, var, post.weights().detach(), estimator=self.estimator,
-                               num_samples=self.num_samples, scale=model.num_data / X.shape[0],
-                               generator=self.generator)
-        head_kl = head.kl(model.kernel, model.inducing, Lzz, mean=m) if head is not None else ell.value.new_zeros(())
+        q, head_state = _leaf_marginals(model, X, Lzz, point)
+        ell = make_estimator(self.estimator, model.likelihood)(model.likelihood, Y, q, num_samples=self.num_samples,
+                                                               scale=model.num_data / X.shape[0], generator=self.generator)
+        head_kl = (head.kl(model.kernel, model.inducing, Lzz, mean=point.mean, state=head_state) if head is not None
+                   else ell.value.new_zeros(()))
         objective = ell.value - head_kl
-        wrt = [m, S] + hypers + ([head.a] if head is not None else []) + [var]
+        wrt = [point.mean, point.cov] + hypers + ([head.a] if head is not None else []) + [q.var]
         grads = torch.autograd.grad(objective, wrt, allow_unused=True)
         g_m, g_S = grads[0], grads[1]
         g_hyper = grads[2:2 + len(hypers)]
@@ -440,13 +358,12 @@ class NaturalStep(CheckedStep):
         g_var = grads[-1]
 
         with torch.no_grad():
-            terms = model.assemble_terms(ell, post.entropy(), post.cross_entropy(), head_kl.detach(), Lzz)
+            ent, cross = post.kl_terms(InducingPrior(Lzz.detach()))
+            terms = model.assemble_terms(ell, ent, cross, head_kl.detach(), Lzz)
             if torch.isfinite(terms.elbo):
-                # 1. natural step on q(v)
-                if not post.diagonal:
-                    g_S = 0.5 * (g_S + g_S.transpose(-1, -2))
-                new_m, new_L, _ = natural_update(m0, L0, g_m, g_S, tau, post.diagonal)
-                new_m = _coupled_mean(model, new_m)
+                # 1. the natural step on q(v), owned by the family (from the point's start: the
+                #    other steps' gradients were all taken at the same parameters)
+                post.natural_step(point, g_m, g_S, tau, fix_mean=_mean_fixed(model))
                 # 2. a_gamma
                 if head is not None and g_a is not None:
                     if self.gamma_opt is not None:
@@ -463,8 +380,5 @@ class NaturalStep(CheckedStep):
                     for p, g in zip(hypers, g_hyper):
                         p.grad = None if g is None else -g
                     self.optimizer.step()
-                post.set_full(new_m.unsqueeze(0), new_L.unsqueeze(0))
-                if head is not None:
-                    head.clear_cache()
         self.terms, self.index = terms, step
         return terms

@@ -21,7 +21,6 @@ from savigp.training.natural_gradients import (
     gamma_preconditioner,
     natural_gradient_step,
     natural_update,
-    whitened_marginals,
 )
 
 cuda = pytest.mark.cuda
@@ -263,18 +262,26 @@ def test_kernel_matvec_blocks_match_dense():
 
 
 # ---------------------------------------------------------------------- natural gradients
-def test_whitened_marginals_match_model():
+def test_natural_marginals_match_model():
+    """The family's marginals at its natural point (m and S as autograd leaves, what the natural
+    step differentiates) equal the model's, mean head included, and give gradients in m and S."""
+    from savigp.posteriors.base import InducingPrior
+
     X, Y = sine_data(60, seed=14)
     for posterior in ("full", "diag"):
         model = randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, posterior=posterior, mean_basis_size=8), seed=15)
+        point = model.posterior.natural_point()
+        assert point.diagonal == (posterior == "diag-whitened") and point.mean.requires_grad and point.cov.requires_grad
+        Lzz = model.prior_factor().detach()
+        b = model.latent(X, InducingPrior(Lzz), point=point)
         with torch.no_grad():
-            L = model.posterior.scale()[0]
-            S = L * L if model.posterior.diagonal else L @ L.transpose(-1, -2)
-            Lzz = model.prior_factor()
             a = model.marginals(X, Lzz)
-            b = whitened_marginals(model, X, Lzz, model.posterior.mean[0], S)
-        assert torch.allclose(a[0], b[0], rtol=1e-12, atol=1e-12)
-        assert torch.allclose(a[1], b[1], rtol=1e-10, atol=1e-12)
+        assert torch.allclose(a[0], b.mean, rtol=1e-12, atol=1e-12)
+        assert torch.allclose(a[1], b.var, rtol=1e-10, atol=1e-12)
+        g_m, g_S = torch.autograd.grad((b.mean * b.var).sum(), [point.mean, point.cov])
+        assert g_m.shape == point.mean.shape and g_S.shape == point.cov.shape and float(g_S.abs().max()) > 0
+    with pytest.raises(ValueError, match="K=2 components"):
+        SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, num_components=2).posterior.natural_point()
 
 
 @pytest.mark.parametrize("with_head", [False, True])
@@ -473,47 +480,65 @@ def test_adam_fit_trains_the_head_and_beats_coupled():
     assert elbos[40] > elbos[0] + 10, elbos
 
 
-def test_prediction_cache_is_used_and_invalidated():
+def test_prediction_computes_the_head_terms_once_and_keeps_nothing(monkeypatch):
+    """The head's (b, w) are computed once per prediction and handed to every chunk of rows
+    (``model.head_state``), and the head holds no state between calls: after an optimizer step, an
+    in-place edit, ``load_state_dict`` or a fused optimizer (which writes parameters without bumping
+    their version counters) a prediction equals one from a fresh copy of the model."""
+    import copy
+
     X, Y = sine_data(60, seed=24)
     model = randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=5, mean_basis_size=12), seed=25)
     h = model.mean_head
     Xs = torch.randn(20, 2, dtype=torch.float64)
+    calls = []
+    original = type(h)._basis_terms
+    monkeypatch.setattr(type(h), "_basis_terms", lambda self, *a: calls.append(1) or original(self, *a))
 
-    def fresh():
-        h.clear_cache()
-        return model.predict_latent(Xs)[0]
+    def fresh():  # the same parameters in a model that never predicted
+        return copy.deepcopy(model).predict_latent(Xs)[0]
 
     def same(x, y):  # identical computations; only BLAS blocking (chunk sizes) may touch the last bits
         return torch.allclose(x, y, rtol=1e-13, atol=1e-14)
 
-    ref = fresh()
-    hits = h.cache_hits
-    again = model.predict_latent(Xs, chunk_size=3)[0]  # 7 chunks, c computed once
-    assert h.cache_hits == hits + 7
-    assert same(ref, again)
-    # an optimizer step changes a, gamma, Z and the kernel: the cache must not serve stale c
+    ref = model.predict_latent(Xs)[0]
+    del calls[:]
+    again = model.predict_latent(Xs, chunk_size=3)[0]  # 7 chunks, (b, w) computed once
+    assert len(calls) == 1 and same(ref, again)
+    state = model.prediction_state()  # the caller's, for many predictions at these parameters
+    del calls[:]
+    assert torch.equal(model.predict_latent(Xs, state=state)[0], ref) and not calls
+    assert not hasattr(h, "_stash") and not hasattr(h, "clear_cache")
     fit(model, iterations=1, lr=0.1, progress=False)
     after = model.predict_latent(Xs)[0]
-    assert same(after, fresh())
-    assert not torch.allclose(after, ref, rtol=1e-4)
-    # in-place edits and load_state_dict
+    assert same(after, fresh()) and not torch.allclose(after, ref, rtol=1e-4)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     before = model.predict_latent(Xs)[0]
     with torch.no_grad():
         h.a.mul_(2.0)
     doubled = model.predict_latent(Xs)[0]
     assert same(doubled, fresh()) and not torch.allclose(doubled, before, rtol=1e-4)
-    model.predict_latent(Xs)
     model.load_state_dict(state)
     assert same(model.predict_latent(Xs)[0], before)
-    # a user's own fused optimizer writes the parameters without bumping their version counters
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.1, fused=True)
     (-model.elbo().elbo).backward()
-    versions = [p._version for p in model.parameters()]
     opt.step()
-    assert [p._version for p in model.parameters()] == versions  # (what makes the values part of the key)
     stepped = model.predict_latent(Xs)[0]
     assert same(stepped, fresh()) and not torch.allclose(stepped, before, rtol=1e-4)
+
+
+def test_a_training_step_computes_the_head_terms_once(monkeypatch):
+    """The model computes the orthogonal head's (b, w) once per ELBO evaluation and passes them to
+    the mean shift and to the KL (no hidden hand-over between the two calls)."""
+    X, Y = sine_data(40, seed=28)
+    model = randomize(SAVIGP(X, Y, Gaussian(0.1), num_inducing=5, mean_basis_size=8), seed=29)
+    calls = []
+    original = type(model.mean_head)._basis_terms
+    monkeypatch.setattr(type(model.mean_head), "_basis_terms", lambda self, *a: calls.append(1) or original(self, *a))
+    terms = model.elbo()
+    assert len(calls) == 1 and float(terms.mean_head_kl) > 0
+    terms.elbo.backward()
+    assert model.mean_head.a.grad is not None and float(model.mean_head.a.grad.abs().sum()) > 0
 
 
 def test_float32_training_step():
@@ -552,7 +577,6 @@ def test_cuda_training_step(dtype):
     fit_orthnat(model, 2, natgrad_step=0.5, gamma_update="adam", batch_size=64)
     Xs = torch.randn(50, 2, dtype=dtype, device="cuda")
     m1 = model.predict_latent(Xs)[0]
-    h.clear_cache()
     assert torch.equal(m1, model.predict_latent(Xs)[0])
     assert m1.device.type == "cuda" and torch.isfinite(m1).all()
 
@@ -568,3 +592,14 @@ def test_cuda_matches_cpu_float64():
     natural_gradient_step(cpu, step=1.0)
     natural_gradient_step(gpu, step=1.0)
     assert float(gpu.elbo().elbo.detach()) == pytest.approx(float(cpu.elbo().elbo.detach()), rel=1e-9)
+
+
+def test_predictions_carry_no_graph():
+    """predict_latent, predict and draws run without autograd (also with a caller's prediction_state)."""
+    X, Y = sine_data(30, seed=30)
+    model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=5, mean_basis_size=6)
+    Xs = torch.randn(4, 2, dtype=torch.float64)
+    for state in (None, model.prediction_state()):
+        outputs = list(model.predict_latent(Xs, state=state)) + list(model.draws(Xs, 3, state=state))
+        outputs += [model.predict(Xs, num_samples=3, state=state).latent_mean]
+        assert not any(t.requires_grad for t in outputs)

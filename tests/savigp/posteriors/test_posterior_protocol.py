@@ -95,9 +95,8 @@ def test_draws_have_the_moments_of_the_marginals(posterior, K):
     assert f.shape == (S, K, 3, Q) and log_pi.shape == (K,) and mean.shape == var.shape == (K, 3, Q)
     torch.testing.assert_close(mean, model.predict_latent(X)[0])
     with torch.no_grad():
-        cov = model._latent(torch.as_tensor(X), InducingPrior(model.prior_factor()))[1]
-    if cov.dim() == 3:
-        cov = torch.diag_embed(cov)  # factorized: no coupling
+        q = model.latent(torch.as_tensor(X), InducingPrior(model.prior_factor()))
+    cov = torch.diag_embed(q.var) if q.cov is None else q.cov  # factorized: no coupling
     se = (var / S).sqrt()
     assert float(((f.mean(0) - mean).abs() / se).max()) < 4.5
     c = f - f.mean(0)

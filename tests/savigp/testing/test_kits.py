@@ -9,7 +9,7 @@ import torch
 from likelihoods import Gaussian, Poisson
 from savigp import _choices
 from savigp.kernels.stationary import RBF, KernelList, Matern32, Matern52, Stationary
-from savigp.mean_heads.heads import MEAN_HEADS, HybridMeanHead
+from savigp.mean_heads.heads import MEAN_HEADS, HybridMeanHead, OrthogonalMeanHead
 from savigp.posteriors import POSTERIORS, DiagonalMixture
 from savigp.testing.estimators import check_estimator
 from savigp.testing.kernels import check_kernel
@@ -145,3 +145,22 @@ def test_the_mean_head_kit_catches_a_wrong_kl():
     finally:
         MEAN_HEADS.unregister("hybrid-double")
     assert {c.name for c in info.value.report.failures} == {"kl_reference"}, str(info.value)
+
+
+class _RemembersItsTerms(OrthogonalMeanHead):
+    """Keeps the basis terms of its first call and serves them afterwards (hidden state between calls)."""
+
+    def basis_terms(self, *args, **kwargs):
+        if getattr(self, "_kept", None) is None:
+            self._kept = super().basis_terms(*args, **kwargs)
+        return self._kept
+
+
+def test_the_mean_head_kit_catches_state_kept_between_calls():
+    MEAN_HEADS.register("orthogonal-remembers", _RemembersItsTerms)
+    try:
+        with pytest.raises(CheckError) as info:
+            check_mean_head("orthogonal-remembers")
+    finally:
+        MEAN_HEADS.unregister("orthogonal-remembers")
+    assert "explicit_state" in {c.name for c in info.value.report.failures}, str(info.value)
