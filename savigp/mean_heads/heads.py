@@ -87,7 +87,7 @@ class OrthogonalMeanHead(nn.Module):
         kl_columns: None (exact quadratic, O(G^2)) or C < G sampled columns per evaluation.
         kl_sampling: ``"residual"`` or ``"kernel"`` (see the module docstring).
 
-    Parameters: ``gamma`` ``(Q, G, D)`` and ``a`` ``(Q, G)`` (the seed's a_gamma, zero-initialized,
+    Parameters: ``gamma`` ``(Q, G, D)`` and ``a`` ``(Q, G)`` (Salimbeni et al. 2018's a_gamma, zero-initialized,
     so a fresh head leaves the coupled model exactly unchanged).
 
     The DECOUPLED and HYBRID bases (:mod:`savigp.mean_heads`) subclass this head without the
@@ -270,7 +270,7 @@ class OrthogonalMeanHead(nn.Module):
         return (self.size / idx.shape[1]) * (aJ * colJ).sum()
 
     def quadratic(self, kernel, *, columns: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:
-        """sum_j a_j^T K_gamma a_j: exact (``columns=None``) or the seed's column-sampled estimate."""
+        """sum_j a_j^T K_gamma a_j: exact (``columns=None``) or a column-sampled estimate (Salimbeni et al. 2018, §3)."""
         if columns is None or columns >= self.size:
             return (self.a * kernel_matvec(kernel, self.gamma, self.gamma, self.a)).sum()
         return self._sampled_kernel_quadratic(kernel, self.sample_columns(int(columns), generator))

@@ -3,7 +3,7 @@ algebra (:func:`kernel_matvec`, the SPD solve with a fused gradient :class:`SPDS
 :func:`initial_mean_basis`), used by the head :class:`savigp.mean_heads.OrthogonalMeanHead` (all mean heads
 live in :mod:`savigp.mean_heads`).
 
-Each latent function j gets, next to its inducing inputs Z_j (the seed's beta), an extra set of
+Each latent function j gets, next to its inducing inputs Z_j (Salimbeni et al. 2018's beta), an extra set of
 ``G`` mean-basis inputs gamma_j (``(Q, G, D)``) with coefficients a_j (``(Q, G)``, zero at the
 start). The head adds to the mean of every mixture component the function
 
@@ -39,7 +39,7 @@ G columns (without replacement, so each column is in J with probability C / G),
 
 unbiased in value and, being linear in the inclusion indicators, in gradient. Two choices of A:
 
-* ``kl_sampling="kernel"`` -- A = K_gamma, the seed's estimate; then KL = 1/2 (estimate - ||c||^2).
+* ``kl_sampling="kernel"`` -- A = K_gamma, the estimate of Salimbeni et al. 2018; then KL = 1/2 (estimate - ||c||^2).
 * ``kl_sampling="residual"`` (default) -- A = K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma directly, whose
   sampled rows are K(gamma_J, gamma) a - K(gamma_J, Z) w, O(C G + C M).
   Same mean, much smaller variance when gamma lies where Z already explains the prior (the

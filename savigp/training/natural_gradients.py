@@ -1,4 +1,5 @@
-"""Natural-gradient and preconditioned updates: the seed-003 ORTHNAT / COUPLEDNAT configurations.
+"""Natural-gradient and preconditioned updates: the ORTHNAT / COUPLEDNAT configurations of
+Salimbeni et al. (2018, "Orthogonally decoupled variational Gaussian processes").
 
 Three update rules, alternated by :func:`fit_orthnat` at every step on one mini-batch:
 
@@ -63,7 +64,7 @@ function and is refreshed every ``precond_every`` steps. Its scale ignores the d
 curvature of the ELL in a_gamma grows with the number of data points near each gamma_i over the
 noise level, so tau_gamma must shrink with N (for a Gaussian likelihood, roughly
 tau_gamma < sigma^2 / (data points within a length-scale)). ``gamma_precond="gauss-newton"``
-adds that curvature (an extension, not in the seed). The Gauss-Newton matrix of the ELL in a_gamma
+adds that curvature (an extension, not in Salimbeni et al. 2018). The Gauss-Newton matrix of the ELL in a_gamma
 is H = R_gamma,X Lambda R_X,gamma with R(x, gamma) = k(x, gamma) - k(x, Z) K_zz^-1 k(Z, gamma) the
 residual cross-covariance and Lambda = diag(lambda_n), lambda_n = -2 d ELL / d s2_n =
 -E_q[d^2 log p / d f_n^2] (Price's theorem; 1 / sigma^2 for the Gaussian; clamped at 0), taken
