@@ -51,7 +51,7 @@ def _importable() -> None:
 
 _importable()
 
-from savigp.atomic_files import atomic_write  # noqa: E402  (after the repository is importable)
+from savigp.io.atomic_files import atomic_write  # noqa: E402  (after the repository is importable)
 
 
 # ---------------------------------------------------------------------------------- data

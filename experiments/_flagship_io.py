@@ -114,7 +114,7 @@ def parser(doc: str, name: str, *, quick_help: Optional[str] = None, data_folder
 
 def save_figure(fig, path: Path, title: Optional[str] = None) -> Path:
     """Optional suptitle, tight layout, a 120-dpi PNG at ``path`` (written atomically), and the figure closed."""
-    from savigp.atomic_files import atomic_write
+    from savigp.io.atomic_files import atomic_write
 
     if title is not None:
         fig.suptitle(title, fontsize=10)

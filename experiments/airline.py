@@ -174,7 +174,7 @@ def metrics(y, mean, var, y_scale: Standardizer) -> dict:
 def make_savigp(Xtr, Ytr, Z, lengthscale, dtype, device):
     import savigp
     from likelihoods import Gaussian
-    from savigp.kernels import RBF
+    from savigp.kernels.stationary import RBF
 
     kernel = RBF(Xtr.shape[1], 1, lengthscale=lengthscale, variance=1.0, ard=True)
     return savigp.SAVIGP(Xtr, Ytr, Gaussian(variance=1.0), kernel, inducing_inputs=Z, learn_inducing=True,

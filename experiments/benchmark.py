@@ -29,8 +29,8 @@ Likelihoods:
 * ``softmax``: Q latent functions, savigp's likelihoods.Softmax (score estimator, S samples);
   GPyTorch's SoftmaxLikelihood (S Monte Carlo samples) over an
   IndependentMultitaskVariationalStrategy (Q independent SVGPs).
-* Mixtures are savigp only (GPyTorch has no mixture posterior): ``posterior="diag"`` is the paper's
-  mog (diagonal over u), ``"diag-whitened"`` diagonal in whitened coordinates, ``"full"`` full
+* Mixtures are savigp only (GPyTorch has no mixture posterior): ``posterior="diag-u"`` is the paper's
+  mog (diagonal over u), ``"diag"`` diagonal in whitened coordinates, ``"full"`` full
   Cholesky factors (K = 2 full: eq. (8) in its general form).
 
 The *flop floor* of a step is ``Q (M^3 + 6 M^2 B)`` flops (Cholesky-related M^3 work plus
@@ -83,7 +83,7 @@ import torch
 from _common import (REPO_ROOT as ROOT, add_device_arguments, add_out_argument, add_seed_argument,
                      add_threads_argument)
 from savigp import SAVIGP
-from savigp.kernels import RBF
+from savigp.kernels.stationary import RBF
 from savigp.training import WARMUP_STEPS, StepRunner, default_log_every, graph_decision, make_adam
 import likelihoods as L
 
@@ -106,7 +106,7 @@ class Config:
     S: int = 100
     K: int = 1
     Q: int = 1
-    posterior: str = "full"  # "full" | "diag" (the paper's mog, diagonal over u) | "diag-whitened"
+    posterior: str = "full"  # "full" | "diag-u" (the paper's mog, diagonal over u) | "diag" (whitened)
     G: int = 0  # size of the orthogonally decoupled mean basis (savigp only; 0: none)
     sweep: str = ""  # which plot panel(s) it belongs to: "M", "B", "S", "K", "Q"
     D: int = 0  # input dimension (0: the run's --input-dim)
@@ -135,7 +135,7 @@ def quick_configs() -> list[Config]:
     return [
         Config("gaussian", 100, 1000, sweep="M"),
         Config("bernoulli", 500, 1000, S=100, sweep="M"),
-        Config("bernoulli", 500, 1000, S=100, K=2, posterior="diag", sweep="K"),
+        Config("bernoulli", 500, 1000, S=100, K=2, posterior="diag-u", sweep="K"),
         Config("softmax", 100, 1000, S=100, Q=10, sweep="Q"),
     ]
 
@@ -149,9 +149,9 @@ def full_configs() -> list[Config]:
             cfg.append(Config(lik, 500, B, S=100, sweep="B"))
     for S in (10, 1000):
         cfg.append(Config("bernoulli", 500, 1000, S=S, sweep="S"))
-    cfg.append(Config("bernoulli", 500, 1000, S=100, K=1, posterior="diag", sweep="K"))
+    cfg.append(Config("bernoulli", 500, 1000, S=100, K=1, posterior="diag-u", sweep="K"))
+    cfg.append(Config("bernoulli", 500, 1000, S=100, K=2, posterior="diag-u", sweep="K"))
     cfg.append(Config("bernoulli", 500, 1000, S=100, K=2, posterior="diag", sweep="K"))
-    cfg.append(Config("bernoulli", 500, 1000, S=100, K=2, posterior="diag-whitened", sweep="K"))
     cfg.append(Config("bernoulli", 500, 1000, S=100, K=2, posterior="full", sweep="K"))
     for Q in (3, 10):
         cfg.append(Config("softmax", 100, 1000, S=100, Q=Q, sweep="Q"))
@@ -384,7 +384,7 @@ class DenseStep:
     The kernel matrices, the factor L_s and the weights g are fixed (the batch is ignored)."""
 
     def __init__(self, cfg: Config, data: Data, Z: torch.Tensor, seed: int = 0):
-        from savigp.kernels import RBF as _RBF
+        from savigp.kernels.stationary import RBF as _RBF
 
         g = torch.Generator().manual_seed(seed)
         Q, M, B = cfg.Q, cfg.M, cfg.B
@@ -402,7 +402,7 @@ class DenseStep:
         return cfg.K == 1 and cfg.posterior == "full"
 
     def __call__(self, batch: torch.Tensor) -> float:
-        from savigp import _triangular as T
+        from savigp.linalg import triangular as T
         from savigp.posteriors import use_middle_form
 
         if not use_middle_form(self.Kzx.shape[-2], self.Kzx.shape[-1], 1):
@@ -420,7 +420,7 @@ class DenseStep:
         return float(RV[0, 0, 0, 0] + d_scale[0, 0, 0, 0] + d_kzz[0, 0, 0])
 
     def _a_form(self) -> float:
-        from savigp import _triangular as T
+        from savigp.linalg import triangular as T
 
         with torch.no_grad():
             L = torch.linalg.cholesky_ex(self.Kzz)[0]
@@ -548,7 +548,7 @@ def phase_profile(step: "SavigpStep", batches: list, seed: int = 0) -> dict:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    from savigp.expected_log_lik import _sample_eps
+    from savigp.estimators.expected_log_likelihood import _sample_eps, make_estimator
     from savigp.posteriors.base import InducingPrior
 
     model, opt, cfg = step.model, step.opt, step.cfg
@@ -576,13 +576,12 @@ def phase_profile(step: "SavigpStep", batches: list, seed: int = 0) -> dict:
         prior = InducingPrior(Lzz, Kzz, jitter)
         lap("factorization")
         state = post.evaluation_state(prior)
-        m = post.marginals(prior, Kzx, kxx, state)
-        mean = model.prior_mean + m.mean
+        q = post.marginals(prior, Kzx, kxx, state).shifted(model.prior_mean)
         lap("moments (solves)")
-        _sample_eps((cfg.S,) + tuple(mean.shape), mean, torch.Generator(device=device).manual_seed(seed))
+        _sample_eps((cfg.S,) + tuple(q.mean.shape), q.mean, torch.Generator(device=device).manual_seed(seed))
         lap("ELL: sampling")
-        ell = post.expected_log_lik(model.likelihood, Y, mean, m.cov, estimator=cfg.estimator, num_samples=cfg.S,
-                                    scale=model.num_data / X.shape[0], generator=gen)
+        ell = make_estimator(cfg.estimator, model.likelihood)(model.likelihood, Y, q, num_samples=cfg.S,
+                                                              scale=model.num_data / X.shape[0], generator=gen)
         lap("ELL: likelihood")
         ent, cross = post.kl_terms(prior, state, gen)
         elbo = ell.value + ent + cross
@@ -917,7 +916,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
                    help="tuned (default): savigp.tune_cpu_allocator(), as savigp.fit does on the CPU; it is "
                         "process-wide, so both libraries' steps run with it. default: glibc's own settings")
     p.add_argument("--compile", action="store_true",
-                   help="savigp: torch.compile the step's elementwise chains: the score estimator's and the marginal variances' (savigp.expected_log_lik.set_compile, SAVIGP_COMPILE=1)")
+                   help="savigp: torch.compile the step's elementwise chains: the score estimator's and the marginal variances' (savigp.estimators.expected_log_likelihood.set_compile, SAVIGP_COMPILE=1)")
     p.add_argument("--no-dense", action="store_true",
                    help="skip timing the step's dense linear algebra alone (the dense_ms column)")
     p.add_argument("--cuda-graphs", choices=["auto", "off"], default="auto",
@@ -936,7 +935,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
         allocator_tuned = tune_cpu_allocator()
     args.allocator_tuned = allocator_tuned
     if args.compile:
-        from savigp.expected_log_lik import set_compile
+        from savigp.estimators.expected_log_likelihood import set_compile
 
         set_compile(True)
     dtype = getattr(torch, args.dtype)

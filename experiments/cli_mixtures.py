@@ -7,8 +7,9 @@ against the full Gaussian, on the paper's small-scale sets (Bonilla et al. 2019,
 Each row is one ``savigp train`` command (run in this process through :func:`savigp.cli.main`) on
 the shared split files as they are (header-less, the targets in the first column(s)), then
 ``savigp evaluate --json`` on the test file. Rows: fg = ``--posterior full`` (K = 1), fmog2 =
-``--posterior full --components 2``, mog1 / mog2 = ``--posterior diag`` with K = 1 / 2, wmog1 /
-wmog2 = ``--posterior diag-whitened``; nothing else is passed about the hyper-parameters, so the
+``--posterior full --components 2``, mog1 / mog2 = ``--posterior diag-u`` (the paper's diagonal
+mixture over u) with K = 1 / 2, wmog1 / wmog2 = ``--posterior diag`` (diagonal in whitened
+coordinates; ``diag-whitened`` before); nothing else is passed about the hyper-parameters, so the
 factorized rows use the command's default, the two-stage fit (``--hypers joint``: the paper's
 joint learning instead). SF = 1 is ``--dense``; SF < 1 is ``--num-inducing round(SF N)
 --inducing-init subset --fixed-inducing`` (the paper's fixed subset of the training inputs).
@@ -40,8 +41,8 @@ from _common import (  # the shared runner (it makes savigp and the experiments 
 )
 
 #: row name -> (--posterior, --components)
-ROWS = {"fg": ("full", 1), "fmog2": ("full", 2), "mog1": ("diag", 1), "mog2": ("diag", 2),
-        "wmog1": ("diag-whitened", 1), "wmog2": ("diag-whitened", 2)}
+ROWS = {"fg": ("full", 1), "fmog2": ("full", 2), "mog1": ("diag-u", 1), "mog2": ("diag-u", 2),
+        "wmog1": ("diag", 1), "wmog2": ("diag", 2)}
 #: dataset -> (folder, train options, metrics (error, density[, coverage]))
 DATASETS = {
     "boston": ("boston_housing", ["--standardize-targets", "--optimizer", "lbfgs", "--iterations", "60"],

@@ -32,7 +32,7 @@ hybrid         the hybrid basis (Salimbeni et al. 2018, eq. (10)), Adam on every
 decoupled      the decoupled basis (Cheng & Boots 2017; Salimbeni et al. 2018, eq. (9)), Adam (DECOUPLED)
 odvff          Azzimonti et al. 2020: Fourier features as the covariance basis (F = the largest with
                D (2F + 1) <= M), the orthogonal inducing-point mean basis, trained as orthnat;
-               on the Matern set only (``savigp.fourier_features``)
+               on the Matern set only (``savigp.kernels.fourier_features``)
 orthnat-gn     natural steps on q(v), the Gauss-Newton-bounded preconditioned step for a_gamma
 orthnat-eq16   natural steps on q(v), Salimbeni et al. 2018 eq. (16) for a_gamma with a fixed step (``--eq16-step``)
 =============  ======================================================================
@@ -94,8 +94,8 @@ from _common import (  # the shared runner (it makes savigp importable)
 )
 from likelihoods import Gaussian
 from savigp import SAVIGP, TrainingDiverged, TrainingHistory, fit
-from savigp.fourier_features import AdditiveMatern, odvff_model
-from savigp.natural_gradients import fit_orthnat
+from savigp.kernels.fourier_features import AdditiveMatern, odvff_model
+from savigp.training.natural_gradients import fit_orthnat
 
 CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled", "odvff", "orthnat-gn", "orthnat-eq16")
 DEFAULT_CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled", "odvff")
@@ -392,25 +392,24 @@ def timing_table(quick: bool, seed: int) -> list[dict]:
 
 @torch.no_grad()
 def prediction_cache_table(quick: bool, seed: int) -> list[dict]:
-    """ms per predict_latent call of b test points, with the cached (b, w) and with it cleared."""
+    """ms per predict_latent call of b test points, with the caller's ``model.prediction_state()``
+    (K_zz's factor and the head's (b, w), computed once) and with them recomputed by every call."""
     X, Y = synthetic(4_000, seed=3)
     rows = []
     for M in ([100] if quick else [200, 500, 1000]):
         model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=M, mean_basis_size=4 * M, inducing_init="subset", seed=seed)
         with torch.no_grad():
             model.mean_head.a.normal_()
-        h = model.mean_head
         for b in ((1,) if quick else (1, 100)):
             Xs = torch.as_tensor(X[:b])
             calls = 200 if b == 1 else 50
             out = {}
-            for mode in ("cached", "recomputed"):
-                model.predict_latent(Xs)
+            for mode in ("cached", "recomputed"):  # cached: the caller's model.prediction_state(), reused
+                state = model.prediction_state() if mode == "cached" else None
+                model.predict_latent(Xs, state=state)
                 c0 = time.process_time()
                 for _ in range(calls):
-                    if mode == "recomputed":
-                        h.clear_cache()
-                    model.predict_latent(Xs)
+                    model.predict_latent(Xs, state=state)
                 out[mode] = 1000 * (time.process_time() - c0) / calls
             rows.append({"M": M, "G": 4 * M, "points_per_call": b, "cached_ms": out["cached"],
                          "recomputed_ms": out["recomputed"], "speedup": out["recomputed"] / out["cached"]})

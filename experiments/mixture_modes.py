@@ -31,7 +31,8 @@ Problems (all float64, CPU):
 (docs/mixtures.md, "One fit that finds both modes"); ``--options starts=1,reflect=0,anneal=0``
 fits K = 2 as before that, ``--k1-options anneal=1`` anneals K = 1 too. ``--no-restart`` and
 ``--no-gain`` leave out the second K = 2 fit and the K = 1 fit of the two-mode problems (a third
-and a half of the time).
+and a half of the time). ``--posterior diag`` (or ``diag-u``) fits that family instead of full
+Gaussians, K = 1 and K = 2 alike.
 """
 from __future__ import annotations
 
@@ -187,7 +188,7 @@ def both_modes(problem: Problem, model, low: float = 0.3, high: float = 0.7) -> 
 def full_elbo(model, estimator: str, num_samples: int = 2000, seed: int = 12345) -> tuple[float, float]:
     """The ELBO on all the data (default entropy of the model) and the Monte Carlo standard error
     of its expected log-likelihood term. Without gradients, so the draws are shared by the
-    components (:func:`savigp.expected_log_lik.expected_log_lik`'s ``common_draws``): the K = 1 and
+    components (:func:`savigp.estimators.expected_log_likelihood.expected_log_lik`'s ``common_draws``): the K = 1 and
     K = 2 estimates of one seed are compared with common random numbers."""
     est = "reparam" if estimator == "score" and model.likelihood.differentiable else estimator
     with torch.no_grad():
@@ -213,23 +214,25 @@ def exact_elbo(model) -> float:
 
 def run_cell(problem: Problem, estimator: str, seed: int, iterations: int, entropy: Optional[str] = None,
              restart: bool = True, gain: bool = True, options: Optional[dict] = None,
-             k1_options: Optional[dict] = None) -> dict:
+             k1_options: Optional[dict] = None, posterior: str = "full") -> dict:
     """K = 1 and K = 2 fits from ``seed``, and a second K = 2 fit from ``seed + 100`` (a restart):
     whether K = 2 keeps both modes, alone and as the better of the two starts by the full-data ELBO,
     and the ELBO gain of K = 2 (the first start) over K = 1. ``restart=False``: no second K = 2 fit
     (``both_best_of_2`` None); ``gain=False``: no K = 1 fit (``gain`` NaN). ``options``: more
-    arguments of the K = 2 fits (e.g. ``starts=1``), ``k1_options`` of the K = 1 fit."""
+    arguments of the K = 2 fits (e.g. ``starts=1``), ``k1_options`` of the K = 1 fit. ``posterior``:
+    the family of every fit (``posterior=`` of :class:`savigp.SAVIGP`)."""
     options, k1_options = options or {}, k1_options or {}
-    m2 = train(problem.build(2, seed, entropy), problem, estimator, seed, iterations, **options)
+    m2 = train(problem.build(2, seed, entropy, posterior=posterior), problem, estimator, seed, iterations, **options)
     e2, se = full_elbo(m2, estimator)
     gain_ = exact = math.nan
     if gain:
-        m1 = train(problem.build(1, seed), problem, estimator, seed, iterations, **k1_options)
+        m1 = train(problem.build(1, seed, posterior=posterior), problem, estimator, seed, iterations, **k1_options)
         gain_ = e2 - full_elbo(m1, estimator)[0]
         exact = exact_elbo(m2) - exact_elbo(m1)
     best = None
     if restart:
-        m3 = train(problem.build(2, seed + 100, entropy), problem, estimator, seed + 100, iterations, **options)
+        m3 = train(problem.build(2, seed + 100, entropy, posterior=posterior), problem, estimator, seed + 100,
+                   iterations, **options)
         best = both_modes(problem, m2 if e2 >= full_elbo(m3, estimator)[0] else m3)
     return {"both": both_modes(problem, m2), "both_best_of_2": best,
             "gain": gain_, "exact_gain": exact, "se": se, "weights": [round(float(w), 2) for w in m2.posterior.weights().detach()],
@@ -259,6 +262,10 @@ def main(argv=None):
     ap.add_argument("--no-gain", action="store_true", help="no K = 1 fit for the two-mode problems (no gain column)")
     ap.add_argument("--options", default="", help="more arguments of the K = 2 fits, e.g. starts=1,reflect=0,anneal=0")
     ap.add_argument("--k1-options", default="", help="more arguments of the K = 1 fits, e.g. anneal=1")
+    families = savigp.posteriors.POSTERIORS
+    ap.add_argument("--posterior", default="full", choices=families, type=families.resolve,
+                    help="the family of every fit (default full; diag: diagonal in whitened coordinates; diag-u: the "
+                         "paper's diagonal over u)")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     table = []
@@ -270,7 +277,7 @@ def main(argv=None):
             for s in range(args.first_seed, args.first_seed + args.seeds):
                 r = run_cell(p, est, s, args.iterations, args.entropy, restart=not args.no_restart,
                              gain=not (args.no_gain and p.bimodal), options=_options(args.options),
-                             k1_options=_options(args.k1_options))
+                             k1_options=_options(args.k1_options), posterior=args.posterior)
                 rows.append(r)
                 if args.verbose:
                     print(f"  {name} {est} seed {s}: {r}", flush=True)

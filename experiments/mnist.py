@@ -233,7 +233,7 @@ def main(argv=None) -> dict:
     import savigp
     from likelihoods import Logistic, Softmax
     from savigp.inducing import kmeans
-    from savigp.kernels import RBF
+    from savigp.kernels.stationary import RBF
 
     name = "mnist" if args.task == "multiclass" else "mnist-b"
     out = io.out_dir(args.out, name)

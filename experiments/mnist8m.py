@@ -224,7 +224,7 @@ def build_model(args, Xtr, ytr, device, dtype, inducing=None):
     import torch
     from likelihoods import Softmax
     from savigp.inducing import kmeans
-    from savigp.kernels import RBF
+    from savigp.kernels.stationary import RBF
 
     X = torch.as_tensor(Xtr, dtype=dtype, device=device)
     if inducing is None:

@@ -41,7 +41,7 @@ def main() -> None:
 
     import numpy as np
 
-    from savigp.csv_data import write_csv
+    from savigp.io.csv_data import write_csv
 
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "OMP_NUM_THREADS": str(a.threads)}

@@ -90,7 +90,7 @@ def _worker(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
 
 def run_config(cfg: dict) -> dict:
     """Start ``cfg["ranks"]`` processes for one configuration and return rank 0's timing."""
-    from savigp.distributed import free_loopback_port
+    from savigp.training.distributed import free_loopback_port
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rank{rank}.json")

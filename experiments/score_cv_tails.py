@@ -1,7 +1,7 @@
 """The score estimator's control variate at S = 2 and the heavy tails of its variance gradient.
 
 For a logistic and a Poisson likelihood (K = 2 components, B = 12 points, marginal means N(0, 1),
-variances in [0.2, 1.2], the setting of tests/savigp/test_estimators.py) this draws R independent
+variances in [0.2, 1.2], the setting of tests/savigp/estimators/test_estimators.py) this draws R independent
 S = 2 estimates of the gradient of L_ell with ``estimator="score-nocv"`` and ``"score"`` (the same
 draws) and prints, over the gradient elements of the marginal means b and variances s2: the median
 and least variance ratio (no CV / CV) and the median and largest excess kurtosis of the s2
@@ -20,7 +20,7 @@ import torch
 
 import _common  # noqa: F401  (the shared runner: savigp importable from a checkout)
 from likelihoods import CallableLikelihood, Logistic, Poisson
-from savigp.expected_log_lik import expected_log_lik
+from savigp.estimators.expected_log_likelihood import expected_log_lik
 
 K, B, Q = 2, 12, 1
 

@@ -91,7 +91,7 @@ from seismic_model import LATENT_NAMES, NOISE_STD, SCALE, agreement, load, prior
 # `lbfgs_max_iter` inner iterations with fixed draws; Adam iterations are full-batch steps.
 FULL = {"reparam": ("lbfgs", 500, 15, 1.0), "score": ("adam", 2000, 3000, 0.01)}
 QUICK = {"reparam": ("lbfgs", 100, 4, 1.0), "score": ("adam", 200, 400, 0.02)}
-POSTERIORS = {"full": ("full", 1), "mog1": ("diag", 1), "mog2": ("diag", 2), "fg2": ("full", 2),
+POSTERIORS = {"full": ("full", 1), "mog1": ("diag-u", 1), "mog2": ("diag-u", 2), "fg2": ("full", 2),
               "joint": ("joint", 1)}
 
 
@@ -103,7 +103,7 @@ def build_model(Y, X, posterior: str = "full", num_components: int = 1, x_unit: 
 
     import savigp
     from likelihoods import Seismic
-    from savigp.kernels import RBF
+    from savigp.kernels.stationary import RBF
 
     mean, std = prior()
     kernel = RBF(1, 8, lengthscale=lengthscale, variance=torch.tensor((std / SCALE) ** 2), learn=False)

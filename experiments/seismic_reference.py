@@ -392,7 +392,7 @@ def whitened_hmc(log_lik: LogLik, prior_mean, prior_std, chol, *, chains: int = 
 def prior_cholesky(X, x_unit: float, lengthscale: float = 1.0):
     """L ``(N, N)`` = chol(k(X, X) + jitter I) of the unit-variance SE kernel on X / x_unit ``(N,)``
     or ``(N, 1)`` (metres), k = exp(-(x - x')^2 / (2 lengthscale^2)); the relative jitter of
-    ``savigp._linalg.robust_cholesky`` (1e-8 in float64, as in the SAVIGP model's K_zz)."""
+    ``savigp.linalg.cholesky.robust_cholesky`` (1e-8 in float64, as in the SAVIGP model's K_zz)."""
     import torch
 
     from savigp import robust_cholesky

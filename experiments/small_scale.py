@@ -96,8 +96,8 @@ from likelihoods.densities import LOG_2PI
 # The paper's three (fg, mog1, mog2: diagonal over u, Bonilla et al. 2019, §9.3) and, opt-in with --posteriors,
 # the library's other mixture families: diagonal in whitened coordinates v = L_zz^-1 u (wmog1, wmog2) and a
 # mixture of two full Gaussians (fmog2).
-POSTERIORS = {"fg": ("full", 1), "mog1": ("diag", 1), "mog2": ("diag", 2),
-              "wmog1": ("diag-whitened", 1), "wmog2": ("diag-whitened", 2), "fmog2": ("full", 2)}
+POSTERIORS = {"fg": ("full", 1), "mog1": ("diag-u", 1), "mog2": ("diag-u", 2),
+              "wmog1": ("diag", 1), "wmog2": ("diag", 2), "fmog2": ("full", 2)}
 PAPER_POSTERIORS = ("fg", "mog1", "mog2")
 SPARSITY = (0.1, 0.2, 0.5, 1.0)
 
@@ -139,7 +139,7 @@ PAPER_NOTES = {
         "Paper, figure 5 (values not readable here: captions only). Text (§9.3.5): 'the fg model provides similar "
         "results across all sparsity factors, which is also comparable to the results provided by hmc and ess. "
         "mog1 and mog2 models provide the same mean as the fg models, but tend to underestimate the posterior "
-        "variance'. mog1 / mog2 here are the paper's family, diagonal over u (posterior='diag')."
+        "variance'. mog1 / mog2 here are the paper's family, diagonal over u (posterior='diag-u')."
     ),
 }
 

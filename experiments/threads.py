@@ -1,4 +1,4 @@
-"""Torch threads for a fit: ``fit(threads=None)`` (the rule of :mod:`savigp._threads`) against 1 and
+"""Torch threads for a fit: ``fit(threads=None)`` (the rule of :mod:`savigp.runtime.threads`) against 1 and
 2 threads, interleaved in one process, on two problems:
 
 * ``readme``: the README's first example (N = 500, M = 20, B = 100, a numpy Laplace likelihood,
@@ -28,7 +28,7 @@ import torch  # noqa: E402
 import _common  # noqa: E402, F401  (the shared runner: savigp importable from a checkout)
 import savigp  # noqa: E402
 from likelihoods import CallableLikelihood, Gaussian  # noqa: E402
-from savigp._threads import torch_threads  # noqa: E402
+from savigp.runtime.threads import torch_threads  # noqa: E402
 
 
 def problem(which: str):

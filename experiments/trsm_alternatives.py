@@ -4,7 +4,7 @@ The step's largest dense operations are the triangular solves with the K_zz fact
 were 40% of the GPU-busy time). Candidates, each timed on ``--device`` (median of ``--repeats``,
 synchronized) and checked against a float64 solve of the same problem:
 
-* ``trsm``: ``savigp._triangular.solve_lower`` (``torch.linalg.solve_triangular``, what the step uses);
+* ``trsm``: ``savigp.linalg.triangular.solve_lower`` (``torch.linalg.solve_triangular``, what the step uses);
 * ``inverse+gemm``: L^-1 once (a triangular solve against I, timed too) then one GEMM L^-1 K_zx --
   worth it when the same factor serves several right-hand sides per step (forward and backward);
 * ``inverse+gemm tf32``: the same GEMM with TF32 tensor cores (CUDA float32 only);
@@ -25,9 +25,9 @@ import time
 import torch
 
 from _common import DTYPES, add_threads_argument  # the shared runner (it makes savigp importable)
-from savigp import _triangular as T
-from savigp._linalg import base_jitter
-from savigp.kernels import RBF
+from savigp.linalg import triangular as T
+from savigp.linalg.cholesky import base_jitter
+from savigp.kernels.stationary import RBF
 
 
 def _sync(device) -> None:

@@ -36,7 +36,7 @@ def _check_finite(t: Tensor, name: str) -> None:
 
 #: float32 keeps 24 bits (eps 1.2e-7): inputs offset from zero by more than this many standard
 #: deviations are rounded by more than 0.1% of their spread (an offset of 1e8 with a spread of 1
-#: loses all of it; 1e4 with a spread of 1.7, 6e-4 of it, fits as the centred data do: tests/savigp/test_kernel_offsets.py)
+#: loses all of it; 1e4 with a spread of 1.7, 6e-4 of it, fits as the centred data do: tests/savigp/kernels/test_kernel_offsets.py)
 FLOAT32_MAX_OFFSET = 1e4
 
 

@@ -7,10 +7,11 @@ Lists whose entries are classes are :class:`Registry` objects: a name maps to
 ``"module:attribute"``, imported on first use, or to the object itself. The model builds from
 them (:data:`KERNELS` in :class:`~savigp.model.SAVIGP`, :data:`POSTERIORS` in
 :func:`~savigp.posteriors.make_posterior`, :data:`MEAN_HEADS` in
-:func:`~savigp.mean_bases.make_mean_head`), the command's ``choices=`` and the schema's
+:func:`~savigp.mean_heads.make_mean_head`, :data:`ESTIMATORS` in
+:func:`~savigp.estimators.make_estimator`), the command's ``choices=`` and the schema's
 ``Str(choices=...)`` read them when they check, and ``tests/docs/test_choices_in_docs.py`` keeps
-the docs' lists equal to them. A new kernel, posterior family or mean head is its own module and
-one line here (or ``KERNELS.register("name", MyKernel)`` at run time)::
+the docs' lists equal to them. A new kernel, posterior family, mean head or estimator is its own
+class and one line here (or ``KERNELS.register("name", MyKernel)`` at run time)::
 
     KERNELS = Registry("kernel", {..., "periodic": "mypackage.kernels:Periodic"})
 """
@@ -51,6 +52,11 @@ class Registry(Mapping):
         if name not in self._entries:
             raise ValueError(f"{self.what} must be one of {', '.join(self._entries)}, got {name!r}")
         return name
+
+    def resolve(self, name: str) -> str:
+        """The canonical name ``name`` stands for if it is an alias, else ``name`` unchanged (not
+        checked: the command's ``type=`` for ``--posterior``, whose ``choices=`` then check it)."""
+        return self._aliases.get(name, name)
 
     def get(self, name: str, default: Any = None) -> Any:  # noqa: D102 - Mapping's get, with aliases
         try:
@@ -113,22 +119,37 @@ class Registry(Mapping):
 KERNELS = Registry("kernel", {"rbf": "savigp.kernels:RBF", "matern32": "savigp.kernels:Matern32",
                               "matern52": "savigp.kernels:Matern52"})
 #: the posterior families (:mod:`savigp.posteriors`); a :class:`~savigp.posteriors.Posterior` class built
-#: by its ``build(num_latent, num_inducing, num_components, generator=, entropy=, entropy_samples=)``
+#: by its ``build(num_latent, num_inducing, num_components, generator=, entropy=, entropy_samples=)``.
+#: ``"diag"`` is diagonal in whitened coordinates (as GPflow's ``q_diag`` and GPyTorch's mean-field
+#: distribution under whitening; ``"diag-whitened"`` before), ``"diag-u"`` the paper's diagonal
+#: mixture over u (Bonilla et al. 2019, §6.2; ``"diag"`` in model files of format versions 2-3)
 POSTERIORS = Registry("posterior", {
     "full": "savigp.posteriors.full:FullMixture",
-    "diag": "savigp.posteriors.u_diagonal:UDiagonalMixture",
-    "diag-whitened": "savigp.posteriors.diagonal:DiagonalMixture",
+    "diag": "savigp.posteriors.diagonal:DiagonalMixture",
+    "diag-u": "savigp.posteriors.u_diagonal:UDiagonalMixture",
     "joint": "savigp.posteriors.joint:JointGaussian",
-}, aliases={"fg": "full", "diagonal": "diag", "mog": "diag"})
+}, aliases={"fg": "full", "diagonal": "diag", "diag-whitened": "diag", "mog": "diag-u"})
 #: the mean heads (``mean_basis=``, Salimbeni et al. 2018); a class built as
 #: ``cls(X, num_latent, size, seed=, **options)``, then given the posterior (``attach``)
 MEAN_HEADS = Registry("mean_basis", {
-    "orthogonal": "savigp.mean_bases:OrthogonalMeanHead",
-    "decoupled": "savigp.mean_bases:DecoupledMeanHead",
-    "hybrid": "savigp.mean_bases:HybridMeanHead",
+    "orthogonal": "savigp.mean_heads:OrthogonalMeanHead",
+    "decoupled": "savigp.mean_heads:DecoupledMeanHead",
+    "hybrid": "savigp.mean_heads:HybridMeanHead",
 })
-#: the expected log-likelihood estimators (:mod:`savigp.expected_log_lik`)
-ESTIMATORS = ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
+#: the estimators of the expected log-likelihood (:mod:`savigp.estimators.expected_log_likelihood`); an
+#: :class:`~savigp.estimators.Estimator` class, built as ``cls()`` and called once per ELBO evaluation with
+#: the batch's :class:`~savigp.estimators.LatentMarginals`; ``"auto"`` stands for one of the others
+#: (:func:`~savigp.estimators.resolve_estimator`)
+ESTIMATORS = Registry("estimator", {
+    "auto": "savigp.estimators.expected_log_likelihood:Automatic",
+    "score": "savigp.estimators.expected_log_likelihood:ScoreFunction",
+    "score-nocv": "savigp.estimators.expected_log_likelihood:ScoreFunctionNoCV",
+    "reparam": "savigp.estimators.expected_log_likelihood:Reparameterization",
+    "quadrature": "savigp.estimators.expected_log_likelihood:Quadrature",
+    "closed-form": "savigp.estimators.expected_log_likelihood:ClosedForm",
+})
+#: the optimizers of :func:`savigp.fit` (``optimizer=``, the command's ``--optimizer``)
+OPTIMIZERS = ("adam", "adadelta", "lbfgs")
 #: the parameter groups that :func:`savigp.fit` trains (``groups=``, the command's ``--learn``)
 PARAMETER_GROUPS = ("posterior", "kernel", "inducing", "likelihood", "prior_mean", "mean_head")
 #: the command-line names of the built-in likelihood classes, in the order in which

@@ -9,7 +9,8 @@ dominant terms (bytes of one number: 8 in float64, 4 in float32):
 * the Q kernel matrices K_zz (M x M), their Cholesky factors, a work copy and, in training, their
   gradient: 3 Q M^2 (4 Q M^2 training);
 * the posterior covariances: K Q M^2 (``"full"``), (Q M)^2 (``"joint"``), K Q M (diagonal
-  families); in training each also has a gradient and two Adam moments (x 4);
+  families) -- each family says its own (:meth:`savigp.posteriors.Posterior.cost_terms`); in
+  training each also has a gradient and two Adam moments (x 4);
 * per mini-batch: K_zx and V = L_zz^-1 K_zx with their gradients (3 B Q M, and K B Q M more for a
   full covariance's S_k V), and the Monte Carlo arrays (4 S K B (Q + P));
 * the data, float64 (2 N (D + P): the CSV's and the model's copies).
@@ -26,6 +27,7 @@ from typing import Optional
 
 # the default memory limit (bytes) of building, training or using a model; ``SAVIGP_MAX_MODEL_BYTES``
 # (bytes) or ``--max-memory`` (GiB) overrides it (:mod:`savigp.settings`)
+from ._choices import POSTERIORS
 from .settings import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, max_model_bytes  # noqa: F401 (imported from here)
 
 
@@ -51,10 +53,6 @@ def memory_limit(max_bytes: Optional[float] = None) -> int:
     return max_model_bytes()
 
 
-def _covariance_numbers(posterior: str, K: int, Q: int, M: int) -> int:
-    return {"full": K * Q * M * M, "joint": (Q * M) ** 2}.get(posterior, K * Q * M)
-
-
 def model_cost(*, D: int, Q: int, M: int, K: int = 1, posterior: str = "full", P: int = 1, N: int = 0,
                rows: int = 0, item: int = 8, batch: Optional[int] = None, samples: int = 0,
                training: bool = False) -> Cost:
@@ -65,15 +63,16 @@ def model_cost(*, D: int, Q: int, M: int, K: int = 1, posterior: str = "full", P
         item: bytes of one number of the model's dtype.
         batch, samples, N: the training run's B (default N), S and N (``training=True``).
     """
+    B = int(batch or N)
+    covariances, per_batch, family_flops = POSTERIORS[posterior].cost_terms(K, Q, M, B)
     terms = {"the K_zz matrices": (4 if training else 3) * Q * M * M * 8,
-             "the posterior covariances": (4 if training else 1) * _covariance_numbers(posterior, K, Q, M) * item,
+             "the posterior covariances": (4 if training else 1) * covariances * item,
              "the inputs": 8 * rows * D}
     flops = 0.0
     if training:
-        B = int(batch or N)
-        terms["one mini-batch"] = item * B * (Q * M * (3 + (K if posterior == "full" else 0)) + 4 * samples * K * (Q + P))
+        terms["one mini-batch"] = item * (3 * B * Q * M + per_batch + 4 * samples * K * B * (Q + P))
         terms["the data"] = 16 * N * (D + P)
-        flops = Q * M ** 3 / 3 + 2.0 * B * Q * M * M + 2.0 * B * Q * M * D + (K * Q * M ** 3 if posterior == "full" else 0)
+        flops = Q * M ** 3 / 3 + 2.0 * B * Q * M * M + 2.0 * B * Q * M * D + family_flops
     main = max(terms, key=terms.get)
     return Cost(int(sum(terms.values())), flops, main)
 

@@ -1,10 +1,13 @@
 """The SAVIGP model: Q latent GPs, a mixture-of-Gaussians posterior over inducing variables and a
 black-box likelihood (Bonilla et al. 2019, §3-7).
 
-A training step reads top to bottom:
+A training step reads top to bottom, each part visited once (:meth:`SAVIGP._elbo`):
 
-    data -> kernel matrices K_zz, K_zx (per latent function) -> marginals q_k(f_n) (eq. 22-23)
-         -> samples -> likelihood values -> ELL estimate and its score-function gradients
+    data -> kernel matrices K_zz, K_zx (per latent function)
+         -> the family's marginals q_k(f_n) (eq. 22-23), a LatentMarginals, shifted by the prior
+            mean and the mean head (whose terms are computed once and passed explicitly)
+         -> the registered estimator (one call: samples, likelihood values, the ELL estimate and
+            its gradients, eq. 24-29)
          -> entropy (eq. 18) and cross-entropy (eq. 19) -> ELBO (eq. 17) -> optimizer.
 """
 from __future__ import annotations
@@ -17,13 +20,15 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
-from . import _chunks, _sync_free
+from .linalg import chunks as _chunks
+from .runtime import sync_free
 from ._checks import FLOAT32_MAX_OFFSET, as_inputs, as_targets, input_offset
-from ._linalg import base_jitter, jittered, robust_cholesky
-from .expected_log_lik import checked_log_prob, resolve_estimator
+from .linalg.cholesky import base_jitter, jittered, robust_cholesky
+from .estimators.expected_log_likelihood import checked_log_prob, make_estimator, resolve_estimator
+from .estimators.marginals import LatentMarginals
 from .inducing import initial_inducing_inputs
-from .kernels import KERNELS, Kernel
-from .nonfinite import NonFiniteLogProb
+from .kernels.stationary import KERNELS, Kernel
+from .estimators.nonfinite import NonFiniteLogProb
 from .posteriors import DEFAULT_ENTROPY, InducingPrior, Posterior, make_posterior
 
 
@@ -95,11 +100,25 @@ class Prediction:
                 for k in self.FIELDS}
 
 
+@dataclass
+class PredictionState:
+    """What every prediction at the same parameters shares, computed once by
+    :meth:`SAVIGP.prediction_state`: the factor of K_zz (``prior``) and the mean head's per-evaluation
+    terms (``head``, :meth:`savigp.mean_heads.OrthogonalMeanHead.evaluation_state`, or None). Pass it
+    as ``state=`` to :meth:`SAVIGP.predict`, :meth:`~SAVIGP.predict_latent`, :meth:`~SAVIGP.draws` or
+    :meth:`~SAVIGP.log_predictive_density` when predicting many times at the same parameters (one
+    point per call, say); it is the caller's: the model keeps nothing, and it describes the
+    parameters it was computed at (compute it again after they change)."""
+
+    prior: InducingPrior
+    head: object = None
+
+
 def _tune_allocator() -> None:
     """Chunked prediction allocates and frees the same large blocks per chunk: keep them in the
     heap (see :func:`savigp.tune_cpu_allocator`; 0.93-1.0 s instead of 1.9-2.1 s for 200k rows,
     peak 310 MB either way with preallocated outputs, measured with experiments/predict_memory.py's model)."""
-    from ._allocator import tune_cpu_allocator
+    from .runtime.allocator import tune_cpu_allocator
 
     tune_cpu_allocator()
 
@@ -124,11 +143,13 @@ class SAVIGP(nn.Module):
         inducing_init: ``"kmeans"`` or ``"subset"``.
         learn_inducing: learn the inducing inputs Z (each latent function has its own).
         dense: the paper's dense case: Z = X, fixed, M = N.
-        posterior: ``"full"`` (Cholesky-parametrized covariances), ``"diag"`` (the paper's diagonal
-            mixture over u), ``"diag-whitened"``, ``"joint"``, or a
-            :class:`~savigp.posteriors.Posterior`. A factorized family's ELBO pulls learned
+        posterior: ``"full"`` (Cholesky-parametrized covariances), ``"diag"`` (diagonal in whitened
+            coordinates, as GPflow's ``q_diag`` and GPyTorch's mean-field family; ``"diag-whitened"``
+            before), ``"diag-u"`` (the paper's diagonal mixture over u, ``"diag"`` before: mean-field
+            variances, intervals narrower than the full Gaussian's on dense models), ``"joint"``, or
+            a :class:`~savigp.posteriors.Posterior`. A factorized family's ELBO pulls learned
             hyper-parameters towards settings where the family is tight (shorter length-scales, a
-            pure-noise fit), most on dense models: fit ``"diag"`` at a full Gaussian's
+            pure-noise fit), most on dense models: fit ``"diag"`` or ``"diag-u"`` at a full Gaussian's
             hyper-parameters (:func:`savigp.warm_start`, then ``fit(..., groups=["posterior"])``;
             docs/mixtures.md).
         num_components: K, mixture components (K > 1: initial means spread around the prior mean,
@@ -145,7 +166,7 @@ class SAVIGP(nn.Module):
         mean_basis_size: size of the mean basis gamma per latent function (Salimbeni et al. 2018); 0 disables it.
         mean_basis: ``"orthogonal"`` (Salimbeni et al. (2018)'s orthogonally decoupled basis), ``"decoupled"``
             (Cheng & Boots 2017: mean from gamma alone, the posterior mean fixed at 0) or
-            ``"hybrid"`` (Salimbeni et al. 2018, eq. (10)); see :mod:`savigp.mean_bases`.
+            ``"hybrid"`` (Salimbeni et al. 2018, eq. (10)); see :mod:`savigp.mean_heads`.
         dtype, device: of every parameter and buffer (float64 on CPU by default).
         seed: seeds k-means and random initial means of mixture components.
     """
@@ -262,7 +283,7 @@ class SAVIGP(nn.Module):
         if mean_basis != "orthogonal" and not mean_basis_size:
             raise ValueError(f"mean_basis={mean_basis!r} needs mean_basis_size > 0 (the size G of the basis)")
         if mean_basis_size:
-            from .mean_bases import make_mean_head
+            from .mean_heads.heads import make_mean_head
 
             self.mean_head = make_mean_head(mean_basis, X, Q, int(mean_basis_size), seed=seed, posterior=self.posterior)
 
@@ -326,16 +347,16 @@ class SAVIGP(nn.Module):
         :func:`robust_cholesky` grows the jitter (with its warning) or raises the error that names
         the problem.
 
-        Inside :func:`savigp._sync_free.deferred` (a training step of :func:`savigp.fit`) nothing is
+        Inside :func:`savigp.runtime.sync_free.deferred` (a training step of :func:`savigp.fit`) nothing is
         read back: one factorization at that jitter, a failure flagged on the device and the factor
         set to NaN; fit then grows ``jitter_floor`` at its next check (see :mod:`savigp.training.step`).
         """
         base = max(base_jitter(Kzz.dtype), float(getattr(self, "jitter_floor", 0.0)))
-        flags = _sync_free.active()
+        flags = sync_free.active()
         if flags is not None:
             L, info = torch.linalg.cholesky_ex(jittered(Kzz, base))
             flags.note("cholesky", info != 0)
-            return _sync_free.nan_where_failed(L, info), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype,
+            return sync_free.nan_where_failed(L, info), torch.full(Kzz.shape[:-2], base, dtype=Kzz.dtype,
                                                                     device=Kzz.device)
         for work in (Kzz, Kzz.to(torch.float64)) if Kzz.dtype == torch.float32 else (Kzz,):
             L, info = torch.linalg.cholesky_ex(jittered(work, base))
@@ -386,19 +407,43 @@ class SAVIGP(nn.Module):
         Returns:
             means b and variances s2, each ``(K, B, Q)``.
         """
-        mean, cov = self._latent(X, self._prior() if Lzz is None else InducingPrior(Lzz))
-        return mean, self.posterior.variances(cov)
+        q = self.latent(X, self._prior() if Lzz is None else InducingPrior(Lzz))
+        return q.mean, q.var
 
-    def _latent(self, X: Tensor, prior: InducingPrior, state=None) -> tuple[Tensor, Tensor]:
-        """q(f_n) at inputs ``X (B, D)``: means ``(K, B, Q)`` (prior mean and mean head added) and the
-        family's covariances (:meth:`savigp.posteriors.Posterior.marginals`)."""
+    def head_state(self, prior: InducingPrior):
+        """What the mean head computes once per evaluation for this ``prior`` and shares between its
+        mean shift and its KL (:meth:`savigp.mean_heads.OrthogonalMeanHead.evaluation_state`), or
+        None (no head, or a head that needs nothing)."""
+        if self.mean_head is None:
+            return None
+        return self.mean_head.evaluation_state(self.kernel, self.inducing, prior.Lzz, prior.Kzz, prior.jitter_rel)
+
+    def latent(self, X: Tensor, prior: InducingPrior, state=None, head_state=None, *, point=None) -> LatentMarginals:
+        """q(f_n) at inputs ``X (B, D)`` (Bonilla et al. 2019, eq. (22)-(23)): the family's marginals
+        (:meth:`savigp.posteriors.Posterior.marginals`) with the prior mean and the mean head's
+        shift r(x_n) (Salimbeni et al. 2018, eq. (11)) added, means ``(K, B, Q)``.
+
+        Args:
+            prior: the prior of this evaluation; state: the family's :meth:`evaluation_state` for it
+                (None: computed by the family); head_state: :meth:`head_state` (None: computed here).
+            point: a natural-gradient point of the family
+                (:meth:`savigp.posteriors.Posterior.natural_point`): the marginals of q(v) at its
+                autograd leaves (m, S) instead of the family's parameters.
+        """
         Kzx = self.kernel(self.kernel_inducing(), X)  # (Q, M, B)
-        m = self.posterior.marginals(prior, Kzx, self.kernel.diag(X), state)
-        mean = self.prior_mean + m.mean  # (K, B, Q)
+        kxx = self.kernel.diag(X)
+        if point is None:
+            q = self.posterior.marginals(prior, Kzx, kxx, state)
+        else:
+            q = self.posterior.natural_marginals(point, prior, Kzx, kxx)
+        q = q.shifted(self.prior_mean)  # (K, B, Q)
         if self.mean_head is not None:  # Salimbeni et al. 2018: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a
-            head = dict(V=m.V) if m.V is not None else dict(Kzx=Kzx, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel)
-            mean = mean + self.mean_head.mean_shift(X, self.kernel, self.inducing, prior.Lzz, **head).transpose(-1, -2)
-        return mean, m.cov
+            if head_state is None:
+                head_state = self.head_state(prior)
+            head = dict(V=q.V) if q.V is not None else dict(Kzx=Kzx, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel)
+            q = q.shifted(self.mean_head.mean_shift(X, self.kernel, self.inducing, prior.Lzz, state=head_state,
+                                                    **head).transpose(-1, -2))
+        return q
 
     # ------------------------------------------------------------------ ELBO
     def elbo(self, batch: Optional[Tensor] = None, *, num_samples: int = 100, estimator: str = "auto",
@@ -409,8 +454,9 @@ class SAVIGP(nn.Module):
             batch: indices ``(B,)`` of training points, or None for all N.
             num_samples: S, samples per component and data point for Monte Carlo estimators
                 (without gradients, e.g. under ``torch.no_grad()``, the S draws of a point are shared
-                by the components: :func:`savigp.expected_log_lik.expected_log_lik`'s ``common_draws``).
-            estimator: see :mod:`savigp.expected_log_lik` (``"auto"`` picks closed form, else
+                by the components: :func:`savigp.estimators.expected_log_likelihood.expected_log_lik`'s
+                ``common_draws``).
+            estimator: see :mod:`savigp.estimators.expected_log_likelihood` (``"auto"`` picks closed form, else
                 reparameterization for differentiable likelihoods, else the score function).
             generator: torch.Generator for the Monte Carlo draws.
         """
@@ -422,14 +468,18 @@ class SAVIGP(nn.Module):
 
     def _elbo(self, X: Tensor, Y: Tensor, num_samples: int, estimator: str,
               generator: Optional[torch.Generator]) -> ELBOTerms:
+        """One pass: the prior, the family's and the head's per-evaluation state, the marginals
+        q(f_n) of the batch, the estimator (called once), the KL terms."""
         post = self.posterior
         prior = self._prior()
         state = post.evaluation_state(prior)  # computed once per step, shared by all terms
-        mean, cov = self._latent(X, prior, state)
-        ell = post.expected_log_lik(self.likelihood, Y, mean, cov, estimator=estimator, num_samples=num_samples,
-                                    scale=self.num_data / X.shape[0], generator=generator)
+        head_state = self.head_state(prior)
+        q = self.latent(X, prior, state, head_state)
+        ell = make_estimator(estimator, self.likelihood)(self.likelihood, Y, q, num_samples=num_samples,
+                                                         scale=self.num_data / X.shape[0], generator=generator)
         head_kl = (self.mean_head.kl(self.kernel, self.inducing, prior.Lzz, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel,
-                                     posterior=post) if self.mean_head is not None else ell.value.new_zeros(()))
+                                     posterior=post, state=head_state)
+                   if self.mean_head is not None else ell.value.new_zeros(()))
         ent, cross = post.kl_terms(prior, state, generator)
         return self.assemble_terms(ell, ent, cross, head_kl, prior.Lzz)
 
@@ -456,35 +506,52 @@ class SAVIGP(nn.Module):
 
     # ------------------------------------------------------------------ prediction
     @torch.no_grad()
-    def predict_latent(self, X, chunk_size: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
+    def prediction_state(self) -> PredictionState:
+        """The :class:`PredictionState` of the current parameters (the factor of K_zz and the mean
+        head's terms), for many predictions at them."""
+        prior = InducingPrior(self.prior_factor())
+        return PredictionState(prior, self.head_state(prior))
+
+    def _prediction_parts(self, state: Optional[PredictionState]) -> tuple:
+        """(prior, head_state) of ``state``, computed when it is None."""
+        state = self.prediction_state() if state is None else state
+        return state.prior, state.head
+
+    @torch.no_grad()
+    def predict_latent(self, X, chunk_size: Optional[int] = None,
+                       state: Optional[PredictionState] = None) -> tuple[Tensor, Tensor, Tensor]:
         """Per-component latent marginals at test inputs (Bonilla et al. 2019, §7).
 
         Args:
             X: ``(B, D)``.
             chunk_size: test inputs per chunk (default: what the device's memory budget allows,
-                :mod:`savigp._chunks`; a few M x chunk cross-covariances per chunk).
+                :mod:`savigp.linalg.chunks`; a few M x chunk cross-covariances per chunk).
+            state: a :meth:`prediction_state` of the current parameters to reuse (default:
+                computed here, once for all chunks).
 
         Returns:
             means ``(K, B, Q)``, variances ``(K, B, Q)`` and mixture weights ``(K,)``.
         """
-        mean, cov = self._latent_chunks(self.as_model_inputs(X, "X"), chunk_size)
-        return mean, self.posterior.variances(cov), self.posterior.weights()
+        q = self._latent_chunks(self.as_model_inputs(X, "X"), chunk_size, *self._prediction_parts(state))
+        return q.mean, q.var, self.posterior.weights()
 
     def _latent_chunks(self, X: Tensor, chunk_size: Optional[int] = None,
-                       prior: Optional[InducingPrior] = None) -> tuple[Tensor, Tensor]:
-        """:meth:`_latent` (no gradient) at model inputs ``X (B, D)`` in chunks of rows; ``prior``:
-        the factor of K_zz when the caller has it already (else factorized here)."""
+                       prior: Optional[InducingPrior] = None, head_state=None) -> LatentMarginals:
+        """:meth:`latent` (no gradient) at model inputs ``X (B, D)`` in chunks of rows; ``prior``:
+        the factor of K_zz when the caller has it already (else factorized here), ``head_state``
+        the mean head's terms for it (else computed here, once for all chunks)."""
         prior = InducingPrior(self.prior_factor()) if prior is None else prior
+        if head_state is None:
+            head_state = self.head_state(prior)
         if chunk_size is None:
             row = 4 * self.num_latent * (self.num_inducing + self.posterior.num_components) * X.element_size()
             chunk_size = _chunks.chunk_size(X.shape[0], row, self.device)
-        parts = [self._latent(X[i:i + chunk_size], prior) for i in range(0, X.shape[0], chunk_size)]
-        if len(parts) == 1:
-            return parts[0]
-        return torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)
+        return LatentMarginals.cat([self.latent(X[i:i + chunk_size], prior, head_state=head_state)
+                                    for i in range(0, X.shape[0], chunk_size)])
 
     @torch.no_grad()
-    def draws(self, X, num_samples: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def draws(self, X, num_samples: int, seed: int = 0,
+              state: Optional[PredictionState] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Samples of the latent functions f* at test inputs ``X (B, D)`` from the posterior (Bonilla et al. 2019, §7).
 
         The standard normal draws ``(S, K, 1, Q)`` (from a CPU generator seeded with ``seed``) are
@@ -496,28 +563,28 @@ class SAVIGP(nn.Module):
             functions for ``posterior="joint"``), log pi ``(K,)``, and the marginal means and
             variances ``(K, B, Q)`` the samples were drawn from.
         """
-        return self._draws(self.as_model_inputs(X, "X"), num_samples, seed)
+        return self._draws(self.as_model_inputs(X, "X"), num_samples, seed, *self._prediction_parts(state))
 
-    def _draws(self, X: Tensor, num_samples: int, seed: int, prior: Optional[InducingPrior] = None):
-        """:meth:`draws` at model inputs ``X`` (already checked); ``prior`` as :meth:`_latent_chunks`."""
-        mean, cov = self._latent_chunks(X, prior=prior)
-        f = self._sample_latent(mean, cov, num_samples, seed)
-        return f, self.posterior.log_weights().detach(), mean, self.posterior.variances(cov)
+    def _draws(self, X: Tensor, num_samples: int, seed: int, prior: Optional[InducingPrior] = None, head_state=None):
+        """:meth:`draws` at model inputs ``X`` (already checked); ``prior``, ``head_state`` as :meth:`_latent_chunks`."""
+        q = self._latent_chunks(X, prior=prior, head_state=head_state)
+        f = self._sample_latent(q, num_samples, seed)
+        return f, self.posterior.log_weights().detach(), q.mean, q.var
 
-    def _sample_latent(self, mean: Tensor, cov: Tensor, num_samples: int, seed: int) -> Tensor:
+    def _sample_latent(self, q: LatentMarginals, num_samples: int, seed: int) -> Tensor:
         """``num_samples`` draws of f* from every component's marginal, ``(S, K, B, Q)``, from the
-        latent moments ``mean (K, B, Q)`` and ``cov`` of :meth:`_latent_chunks`; the same draws for a
-        given seed whichever rows are asked for."""
-        K, _, Q = mean.shape
+        latent marginals ``q`` of :meth:`_latent_chunks`; the same draws for a given seed whichever
+        rows are asked for."""
+        K, _, Q = q.shape
         gen = torch.Generator().manual_seed(seed)
-        eps = torch.randn((num_samples, K, 1, Q), dtype=mean.dtype, generator=gen).to(mean.device)
-        return self.posterior.draws(mean, cov, eps)
+        eps = torch.randn((num_samples, K, 1, Q), dtype=q.mean.dtype, generator=gen).to(q.mean.device)
+        return q.sample(eps)
 
     def _rows_per_chunk(self, total: int, num_samples: int, per_sample: int, memory_budget: Optional[int]) -> int:
         """Test rows per chunk (at most ``total``) so that the ``(S, K, rows, per_sample)`` Monte Carlo
         arrays (with a factor 4 for temporaries) fit in ``memory_budget`` bytes (default
         :data:`PREDICT_MEMORY_BUDGET`, or on an accelerator the larger of it and the device's budget
-        of :func:`savigp._chunks.memory_budget`)."""
+        of :func:`savigp.linalg.chunks.memory_budget`)."""
         if memory_budget is None:
             memory_budget = PREDICT_MEMORY_BUDGET
             if self.device.type != "cpu":
@@ -528,14 +595,17 @@ class SAVIGP(nn.Module):
                                   budget=int(memory_budget))
 
     @torch.no_grad()
-    def predict(self, X, num_samples: int = 500, seed: int = 0, memory_budget: Optional[int] = None) -> Prediction:
+    def predict(self, X, num_samples: int = 500, seed: int = 0, memory_budget: Optional[int] = None,
+                state: Optional[PredictionState] = None) -> Prediction:
         """Predictive moments of y* (and class probabilities) at test inputs ``X (B, D)``.
 
         Per component, E[y*] and Var[y*] come from the likelihood's ``predictive_moments`` when it
         has them, else from Monte Carlo over q_k(f*) with its ``conditional_moments`` (law of total
         variance); then they are mixed with pi. Rows are predicted in chunks whose Monte Carlo
         arrays fit in ``memory_budget`` bytes (default :data:`PREDICT_MEMORY_BUDGET`); the draws are
-        shared by all rows, so the chunking does not change the result.
+        shared by all rows, so the chunking does not change the result. ``state``: a
+        :meth:`prediction_state` of the current parameters to reuse (default: computed here, once
+        for all chunks).
         """
         X = self.as_model_inputs(X, "X")
         lik = self.likelihood
@@ -543,13 +613,13 @@ class SAVIGP(nn.Module):
         B = X.shape[0]
         rows = self._rows_per_chunk(B, num_samples, per_sample, memory_budget)
         if B <= rows:
-            return self._predict_rows(X, num_samples, seed)
+            return self._predict_rows(X, num_samples, seed, *self._prediction_parts(state))
         _tune_allocator()
-        prior = InducingPrior(self.prior_factor())  # K_zz factorized once for all chunks
+        prior, head_state = self._prediction_parts(state)  # K_zz factorized once for all chunks, the head's terms
         fields = ("latent_mean", "latent_var", "mean", "variance", "probabilities")
         out = None
         for i in range(0, B, rows):
-            part = self._predict_rows(X[i:i + rows], num_samples, seed, prior)
+            part = self._predict_rows(X[i:i + rows], num_samples, seed, prior, head_state)
             if out is None:  # outputs allocated once: chunks' results kept in a list pin glibc's heap
                 out = {f: None if getattr(part, f) is None else getattr(part, f).new_empty((B,) + getattr(part, f).shape[1:])
                        for f in fields}
@@ -560,11 +630,11 @@ class SAVIGP(nn.Module):
         return Prediction(*[out[f] for f in fields])
 
     def _predict_rows(self, X: Tensor, num_samples: int, seed: int,
-                      prior: Optional[InducingPrior] = None) -> Prediction:
-        """:meth:`predict` for one chunk of rows ``X (B, D)`` (a model tensor); ``prior`` as
-        :meth:`_latent_chunks`."""
-        mean, cov = self._latent_chunks(X, prior=prior)
-        var = self.posterior.variances(cov)
+                      prior: Optional[InducingPrior] = None, head_state=None) -> Prediction:
+        """:meth:`predict` for one chunk of rows ``X (B, D)`` (a model tensor); ``prior`` and
+        ``head_state`` as :meth:`_latent_chunks`."""
+        q = self._latent_chunks(X, prior=prior, head_state=head_state)
+        mean, var = q.mean, q.var
         pi = self.posterior.log_weights().detach().exp()
         latent_mean = torch.einsum("k,kbq->bq", pi, mean)
         latent_var = torch.einsum("k,kbq->bq", pi, var + mean * mean) - latent_mean ** 2
@@ -573,7 +643,7 @@ class SAVIGP(nn.Module):
 
         def f():  # the Monte Carlo draws, made only when something below needs them
             if "f" not in drawn:
-                drawn["f"] = self._sample_latent(mean, cov, num_samples, seed)
+                drawn["f"] = self._sample_latent(q, num_samples, seed)
             return drawn["f"]
 
         y_mean = y_var = probs = None
@@ -596,7 +666,7 @@ class SAVIGP(nn.Module):
 
     @torch.no_grad()
     def log_predictive_density(self, X, Y, num_samples: int = 1000, seed: int = 0, chunk_size: Optional[int] = None,
-                               memory_budget: Optional[int] = None) -> Tensor:
+                               memory_budget: Optional[int] = None, state: Optional[PredictionState] = None) -> Tensor:
         """log p(y*_n | x*_n) for every test point, ``(B,)`` (Bonilla et al. 2019, §7):
 
             log p(y* | x*) ~= logsumexp_{k, s}(log pi_k + log p(y* | f*_ks)) - log S,
@@ -612,10 +682,10 @@ class SAVIGP(nn.Module):
         if X.shape[0] > chunk_size:
             _tune_allocator()
         out = X.new_empty(X.shape[0])
-        prior = InducingPrior(self.prior_factor())  # K_zz factorized once for all chunks
+        prior, head_state = self._prediction_parts(state)  # K_zz factorized once for all chunks, the head's terms
         for i in range(0, X.shape[0], chunk_size):
             xb, yb = X[i:i + chunk_size], Y[i:i + chunk_size]
-            f, log_pi, _, _ = self._draws(xb, num_samples, seed, prior)
+            f, log_pi, _, _ = self._draws(xb, num_samples, seed, prior, head_state)
             try:
                 lp = checked_log_prob(self.likelihood, yb, f)  # (S, K, B)
             except NonFiniteLogProb as err:

@@ -4,9 +4,9 @@
     memory limit (bytes) of building, training or using a model (:mod:`savigp.cost`;
     ``--max-memory`` and ``max_bytes=`` win over it).
 ``SAVIGP_COMPILE`` (default off)
-    ``1``: ``torch.compile`` the step's elementwise chains (:mod:`savigp._compile`).
+    ``1``: ``torch.compile`` the step's elementwise chains (:mod:`savigp.runtime.compilation`).
 ``SAVIGP_DIST_TIMEOUT`` (default 300)
-    seconds a collective waits for the other ranks (:mod:`savigp.distributed`).
+    seconds a collective waits for the other ranks (:mod:`savigp.training.distributed`).
 ``SAVIGP_GRAD_SYNC`` (default ``allreduce``)
     how ranks average gradients: ``allreduce`` (bucketed) or ``ddp`` (DistributedDataParallel).
 ``SAVIGP_DEBUG`` (default off)
@@ -17,7 +17,7 @@
     tests only: ``train`` sends itself SIGINT after this many steps.
 
 Every value is read when asked for, so a variable set later in the process counts (``SAVIGP_COMPILE``:
-read once, when :mod:`savigp._compile` is imported; :func:`savigp.expected_log_lik.set_compile` then).
+read once, when :mod:`savigp.runtime.compilation` is imported; :func:`savigp.estimators.expected_log_likelihood.set_compile` then).
 A value that does not parse raises :class:`SettingError` naming the variable, its value and what
 was expected. This module imports nothing heavy (the command's parser reads it before torch).
 """

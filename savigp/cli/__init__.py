@@ -84,14 +84,14 @@ def main(argv=None) -> int:
     elif args.command in ("predict", "evaluate"):  # (train: fit chooses by the problem's size)
         import torch
 
-        from .._threads import choose_threads
+        from ..runtime.threads import choose_threads
 
         torch.set_num_threads(choose_threads(float("inf")))  # torch's, capped at the idle cores
     if settings.debug():
         return command(args.command)(args)
-    from .._linalg import CholeskyError
-    from ..distributed import DistributedError
-    from ..nonfinite import NonFiniteLogProb
+    from ..linalg.cholesky import CholeskyError
+    from ..training.distributed import DistributedError
+    from ..estimators.nonfinite import NonFiniteLogProb
     from ..training import TrainingDiverged
 
     try:

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Optional
 
-from ..output_paths import check_output_path
+from ..io.output_paths import check_output_path
 from .errors import CLIError, one_line
 
 
@@ -62,7 +62,7 @@ def code_inputs(args) -> list:
 
 
 def output_path(path: str, inputs: list, quiet: bool, allow_stdout: bool = False) -> str:
-    """``--out`` checked (see :mod:`savigp.output_paths`); a symlink's target, said on stderr."""
+    """``--out`` checked (see :mod:`savigp.io.output_paths`); a symlink's target, said on stderr."""
     target = check_output_path(path, "--out", inputs=inputs, allow_stdout=allow_stdout)
     if target != "-" and os.path.islink(path) and not quiet:
         print(f"note: --out {path} is a symbolic link; writing to its target {target}", file=sys.stderr)
@@ -70,7 +70,7 @@ def output_path(path: str, inputs: list, quiet: bool, allow_stdout: bool = False
 
 
 def check_plot_option(path: Optional[str], inputs: list, outputs: list) -> Optional[str]:
-    """``--plot PATH`` checked as ``--out`` is (see :mod:`savigp.output_paths`; never one of the
+    """``--plot PATH`` checked as ``--out`` is (see :mod:`savigp.io.output_paths`; never one of the
     command's ``inputs`` nor its other ``outputs``), and matplotlib installed, before any long
     work; the path to write (a symlink's target)."""
     if not path:
@@ -78,7 +78,7 @@ def check_plot_option(path: Optional[str], inputs: list, outputs: list) -> Optio
     target = check_output_path(path, "--plot", inputs=inputs)
     if target in outputs:
         raise CLIError(f"--plot {path}: is also where --out writes ({target}); give the picture its own file")
-    from ..plotting import MissingExtra, require_matplotlib
+    from ..io.plotting import MissingExtra, require_matplotlib
 
     try:
         require_matplotlib()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from ..csv_data import DataError, Table, columns_by_name, resolve_columns
+from ..io.csv_data import DataError, Table, columns_by_name, resolve_columns
 from .errors import one_line
 
 

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ..csv_data import write_csv
+from ..io.csv_data import write_csv
 from .errors import EXIT_OK
 from .parser import build_parser
 from .predict import cmd_evaluate

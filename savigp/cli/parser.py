@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from .._choices import (BUILTIN_LIKELIHOODS, DEFAULT_ENTROPY, DTYPES, ENTROPY_ESTIMATES, ESTIMATORS, INDUCING_INITS, KERNELS,
-                        MEAN_HEADS, PARAMETER_GROUPS, POSTERIORS)
+                        MEAN_HEADS, OPTIMIZERS, PARAMETER_GROUPS, POSTERIORS)
 
 EPILOG_MAIN = """\
 examples:
@@ -198,13 +198,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--inducing-init", choices=INDUCING_INITS, default="kmeans", help="initial inducing inputs")
     g.add_argument("--dense", action="store_true", help="inducing inputs = all training inputs, fixed (small N only)")
     g.add_argument("--fixed-inducing", action="store_true", help="do not learn the inducing inputs")
-    g.add_argument("--posterior", choices=POSTERIORS, default="full",
-                   help="full Gaussian components; diag: the paper's diagonal components over u (mog); "
-                        "diag-whitened: diagonal in whitened coordinates (faster steps); joint: one Gaussian coupled "
-                        "across the latent functions (K = 1; for likelihoods that couple them, moderate Q * M)")
+    g.add_argument("--posterior", choices=POSTERIORS, type=POSTERIORS.resolve, default="full",
+                   help="full Gaussian components; diag: diagonal in whitened coordinates (as GPflow's q_diag and "
+                        "GPyTorch's mean field; intervals as the full Gaussian's; diag-whitened before); diag-u: the "
+                        "paper's diagonal components over u (mog; diag before; mean-field variances, narrower "
+                        "intervals on dense models); joint: one Gaussian coupled across the latent functions (K = 1; "
+                        "for likelihoods that couple them, moderate Q * M)")
     g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
     g.add_argument("--hypers", choices=("two-stage", "joint"),
-                   help="diag, diag-whitened: how the kernel and likelihood are learned. two-stage (the default): "
+                   help="diag, diag-u: how the kernel and likelihood are learned. two-stage (the default): "
                         "fit a full Gaussian (--posterior full, K = 1) with the same options first, then the "
                         "factorized q(u) at its kernel, likelihood and inducing inputs; joint: with the factorized "
                         "q(u) on its own ELBO (the paper's mog; biased towards a worse fit, see docs/mixtures.md)")
@@ -223,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",
                    help="orthogonally decoupled mean basis per latent function (Salimbeni et al. 2018; 0 = off)")
     g.add_argument("--mean-basis", choices=MEAN_HEADS, default="orthogonal",
-                   help="how the mean basis of --mean-basis-size enters (savigp.mean_bases): orthogonal (Salimbeni et al. 2018), "
+                   help="how the mean basis of --mean-basis-size enters (savigp.mean_heads): orthogonal (Salimbeni et al. 2018), "
                         "decoupled (Cheng & Boots 2017) or hybrid (Salimbeni et al. 2018, eq. (10))")
     g.add_argument("--standardize-inputs", action="store_true", help="train on standardized inputs (undone at prediction)")
     g.add_argument("--standardize-targets", action="store_true",
@@ -235,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--iterations", type=int, help="optimizer steps (default 500)")
     g.add_argument("--epochs", type=float, help="alternatively, passes over the data")
     g.add_argument("--batch-size", type=int, metavar="B", help="mini-batch size (default all rows; lbfgs: all rows)")
-    g.add_argument("--optimizer", choices=("adam", "adadelta", "lbfgs"), default="adam")
+    g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
     g.add_argument("--lr", type=float, help="learning rate (default: adam 0.01, adadelta 1, lbfgs 1)")
     g.add_argument("--samples", type=int, default=100, metavar="S", help="Monte Carlo samples per point (default 100)")
     g.add_argument("--estimator", choices=ESTIMATORS, default="auto",

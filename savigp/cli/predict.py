@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..csv_data import read_csv, write_csv
+from ..io.csv_data import read_csv, write_csv
 from .checks import check_device, check_plot_option, check_samples, code_inputs, max_memory_bytes, output_path
 from .columns import select_inputs, select_targets, targets_if_present, validate_targets
 from .errors import EXIT_OK, CLIError, one_line
@@ -99,7 +99,7 @@ def cmd_predict(args) -> int:
     if out != "-" and not args.quiet:
         print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {out}", file=sys.stderr)
     if plot:
-        from ..plotting import save_fit_plot
+        from ..io.plotting import save_fit_plot
 
         with file_lines_in_errors(table):
             save_fit_plot(saved, table.values[:, icols], plot, Y=targets_if_present(table, saved.config, icols),
@@ -114,7 +114,7 @@ def model_problems(model: str):
     """While a loaded model predicts: a K_zz that cannot be factorized (:class:`savigp.CholeskyError`,
     e.g. inducing inputs so far apart that their distances overflow) is a problem of the model
     file's parameters, reported as a ModelFileError naming the file (exit 2), not a failure of the run."""
-    from .._linalg import CholeskyError
+    from ..linalg.cholesky import CholeskyError
     from ..model_files import ModelFileError
 
     try:

@@ -108,7 +108,7 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
     model was written to ``out``), else the first failed rank's status (1 for a signal)."""
     import subprocess
 
-    from ..distributed import free_loopback_port
+    from ..training.distributed import free_loopback_port
     from .errors import EXIT_FAILURE, EXIT_OK
 
     argv, rest = [], list(args.argv)
@@ -167,7 +167,7 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
 def join_ranks(args) -> int:
     """Under ``torchrun`` (or ``--nproc``): join the process group (gloo, or NCCL for ``--device cuda``,
     which then means ``cuda:LOCAL_RANK``) and return this rank; 0 in one process."""
-    from .. import distributed
+    from ..training import distributed
 
     if not distributed.launched():
         return 0

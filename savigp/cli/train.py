@@ -14,8 +14,8 @@ import warnings
 import numpy as np
 from likelihoods import registry
 
-from ..csv_data import DataError, data_checksum, read_csv, split_columns
-from ..output_paths import check_output_path, remove_orphaned_temporaries
+from ..io.csv_data import DataError, data_checksum, read_csv, split_columns
+from ..io.output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
 from .checkpoint import Checkpointer, resume, training_options
 from .checks import check_device, check_plot_option, code_inputs, max_memory_bytes, output_path, parse_floats
@@ -23,7 +23,7 @@ from .columns import validate_targets
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
 from .ranks import join_ranks, launch_ranks
 from .run_lock import LOCK_ENV, lock_output
-from .two_stage import STAGE_TWO_GROUPS, describe, fit_full_gaussian, resolve_hypers
+from .two_stage import STAGE_TWO_GROUPS, describe, fit_full_gaussian, mean_field_warning, resolve_hypers
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
 from .warm_start import (check_groups, check_warm_start_options, parse_learn, read_source, start_from,
@@ -68,7 +68,7 @@ def _check_training_options(args) -> None:
         if clash:
             raise CLIError(f"--max-components fits several models and keeps one: not with {', '.join(clash)}")
         if args.posterior == "joint":
-            raise CLIError("--max-components needs a mixture posterior (full, diag, diag-whitened), not joint")
+            raise CLIError("--max-components needs a mixture posterior (full, diag, diag-u), not joint")
     if args.lr is not None and not args.lr > 0:
         raise CLIError(f"--lr must be > 0, got {args.lr}")
 
@@ -230,7 +230,7 @@ def cmd_train(args) -> int:
     Under ``torchrun`` every rank trains its share of each mini-batch and rank 0 alone prints and
     writes checkpoints and the model."""
     _check_options(args)
-    from ..distributed import launched
+    from ..training.distributed import launched
 
     _check_training_options(args)
     out, ckpt, plot = _output_files(args)
@@ -246,7 +246,7 @@ def cmd_train(args) -> int:
 
 def _train(args, out: str, ckpt: str, plot) -> int:
     """``cmd_train`` in one process (or one rank), its output paths checked and locked."""
-    from ..distributed import finish
+    from ..training.distributed import finish
 
     table, icols, tcols, X, Y = _read_data(args)
 
@@ -297,6 +297,9 @@ def _train(args, out: str, ckpt: str, plot) -> int:
                       f"q(u) from its moments", file=sys.stderr)
     check_groups(args, model)
     warn_joint_factorized(args, model, rank, groups)
+    narrow = mean_field_warning(args, model, groups)
+    if narrow and rank == 0:
+        print(narrow, file=sys.stderr)
     if groups is not None and not quiet:
         print(f"learning only: {', '.join(groups)}", file=sys.stderr)
     ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, args.checkpoint_every, rank, state,
@@ -334,7 +337,7 @@ def _train(args, out: str, ckpt: str, plot) -> int:
                 print(f"savigp train: note: {history.still_rising} (the same command with --resume and a larger "
                       "--iterations continues from the model)", file=sys.stderr)
             if plot:
-                from ..plotting import save_elbo_plot
+                from ..io.plotting import save_elbo_plot
 
                 save_elbo_plot(history.elbo, plot, start=done - history.steps,
                                title=f"{os.path.basename(out)}: ELBO per step ({history.estimator} estimator)")
@@ -353,7 +356,7 @@ def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer)
     complete; before that, it propagates (a SIGTERM as KeyboardInterrupt)."""
     import signal
 
-    from ..distributed import DistributedError
+    from ..training.distributed import DistributedError
 
     after = types.SimpleNamespace(stopped=None, plot_written=False)
 
@@ -383,9 +386,9 @@ def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer)
 def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups):
     """:func:`savigp.training.fit` of the parameter ``groups`` (None: all) for the remaining steps,
     under ``ckp``'s signal handlers."""
-    from ..distributed import launched
+    from ..training.distributed import launched
     from ..training import ConvergenceWarning, default_log_every, fit
-    from ..warm_start import FactorizedHyperparameterWarning
+    from ..training.warm_start import FactorizedHyperparameterWarning
 
     remaining = ckp.total - int(ckp.state.get("step", 0))
     with ckp.signals(sigterm=launched()) as handled:

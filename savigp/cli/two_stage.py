@@ -1,7 +1,7 @@
-"""``savigp train --posterior diag|diag-whitened``: by default the two-stage fit (``--hypers``).
+"""``savigp train --posterior diag|diag-u``: by default the two-stage fit (``--hypers``).
 
-A factorized q(u) (the paper's "mog", diagonal over the inducing values u, Bonilla et al. 2019,
-§6.2, or diagonal over v = L_zz^-1 u) cannot represent the correlation between inducing values, and
+A factorized q(u) (``diag``: diagonal over the whitened v = L_zz^-1 (u - mu); ``diag-u``: the
+paper's "mog", diagonal over the inducing values u, Bonilla et al. 2019, §6.2) cannot represent the correlation between inducing values, and
 its ELBO pays a penalty for that which depends on the kernel; learned jointly with q(u), the kernel
 and the likelihood drift to where that penalty is small, at a worse prediction (the bias of
 variational hyper-parameter learning, Turner & Sahani 2011; measured in docs/mixtures.md: wisconsin
@@ -16,7 +16,7 @@ likelihood together with q(u), ``train`` by default fits in two stages:
 
 This is the recipe ``--warm-start fg.pt --learn posterior`` done in one command. ``--hypers joint``
 learns everything on the factorized ELBO, as the paper does (with the warning of
-:func:`savigp.warm_start.joint_factorized_fit` on a dense model). The model file records what was
+:func:`savigp.training.warm_start.joint_factorized_fit` on a dense model). The model file records what was
 done: ``config["training"]["hypers"]`` (``"two-stage"``, ``"joint"``, or None where the choice does
 not arise) and, after a two-stage fit, ``config["training"]["stage1"]`` (the full Gaussian's steps
 and full-data ELBO with its standard error).
@@ -29,7 +29,7 @@ from typing import Optional
 from .errors import CLIError
 
 #: the factorized families, whose hyper-parameters are taken from a full Gaussian by default
-FACTORIZED = ("diag", "diag-whitened")
+FACTORIZED = ("diag", "diag-u")
 #: the parameter groups of stage 2
 STAGE_TWO_GROUPS = ["posterior"]
 
@@ -48,7 +48,7 @@ def resolve_hypers(args) -> Optional[str]:
             why = (f"--posterior {args.posterior} has no factorization bias (its hyper-parameters are learned with it)"
                    if args.posterior not in FACTORIZED else
                    f"--learn {','.join(args.learn)} does not learn q(u) together with the kernel or likelihood")
-            raise CLIError(f"--hypers {chosen} applies to a factorized posterior (diag, diag-whitened) that learns "
+            raise CLIError(f"--hypers {chosen} applies to a factorized posterior (diag, diag-u) that learns "
                            f"q(u) with the kernel or likelihood: {why}")
         return None
     if args.warm_start:
@@ -62,6 +62,26 @@ def resolve_hypers(args) -> Optional[str]:
                        "as two commands (--posterior full --out fg.pt, then --warm-start fg.pt --learn posterior), or "
                        "give --hypers joint")
     return hypers
+
+
+def mean_field_warning(args, model, groups=None) -> str:
+    """One stderr line when ``--posterior diag-u`` (the diagonal family over u) learns q(u) on a
+    dense model with a Gaussian likelihood, else ''. Its optimum at given hyper-parameters has the
+    mean-field variances 1 / diag(C^-1) of the exact posterior covariance C, never above diag(C)
+    (Bishop 2006, §10.1.2): its predictive intervals are narrower than the full Gaussian's (boston,
+    SF 1: 90% coverage 0.026-0.033 below it, docs/mixtures.md), however well it is trained.
+    ``groups``: the groups the run learns (None: all)."""
+    from likelihoods import Gaussian
+
+    from ..posteriors import UDiagonalMixture
+
+    learns_q = groups is None or "posterior" in groups
+    if not (learns_q and model.dense and isinstance(model.posterior, UDiagonalMixture)
+            and isinstance(model.likelihood, Gaussian)):
+        return ""
+    return (f"savigp train: warning: --posterior {args.posterior} (diagonal over u) on a dense model with a Gaussian "
+            "likelihood has the mean-field optimum, whose 90% intervals are narrower than the full Gaussian's "
+            "(docs/mixtures.md); --posterior diag (diagonal in whitened coordinates) covers as the full Gaussian does")
 
 
 def describe(hypers: Optional[str], args) -> str:

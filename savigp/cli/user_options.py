@@ -14,7 +14,7 @@ import numpy as np
 from likelihoods.callable import label_set
 
 from ..model_files.schema import USER_CODE_ARGUMENTS
-from ..nonfinite import NonFiniteLogProb
+from ..estimators.nonfinite import NonFiniteLogProb
 from ..user_likelihood import is_likelihood_class, parse_lik_params, unused_latents
 from .errors import CLIError, one_line
 
@@ -115,7 +115,7 @@ def probe_callable(likelihood, Y, spec: dict) -> None:
                        f"{tuple(y.shape)} and f of shape {tuple(f.shape)} (Q = --num-latent {likelihood.num_latent}): "
                        f"{type(err).__name__}: {one_line(err)}") from None
     if not bool(torch.isfinite(out).all()):  # exit 3 with the rows and f values
-        from ..nonfinite import non_finite_error
+        from ..estimators.nonfinite import non_finite_error
 
         raise non_finite_error(likelihood, y, f, out)
 

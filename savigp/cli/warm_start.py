@@ -3,7 +3,7 @@ model file (:func:`savigp.warm_start`) and train only some parameter groups
 (:data:`savigp.training.PARAMETER_GROUPS`).
 
 The two together are the two-stage fit of a mixture over the inducing values: a diagonal mixture
-(``--posterior diag``, the paper's "mog", Bonilla et al. 2019, §6.2) that takes the kernel,
+(``--posterior diag-u``, the paper's "mog", Bonilla et al. 2019, §6.2, or ``diag``) that takes the kernel,
 likelihood and inducing inputs of a fitted full Gaussian (``--posterior full``, K = 1) and learns
 only q(u) (``--learn posterior``) predicts as well as the full Gaussian, where learned jointly on
 its own ELBO it can be over-confident at high sparsity factors (see docs/cli.md for the figures).
@@ -106,7 +106,7 @@ def read_source(args, spec: dict, input_names: list, target_names: list):
 def start_from(args, model, saved) -> None:
     """:func:`savigp.warm_start` ``model`` from the source (seeded by ``--seed``); its refusals
     (K != 1, the shapes (Q, M, D), the kernel's class, ...) as one-line errors."""
-    from ..warm_start import warm_start
+    from ..training.warm_start import warm_start
 
     try:
         warm_start(model, saved.model, seed=args.seed)
@@ -126,11 +126,11 @@ def check_groups(args, model) -> None:
 
 def warn_joint_factorized(args, model, rank: int, groups=None) -> None:
     """One stderr line (rank 0, also with ``--quiet``) when the run learns a dense model's kernel or
-    likelihood jointly with a factorized q(u) (:func:`savigp.warm_start.joint_factorized_fit`),
+    likelihood jointly with a factorized q(u) (:func:`savigp.training.warm_start.joint_factorized_fit`),
     naming the two-stage recipe; :func:`savigp.fit`'s own Python warning is then silenced by the
-    caller (:data:`savigp.warm_start.FactorizedHyperparameterWarning`). ``groups``: the groups the
+    caller (:data:`savigp.training.warm_start.FactorizedHyperparameterWarning`). ``groups``: the groups the
     run learns (None: all)."""
-    from ..warm_start import TWO_STAGE_CLI, joint_factorized_fit
+    from ..training.warm_start import TWO_STAGE_CLI, joint_factorized_fit
 
     problem = joint_factorized_fit(model, groups)
     if problem is not None and rank == 0:

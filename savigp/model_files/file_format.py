@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .._choices import KERNELS
-from ..atomic_files import atomic_write
+from ..io.atomic_files import atomic_write
 from .errors import ModelFileError
 from .likelihood_spec import likelihood_spec
 from .migrations import READABLE_VERSIONS, VERSION, upgrade_config
@@ -26,7 +26,7 @@ FORMAT = "savigp-model"
 
 
 def atomic_torch_save(obj, path: str) -> None:
-    """``torch.save(obj)`` to ``path`` atomically (:func:`savigp.atomic_files.atomic_write`): a
+    """``torch.save(obj)`` to ``path`` atomically (:func:`savigp.io.atomic_files.atomic_write`): a
     failure leaves any existing file at ``path`` untouched."""
     with atomic_write(path, "wb") as fh:
         torch.save(obj, fh)

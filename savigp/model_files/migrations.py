@@ -16,7 +16,7 @@ The model itself (:mod:`savigp.model`) knows nothing of files or their history: 
 (:func:`~savigp.model_files.file_format.read_model_file`) calls :func:`upgrade_config`, the builder
 (:func:`~savigp.model_files.builder.rebuild_model`) calls :func:`upgrade_state` before
 ``load_state_dict`` and :func:`upgrade_model` after it. A new format step is one function here
-and its entry; a test loads a file of every earlier layout (``tests/savigp/test_model_file_migrations.py``).
+and its entry; a test loads a file of every earlier layout (``tests/savigp/model_files/test_model_file_migrations.py``).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import torch
 from likelihoods.parameters import inverse_softplus
 
 #: the format version this savigp writes
-VERSION = 3
+VERSION = 4
 
 
 # ---------------------------------------------------------------------- format steps (config)
@@ -34,15 +34,24 @@ VERSION = 3
 V1_DIAGONAL_NAMES = ("diag", "diagonal", "mog")
 
 
+def _posterior_records(config: dict) -> list:
+    """The dicts of ``config`` whose ``"posterior"`` names the family: ``model``, ``model_options``
+    and the command's recorded options (``training.options``, which ``--resume`` compares)."""
+    training = config.get("training")
+    parts = [config.get("model"), config.get("model_options"),
+             training.get("options") if isinstance(training, dict) else None]
+    return [part for part in parts if isinstance(part, dict)]
+
+
 def v1_to_v2(config: dict) -> None:
     """Version 1 -> 2: ``posterior="diag"`` became the paper's diagonal mixture over u
     (:class:`~savigp.posteriors.UDiagonalMixture`, Bonilla et al. 2019, eq. (22)-(23) with a
     diagonal S_k); version-1 files meant the whitened one (also named ``"diagonal"``, ``"mog"``),
-    now ``"diag-whitened"``. The parameters have the same names and shapes, so loading them as
-    ``"diag"`` would silently give another model."""
-    for section in ("model", "model_options"):
-        part = config.get(section)
-        if isinstance(part, dict) and part.get("posterior") in V1_DIAGONAL_NAMES:
+    in version 2 ``"diag-whitened"`` (and in version 4 ``"diag"`` again, :func:`v3_to_v4`). The
+    parameters have the same names and shapes, so loading them as the other family would silently
+    give another model."""
+    for part in _posterior_records(config):
+        if part.get("posterior") in V1_DIAGONAL_NAMES:
             part["posterior"] = "diag-whitened"
 
 
@@ -52,8 +61,28 @@ def v2_to_v3(config: dict) -> None:
     (its user code is imported only with ``trust_code=True`` or an explicit ``likelihood=``)."""
 
 
+#: version 3 -> 4: the new name of each diagonal family's version-3 name
+V3_RENAMED = {"diag": "diag-u", "mog": "diag-u", "diag-whitened": "diag", "diagonal": "diag"}
+
+
+def v3_to_v4(config: dict) -> None:
+    """Version 3 -> 4: ``posterior="diag"`` became the diagonal family in whitened coordinates
+    (:class:`~savigp.posteriors.DiagonalMixture`, the convention of GPflow's ``q_diag`` and
+    GPyTorch's mean-field distribution, whose intervals match the full Gaussian's), and the
+    paper's diagonal mixture over u (:class:`~savigp.posteriors.UDiagonalMixture`) is
+    ``"diag-u"``. A version-2/3 ``"diag"`` (or its alias ``"mog"``) is the mixture over u, now
+    ``"diag-u"``; ``"diag-whitened"`` (or ``"diagonal"``) the whitened one, now ``"diag"``. The
+    parameters of the two have the same names and shapes, so the old name read as the new one would
+    silently give another model. A version-1 ``"diag"`` (whitened) is ``"diag-whitened"`` after
+    :func:`v1_to_v2`, so ``"diag"`` here: whitened, as it was written."""
+    for part in _posterior_records(config):
+        name = part.get("posterior")
+        if isinstance(name, str) and name in V3_RENAMED:
+            part["posterior"] = V3_RENAMED[name]
+
+
 #: ``CONFIG_STEPS[v]``: the step from version v to v + 1 (every version below :data:`VERSION`)
-CONFIG_STEPS: dict[int, Callable[[dict], None]] = {1: v1_to_v2, 2: v2_to_v3}
+CONFIG_STEPS: dict[int, Callable[[dict], None]] = {1: v1_to_v2, 2: v2_to_v3, 3: v3_to_v4}
 #: the versions this savigp reads
 READABLE_VERSIONS = tuple(sorted(CONFIG_STEPS)) + (VERSION,)
 
@@ -73,7 +102,7 @@ CONFIG_DEFAULTS: tuple[Callable[[dict], None], ...] = (entropy_before_it_was_rec
 
 
 def u_diagonal_former_coordinates(model, state: dict) -> None:
-    """A diagonal mixture over u (``posterior="diag"``) written before its ``parametrization``
+    """A diagonal mixture over u (``posterior="diag-u"``, ``"diag"`` in those files) written before its ``parametrization``
     buffer held the u-space mean m and softplus^-1(s) directly; the family now stores
     whitened, prior-conditioned coordinates (w, d) (:class:`~savigp.posteriors.UDiagonalMixture`).
     Such a state is marked ``parametrization = 0`` here and converted by

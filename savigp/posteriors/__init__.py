@@ -9,9 +9,12 @@ model never asks which family it holds. One family per module:
 * :class:`FullGaussian` / :class:`FullMixture` (:mod:`.full`) -- full covariances over the whitened
   v = L_zz^-1 (u - mu) (the paper's "fg", and eq. (8) in its general form), ``posterior="full"``.
 * :class:`DiagonalMixture` (:mod:`.diagonal`) -- diagonal in whitened coordinates,
-  ``posterior="diag-whitened"``.
+  ``posterior="diag"`` (``"diag-whitened"`` before; GPflow's ``q_diag`` and GPyTorch's mean-field
+  distribution under whitening are this family).
 * :class:`UDiagonalMixture` (:mod:`.u_diagonal`) -- the paper's "mog1", "mog2": diagonal over u,
-  in prior-conditioned coordinates, ``posterior="diag"``. Its ELBO, maximized jointly with the
+  in prior-conditioned coordinates, ``posterior="diag-u"`` (``"diag"`` before). Its variances at
+  the optimum are the mean-field ones, 1 / diag(C^-1), so its intervals are narrower than the full
+  Gaussian's on dense models (Bishop 2006, §10.1.2). Its ELBO, maximized jointly with the
   kernel, favours hyper-parameters where the u are weakly correlated (the bias of variational
   hyper-parameter learning, Turner and Sahani 2011); on dense models take the kernel from a full
   Gaussian (:func:`savigp.warm_start`) and learn q(u) only.
@@ -57,8 +60,9 @@ def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components
     """Build a posterior by name (an entry of :data:`POSTERIORS`, by its class's ``build``).
 
     * ``"full"`` (or ``"fg"``): full covariances, whitened; K = 1 is :class:`FullGaussian`.
-    * ``"diag"`` (or ``"mog"``): the paper's diagonal mixture over u, :class:`UDiagonalMixture`.
-    * ``"diag-whitened"``: diagonal in whitened coordinates, :class:`DiagonalMixture`.
+    * ``"diag"`` (or ``"diag-whitened"``, ``"diagonal"``): diagonal in whitened coordinates,
+      :class:`DiagonalMixture`.
+    * ``"diag-u"`` (or ``"mog"``): the paper's diagonal mixture over u, :class:`UDiagonalMixture`.
     * ``"joint"``: one Gaussian over all Q * M whitened values, coupled across the latent
       functions (:class:`JointGaussian`; K = 1).
 

@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from .. import _compile
-from .._triangular import lower_factor_gram, lower_of_product, lower_of_sym_times_lower, lower_mm, solve_lower, upper_t_mm
+from ..runtime import compilation
+from ..linalg.triangular import lower_factor_gram, lower_of_product, lower_of_sym_times_lower, lower_mm, solve_lower, upper_t_mm
 
 #: The full-covariance moments switch to the "middle matrix" form P = S - I (see
 #: :class:`_WhitenedMoments`) when the batch has at least about this many columns per inducing point
@@ -76,7 +76,7 @@ class _WhitenedMoments(torch.autograd.Function):
             # dF/dK_zx = L^-T Gbar = 2 (R V) g + (L^-T m) g_mean^T needs no solve over the batch
             R = solve_lower(L, P, transpose=True)
             A = torch.matmul(R, V)  # (K, Q, M, B)
-            dvar = _compile.call(_colsum_of_product, Kzx, A)
+            dvar = compilation.call(_colsum_of_product, Kzx, A)
         else:
             A = upper_t_mm(scale, V.unsqueeze(0).expand(scale.shape[0], *V.shape))  # L_k^T V, (K, Q, M, B)
             dvar = (A * A).sum(-2) - (V * V).sum(-2)
@@ -118,7 +118,7 @@ class _WhitenedMoments(torch.autograd.Function):
             if need_kzx:
                 # L^-T Gbar with Gbar = 2 sum_k W_k g_k + sum_k m_k g_mean_k^T
                 Lm = solve_lower(L, mT, transpose=True)  # L^-T m, (Q, M, K)
-                d_kzx = _compile.call(_middle_kzx_adjoint, RV, g_var, Lm, gmT)
+                d_kzx = compilation.call(_middle_kzx_adjoint, RV, g_var, Lm, gmT)
             if need_kzz:
                 # only the lower triangle of Gbar V^T = sum_k 2 P_k dP_k + m_k (V g_mean_k)^T is used
                 X = lower_of_product(P, dP2, upper="any")

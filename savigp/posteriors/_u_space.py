@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._triangular import solve_lower
+from ..linalg.triangular import solve_lower
 from ._autograd import jitter_adjoint
 
 

@@ -1,23 +1,28 @@
 """The protocol every variational posterior family implements, so that the model holds no branch
-on the family (Bonilla et al. 2019, §4-7: Bonilla et al. 2019).
+on the family (Bonilla et al. 2019, §4-7).
 
 A family describes q(u) over the inducing values u_j = u(Z_j) of the Q latent functions (M per
 function, K mixture components) in its own coordinates (whitened v = L_zz^-1 (u - mu), or u
-itself). One evaluation of the ELBO (eq. (17)) asks it, in this order:
+itself). One evaluation of the ELBO (eq. (17)) passes through it once, in this order:
 
 1. :meth:`Posterior.evaluation_state` -- whatever it computes once per evaluation and shares
    between the terms (its scales, or its u-space parameters for the current prior);
-2. :meth:`Posterior.marginals` -- q(f_n) less the prior mean at B inputs (eq. (22)-(23)):
-   means ``(K, B, Q)`` and either variances ``(K, B, Q)`` (families factorized over the latent
-   functions) or covariances ``(K, B, Q, Q)`` (a family coupled across them);
-3. :meth:`Posterior.expected_log_lik` -- the estimate of L_ell (eq. (24), (29)) for those
-   marginals: univariate Gaussians or a Q-variate one, each family picks its estimator;
-4. :meth:`Posterior.kl_terms` -- the entropy (eq. (18)) and cross-entropy (eq. (19)) terms in
+2. :meth:`Posterior.marginals` -- q(f_n) less the prior mean at B inputs (eq. (22)-(23)) as a
+   :class:`~savigp.estimators.marginals.LatentMarginals`: means and variances ``(K, B, Q)``
+   always, covariances ``(K, B, Q, Q)`` for a family coupled across the latent functions (else
+   None), log-weights ``(K,)``. The model adds the prior mean and the mean head's shift and hands
+   the result to the estimator of the expected log-likelihood (eq. (24), (29)) it was asked for
+   (:data:`savigp._choices.ESTIMATORS`): the family does not estimate it;
+3. :meth:`Posterior.kl_terms` -- the entropy (eq. (18)) and cross-entropy (eq. (19)) terms in
    the family's coordinates; adding :meth:`Posterior.u_space_shift` to the entropy and
    subtracting it from the cross-entropy gives them in the paper's u-space convention.
 
-Prediction asks :meth:`Posterior.draws` for samples of f* from the same marginals, and
-:meth:`Posterior.variances` for their variances. The prior enters through :class:`InducingPrior`:
+Prediction reads the same marginals (their ``sample`` draws f*). A family that takes
+natural-gradient steps (:func:`savigp.fit_orthnat`; Salimbeni et al. 2018, eq. (15b)-(15c)) owns
+them: :meth:`Posterior.natural_point` (q(v) = N(m, S) with m and S as autograd leaves),
+:meth:`Posterior.natural_marginals` (the marginals at those leaves) and
+:meth:`Posterior.natural_step` (the update, :func:`savigp.posteriors.natural.natural_update`).
+The prior enters through :class:`InducingPrior`:
 a Cholesky factor L_zz of the (jittered) K_zz, with autograd through it (the reference path), or
 without graph together with K_zz itself (the fused path, where the families' hand-written backward
 passes hand the gradient to K_zz; :attr:`Posterior.fused_prior` says which a family needs).
@@ -25,10 +30,13 @@ passes hand the gradient to K_zz; :attr:`Posterior.fused_prior` says which a fam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
+
+from ..estimators.marginals import LatentMarginals
+from .natural import NaturalPoint
 
 
 @dataclass
@@ -53,19 +61,8 @@ class InducingPrior:
         return not self.Lzz.requires_grad
 
 
-class Marginals(NamedTuple):
-    """q(f_n) less the prior mean at B inputs.
-
-    Attributes:
-        mean: ``(K, B, Q)``.
-        cov: variances ``(K, B, Q)`` or covariances ``(K, B, Q, Q)`` (see :meth:`Posterior.variances`).
-        V: the whitened cross-covariances L_zz^-1 K_zx ``(Q, M, B)`` when the family formed them with
-            autograd through L_zz (the mean head then reuses them), else None.
-    """
-
-    mean: Tensor
-    cov: Tensor
-    V: Optional[Tensor] = None
+#: the marginals a family returns (the name of earlier versions)
+Marginals = LatentMarginals
 
 
 def variance_floor(kxx: Tensor) -> Tensor:
@@ -123,25 +120,14 @@ class Posterior(nn.Module):
         :meth:`kl_terms` (None: nothing)."""
         return None
 
-    def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> Marginals:
-        """q(f_n) less the prior mean at B inputs.
+    def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> LatentMarginals:
+        """q(f_n) less the prior mean at B inputs, with the family's log-weights.
 
         Args:
             prior: the prior factor (and K_zz on the fused path).
             Kzx: ``(Q, M, B)`` cross-covariances k(Z_j, x_n); kxx: ``(Q, B)`` prior variances.
             state: :meth:`evaluation_state` of this evaluation, or None (computed here).
         """
-        raise NotImplementedError
-
-    def variances(self, cov: Tensor) -> Tensor:
-        """The marginal variances ``(K, B, Q)`` of :attr:`Marginals.cov`."""
-        return cov
-
-    def expected_log_lik(self, likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
-                         num_samples: int, scale: float = 1.0, generator: Optional[torch.Generator] = None):
-        """L_ell (Bonilla et al. 2019, eq. (24), (29)) for marginals ``mean (K, B, Q)``, ``cov`` (as returned by
-        :meth:`marginals`, prior mean added) and targets ``y (B, P)``; an
-        :class:`savigp.expected_log_lik.ELLEstimate`."""
         raise NotImplementedError
 
     def kl_terms(self, prior: InducingPrior, state: Any = None,
@@ -156,11 +142,6 @@ class Posterior(nn.Module):
         if self.whitened:
             return torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum()
         return Lzz.new_zeros(())
-
-    def draws(self, mean: Tensor, cov: Tensor, eps: Tensor) -> Tensor:
-        """Samples of f from the marginals ``mean (K, B, Q)``, ``cov``: ``(S, K, B, Q)`` for standard
-        normal ``eps`` ``(S, K, 1, Q)`` (shared by the B rows)."""
-        return mean + cov.sqrt() * eps
 
     # ------------------------------------------------------------------ moments over u (warm starts)
     def u_moments(self, Lzz: Tensor) -> tuple[Tensor, Tensor]:
@@ -178,6 +159,15 @@ class Posterior(nn.Module):
         deviations; equal weights."""
         raise NotImplementedError(f"{type(self).__name__} cannot be set from moments over u (init_from_moments)")
 
+    # ------------------------------------------------------------------ size, before one is built
+    @classmethod
+    def cost_terms(cls, num_components: int, num_latent: int, num_inducing: int, batch: int) -> tuple[int, int, float]:
+        """What this family adds to a model's cost (:func:`savigp.cost.model_cost`, read before the
+        model is built): the numbers its covariances hold, the numbers one mini-batch of ``batch``
+        rows needs beyond K_zx and V, and the floating-point operations of one step beyond the
+        prior's. By default those of a diagonal family: K Q M numbers, nothing more."""
+        return num_components * num_latent * num_inducing, 0, 0.0
+
     # ------------------------------------------------------------------ set-up and capabilities
     def start(self, prior_factor: Callable[[], Tensor]) -> None:
         """Called once by a model that built this posterior from its name; families whose initial
@@ -186,6 +176,29 @@ class Posterior(nn.Module):
     def natural_gradient_obstacle(self) -> Optional[str]:
         """Why :func:`savigp.fit_orthnat` cannot update this posterior (a message), or None."""
         return None
+
+    # ------------------------------------------------------------------ natural gradients (families with one Gaussian)
+    def natural_point(self) -> "NaturalPoint":
+        """The start of a natural-gradient step (Salimbeni et al. 2018, eq. (15b)-(15c)): q(v) = N(m, S)
+        with m and S as autograd leaves (:class:`~savigp.posteriors.natural.NaturalPoint`).
+
+        Raises:
+            ValueError: :meth:`natural_gradient_obstacle`'s message, for a family that takes no such step.
+        """
+        raise ValueError(self.natural_gradient_obstacle() or f"{type(self).__name__} takes no natural-gradient steps")
+
+    def natural_marginals(self, point: "NaturalPoint", prior: InducingPrior, Kzx: Tensor, kxx: Tensor) -> LatentMarginals:
+        """:meth:`marginals` of q(v) = N(``point.mean``, ``point.cov``) (autograd through ``prior.Lzz``
+        and the point's leaves), for the gradients d ELL / dm and d ELL / dS of a natural step."""
+        raise NotImplementedError(f"{type(self).__name__} takes no natural-gradient steps")
+
+    def natural_step(self, point: "NaturalPoint", g_mean: Tensor, g_cov: Tensor, step: float, *,
+                     fix_mean: bool = False) -> float:
+        """Take the natural-gradient step of size ``step`` (tau in (0, 1]) from ``point`` with the
+        expected log-likelihood's gradients ``g_mean`` (in m) and ``g_cov`` (in S), and set the
+        parameters to its result (``fix_mean``: keep m at zero, a head that fixes the coupled mean).
+        Returns the step taken (halved until the precision is positive definite)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no natural-gradient steps")
 
     @property
     def supports_natural_gradients(self) -> bool:

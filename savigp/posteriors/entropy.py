@@ -21,7 +21,7 @@ from torch import Tensor
 
 from likelihoods.densities import LOG_2PI
 from .._choices import DEFAULT_ENTROPY, ENTROPY_ESTIMATES
-from .._triangular import lower_factor_gram
+from ..linalg.triangular import lower_factor_gram
 
 # ENTROPY_ESTIMATES, the entropy estimates of a mixture with K > 1 components: "pairwise" (Kolchinsky
 # & Tracey 2017, the default, DEFAULT_ENTROPY), "bound" (Bonilla et al. 2019, eq. (18); the name

@@ -9,10 +9,21 @@ from __future__ import annotations
 from .mixture import MixtureFamily, MixturePosterior
 
 
+def _full_cost_terms(K: int, Q: int, M: int, B: int) -> tuple[int, int, float]:
+    """K Q M^2 numbers for the factors L_kj; S_k V per mini-batch (K B Q M); K Q M^3 flops a step
+    for the products with L_kj L_kj^T."""
+    return K * Q * M * M, K * B * Q * M, float(K * Q * M ** 3)
+
+
 class FullGaussian(MixturePosterior):
     """K = 1 Gaussian with full covariances S_j = L_j L_j^T (the paper's "fg")."""
 
     kind = "full"
+
+    @classmethod
+    def cost_terms(cls, num_components: int, num_latent: int, num_inducing: int, batch: int) -> tuple[int, int, float]:
+        """Full covariances (see :meth:`Posterior.cost_terms`)."""
+        return _full_cost_terms(num_components, num_latent, num_inducing, batch)
 
     def __init__(self, num_latent: int, num_inducing: int, init_scale: float = 1.0, **_):
         super().__init__(1, num_latent, num_inducing, diagonal=False, init_scale=init_scale)
@@ -23,6 +34,11 @@ class FullMixture(MixtureFamily):
 
     kind = "full"
     default_components = 2
+
+    @classmethod
+    def cost_terms(cls, num_components: int, num_latent: int, num_inducing: int, batch: int) -> tuple[int, int, float]:
+        """Full covariances (see :meth:`Posterior.cost_terms`)."""
+        return _full_cost_terms(num_components, num_latent, num_inducing, batch)
 
     @classmethod
     def build(cls, num_latent: int, num_inducing: int, num_components: int = 1, **options) -> MixturePosterior:

@@ -24,10 +24,10 @@ for moderate Q * M (the seismic model: Q = 8, M = 113). The ELBO terms in whiten
     L_ent   = QM/2 log(2 pi e) + sum log diag L_S,
     L_cross = -1/2 (QM log 2 pi + m^T m + ||L_S||_F^2),
 
-and the expected log-likelihood is estimated from samples of the correlated q(f_n)
-(:func:`savigp.expected_log_lik.expected_log_lik_joint`), by reparameterization or by the score
+and the model's estimator of the expected log-likelihood draws from the correlated q(f_n)
+(:func:`savigp.estimators.expected_log_likelihood.expected_log_lik_joint`), by reparameterization or by the score
 function (black-box likelihoods). One component only (K = 1). The family implements the protocol of
-:mod:`savigp.posteriors.base` with covariances ``(1, B, Q, Q)`` for its marginals, and always
+:mod:`savigp.posteriors.base` with covariances ``(1, B, Q, Q)`` in its marginals, and always
 differentiates through L_zz (no fused path).
 """
 from __future__ import annotations
@@ -40,10 +40,8 @@ from torch import Tensor, nn
 from likelihoods.densities import LOG_2PI
 from likelihoods.parameters import inverse_softplus
 
-from .._linalg import point_cholesky
-from ..expected_log_lik import expected_log_lik_joint
 from ._autograd import lower_factor
-from .base import InducingPrior, Marginals, ScaledPosterior
+from .base import InducingPrior, LatentMarginals, ScaledPosterior
 
 
 class JointGaussian(ScaledPosterior):
@@ -154,31 +152,22 @@ class JointGaussian(ScaledPosterior):
         return -0.5 * (n * math.log(2.0 * math.pi) + (self.mean * self.mean).sum() + (L * L).sum())
 
     # ------------------------------------------------------------------ the protocol (savigp.posteriors.base)
-    def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> Marginals:
+    def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> LatentMarginals:
         """q(f_n) less the prior mean: means ``(1, B, Q)`` and covariances ``(1, B, Q, Q)``
         (:meth:`joint_marginals`), with autograd through ``prior.Lzz``."""
         V = torch.linalg.solve_triangular(prior.Lzz, Kzx, upper=False)  # (Q, M, B)
         fmean, cov = self.joint_marginals(V, kxx, state)
-        return Marginals(fmean[None], cov[None], V)
-
-    def variances(self, cov: Tensor) -> Tensor:
-        """The diagonals ``(1, B, Q)`` of the covariances ``(1, B, Q, Q)``."""
-        return cov.diagonal(dim1=-2, dim2=-1)
-
-    def expected_log_lik(self, likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
-                         num_samples: int, scale: float = 1.0, generator: Optional[torch.Generator] = None):
-        """L_ell with q(f_n) a Q-variate Gaussian (:func:`savigp.expected_log_lik.expected_log_lik_joint`)."""
-        return expected_log_lik_joint(likelihood, y, mean[0], cov[0], estimator=estimator, num_samples=num_samples,
-                                      scale=scale, generator=generator)
-
-    def draws(self, mean: Tensor, cov: Tensor, eps: Tensor) -> Tensor:
-        """Correlated samples f = mean + chol(cov) eps, ``(S, 1, B, Q)``, for eps ``(S, 1, 1, Q)``."""
-        return mean[0] + torch.matmul(point_cholesky(cov[0]), eps.unsqueeze(-1)).squeeze(-1)
+        return LatentMarginals(fmean[None], cov.diagonal(dim1=-2, dim2=-1)[None], self.log_weights(), cov=cov[None], V=V)
 
     def natural_gradient_obstacle(self) -> Optional[str]:
         return ("natural-gradient updates are derived for posteriors factorized over the latent functions; "
                 "this model's posterior is 'joint' (coupled across them): use savigp.fit (Adam or L-BFGS)")
 
+
+    @classmethod
+    def cost_terms(cls, num_components: int, num_latent: int, num_inducing: int, batch: int) -> tuple[int, int, float]:
+        """One (Q M) x (Q M) covariance (see :meth:`Posterior.cost_terms`)."""
+        return (num_latent * num_inducing) ** 2, 0, 0.0
 
     def extra_repr(self) -> str:
         return f"Q={self.num_latent}, M={self.num_inducing} (one Gaussian over all {self.num_latent * self.num_inducing} values)"

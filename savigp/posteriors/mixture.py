@@ -27,12 +27,12 @@ from torch.nn import functional as F
 
 from likelihoods.densities import LOG_2PI
 from likelihoods.parameters import inverse_softplus
-from ..expected_log_lik import expected_log_lik
 from ._autograd import SCALE_FLOOR, lower_factor, squared_norm, whitened_moments
-from .base import InducingPrior, Marginals, ScaledPosterior, variance_floor
+from .base import InducingPrior, LatentMarginals, ScaledPosterior, variance_floor
 from .entropy import (DEFAULT_ENTROPY, ENTROPY_ESTIMATES, entropy_bound, entropy_monte_carlo, entropy_pairwise,
                       spread_means)
 from .moments import check_moments, diagonal_variances, raw_scale
+from .natural import NaturalPoint, natural_update
 
 
 class MixturePosterior(ScaledPosterior):
@@ -297,7 +297,7 @@ class MixturePosterior(ScaledPosterior):
         O(sd(log q) / sqrt(S K)): zero for coinciding components, about sqrt(D / 2) / sqrt(S K) per
         overlap-free component (log q of a Gaussian in D dimensions has variance D / 2), e.g.
         0.125 nats at D = 4, S = 64, K = 2 (exact for equal weights; measured 0.122 over 4000 replicates
-        by ``pytest tests/savigp/test_mixtures.py -k entropy_sd``). Cost: K^2 S Q triangular solves of
+        by ``pytest tests/savigp/posteriors/test_mixtures.py -k entropy_sd``). Cost: K^2 S Q triangular solves of
         size M (full) or O(K^2 S Q M) elementwise (diagonal), plus the draws.
         """
         if self.entropy_estimate == "pairwise":
@@ -326,7 +326,7 @@ class MixturePosterior(ScaledPosterior):
         V = L_zz^-1 K_zx ``(Q, M, B)`` (``Lzz`` unused: the whitened terms need only V)."""
         return torch.einsum("kqm,qmb->kqb", self.mean, V), self.marginal_quadratic(V)
 
-    def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> Marginals:
+    def marginals(self, prior: InducingPrior, Kzx: Tensor, kxx: Tensor, state: Any = None) -> LatentMarginals:
         """b_knj - mu_j and s2_knj (Bonilla et al. 2019, eq. (22)-(23)), each ``(K, B, Q)``, floored at
         :func:`~savigp.posteriors.base.variance_floor`. On the fused path (``prior.Lzz`` without
         graph) by :meth:`moments`' hand-written backward pass, else by autograd through L_zz."""
@@ -338,13 +338,7 @@ class MixturePosterior(ScaledPosterior):
             fmean, quad = self.reference_moments(V, prior.Lzz, state)
             var = kxx - (V * V).sum(-2) + quad  # (K, Q, B)
         var = torch.clamp_min(var, variance_floor(kxx))
-        return Marginals(fmean.transpose(-1, -2), var.transpose(-1, -2), V)
-
-    def expected_log_lik(self, likelihood, y: Tensor, mean: Tensor, cov: Tensor, *, estimator: str,
-                         num_samples: int, scale: float = 1.0, generator: Optional[torch.Generator] = None):
-        """L_ell of the K components' factorized marginals (:func:`savigp.expected_log_lik.expected_log_lik`)."""
-        return expected_log_lik(likelihood, y, mean, cov, self.weights(), estimator=estimator,
-                                num_samples=num_samples, scale=scale, generator=generator)
+        return LatentMarginals(fmean.transpose(-1, -2), var.transpose(-1, -2), self.log_weights(), V=V)
 
     @torch.no_grad()
     def precondition_gradients(self) -> None:
@@ -381,9 +375,47 @@ class MixturePosterior(ScaledPosterior):
 
     def natural_gradient_obstacle(self) -> Optional[str]:
         if self.num_components != 1:
-            return (f"natural-gradient updates need a single Gaussian q(v) (posterior='full' or 'diag-whitened' with "
+            return (f"natural-gradient updates need a single Gaussian q(v) (posterior='full' or 'diag' with "
                     f"num_components=1); this model has K={self.num_components} components: use savigp.fit (Adam)")
         return None
+
+    # ------------------------------------------------------------------ natural gradients (K = 1)
+    def natural_point(self) -> NaturalPoint:
+        """q(v) = N(m, S) of the single component, m ``(Q, M)`` and S (``(Q, M, M)``, or its diagonal
+        ``(Q, M)``) as autograd leaves (:meth:`~savigp.posteriors.base.Posterior.natural_point`)."""
+        obstacle = self.natural_gradient_obstacle()
+        if obstacle is not None:
+            raise ValueError(obstacle)
+        with torch.no_grad():
+            m0 = self.mean[0].detach().clone()
+            L0 = self.scale()[0].detach().clone()
+        S = L0 * L0 if self.diagonal else L0 @ L0.transpose(-1, -2)
+        return NaturalPoint(m0.clone().requires_grad_(True), S.requires_grad_(True), m0, L0, self.diagonal)
+
+    def natural_marginals(self, point: NaturalPoint, prior: InducingPrior, Kzx: Tensor, kxx: Tensor) -> LatentMarginals:
+        """b_nj - mu_j = v_nj^T m_j and s2_nj = k_nn - v_nj^T v_nj + v_nj^T S_j v_nj (Bonilla et al. 2019,
+        eq. (22)-(23), whitened) with S itself the variable (the parameters hold its factor), by
+        autograd through ``prior.Lzz``; means and variances ``(1, B, Q)``."""
+        V = torch.linalg.solve_triangular(prior.Lzz, Kzx, upper=False)  # (Q, M, B)
+        fmean = torch.einsum("qm,qmb->qb", point.mean, V)
+        S = point.cov
+        quad = (S.unsqueeze(-1) * V * V).sum(-2) if point.diagonal else (V * (S @ V)).sum(-2)
+        var = (kxx - (V * V).sum(-2) + quad).clamp_min(variance_floor(kxx))
+        return LatentMarginals(fmean.transpose(-1, -2).unsqueeze(0), var.transpose(-1, -2).unsqueeze(0),
+                               self.log_weights().detach(), V=V)
+
+    @torch.no_grad()
+    def natural_step(self, point: NaturalPoint, g_mean: Tensor, g_cov: Tensor, step: float, *,
+                     fix_mean: bool = False) -> float:
+        """The update of :func:`~savigp.posteriors.natural.natural_update` from ``point`` (g_cov
+        symmetrized for a full S), written to ``mean`` and ``raw_scale``; returns the step taken."""
+        if not point.diagonal:
+            g_cov = 0.5 * (g_cov + g_cov.transpose(-1, -2))
+        new_m, new_L, tau = natural_update(point.start_mean, point.start_scale, g_mean, g_cov, step, point.diagonal)
+        if fix_mean:
+            new_m = torch.zeros_like(new_m)
+        self.set_full(new_m.unsqueeze(0), new_L.unsqueeze(0))
+        return tau
 
     def extra_repr(self) -> str:
         return (f"K={self.num_components}, Q={self.num_latent}, M={self.num_inducing}, "

@@ -6,7 +6,7 @@ reports every failure (:class:`Report`, raising :class:`CheckError`):
 * :func:`check_posterior` (:mod:`.posteriors`) for posterior families registered in
   :data:`savigp.posteriors.POSTERIORS`;
 * :func:`check_mean_head` (:mod:`.mean_heads`) for mean heads registered in
-  :data:`savigp.mean_bases.MEAN_HEADS`, with the closed-form KL reference it uses;
+  :data:`savigp.mean_heads.MEAN_HEADS`, with the closed-form KL reference it uses;
 * :func:`check_estimator` (:mod:`.estimators`) for the expected log-likelihood estimators.
 
 The likelihood kit: :func:`check_likelihood` runs on any likelihood (built-in,

@@ -1,5 +1,7 @@
-"""A test kit for expected log-likelihood estimators (:mod:`savigp.expected_log_lik`, Bonilla et al.
-2019, eq. (24)-(29)): :func:`check_estimator` checks an estimator's value and its gradients in the
+"""A test kit for expected log-likelihood estimators (:mod:`savigp.estimators.expected_log_likelihood`, Bonilla et al.
+2019, eq. (24)-(29)): :func:`check_estimator` builds a registered estimator by name
+(:data:`savigp.ESTIMATORS`, :func:`savigp.estimators.make_estimator`), calls it as the model does
+with a :class:`~savigp.estimators.LatentMarginals`, and checks its value and its gradients in the
 marginal means and variances against a likelihood's closed form, with tolerances from the Monte
 Carlo standard error over independent replications.
 
@@ -38,11 +40,11 @@ class _Problem:
         mean = self.mean.to(dtype=dtype, device=device).clone().requires_grad_(True)
         var = self.var.to(dtype=dtype, device=device).clone().requires_grad_(True)
         gen = torch.Generator(device=mean.device).manual_seed(self.seed + 7919 * rep)
-        from ..expected_log_lik import expected_log_lik
+        from ..estimators import LatentMarginals, make_estimator
 
-        est = expected_log_lik(lik, self.y.to(dtype=dtype, device=device), mean, var,
-                               self.weights.to(dtype=dtype, device=device), estimator=self.estimator,
-                               num_samples=self.num_samples, scale=self.scale, generator=gen)
+        q = LatentMarginals(mean, var, torch.log(self.weights.to(dtype=dtype, device=device)))
+        est = make_estimator(self.estimator, lik)(lik, self.y.to(dtype=dtype, device=device), q,
+                                                  num_samples=self.num_samples, scale=self.scale, generator=gen)
         gm, gv = torch.autograd.grad(est.value, (mean, var))
         self.likelihood.to(dtype=torch.float64, device="cpu")
         return est, gm, gv
@@ -57,7 +59,7 @@ class _Problem:
 
     @property
     def monte_carlo(self) -> bool:
-        from ..expected_log_lik import resolve_estimator
+        from ..estimators.expected_log_likelihood import resolve_estimator
 
         return resolve_estimator(self.estimator, self.likelihood) not in ("closed-form", "quadrature")
 

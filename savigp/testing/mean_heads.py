@@ -1,5 +1,5 @@
 """A test kit for mean heads (``mean_basis=``, Salimbeni et al. 2018): :func:`check_mean_head` runs on
-any registered head (:data:`savigp.mean_bases.MEAN_HEADS`) the checks savigp runs on its own, with
+any registered head (:data:`savigp.mean_heads.MEAN_HEADS`) the checks savigp runs on its own, with
 the closed-form references they use (:func:`explicit_component_kl`, :func:`model_kl`).
 
     from savigp.testing.mean_heads import check_mean_head
@@ -48,7 +48,7 @@ def explicit_component_kl(model, k: int, basis: Optional[str] = None) -> float:
         orthogonal = head.orthogonal if basis is None else basis == "orthogonal"
         Lzz = model.prior_factor()
         Kzz = Lzz @ Lzz.transpose(-1, -2)
-        Kzg = kern(Z, head.gamma)  # blockwise, so that Z may be inducing features (savigp.fourier_features)
+        Kzg = kern(Z, head.gamma)  # blockwise, so that Z may be inducing features (savigp.kernels.fourier_features)
         KPP = torch.cat([torch.cat([Kzz, Kzg], -1), torch.cat([Kzg.transpose(-1, -2), kern(head.gamma, head.gamma)], -1)], -2)
         M = Z.shape[1]
         KPZ, KPg = KPP[:, :, :M], KPP[:, :, M:]
@@ -138,6 +138,37 @@ def _zero_head(p: _Problem):
     return PASSED, ""
 
 
+def _explicit_state(p: _Problem):
+    """The head's per-evaluation state (``evaluation_state``), passed to ``mean_shift`` and ``kl``,
+    gives what they compute without it, and the head carries nothing from one call to the next:
+    after an in-place change of its coefficients a, both see the new values."""
+    model = p.model()
+    head = model.mean_head
+    with torch.no_grad():
+        Lzz = model.prior_factor()
+        X = model.train_x[:5]
+        V = torch.linalg.solve_triangular(Lzz, model.kernel(model.inducing, X), upper=False)
+
+        def both(state=None):
+            return (head.mean_shift(X, model.kernel, model.inducing, Lzz, V, state=state),
+                    head.kl(model.kernel, model.inducing, Lzz, posterior=model.posterior, state=state))
+
+        state = head.evaluation_state(model.kernel, model.inducing, Lzz)
+        (s1, k1), (s0, k0) = both(state), both()
+        if float((s1 - s0).abs().max()) > 1e-12 * max(1.0, float(s0.abs().max())) or \
+                abs(float(k1) - float(k0)) > 1e-12 * max(1.0, abs(float(k0))):
+            return FAILED, "mean_shift / kl with the head's evaluation_state differ from them without it"
+        head.a.mul_(2.0)
+        try:
+            (s2, k2), (s3, k3) = both(), both(head.evaluation_state(model.kernel, model.inducing, Lzz))
+        finally:
+            head.a.div_(2.0)
+    if float((s2 - 2.0 * s0).abs().max()) > 1e-9 * max(1.0, float(s0.abs().max())) or \
+            float((s3 - s2).abs().max()) > 1e-12 * max(1.0, float(s2.abs().max())) or abs(float(k2) - float(k3)) > 1e-9:
+        return FAILED, "after a -> 2 a the mean shift is not doubled: the head kept terms from an earlier call"
+    return PASSED, ""
+
+
 def _kl_reference(p: _Problem):
     """The model's KL (posterior + head) equals the KL of the joint Gaussian over [Z, gamma]."""
     if not p.reference:
@@ -163,6 +194,7 @@ def _gradients(p: _Problem):
 CHECKS = (
     ("shapes", _shapes, ()),
     ("zero_head", _zero_head, ("shapes",)),
+    ("explicit_state", _explicit_state, ("shapes",)),
     ("kl_reference", _kl_reference, ("shapes",)),
     ("gradients", _gradients, ("shapes",)),
     ("dtype", marginals_dtype, ("shapes",)),
@@ -176,6 +208,8 @@ def check_mean_head(basis: str, *, posterior: str = "full", size: int = 5, refer
     ``posterior``) the way savigp checks its own:
 
     * ``shapes``: ``mean_shift`` is ``(Q, B)``, ``kl`` a scalar, both finite;
+    * ``explicit_state``: ``mean_shift`` and ``kl`` given the head's ``evaluation_state`` equal them
+      without it, and the head keeps nothing between calls (a -> 2 a doubles the shift at once);
     * ``zero_head``: with a = 0 the head adds exact zeros to the mean and the KL;
     * ``kl_reference``: the model's KL equals :func:`explicit_component_kl` at 1e-7 (``reference=False``
       skips it for a head that is neither the orthogonal nor the unprojected basis);

@@ -1,6 +1,6 @@
 """A test kit for posterior families (:mod:`savigp.posteriors`): :func:`check_posterior` runs on any
 registered family (:data:`savigp.posteriors.POSTERIORS`) the checks savigp runs on its own, through
-a small model: the protocol's shapes, the fused against the autograd path, the marginals and the KL
+a small model: the protocol's shapes (its marginals a :class:`~savigp.estimators.LatentMarginals`), the fused against the autograd path, the marginals and the KL
 terms against the Gaussian formulas over u (Bonilla et al. 2019, eq. (18)-(19), (22)-(23)), draws
 against the marginals, finite gradients, dtype and device following.
 
@@ -69,6 +69,18 @@ def _shapes(p: _Problem):
         return FAILED, f"weights have shape {tuple(w.shape)} and sum {float(w.detach().sum())}, expected ({p.K},) summing to 1"
     if not bool((var.detach() > 0).all()) or not math.isfinite(float(model.elbo().elbo.detach())):
         return FAILED, "variances not positive or the ELBO not finite"
+    from ..estimators.marginals import LatentMarginals
+    from ..posteriors.base import InducingPrior
+
+    with torch.no_grad():  # the protocol's marginals: the fixed contract the estimators read
+        q = model.posterior.marginals(InducingPrior(model.prior_factor()), model.kernel(model.inducing, X),
+                                      model.kernel.diag(X))
+    if not isinstance(q, LatentMarginals):
+        return FAILED, f"Posterior.marginals returned a {type(q).__name__}, expected a LatentMarginals"
+    if q.cov is not None and float((q.cov.diagonal(dim1=-2, dim2=-1) - q.var).abs().max()) > 1e-12:
+        return FAILED, "the marginals' var is not the diagonal of their cov"
+    if float((q.log_weights - model.posterior.log_weights().detach()).abs().max()) > 1e-12:
+        return FAILED, "the marginals' log_weights are not the family's log_weights()"
     return PASSED, ""
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -34,7 +34,7 @@ from .convergence import full_data_elbo
 def _check_growable(model: SAVIGP) -> MixturePosterior:
     post = model.posterior
     if not isinstance(post, MixturePosterior) or getattr(post, "joint", False):
-        raise ValueError(f"growing K needs a mixture posterior ('full', 'diag', 'diag-whitened'); this model's is "
+        raise ValueError(f"growing K needs a mixture posterior ('full', 'diag', 'diag-u'); this model's is "
                          f"{type(post).__name__}")
     if model.mean_head is not None:
         raise ValueError("growing K is not supported with a mean head (mean_basis_size > 0): the head holds the "
@@ -208,13 +208,14 @@ def format_table(table: dict, chosen: int) -> str:
     return "\n".join(lines)
 
 
-def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int = 2, min_gain_se: float = 2.0,
+def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, restarts: int = 2, min_gain_se: float = 2.0,
                       min_gain: float = 0.1,
                       eval_samples: int = 1000, eval_repeats: int = 4, entropy: Optional[str] = None,
                       verbose: bool = True, **fit_kwargs) -> ComponentSearch:
     """Choose the number of mixture components K by the full-data ELBO.
 
-    Fits ``model`` as it is (``savigp.fit(model, **fit_kwargs)``; normally K = 1), then for
+    Fits ``model`` as it is (``fit(model, **fit_kwargs)``, :func:`savigp.fit` when called as
+    :func:`savigp.choose_components`; normally K = 1), then for
     K + 1: a birth (:func:`grow`) of the kept K fit and ``restarts`` fresh starts (:func:`restart`,
     seeds ``fit_kwargs['seed'] + 1, 2, ...``), each fitted with ``fit_kwargs``; the start with the
     highest full-data ELBO (:func:`elbo_estimate`) is kept. K + 1 is accepted while its ELBO exceeds
@@ -226,7 +227,10 @@ def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int =
     nothing (a one-sided normal test).
 
     Args:
-        model: a :class:`savigp.SAVIGP` with a mixture posterior ('full', 'diag', 'diag-whitened')
+        fit: fits one model in place with ``fit_kwargs`` and returns its ``TrainingHistory``
+            (:func:`savigp.fit`, which :func:`savigp.choose_components` passes; taken as an
+            argument so that this module does not import the training loop that calls it).
+        model: a :class:`savigp.SAVIGP` with a mixture posterior ('full', 'diag', 'diag-u')
             and no mean head. It is fitted in place (as the first K); the other fits are copies.
         max_components: the largest K tried (>= the model's K).
         restarts: fresh starts per K > the model's K, besides the birth.
@@ -242,8 +246,6 @@ def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int =
     Returns:
         :class:`ComponentSearch`: the chosen, fitted model, its K, and the ELBO per K.
     """
-    from .fitting import fit
-
     post = _check_growable(model)
     K0 = post.num_components
     if int(max_components) < K0:

@@ -17,38 +17,19 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from .. import distributed
-from .._choices import PARAMETER_GROUPS
-from .._allocator import tune_cpu_allocator
-from .._threads import choose_threads, step_work, torch_threads
+from . import distributed
+from .._choices import OPTIMIZERS, PARAMETER_GROUPS
+from ..runtime.allocator import tune_cpu_allocator
+from ..runtime.threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
 from . import loop, starts as _starts, step as _step
+from .components import ComponentSearch, adopt, search_components
 from .convergence import ConvergenceWarning, full_data_elbo
+from .groups import parameter_groups
 from .loop import Batches, TrainingHistory
 from .rules import GradientStep, SyncFreeStep
 from .starts import DEFAULT_FRACTION
 
-OPTIMIZERS = ("adam", "adadelta", "lbfgs")
-
-
-def parameter_groups(model: SAVIGP, groups: Optional[Sequence[str]] = None) -> list:
-    """The trainable parameters of the named groups (all groups by default)."""
-    groups = PARAMETER_GROUPS if groups is None else tuple(groups)
-    unknown = set(groups) - set(PARAMETER_GROUPS)
-    if unknown:
-        raise ValueError(f"unknown parameter group(s) {sorted(unknown)}; choose from {PARAMETER_GROUPS}")
-    modules = {"posterior": [model.posterior], "kernel": [model.kernel], "likelihood": [model.likelihood],
-               "mean_head": [model.mean_head] if model.mean_head is not None else []}
-    params = []
-    for g in groups:
-        if g == "inducing":
-            params += [model.inducing] if isinstance(model.inducing, torch.nn.Parameter) else []
-        elif g == "prior_mean":
-            params += [model.prior_mean] if isinstance(model.prior_mean, torch.nn.Parameter) else []
-        else:
-            for m in modules[g]:
-                params += [p for p in m.parameters() if p.requires_grad]
-    return params
 
 
 #: the mixture weights' learning rate relative to fit's ``lr`` (first-order optimizers, K > 1)
@@ -80,10 +61,10 @@ def mixture_param_groups(model: SAVIGP, params: list, lr: float, weight_lr: Opti
 
 
 def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> None:
-    """A :class:`~savigp.warm_start.FactorizedHyperparameterWarning` naming the two-stage recipe when
+    """A :class:`~savigp.training.warm_start.FactorizedHyperparameterWarning` naming the two-stage recipe when
     ``groups`` learn a dense model's hyper-parameters with a factorized q(u)
-    (:func:`savigp.warm_start.joint_factorized_fit`)."""
-    from ..warm_start import TWO_STAGE_PYTHON, FactorizedHyperparameterWarning, joint_factorized_fit
+    (:func:`savigp.training.warm_start.joint_factorized_fit`)."""
+    from .warm_start import TWO_STAGE_PYTHON, FactorizedHyperparameterWarning, joint_factorized_fit
 
     problem = joint_factorized_fit(model, groups)
     if problem is not None:
@@ -91,12 +72,24 @@ def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> No
                       FactorizedHyperparameterWarning, stacklevel=4)  # (fit's caller, through _fit)
 
 
+def choose_components(model: SAVIGP, **options) -> ComponentSearch:
+    """Choose the number of mixture components K by the full-data ELBO: grow K from the model's
+    while K + 1's ELBO exceeds K's by more than its Monte Carlo standard error, each K fitted by
+    :func:`fit`. ``options``: those of
+    :func:`savigp.training.components.search_components` (``max_components``, ``restarts``,
+    ``min_gain_se``, ``min_gain``, ``eval_samples``, ``eval_repeats``, ``entropy``, ``verbose``)
+    and of :func:`fit`. Returns a :class:`~savigp.training.components.ComponentSearch`: the
+    chosen, fitted model, its K and the ELBO per K."""
+    return search_components(model, fit, **options)
+
+
+
 def make_adam(params, lr: float, capturable: bool = False) -> torch.optim.Adam:
     """Adam with PyTorch's fused kernel where it applies (floating parameters on the CPU or CUDA):
     the same update in one pass per tensor (0.43 against 0.77-0.81 ms a step for an M = 500 full
     posterior's parameters, 2 CPU threads, torch 2.13). Falls back to the default implementation
     elsewhere. (Fused steps do not bump version counters; the decoupled head's prediction cache
-    keys on the values too, see :mod:`savigp.decoupled`.) ``capturable``: keep the step counters
+    keys on the values too, see :mod:`savigp.mean_heads.orthogonal_basis`.) ``capturable``: keep the step counters
     on the device, as a CUDA graph of the step needs."""
     flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
     fusable = bool(flat) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in flat)
@@ -199,7 +192,7 @@ def fit(
             returned history is the chosen fit's with the table in ``history.components``. Not with
             ``state`` or ``callback``.
         num_samples: S, Monte Carlo samples per data point and component.
-        estimator: see :mod:`savigp.expected_log_lik`.
+        estimator: see :mod:`savigp.estimators.expected_log_likelihood`.
         groups: parameter groups to optimize (default all): a subset of :data:`PARAMETER_GROUPS`.
         seed: seeds the mini-batch order and the Monte Carlo draws.
         progress: report progress on stderr: a tqdm bar with the running ELBO and the estimator
@@ -217,17 +210,17 @@ def fit(
             generator seeded with ``seed`` (so do they for any CUDA model).
         tune_allocator: on the CPU, first call :func:`savigp.tune_cpu_allocator` (glibc only): freed
             memory is kept for reuse between steps instead of being returned to the operating
-            system (faster steps, see :mod:`savigp._allocator` for the measurement); the process keeps
+            system (faster steps, see :mod:`savigp.runtime.allocator` for the measurement); the process keeps
             its peak resident size afterwards. False leaves the C library's settings alone.
         threads: CPU threads for torch during the fit (the caller's setting is restored after).
-            None: 1 thread for a small step (:func:`savigp._threads.step_work` below 1e8
+            None: 1 thread for a small step (:func:`savigp.runtime.threads.step_work` below 1e8
             multiply-adds, e.g. M <= 300 at B = 1000 for Q = K = 1), else torch's setting capped at
             the cores idle now; ``OMP_NUM_THREADS`` in the environment keeps torch's setting.
             Measured on a busy 2-core machine (load average 9.3-9.5, ``experiments/threads.py``),
             200 steps of the README's first example: 1.56 s with 1 thread, 15.9 s with 2; M = 500,
             B = 1000, S = 20: 10 steps in 1.60 s with 1 thread, 11.6 s with 2. Threads that wait for
             a descheduled sibling make a busy machine 7-10 times slower (up to 33), and one thread
-            costs at most the number of cores on an idle one (see :mod:`savigp._threads`,
+            costs at most the number of cores on an idle one (see :mod:`savigp.runtime.threads`,
             docs/cli.md "Threads").
         final_elbo: after the last step, estimate the ELBO on all N points with the training
             estimator and its Monte Carlo standard error (one pass without gradients, in chunks:
@@ -252,8 +245,8 @@ def fit(
     2019, eq. (33); the KL terms count once). Gradients are summed by an all-reduce, so every rank
     takes the same step; Monte Carlo draws differ per rank (seeded by seed, rank and step). Only
     rank 0 shows the progress bar; ``callback`` runs on every rank with the global terms, and a stop
-    on any rank stops all. A failed or silent rank raises :class:`savigp.distributed.DistributedError`
-    after the process-group timeout at most. See :mod:`savigp.distributed`.
+    on any rank stops all. A failed or silent rank raises :class:`savigp.training.distributed.DistributedError`
+    after the process-group timeout at most. See :mod:`savigp.training.distributed`.
 
     Convergence: each recorded ELBO is one mini-batch's estimate; the progress shows their mean
     over the last tenth of the run (at most 100 steps) with its spread, and when the trend of the
@@ -268,8 +261,6 @@ def fit(
     if max_components is not None:
         if state is not None or callback is not None:
             raise ValueError("fit(max_components=...) fits several models: it takes no state= or callback=")
-        from .components import adopt, choose_components
-
         search = choose_components(model, max_components=max_components, verbose=progress, iterations=iterations,
                                    epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr,
                                    num_samples=num_samples, estimator=estimator, groups=groups, seed=seed,

@@ -30,7 +30,7 @@ from typing import Callable, Optional
 import torch
 from tqdm.auto import tqdm
 
-from .._linalg import base_jitter, robust_cholesky
+from ..linalg.cholesky import base_jitter, robust_cholesky
 from .convergence import still_rising, window_stats
 
 

@@ -5,9 +5,9 @@
   collects the ELBO values and the failure flags.
 * :class:`GradientStep`: a host read per step (a :class:`CheckedStep`): L-BFGS (full batch, the
   same draws at every evaluation within an outer step; L-BFGS reads the loss on the host anyway)
-  and any optimizer under a process group (:mod:`savigp.distributed`: its all-reduces synchronize
+  and any optimizer under a process group (:mod:`savigp.training.distributed`: its all-reduces synchronize
   every step anyway, and a check every step keeps all ranks in agreement about stopping). Errors
-  raise at once (a user likelihood's NaN as :class:`savigp.nonfinite.NonFiniteLogProb`, naming
+  raise at once (a user likelihood's NaN as :class:`savigp.estimators.nonfinite.NonFiniteLogProb`, naming
   rows and f values).
 
 :class:`CheckedStep` is the per-step check any other update can build on (the natural-gradient
@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from ..nonfinite import NonFiniteLogProb
+from ..estimators.nonfinite import NonFiniteLogProb
 from . import step as _runner
 from .loop import BadStep, Check, LastGood
 
@@ -73,7 +73,7 @@ class CheckedStep:
 
 class GradientStep(CheckedStep):
     """A gradient step with a per-step check: L-BFGS (an outer step of ``opt.step(closure)``), or
-    Adam/Adadelta under a process group ``ddp`` (:class:`savigp.distributed.DataParallel`) or, with
+    Adam/Adadelta under a process group ``ddp`` (:class:`savigp.training.distributed.DataParallel`) or, with
     neither, in one process (the loop of fit before its steps were sync-free).
 
     Args:
@@ -170,7 +170,7 @@ class SyncFreeStep:
     def explain(self, step: int) -> None:
         """Evaluate bad step ``step``'s ELBO again with its batch and draws (the parameters are those it
         started from), outside the deferred checks, so that
-        :func:`savigp.expected_log_lik.checked_log_prob` raises its error naming the likelihood, the
+        :func:`savigp.estimators.expected_log_likelihood.checked_log_prob` raises its error naming the likelihood, the
         data rows, the targets and the f values. Returns if the values are finite this time."""
         i = step - self.window_start
         if not 0 <= i < len(self.window_inputs):

@@ -89,7 +89,7 @@ def explorable(model, optimizer: str, params: list, state: Optional[dict], mixtu
     optimizer (L-BFGS is left as it was), no resumed state, one process (not under
     torch.distributed), and for ``mixture`` a mixture with K > 1 that can respread its means, its
     means among the trained parameters."""
-    from .. import distributed
+    from . import distributed
 
     post = model.posterior
     if optimizer not in ("adam", "adadelta") or state is not None:

@@ -2,7 +2,7 @@
 graph.
 
 **The step** (:meth:`StepRunner.step`): zero the gradients, evaluate the ELBO (Bonilla et al. 2019,
-eq. (17); Bonilla et al. 2019) on the batch inside :func:`savigp._sync_free.deferred`, back-propagate,
+eq. (17); Bonilla et al. 2019) on the batch inside :func:`savigp.runtime.sync_free.deferred`, back-propagate,
 take the optimizer step, then record on the device -- without reading anything back -- whether the
 step was good: its ELBO terms and every parameter finite, the K_zz factorization and the
 log-likelihood values sound. A good step's parameters are copied into an on-device snapshot
@@ -38,7 +38,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import _compile, _sync_free
+from ..runtime import compilation
+from ..runtime import sync_free
 from .loop import LastGood
 
 #: eager steps before the capture (on a side stream, as CUDA graph capture requires; they also
@@ -79,7 +80,7 @@ def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer
         reasons.append("the quadrature estimator builds its grid with numpy")
     if joint:
         reasons.append("the joint posterior's per-point factorizations check their info on the host")
-    if _compile.compile_enabled():
+    if compilation.compile_enabled():
         reasons.append("torch.compile is on (SAVIGP_COMPILE)")
     if torch.device(device).type == "cuda" and not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
         reasons.append("this PyTorch cannot register a generator with a CUDA graph")
@@ -124,7 +125,7 @@ class StepRunner:
         dev, dt = model.device, model.dtype
         self.params = list(model.parameters())
         self.snapshot = _Snapshot(model)
-        self.flags = _sync_free.StepFlags(dev)
+        self.flags = sync_free.StepFlags(dev)
         P = len(self.params)
         self.alive = torch.ones((), dtype=torch.bool, device=dev)
         self.counter = torch.zeros((), dtype=torch.long, device=dev)
@@ -140,7 +141,7 @@ class StepRunner:
     def _body(self, batch: Optional[Tensor]):
         """Forward, backward, optimizer step and the device-side bookkeeping; no host reads."""
         self.flags.reset()
-        with _sync_free.deferred(self.flags):
+        with sync_free.deferred(self.flags):
             terms = self.model.elbo(batch, num_samples=self.num_samples, estimator=self.estimator,
                                     generator=self.generator)
             (-terms.elbo).backward()

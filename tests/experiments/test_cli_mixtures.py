@@ -12,7 +12,7 @@ def test_rows_use_the_commands_defaults_or_the_fg_rows_file(tmp_path):
     as --warm-start FILE --learn posterior; SF < 1 is a fixed subset of round(SF N) inputs."""
     args = ("boston", "mog2", 3, 0.5, 301, tmp_path, tmp_path / "m.pt", "default")
     argv = cli_mixtures.train_command(*args)
-    assert argv[argv.index("--posterior") + 1] == "diag" and argv[argv.index("--components") + 1] == "2"
+    assert argv[argv.index("--posterior") + 1] == "diag-u" and argv[argv.index("--components") + 1] == "2"
     assert "--hypers" not in argv and "--warm-start" not in argv and "--dense" not in argv
     assert argv[argv.index("--num-inducing") + 1] == "150" and "--fixed-inducing" in argv
     reuse = cli_mixtures.train_command(*args, fg_file=tmp_path / "fg.pt")

@@ -168,7 +168,7 @@ def test_closed_form_diagonal_optimum_matches_the_trained_diagonal_family():
     Xs = torch.linspace(0.1, 5.9, 30, dtype=torch.float64)[:, None]
     ys = torch.sin(Xs) + 0.3 * torch.randn(30, 1, generator=g, dtype=torch.float64)
     kernel = savigp.RBF(1, 1, lengthscale=1.0, variance=1.0, learn=False)
-    model = savigp.SAVIGP(X, y, Gaussian(variance=0.09, learn_variance=False), kernel, dense=True, posterior="diag")
+    model = savigp.SAVIGP(X, y, Gaussian(variance=0.09, learn_variance=False), kernel, dense=True, posterior="diag-u")
     savigp.fit(model, iterations=30, optimizer="lbfgs", lr=1.0, progress=False, lbfgs_max_iter=10)
     cf = closed_form_diagonal_nlpd(model, y.numpy(), Xs.numpy(), ys.numpy())
     met = savigp.evaluate(model, Xs.numpy(), ys.numpy(), seed=0)
@@ -424,8 +424,8 @@ def test_posterior_names_and_mixture_hypers_arguments():
                                   ("mog2", "fg")]
     args = ss.parse_args(["boston", "--posteriors", "wmog2,fmog2,fg", "--mixture-hypers", "fg"])
     assert ss.fit_cases(args) == [("fg", "joint"), ("wmog2", "fg"), ("fmog2", "fg")]
-    assert [ss.POSTERIORS[p] for p in ("wmog1", "wmog2", "fmog2")] == [("diag-whitened", 1), ("diag-whitened", 2),
-                                                                          ("full", 2)]
+    assert [ss.POSTERIORS[p] for p in ("wmog1", "wmog2", "fmog2")] == [("diag", 1), ("diag", 2), ("full", 2)]
+    assert [ss.POSTERIORS[p] for p in ("mog1", "mog2")] == [("diag-u", 1), ("diag-u", 2)]  # the paper's family
     row = {"method": "savigp", "posterior": "mog1", "split": 1, "sf": 0.5}
     assert ss.variant(row) == "mog1" and ss.variant(dict(row, mixture_hypers="fg")) == "mog1@fg"
     assert ss.run_key(row) == ss.run_key(dict(row, mixture_hypers="joint")) != ss.run_key(dict(row, mixture_hypers="fg"))

@@ -21,7 +21,7 @@ from likelihoods import CallableLikelihood, Poisson, Softmax
 from likelihoods.callable import MAX_INFERRED_CLASSES, label_set
 from likelihoods.parameters import PositiveParameter
 from likelihoods.quadrature import gauss_hermite
-from savigp.nonfinite import NonFiniteLogProb
+from savigp.estimators.nonfinite import NonFiniteLogProb
 from savigp.testing.examples import nb_dlogp_dr, nb_numpy, nb_torch, ordinal_numpy, ordinal_torch, probit_numpy
 
 
@@ -180,7 +180,7 @@ def test_ordinal_cut_points_learned_and_the_floor_for_underflow():
     far = torch.full((2, 1, 100, 1), 40.0, dtype=torch.float64)  # Phi(b - 40) - Phi(a - 40) = 0 in float64
     with pytest.raises(NonFiniteLogProb, match=r"'ordinal_numpy' \(.*examples.py, line \d+\) returned "
                                                r"NaN or inf .*f = \[40\] -> -inf.*min_log_prob"):
-        savigp.expected_log_lik.checked_log_prob(naive, model.train_y, far)
+        savigp.estimators.expected_log_likelihood.checked_log_prob(naive, model.train_y, far)
     floored = CallableLikelihood(ordinal_numpy, min_log_prob=-200.0, **kw)
     assert float(floored.log_prob(model.train_y, far).detach().min()) == -200.0
     model = savigp.SAVIGP(X, Y, floored, num_inducing=10)
@@ -275,7 +275,7 @@ def test_mean_fn_gives_means_and_variances_or_says_there_is_none():
 
 def test_plot_fit_from_python_draws_one_panel_per_latent_function_and_the_classes():
     pytest.importorskip("matplotlib")
-    from savigp.plotting import plot_elbo, plot_fit
+    from savigp.io.plotting import plot_elbo, plot_fit
 
     X, Y = _binary(n=40)
     model = savigp.SAVIGP(X, Y, CallableLikelihood(probit_numpy, task="classification"), num_inducing=6)

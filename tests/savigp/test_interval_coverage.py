@@ -31,8 +31,8 @@ def _model(K: int) -> savigp.SAVIGP:
 def _exact_cdf(model, X, Y) -> torch.Tensor:
     """P(y* <= y_n) under the model's predictive mixture, ``(B,)``."""
     with torch.no_grad():
-        mean, cov = model._latent_chunks(model.as_model_inputs(X, "X"))
-        var = model.posterior.variances(cov)[..., 0] + model.likelihood.variance()  # (K, B)
+        q = model._latent_chunks(model.as_model_inputs(X, "X"))
+        mean, var = q.mean, q.var[..., 0] + model.likelihood.variance()  # (K, B)
         pi = model.posterior.log_weights().exp()
         z = (torch.as_tensor(Y[:, 0]) - mean[..., 0]) / var.sqrt()
         return (pi[:, None] * 0.5 * (1 + torch.erf(z / math.sqrt(2)))).sum(0)
@@ -63,8 +63,8 @@ def test_targets_drawn_from_the_predictive_are_covered_at_the_level():
     gen = torch.Generator().manual_seed(4)
     X = torch.linspace(-2.5, 2.5, 2000, dtype=torch.float64)[:, None]
     with torch.no_grad():
-        mean, cov = model._latent_chunks(X)  # (K, B, 1) marginals of every component
-        sd = (model.posterior.variances(cov) + model.likelihood.variance()).sqrt()
+        q = model._latent_chunks(X)  # (K, B, 1) marginals of every component
+        mean, sd = q.mean, (q.var + model.likelihood.variance()).sqrt()
         k = torch.multinomial(model.posterior.log_weights().exp(), X.shape[0], replacement=True, generator=gen)
         rows = torch.arange(X.shape[0])
         y = mean[k, rows] + sd[k, rows] * torch.randn(X.shape, generator=gen, dtype=X.dtype)  # (B, 1), independent

@@ -13,7 +13,7 @@ def test_predictions_chunked_to_a_memory_budget_are_the_same():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((40, 2))
     Y = (X[:, :1] > 0).astype(float) + (X[:, 1:] > 0.5)
-    model = savigp.SAVIGP(X, Y, likelihoods.Softmax(num_classes=3), num_inducing=6, posterior="diag", num_components=2)
+    model = savigp.SAVIGP(X, Y, likelihoods.Softmax(num_classes=3), num_inducing=6, posterior="diag-u", num_components=2)
     Xt = rng.standard_normal((1000, 2))
     whole = model.predict(Xt, num_samples=50, memory_budget=10 ** 9)
     assert model._rows_per_chunk(10**6, 50, 3 + 2 + 3, 100_000) < 100  # the budget below means > 10 chunks

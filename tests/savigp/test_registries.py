@@ -1,7 +1,8 @@
-"""One registry per list of choices (:mod:`savigp._choices`): a kernel, a posterior family and a
-mean head registered at run time -- their own class and one registry entry, nothing else -- are
-built by the model, offered and accepted by ``savigp train``, written to a model file and loaded
-back with the same predictions."""
+"""One registry per list of choices (:mod:`savigp._choices`): a kernel, a posterior family, a
+mean head and an estimator registered at run time -- their own class and one registry entry,
+nothing else -- are built by the model, offered and accepted by ``savigp train``, written to a model
+file and loaded back with the same predictions (the estimator: called by the model's step and
+passing the estimator kit)."""
 import json
 import math
 
@@ -14,11 +15,13 @@ from likelihoods import Gaussian
 from savigp import _choices
 from savigp.cli import main
 from savigp.cli.parser import build_parser
-from savigp.csv_data import write_csv
-from savigp.kernels import KERNELS, Stationary
-from savigp.mean_bases import MEAN_HEADS, HybridMeanHead, make_mean_head
+from savigp.estimators import ESTIMATORS, ELLEstimate, Estimator, checked_log_prob
+from savigp.estimators.expected_log_likelihood import _stderr
+from savigp.io.csv_data import write_csv
+from savigp.kernels.stationary import KERNELS, Stationary
+from savigp.mean_heads.heads import MEAN_HEADS, HybridMeanHead, make_mean_head
 from savigp.model_files.schema import CONFIG_SCHEMA, SchemaError
-from savigp.posteriors import POSTERIORS, DiagonalMixture, make_posterior
+from savigp.posteriors import POSTERIORS, DiagonalMixture, UDiagonalMixture, make_posterior
 
 
 class RationalQuadratic1(Stationary):
@@ -45,16 +48,40 @@ class FixedInputsHybrid(HybridMeanHead):
         super().__init__(X, num_latent, size, seed=seed, **dict(options, learn_inputs=False))
 
 
+class AntitheticReparameterization(Estimator):
+    """The reparameterization estimator with antithetic pairs f = b +- sqrt(s2) eps, S / 2 draws of
+    eps: unbiased (each pair's mean is), and its error cancels to first order in eps (Owen 2013,
+    §8.2). Factorized marginals only."""
+
+    @classmethod
+    def resolve(cls, name, likelihood):
+        if not likelihood.differentiable:
+            raise ValueError(f"estimator={name!r} needs a likelihood differentiable in f")
+        return name
+
+    def factorized(self, likelihood, y, marginals, *, num_samples, scale, generator):
+        half = max(1, int(num_samples) // 2)
+        eps = torch.randn((half,) + marginals.shape, generator=generator, dtype=marginals.mean.dtype)
+        sd = marginals.var.sqrt()
+        values = checked_log_prob(likelihood, y, torch.cat([marginals.mean + sd * eps, marginals.mean - sd * eps]))
+        pairs = 0.5 * (values[:half] + values[half:])  # (S / 2, K, B), independent
+        per = pairs.mean(0)
+        w = marginals.weights()
+        return ELLEstimate(scale * (w[:, None] * per).sum(), per.detach(), _stderr(pairs, w, scale))
+
+
 @pytest.fixture
 def registered():
     """The three registered for one test, removed afterwards."""
     KERNELS.register("rq1", RationalQuadratic1)
     POSTERIORS.register("diag-narrow", NarrowDiagonal)
     MEAN_HEADS.register("hybrid-fixed", FixedInputsHybrid)
+    ESTIMATORS.register("reparam-antithetic", AntitheticReparameterization)
     yield
     KERNELS.unregister("rq1")
     POSTERIORS.unregister("diag-narrow")
     MEAN_HEADS.unregister("hybrid-fixed")
+    ESTIMATORS.unregister("reparam-antithetic")
 
 
 def _data(n=30, seed=0):
@@ -68,11 +95,17 @@ def test_the_registries_are_the_models_the_commands_and_the_schemas_lists():
     train = next(a for a in parser._subparsers._group_actions[0].choices["train"]._actions if a.dest == "kernel")
     assert train.choices is KERNELS
     assert KERNELS.names() == ("rbf", "matern32", "matern52")
-    assert POSTERIORS.names() == ("full", "diag", "diag-whitened", "joint")
+    assert POSTERIORS.names() == ("full", "diag", "diag-u", "joint")
     assert MEAN_HEADS.names() == ("orthogonal", "decoupled", "hybrid")
-    assert make_posterior("mog", 1, 3).kind == "diag"  # an alias, not a listed name
-    assert "mog" not in POSTERIORS
-    with pytest.raises(ValueError, match="posterior must be one of full, diag, diag-whitened, joint, got 'nope'"):
+    assert ESTIMATORS.names() == ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
+    estimator = next(a for a in parser._subparsers._group_actions[0].choices["train"]._actions if a.dest == "estimator")
+    assert estimator.choices is ESTIMATORS
+    # "diag" is diagonal in whitened coordinates (the peers' convention), "diag-u" the paper's family over u;
+    # the former name of the whitened one and the paper's name are aliases, not listed names
+    assert type(make_posterior("diag", 1, 3)) is DiagonalMixture and type(make_posterior("diag-u", 1, 3)) is UDiagonalMixture
+    assert make_posterior("mog", 1, 3).kind == "diag-u" and make_posterior("diag-whitened", 1, 3).kind == "diag"
+    assert "mog" not in POSTERIORS and "diag-whitened" not in POSTERIORS
+    with pytest.raises(ValueError, match="posterior must be one of full, diag, diag-u, joint, got 'nope'"):
         make_posterior("nope", 1, 3)
     with pytest.raises(ValueError, match="registered already"):
         KERNELS.register("rbf", RationalQuadratic1)
@@ -93,6 +126,8 @@ def test_a_registered_kernel_family_and_head_work_through_the_model_and_its_file
         torch.testing.assert_close(model.kernel(x, x)[0], var / (1 + 0.5 * r2), rtol=1e-12, atol=1e-12)
     assert float(model.posterior.scale().detach().max()) == pytest.approx(0.1, rel=1e-6)  # softplus + floor
     savigp.fit(model, iterations=3, num_samples=8, progress=False)
+    history = savigp.fit(model, iterations=2, num_samples=8, estimator="reparam-antithetic", progress=False)
+    assert history.estimator == "reparam-antithetic" and all(math.isfinite(e) for e in history.elbo)
     assert model.config["posterior"] == "diag-narrow" and model.config["mean_basis"] == "hybrid-fixed"
     path = tmp_path / "m.pt"
     savigp.save(model, path)
@@ -105,7 +140,7 @@ def test_a_registered_kernel_family_and_head_work_through_the_model_and_its_file
 def test_the_command_offers_and_trains_the_registered_names(tmp_path, registered, capsys):
     assert main(["train", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "rq1" in out and "diag-narrow" in out and "hybrid-fixed" in out
+    assert "rq1" in out and "diag-narrow" in out and "hybrid-fixed" in out and "reparam-antithetic" in out
     X, Y = _data(40, seed=2)
     data, path = str(tmp_path / "d.csv"), str(tmp_path / "m.pt")
     write_csv(data, ["x1", "x2", "y"], np.column_stack([X, Y]))
@@ -159,3 +194,57 @@ def test_the_schema_asks_the_family_how_many_components_it_takes(tmp_path):
     torch.save(blob, str(path))
     with pytest.raises(ModelFileError, match="num_components must be at most 1 for the 'joint' posterior, got 2"):
         savigp.load(path)
+
+
+def test_the_memory_check_asks_the_family_its_cost(registered):
+    """savigp.cost reads a family's covariance numbers from the family (Posterior.cost_terms), not
+    from a list of names: the built-in ones as before, and a registered family with its own."""
+    from savigp.cost import model_cost
+
+    sizes = dict(D=3, Q=2, M=50, K=2, N=1000, batch=100, samples=10, training=True)
+    full, diag, joint = (model_cost(posterior=p, **sizes) for p in ("full", "diag", "joint"))
+    K, Q, M, B = 2, 2, 50, 100
+    assert full.bytes - diag.bytes == 8 * (4 * (K * Q * M * M - K * Q * M) + K * B * Q * M)
+    assert full.step_flops - diag.step_flops == K * Q * M ** 3
+    assert joint.bytes - diag.bytes == 8 * 4 * ((Q * M) ** 2 - K * Q * M) and joint.step_flops == diag.step_flops
+
+    class DenseNarrow(NarrowDiagonal):
+        @classmethod
+        def cost_terms(cls, num_components, num_latent, num_inducing, batch):
+            return 10 ** 9, 0, 0.0
+
+    POSTERIORS.register("dense-narrow", DenseNarrow)
+    try:
+        assert model_cost(posterior="dense-narrow", **sizes).main == "the posterior covariances"
+    finally:
+        POSTERIORS.unregister("dense-narrow")
+
+
+def test_a_registered_estimator_is_the_one_the_step_calls_and_passes_the_kit(registered):
+    """The model builds the registered estimator by its name and calls it once per ELBO evaluation
+    with the batch's LatentMarginals; the estimator kit finds it unbiased against the Gaussian's
+    closed form; "closed-form" on the same model agrees with it within its standard errors."""
+    from savigp.testing.estimators import check_estimator
+
+    calls = []
+    original = AntitheticReparameterization.factorized
+
+    def counted(self, likelihood, y, marginals, **kwargs):
+        calls.append(marginals.shape)
+        return original(self, likelihood, y, marginals, **kwargs)
+
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, num_components=2, seed=1)
+    AntitheticReparameterization.factorized = counted
+    try:
+        terms = model.elbo(torch.arange(10), num_samples=2000, estimator="reparam-antithetic",
+                           generator=torch.Generator().manual_seed(0))
+    finally:
+        AntitheticReparameterization.factorized = original
+    assert calls == [(2, 10, 1)]
+    exact = model.elbo(torch.arange(10), estimator="closed-form")
+    assert abs(float(terms.ell) - float(exact.ell)) < 4 * float(terms.ell_stderr)
+    assert check_estimator("reparam-antithetic").failures == []
+    with pytest.raises(ValueError, match="estimator must be one of auto, score, score-nocv, reparam, quadrature, "
+                                         "closed-form, reparam-antithetic, got 'nope'"):
+        model.elbo(estimator="nope")

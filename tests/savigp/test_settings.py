@@ -5,7 +5,8 @@ import re
 import pytest
 
 from conftest import ROOT
-from savigp import cost, distributed, settings
+from savigp import cost, settings
+from savigp.training import distributed
 
 
 def test_every_variable_the_sources_name_is_a_setting_and_only_settings_reads_the_environment():

@@ -1,4 +1,4 @@
-"""End-to-end tests of the ``savigp`` command line (savigp/cli/, savigp/csv_data.py,
+"""End-to-end tests of the ``savigp`` command line (savigp/cli/, savigp/io/csv_data.py,
 savigp/model_files/).
 
 Subprocess tests run ``python -m savigp.cli`` exactly as a user would; every process pays the torch
@@ -19,7 +19,7 @@ import torch
 from likelihoods import registry
 
 from savigp.cli import TEST_SIGINT_ENV, main
-from savigp.csv_data import DataError, read_csv, resolve_columns, split_columns, write_csv
+from savigp.io.csv_data import DataError, read_csv, resolve_columns, split_columns, write_csv
 from savigp.model_files import ModelFileError, SavedModel, build_model, load_model, save_model
 
 from conftest import ROOT  # noqa: E402  (the repository root)
@@ -151,13 +151,14 @@ def _minimal_config(lik=("gaussian", "Gaussian", {}), example=(0.0,), standardiz
 
 
 def test_version_1_diag_files_load_as_the_whitened_mixture_they_were(tmp_path):
-    """Version-1 files called the whitened diagonal mixture "diag"; in version 2 that name is the
-    paper's mixture over u, with parameters of the same names and shapes. A version-1 "diag" file
-    must come back as "diag-whitened", with the same predictions; an unknown version is refused."""
+    """Version-1 files called the whitened diagonal mixture "diag"; in versions 2-3 that name was the
+    paper's mixture over u (now "diag-u"), with parameters of the same names and shapes, and the
+    whitened one "diag-whitened" (now "diag" again). A version-1 "diag" file must come back as the
+    whitened mixture, with the same predictions; an unknown version is refused."""
     from savigp.posteriors import DiagonalMixture
 
     X = np.linspace(-1, 1, 30)[:, None]
-    model = build_model(X, np.sin(3 * X), _lik("Gaussian"), {"num_inducing": 5, "posterior": "diag-whitened",
+    model = build_model(X, np.sin(3 * X), _lik("Gaussian"), {"num_inducing": 5, "posterior": "diag",
                                                                "num_components": 2})
     with torch.no_grad():
         model.posterior.mean.normal_(generator=torch.Generator().manual_seed(0))
@@ -168,7 +169,7 @@ def test_version_1_diag_files_load_as_the_whitened_mixture_they_were(tmp_path):
     payload["config"]["model"]["posterior"] = "diag"
     torch.save(payload, str(target))
     loaded, _ = load_model(str(target))
-    assert isinstance(loaded.model.posterior, DiagonalMixture)
+    assert isinstance(loaded.model.posterior, DiagonalMixture) and loaded.config["model"]["posterior"] == "diag"
     Xt = torch.linspace(-1, 1, 7, dtype=torch.float64)[:, None]
     assert torch.equal(loaded.model.predict(Xt).latent_mean, model.predict(Xt).latent_mean)
     payload["config"]["version"] = 99
@@ -188,7 +189,7 @@ def test_round_trip_predictions_identical(tmp_path, case):
         Y, lik, spec, opts = np.sin(X[:, :1]), _lik("Gaussian"), ("gaussian", "Gaussian", {}), {"dtype": "float32"}
     elif case == "logistic-diag-mixture":
         Y = (X[:, :1] > 0).astype(float)
-        lik, spec, opts = _lik("Logistic"), ("logistic", "Logistic", {}), {"posterior": "diag", "num_components": 2}
+        lik, spec, opts = _lik("Logistic"), ("logistic", "Logistic", {}), {"posterior": "diag-u", "num_components": 2}
     else:
         Y = (X[:, :1] > 0).astype(float) + (X[:, 1:] > 1)
         lik, spec = _lik("Softmax", num_classes=3), ("softmax", "Softmax", {"num_classes": 3})

@@ -56,8 +56,8 @@ def test_the_help_lists_the_registered_builtins():
 
 
 def test_lazy_package_names_resolve():
-    """Every public name and submodule of the lazy package resolves; savigp.warm_start stays the function
-    once the submodule of that name is imported."""
+    """Every public name and subpackage of the lazy package resolves; savigp.warm_start is the function
+    (its module is savigp.training.warm_start, so no submodule of the package shadows it)."""
     import importlib
 
     import savigp
@@ -65,11 +65,12 @@ def test_lazy_package_names_resolve():
     for name in savigp.__all__:
         assert getattr(savigp, name) is not None, name
     assert set(savigp.__all__) <= set(dir(savigp))
-    importlib.import_module("savigp.warm_start")
-    assert callable(savigp.warm_start) and savigp.warm_start.__module__ == "savigp.warm_start"
+    module = importlib.import_module("savigp.training.warm_start")
+    assert callable(savigp.warm_start) and savigp.warm_start is module.warm_start
     assert savigp.kernels.RBF is savigp.RBF
-    from savigp import fit, warm_start  # noqa: F401
-    assert callable(warm_start)
+    for package in ("kernels", "mean_heads", "estimators", "training", "linalg", "runtime", "io", "posteriors"):
+        assert getattr(savigp, package).__name__ == f"savigp.{package}"
+    from savigp import fit  # noqa: F401
     try:
         savigp.no_such_name
     except AttributeError as err:
@@ -88,7 +89,7 @@ def test_train_prints_the_full_data_elbo_the_rising_note_and_the_differentiable_
     import numpy as np
 
     from savigp.cli import main
-    from savigp.csv_data import write_csv
+    from savigp.io.csv_data import write_csv
 
     rng = np.random.default_rng(0)
     X = rng.uniform(0, 6, (60, 1))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from savigp.cli import main
-from savigp.csv_data import DataError, read_csv, write_csv
+from savigp.io.csv_data import DataError, read_csv, write_csv
 from savigp.model_files import load_model
 
 FAST = ["--num-inducing", "6", "--samples", "10", "--threads", "1", "--quiet"]
@@ -113,7 +113,7 @@ def test_user_code_that_exits_is_a_failure_with_a_checkpoint(tmp_path, capsys, s
 def test_plain_files_read_as_the_general_reader_reads_them(tmp_path, monkeypatch, text):
     """The numpy fast path (plain files) gives the same table, or leaves the file to the general
     reader, which reports what is wrong: same values, header, line numbers and errors."""
-    import savigp.csv_data as cd
+    import savigp.io.csv_data as cd
 
     path = tmp_path / "f.csv"
     path.write_bytes(text.encode())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from savigp.cli import TEST_SIGINT_ENV, main
-from savigp.csv_data import write_csv
+from savigp.io.csv_data import write_csv
 from savigp.model_files import load_model
 
 QUIET = ["--threads", "1", "--quiet"]

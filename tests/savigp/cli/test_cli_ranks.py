@@ -2,7 +2,7 @@
 ``sys.path``, the rank that failed named with its status, a model completely written before a
 failure or an interrupt reported as complete (exit 0), and a second run on one ``--out`` refused.
 The launcher is driven with stand-in ranks (``python -c``, no torch) to stay cheap; the real
-two-rank training is tested in test_cli_warm_start.py and tests/savigp/test_distributed.py."""
+two-rank training is tested in test_cli_warm_start.py and tests/savigp/training/test_distributed.py."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +16,7 @@ import torch
 
 from savigp.cli import main, ranks
 from savigp.cli.run_lock import lock_output
-from savigp.csv_data import write_csv
+from savigp.io.csv_data import write_csv
 
 from conftest import ROOT  # noqa: E402
 
@@ -81,14 +81,14 @@ def test_a_model_written_before_a_rank_died_is_reported_complete(tmp_path, monke
 
 
 def test_an_interrupt_after_the_model_was_written(tmp_path, monkeypatch, capsys):
-    import savigp.distributed
+    import savigp.training.distributed
 
     data = _data(tmp_path / "d.csv")
 
     def interrupted():
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(savigp.distributed, "finish", interrupted)
+    monkeypatch.setattr(savigp.training.distributed, "finish", interrupted)
     assert main(["train", data, "--targets", "y", "--out", str(tmp_path / "m.pt"), *FAST]) == 0
     err = capsys.readouterr().err.strip()
     assert err == f"savigp train: interrupted after {tmp_path / 'm.pt'} was completely written (1 step(s)): the model is complete"
@@ -127,7 +127,7 @@ def test_one_run_per_out(tmp_path, capsys):
 
 
 def test_backend_errors_lose_their_source_paths():
-    from savigp.distributed import _backend_message
+    from savigp.training.distributed import _backend_message
 
     gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
                         "[127.0.0.1]:29500. This is typically caused by a remote worker crashing. GLHF!"

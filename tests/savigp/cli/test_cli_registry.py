@@ -9,7 +9,7 @@ import torch
 from likelihoods import registry
 
 from savigp.cli import main
-from savigp.csv_data import write_csv
+from savigp.io.csv_data import write_csv
 
 LAPLACE = textwrap.dedent('''
     import math

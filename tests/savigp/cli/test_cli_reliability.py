@@ -9,9 +9,9 @@ import torch
 
 import likelihoods
 import savigp
-from savigp import csv_data
+from savigp.io import csv_data
 from savigp.cli import main
-from savigp.csv_data import DataError, read_csv, write_csv
+from savigp.io.csv_data import DataError, read_csv, write_csv
 
 FAST = ["--samples", "5", "--threads", "1", "--quiet", "--iterations", "3"]
 

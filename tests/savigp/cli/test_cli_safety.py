@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from savigp.cli import main
-from savigp.csv_data import write_csv
-from savigp.output_paths import OutputPathError, check_output_path, remove_orphaned_temporaries
+from savigp.io.csv_data import write_csv
+from savigp.io.output_paths import OutputPathError, check_output_path, remove_orphaned_temporaries
 
 FAST = ["--num-inducing", "6", "--samples", "10", "--threads", "1", "--quiet", "--iterations", "3"]
 
@@ -173,7 +173,7 @@ def test_no_spelling_of_an_output_path_replaces_an_input(trained, tmp_path, caps
 
 
 def test_atomic_write_resolves_the_folder_as_the_kernel_does(tmp_path, monkeypatch):
-    from savigp.atomic_files import atomic_write
+    from savigp.io.atomic_files import atomic_write
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "keep.txt").write_text("input\n")

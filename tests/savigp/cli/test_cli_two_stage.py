@@ -1,6 +1,6 @@
-"""``savigp train --posterior diag|diag-whitened``: the two-stage fit by default, ``--hypers joint``,
-what the model file records, ``--resume`` and ``--max-components`` with it, and its refusals
-(savigp/cli/two_stage.py).
+"""``savigp train --posterior diag|diag-u``: the two-stage fit by default, ``--hypers joint``,
+what the model file records, ``--resume`` and ``--max-components`` with it, its refusals, and the
+warning that ``diag-u`` on a dense Gaussian model has narrower intervals (savigp/cli/two_stage.py).
 
 Every run calls ``main()`` in-process; the problem is 40 points in 1-D with a Gaussian likelihood
 (closed-form expected log-likelihood: deterministic ELBOs and gradients), trained by Adam for a few
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from savigp.cli import TEST_SIGINT_ENV, main
-from savigp.csv_data import write_csv
+from savigp.io.csv_data import write_csv
 from savigp.model_files import load_model
 
 QUIET = ["--threads", "1", "--quiet"]
@@ -41,18 +41,22 @@ def files(tmp_path_factory):
 
 
 def test_default_for_a_factorized_family_is_the_two_stage_fit(files, capsys):
-    """``--posterior diag --components 2`` without ``--hypers``: stage 1 is the full Gaussian of the same
-    options (its kernel, noise and final ELBO are those of ``--posterior full``, bit for bit), stage 2
-    learns q(u) only; the file records both; the result is the recipe ``--warm-start fg.pt --learn
-    posterior`` (to rounding: 3e-8 measured, the source's moments computed from a loaded rather than a
-    live model); stderr says so in two lines, also with --quiet, and warns of nothing."""
+    """``--posterior diag-u --components 2`` without ``--hypers``: stage 1 is the full Gaussian of the
+    same options (its kernel, noise and final ELBO are those of ``--posterior full``, bit for bit),
+    stage 2 learns q(u) only; the file records both; the result is the recipe ``--warm-start fg.pt
+    --learn posterior`` (to rounding: 3e-8 measured, the source's moments computed from a loaded
+    rather than a live model); stderr says so in two lines, also with --quiet, and warns of nothing
+    but, for ``diag-u`` (dense, Gaussian), its narrower intervals (one line naming ``--posterior diag``)."""
     t, common = files["dir"], files["common"]
     capsys.readouterr()
-    for posterior in ("diag", "diag-whitened"):
+    for posterior in ("diag-u", "diag"):
         out = t / f"{posterior}.pt"
         assert _train(*common, "--posterior", posterior, "--components", "2", "--out", out) == 0
         err = capsys.readouterr().err
-        assert "stage 1 of 2: full Gaussian, 12 step(s)" in err and "warning" not in err, err
+        warnings = [line for line in err.splitlines() if "warning" in line]
+        assert "stage 1 of 2: full Gaussian, 12 step(s)" in err, err
+        assert len(warnings) == (posterior == "diag-u"), err
+        assert all("narrower than the full Gaussian's" in w and "--posterior diag " in w for w in warnings), err
         saved, fg = load_model(str(out))[0], load_model(str(files["fg"]))[0]
         for name in ("kernel", "likelihood"):
             assert _equal(getattr(saved.model, name).state_dict(), getattr(fg.model, name).state_dict()), name
@@ -61,9 +65,9 @@ def test_default_for_a_factorized_family_is_the_two_stage_fit(files, capsys):
         assert training["stage1"]["posterior"] == "full" and training["stage1"]["steps"] == 12
         assert training["stage1"]["elbo"] == fg.config["elbo"]
         assert fg.config["training"]["hypers"] is None  # (the question does not arise for a full Gaussian)
-    assert _train(*common, "--posterior", "diag", "--components", "2", "--warm-start", files["fg"], "--learn",
+    assert _train(*common, "--posterior", "diag-u", "--components", "2", "--warm-start", files["fg"], "--learn",
                   "posterior", "--out", t / "manual.pt") == 0
-    a, b = load_model(str(t / "diag.pt"))[0].model.state_dict(), load_model(str(t / "manual.pt"))[0].model.state_dict()
+    a, b = load_model(str(t / "diag-u.pt"))[0].model.state_dict(), load_model(str(t / "manual.pt"))[0].model.state_dict()
     assert a.keys() == b.keys()
     for k in a:
         assert torch.allclose(a[k], b[k], rtol=0, atol=1e-6), (k, (a[k] - b[k]).abs().max())
@@ -71,13 +75,15 @@ def test_default_for_a_factorized_family_is_the_two_stage_fit(files, capsys):
 
 def test_hypers_joint_learns_everything_and_keeps_the_warning(files, capsys):
     """``--hypers joint`` is the paper's fit: the kernel moves away from the full Gaussian's, the file
-    records "joint", and the dense model's one-line warning names the default."""
+    records "joint", and the dense model's one-line warning names the default (``diag-u`` on this
+    dense Gaussian model: a second line on its narrower intervals)."""
     t, common = files["dir"], files["common"]
     capsys.readouterr()
     out = t / "joint.pt"
-    assert _train(*common, "--posterior", "diag", "--components", "2", "--hypers", "joint", "--out", out) == 0
+    assert _train(*common, "--posterior", "diag-u", "--components", "2", "--hypers", "joint", "--out", out) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("savigp train: warning: ") and "drop --hypers joint" in err[0], err
+    assert len(err) == 2 and all(line.startswith("savigp train: warning: ") for line in err), err
+    assert "drop --hypers joint" in err[0] and "--posterior diag " in err[1], err
     saved, fg = load_model(str(out))[0], load_model(str(files["fg"]))[0]
     assert saved.config["training"]["hypers"] == "joint" and "stage1" not in saved.config["training"]
     assert not _equal(saved.model.kernel.state_dict(), fg.model.kernel.state_dict())
@@ -87,9 +93,9 @@ def test_refusals_name_the_option(files, capsys):
     """--hypers where it does not apply, two stages with --warm-start or --nproc: exit 2, one line."""
     t, common = files["dir"], files["common"]
     cases = [(["--posterior", "full", "--hypers", "joint"], "--posterior full has no factorization bias"),
-             (["--posterior", "diag", "--learn", "posterior", "--hypers", "two-stage"], "--learn posterior does not"),
-             (["--posterior", "diag", "--hypers", "two-stage", "--warm-start", files["fg"]], "give --learn posterior"),
-             (["--posterior", "diag", "--nproc", "2"], "give --hypers joint")]
+             (["--posterior", "diag-u", "--learn", "posterior", "--hypers", "two-stage"], "--learn posterior does not"),
+             (["--posterior", "diag-u", "--hypers", "two-stage", "--warm-start", files["fg"]], "give --learn posterior"),
+             (["--posterior", "diag-u", "--nproc", "2"], "give --hypers joint")]
     for extra, text in cases:
         capsys.readouterr()
         assert _train(*common, *extra, "--out", t / "refused.pt") == 2, extra
@@ -103,7 +109,7 @@ def test_two_stage_resumes_its_second_stage(files, capsys, monkeypatch):
     full Gaussian's hyper-parameters to the uninterrupted run's parameters bit for bit; a
     jointly learned checkpoint is not resumed as a two-stage fit (one line naming --hypers joint)."""
     t, common = files["dir"], files["common"]
-    args = [*common, "--posterior", "diag", "--batch-size", "20", "--checkpoint-every", "4"]
+    args = [*common, "--posterior", "diag-u", "--batch-size", "20", "--checkpoint-every", "4"]
     assert _train(*args, "--out", t / "ref.pt") == 0
     monkeypatch.setenv(TEST_SIGINT_ENV, "5")
     assert _train(*args, "--out", t / "cut.pt") == 130
@@ -125,7 +131,7 @@ def test_max_components_searches_at_the_full_gaussians_hyper_parameters(files, c
     so the kept fit has the full Gaussian's kernel whatever K it chose."""
     t, common = files["dir"], files["common"]
     out = t / "kmax.pt"
-    assert _train(*common, "--posterior", "diag", "--max-components", "2", "--out", out) == 0
+    assert _train(*common, "--posterior", "diag-u", "--max-components", "2", "--out", out) == 0
     assert "by the full-data ELBO" in capsys.readouterr().out
     saved, fg = load_model(str(out))[0], load_model(str(files["fg"]))[0]
     assert saved.config["training"]["hypers"] == "two-stage"
@@ -139,7 +145,55 @@ def test_stage_one_is_the_full_gaussian_also_over_many_steps(files):
     t = files["dir"]
     common = [t / "d.csv", "--targets", "y", "--dense", "--iterations", "250", "--lr", "0.05"]
     assert _train(*common, "--out", t / "fg250.pt") == 0
-    assert _train(*common, "--posterior", "diag", "--out", t / "mog250.pt") == 0
+    assert _train(*common, "--posterior", "diag-u", "--out", t / "mog250.pt") == 0
     saved, fg = load_model(str(t / "mog250.pt"))[0], load_model(str(t / "fg250.pt"))[0]
     for name in ("kernel", "likelihood"):
         assert _equal(getattr(saved.model, name).state_dict(), getattr(fg.model, name).state_dict()), name
+
+
+def test_former_names_and_where_the_interval_warning_applies(files, capsys):
+    """``--posterior diag-whitened`` (the whitened family's name before format 4) and ``mog`` (the
+    paper's) are accepted and recorded under today's names ("diag", "diag-u"), as a resume compares
+    them; the narrower-interval warning is ``diag-u``'s on a dense Gaussian model only (not with
+    inducing inputs other than the training inputs, not for ``diag``)."""
+    from savigp.posteriors import DiagonalMixture, UDiagonalMixture
+
+    t, common = files["dir"], files["common"]
+    sparse = [c for c in common if c != "--dense"] + ["--num-inducing", "8"]
+    for args, cls, name, warned in (([*common, "--posterior", "diag-whitened"], DiagonalMixture, "diag", False),
+                                    ([*common, "--posterior", "mog"], UDiagonalMixture, "diag-u", True),
+                                    ([*sparse, "--posterior", "diag-u"], UDiagonalMixture, "diag-u", False)):
+        capsys.readouterr()
+        assert _train(*args, "--out", t / "named.pt") == 0, args
+        err = capsys.readouterr().err
+        assert ("narrower than the full Gaussian's" in err) == warned, (args, err)
+        saved = load_model(str(t / "named.pt"))[0]
+        assert type(saved.model.posterior) is cls and saved.config["model"]["posterior"] == name
+        assert saved.config["training"]["options"]["posterior"] == name
+
+
+def test_a_version_3_checkpoint_of_the_family_over_u_resumes_as_diag_u(files, capsys, monkeypatch):
+    """A checkpoint written before format 4 by ``--posterior diag`` (then the family over u) records
+    "diag" in its model and in the command's options: read, both say "diag-u", so ``--resume
+    --posterior diag-u`` continues it to the uninterrupted run's parameters bit for bit, and
+    ``--resume --posterior diag`` (now the whitened family) is refused, naming diag-u."""
+    t, common = files["dir"], files["common"]
+    args = [*common, "--posterior", "diag-u", "--batch-size", "20", "--checkpoint-every", "4"]
+    assert _train(*args, "--out", t / "ref3.pt") == 0
+    monkeypatch.setenv(TEST_SIGINT_ENV, "5")
+    assert _train(*args, "--out", t / "cut3.pt") == 130
+    monkeypatch.delenv(TEST_SIGINT_ENV)
+    ckpt = t / "cut3.pt.ckpt"
+    blob = torch.load(str(ckpt), weights_only=True)
+    blob["config"]["version"] = 3
+    blob["config"]["model"]["posterior"] = blob["config"]["training"]["options"]["posterior"] = "diag"
+    torch.save(blob, str(ckpt))
+    capsys.readouterr()
+    refused = [a if a != "diag-u" else "diag" for a in args]
+    assert _train(*refused, "--out", t / "cut3.pt", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "--posterior is 'diag' here but" in err and "'diag-u'" in err, err
+    assert _train(*args, "--out", t / "cut3.pt", "--resume") == 0
+    ref, cut = load_model(str(t / "ref3.pt"))[0], load_model(str(t / "cut3.pt"))[0]
+    assert cut.config["step"] == 12 and cut.config["model"]["posterior"] == "diag-u"
+    assert _equal(cut.model.state_dict(), ref.model.state_dict())

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from savigp.cli import EXIT_BAD_INPUT, EXIT_NON_FINITE, main
-from savigp.csv_data import write_csv
+from savigp.io.csv_data import write_csv
 from savigp.model_files import load_model
 
 FAST = ["--num-inducing", "8", "--samples", "10", "--threads", "1"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from savigp.cli import TEST_SIGINT_ENV, main
-from savigp.csv_data import write_csv
+from savigp.io.csv_data import write_csv
 from savigp.model_files import load_model
 
 QUIET = ["--threads", "1", "--quiet"]
@@ -58,7 +58,7 @@ def test_two_stage_fit_learns_only_q_and_reaches_the_diagonal_optimum(files):
     relative tolerance, 1e-4 from the mean (measured), a direction in which the bound is nearly
     flat, so atol 1e-3; the variances are exact to 2e-7 (measured), so rtol 1e-5."""
     out = files["dir"] / "mog2.pt"
-    assert _train(files["data"], "--targets", "y", "--inputs", "x", "--dense", "--posterior", "diag",
+    assert _train(files["data"], "--targets", "y", "--inputs", "x", "--dense", "--posterior", "diag-u",
                   "--components", "2", "--optimizer", "lbfgs", "--iterations", "30", "--warm-start", files["fg"],
                   "--learn", "posterior", "--out", out) == 0
     saved, fg = load_model(str(out))[0], load_model(str(files["fg"]))[0].model
@@ -115,7 +115,7 @@ def test_refusals_exit_2_naming_both_values(files, capsys):
     t, data, fg = files["dir"], files["data"], files["fg"]
     base = [data, "--targets", "y", "--inputs", "x", "--dense", "--iterations", "2"]
     ws = ["--warm-start", fg, "--out", t / "new.pt"]
-    for post, extra in (("k2", ["--posterior", "diag", "--components", "2"]), ("joint", ["--posterior", "joint"])):
+    for post, extra in (("k2", ["--posterior", "diag-u", "--components", "2"]), ("joint", ["--posterior", "joint"])):
         assert _train(*base, *extra, "--iterations", "0", "--out", t / f"{post}.pt") == 0
     (t / "not_a_model.pt").write_text("x,y\n1,2\n")
     cases = [
@@ -155,7 +155,7 @@ def test_learn_survives_an_interrupt_and_resume(files, capsys, monkeypatch):
     """A warm-started, --learn posterior run with mini-batches interrupted at step 6 resumes (without
     --warm-start) to the uninterrupted run's parameters bit for bit; a different --learn is refused."""
     t = files["dir"]
-    args = [files["data"], "--targets", "y", "--inputs", "x", "--dense", "--posterior", "diag", "--components", "2",
+    args = [files["data"], "--targets", "y", "--inputs", "x", "--dense", "--posterior", "diag-u", "--components", "2",
             "--iterations", "10", "--batch-size", "20", "--lr", "0.05", "--learn", "posterior",
             "--checkpoint-every", "4"]
     assert _train(*args, "--warm-start", files["fg"], "--out", t / "ref.pt") == 0
@@ -184,7 +184,7 @@ def test_warm_start_and_learn_on_two_ranks(files):
     from conftest import ROOT
 
     t = files["dir"]
-    args = [files["data"], "--targets", "y", "--inputs", "x", "--dense", "--posterior", "diag", "--components", "2",
+    args = [files["data"], "--targets", "y", "--inputs", "x", "--dense", "--posterior", "diag-u", "--components", "2",
             "--iterations", "10", "--batch-size", "20", "--lr", "0.05", "--learn", "posterior",
             "--warm-start", files["fg"]]
     assert _train(*args, "--out", t / "one.pt") == 0
@@ -214,7 +214,7 @@ def test_a_user_likelihood_source_runs_only_this_runs_code(files, capsys):
     common = [files["data"], "--targets", "y", "--inputs", "x", "--likelihood", f"{lik}:log_lik", "--num-inducing", "4",
               "--samples", "5", "--lik-param", "s=0.25:positive", "--lr", "0.1"]
     assert _train(*common, "--iterations", "3", "--out", t / "user.pt") == 0
-    assert _train(*common, "--iterations", "0", "--posterior", "diag", "--warm-start", t / "user.pt",
+    assert _train(*common, "--iterations", "0", "--posterior", "diag-u", "--warm-start", t / "user.pt",
                   "--out", t / "user_ws.pt") == 0
     src = load_model(str(t / "user.pt"), likelihood=str(lik))[0].model.likelihood.state_dict()
     ws = load_model(str(t / "user_ws.pt"), likelihood=str(lik))[0].model.likelihood.state_dict()
@@ -235,7 +235,8 @@ def test_jointly_learned_diagonal_mixture_on_a_dense_model_warns_in_one_line(fil
     """``--posterior diag --components 2 --dense --hypers joint`` learning everything (issue 25: NLP 0.175
     against fg's 0.118 on wisconsin, silently): one stderr line, also with --quiet, naming the two-stage
     recipe and no Python warning; none with ``--learn posterior`` (the Python side's cases:
-    tests/savigp/test_joint_factorized_warning.py)."""
+    tests/savigp/training/test_joint_factorized_warning.py)."""
+    # (the whitened family: "diag-u" would add its line on narrower intervals, test_cli_two_stage.py)
     base = [files["data"], "--targets", "y", "--inputs", "x", "--dense", "--iterations", "1"]
     assert _train(*base, "--posterior", "diag", "--components", "2", "--hypers", "joint",
                   "--out", files["dir"] / "j.pt") == 0
@@ -250,7 +251,7 @@ def test_jointly_learned_diagonal_mixture_on_a_dense_model_warns_in_one_line(fil
 def test_entropy_option_reaches_the_model_file(files, capsys):
     """``--entropy`` chooses the mixture's entropy term and the model file records it (``bound``: the
     paper's eq. (18); the default, the pairwise bound, is the model's own, tested in
-    tests/savigp/test_mixture_entropy.py); an unknown name is a usage error."""
+    tests/savigp/posteriors/test_mixture_entropy.py); an unknown name is a usage error."""
     base = [files["data"], "--targets", "y", "--inputs", "x", "--num-inducing", "5", "--components", "2",
             "--iterations", "1"]
     out = files["dir"] / "ent_bound.pt"

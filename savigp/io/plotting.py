@@ -1,0 +1,397 @@
+"""Pictures of a fit: latent functions and predictions over 1-D or 2-D inputs, and the ELBO curve.
+
+    from savigp.io.plotting import plot_fit, plot_elbo
+    fig = plot_fit(model, X, Y)          # a SAVIGP model, or a loaded model file (SavedModel)
+    fig.savefig("fit.png")
+    plot_elbo(history.elbo).savefig("elbo.png")
+
+1-D inputs: one panel per latent function (the mean of q(f*) with a band of +-2 standard
+deviations), then the predictive mean of y with its central 95% predictive interval (the 2.5% and
+97.5% quantiles of y* sampled from q(f*) and the likelihood's ``sample``, so that the band stays in
+the support of y: counts >= 0, a probability in (0, 1)); a likelihood that cannot sample (a
+user's ``log p(y | f)`` alone) with one output gets the same interval read off its predictive
+density E_q[p(y* | f*)] on a grid of y* values (integers for integer targets), where ``log_prob``
+is -inf or not finite outside the support; only where neither works is the band mean +- 2
+predictive sd, labelled so (it may leave the support). The data are overlaid
+(regression), or the class probabilities are drawn with the labels marked (classification).
+2-D inputs: mean and standard-deviation maps of each latent function, and the predictive mean map
+(regression) or one probability map per class (classification), with the data overlaid in a
+marker and colour per class, white-edged so that every class shows on light and dark maps, and a
+legend naming the classes.
+
+matplotlib is an optional extra (``pip install 'savigp[plots]'``); without it, every function here
+raises :class:`MissingExtra` with that one line. Figures are built without pyplot (no global
+state, no display needed); the ``save_*`` helpers write files atomically.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+
+#: the extra that provides matplotlib
+EXTRA = "plots"
+#: grid points along each input axis
+GRID_1D, GRID_2D = 200, 60
+#: at most this many class-probability maps in 2-D (more classes: one map of the most probable class)
+MAX_CLASS_MAPS = 6
+#: the central predictive interval of y drawn in 1-D (lower and upper quantile levels)
+INTERVAL = (0.025, 0.975)
+#: draws of y per grid point for that interval (the standard error of a 2.5% quantile is then
+#: about 0.02 predictive sd: a smooth band)
+QUANTILE_SAMPLES = 2000
+#: y* values and draws of f* per component for the predictive density of a likelihood that cannot sample
+GRID_Y, GRID_DRAWS = 200, 100
+#: data markers per class (cycled), drawn in tab10 colours with white edges
+CLASS_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+class MissingExtra(RuntimeError):
+    """matplotlib is not installed; ``str(err)`` says which extra to install."""
+
+
+def _figure(nrows: int, ncols: int, size: tuple):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingExtra(f"plots need matplotlib, which is not installed: pip install 'savigp[{EXTRA}]' "
+                           "(or pip install matplotlib)") from None
+    fig = Figure(figsize=size, layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`MissingExtra` now (before a long run) if plots cannot be drawn."""
+    _figure(1, 1, (1, 1))
+
+
+def _predict(model, X: np.ndarray, num_samples: int, seed: int) -> dict:
+    pred = model.predict(X, num_samples=num_samples, seed=seed)
+    return pred.numpy() if hasattr(pred, "numpy") else pred
+
+
+def _likelihood(model):
+    return model.model.likelihood if hasattr(model, "model") else model.likelihood
+
+
+def predictive_quantiles(model, X, levels: Sequence[float] = INTERVAL, *, num_samples: int = 200,
+                         seed: int = 0, y_grid: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
+    """Quantiles of the predictive distribution p(y* | x*) = E_q(f*)[p(y* | f*)] by sampling:
+    f* from the posterior (every mixture component, weighted by pi_k), then y* from the
+    likelihood's ``sample``. Each quantile is a value y* can take, so the band lies in its support.
+
+    Args:
+        model: a :class:`~savigp.model.SAVIGP` or a loaded model file (raw inputs; quantiles in the
+            targets' original units).
+        X: inputs ``(B, D)``.
+        levels: quantile levels in (0, 1).
+        num_samples: draws of f* per mixture component (one y* per draw).
+        y_grid: for a likelihood that cannot sample (a user's ``log p(y | f)`` alone) with one
+            output, the values of y* ``(G,)`` (in the targets' original units) at which the
+            predictive density E_q[p(y* | f*)] is evaluated from ``log_prob``; the quantiles are
+            read off its cumulative sum over the grid (:func:`_grid_quantiles`).
+
+    Returns:
+        ``(len(levels), B, P)``, or None when the likelihood can neither sample nor be read on a
+        grid (or is not loaded).
+    """
+    import torch
+
+    saved = hasattr(model, "transform_inputs")
+    inner = model.model if saved else model
+    lik = inner.likelihood
+    if saved and not getattr(model, "likelihood_loaded", True):
+        return None
+    with torch.no_grad():
+        f, log_w, _, _ = inner.draws(model.transform_inputs(X) if saved else X, num_samples, seed)  # (S, K, B, Q)
+        try:
+            y = lik.sample(f, torch.Generator(device=f.device).manual_seed(seed + 1))  # (S, K, B, P)
+        except NotImplementedError:
+            if y_grid is None or lik.output_dim != 1:
+                return None
+            return _grid_quantiles(model, lik, f, log_w, np.asarray(y_grid, dtype=np.float64), levels)
+    y = y.detach().cpu().to(torch.float64).numpy()
+    stats = getattr(model, "target_stats", None) if saved else None
+    if stats is not None:
+        y = np.asarray(stats["mean"]) + np.asarray(stats["std"]) * y
+    S, K = y.shape[:2]
+    w = np.repeat(np.exp(log_w.detach().cpu().double().numpy())[None, :], S, axis=0).reshape(-1) / S
+    y = y.reshape(S * K, *y.shape[2:])  # (S K, B, P)
+    order = np.argsort(y, axis=0, kind="stable")
+    ys = np.take_along_axis(y, order, axis=0)
+    cw = np.cumsum(w[order], axis=0)  # weights in sorted order, per (row, output)
+    out = []
+    for level in levels:
+        idx = (cw < level * cw[-1:]).sum(0)  # the first sorted draw with cumulative weight >= level
+        out.append(np.take_along_axis(ys, np.minimum(idx, S * K - 1)[None], axis=0)[0])
+    return np.stack(out)
+
+
+def _grid_quantiles(model, lik, f, log_w, y_grid: np.ndarray, levels: Sequence[float]) -> Optional[np.ndarray]:
+    """Quantiles of p(y* | x*) = sum_k pi_k mean_s p(y* | f*_sk) read off a grid of y* values
+    ``y_grid (G,)``: the density is evaluated by the likelihood's ``log_prob`` at every grid value
+    (values where it is not finite, outside the support, count as 0), weighted by the grid's cell
+    widths (1 for an integer grid: a probability mass function), normalized over the grid and
+    inverted. Each quantile is a grid value, so the band keeps to the support the likelihood gives
+    y. ``f`` ``(S, K, B, Q)``, ``log_w`` ``(K,)``; returns ``(len(levels), B, 1)`` or None when no
+    grid value has positive density."""
+    import torch
+
+    f = f[:GRID_DRAWS]
+    S, K, B, Q = f.shape
+    G = y_grid.shape[0]
+    stats = getattr(model, "target_stats", None) if hasattr(model, "transform_inputs") else None
+    y_model = y_grid if stats is None else (y_grid - float(np.asarray(stats["mean"]).reshape(-1)[0])) / float(
+        np.asarray(stats["std"]).reshape(-1)[0])
+    yy = torch.as_tensor(np.tile(y_model, B)[:, None], dtype=f.dtype, device=f.device)  # (B G, 1): row b, value g
+    ff = f.repeat_interleave(G, dim=2)  # (S, K, B G, Q)
+    with torch.no_grad():
+        lp = lik.log_prob(yy, ff).reshape(S, K, B, G)
+    lp = torch.where(torch.isfinite(lp), lp, torch.full_like(lp, -torch.inf))
+    log_dens = torch.logsumexp(lp, dim=0) - math.log(S)  # (K, B, G)
+    log_dens = torch.logsumexp(log_w.to(lp).view(K, 1, 1) + log_dens, dim=0)  # (B, G)
+    dens = log_dens.exp().cpu().double().numpy()
+    widths = np.gradient(y_grid) if G > 1 else np.ones(1)
+    mass = dens * np.abs(widths)[None, :]
+    total = mass.sum(1, keepdims=True)
+    if not np.all(total > 0):
+        return None
+    cdf = np.cumsum(mass / total, axis=1)  # (B, G)
+    out = [y_grid[np.minimum((cdf < level).sum(1), G - 1)] for level in levels]
+    return np.stack(out)[:, :, None]
+
+
+def _target_grid(Y: Optional[np.ndarray], mean: np.ndarray, sd: Optional[np.ndarray], n: int = GRID_Y) -> np.ndarray:
+    """The y* values :func:`_grid_quantiles` reads the predictive density at: the integers over the
+    data's range (plus a margin) when every target is an integer (counts, ordinal values), else
+    ``n`` values over the data's and the predictive mean +- 4 sd's range, a quarter wider."""
+    lo, hi = [], []
+    if Y is not None and Y.size:
+        lo.append(np.nanmin(Y)), hi.append(np.nanmax(Y))
+    m = mean[np.isfinite(mean)]
+    if m.size:
+        s = sd[np.isfinite(sd)] if sd is not None else np.zeros(0)
+        spread = 4 * float(s.max()) if s.size else 0.0
+        lo.append(float(m.min()) - spread), hi.append(float(m.max()) + spread)
+    if not lo:
+        return np.linspace(-1.0, 1.0, n)
+    a, b = min(lo), max(hi)
+    margin = 0.25 * (b - a) if b > a else 1.0
+    if Y is not None and Y.size and np.all(np.isfinite(Y)) and np.all(Y == np.round(Y)):
+        a0 = np.floor(a - margin)
+        if np.nanmin(Y) >= 0:
+            a0 = max(a0, 0.0)
+        return np.arange(a0, np.ceil(b + margin) + 1.0)
+    return np.linspace(a - margin, b + margin, n)
+
+
+def _class_labels(model, C: int) -> list:
+    cfg = getattr(model, "config", None)
+    labels = cfg.get("class_labels") if isinstance(cfg, dict) else None
+    if labels is None:
+        lik = model.model.likelihood if hasattr(model, "model") else model.likelihood
+        labels = getattr(lik, "classes", None)
+    labels = list(labels) if labels is not None else list(range(C))
+    return [str(int(v)) if float(v) == int(v) else str(v) for v in labels]
+
+
+def _target_names(model, P: int) -> list:
+    cfg = getattr(model, "config", None)
+    names = ((cfg.get("columns") or {}).get("targets") if isinstance(cfg, dict) else None) or []
+    return list(names) if len(names) == P else [f"y{p}" if P > 1 else "y" for p in range(P)]
+
+
+def _is_classifier(model) -> bool:
+    lik = model.model.likelihood if hasattr(model, "model") else model.likelihood
+    return getattr(lik, "task", "regression") == "classification"
+
+
+def plot_fit(model, X, Y=None, *, num_samples: int = 200, seed: int = 0, input_names: Optional[Sequence[str]] = None):
+    """A matplotlib Figure of the fit over the range of ``X``.
+
+    Args:
+        model: a :class:`~savigp.model.SAVIGP` (inputs in its units) or a loaded model file
+            (:class:`~savigp.model_files.SavedModel`, raw inputs; predictions in original units).
+        X: inputs ``(N, D)`` with D = 1 or 2 (their range sets the plotting grid; drawn as data).
+        Y: optional targets ``(N, P)`` (or labels ``(N, 1)``) overlaid on the prediction panels.
+        num_samples: Monte Carlo samples per grid point for the predictions.
+
+    Returns:
+        ``matplotlib.figure.Figure``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    X = X[:, None] if X.ndim == 1 else X
+    if X.ndim != 2 or X.shape[1] not in (1, 2) or X.shape[0] < 1:
+        raise ValueError(f"plot_fit draws 1-D or 2-D inputs: X must have shape (N, 1) or (N, 2), got {X.shape}")
+    if Y is not None:
+        Y = np.asarray(Y, dtype=np.float64)
+        Y = Y[:, None] if Y.ndim == 1 else Y
+        if Y.shape[0] != X.shape[0]:
+            raise ValueError(f"plot_fit: Y has {Y.shape[0]} rows but X has {X.shape[0]} (Y shape {Y.shape}, X shape {X.shape})")
+    names = list(input_names) if input_names else [f"x{d + 1}" if X.shape[1] > 1 else "x" for d in range(X.shape[1])]
+    if X.shape[1] == 1:
+        return _plot_1d(model, X, Y, num_samples, seed, names[0])
+    return _plot_2d(model, X, Y, num_samples, seed, names)
+
+
+def _axis_grid(x: np.ndarray, n: int) -> np.ndarray:
+    lo, hi = float(x.min()), float(x.max())
+    pad = 0.05 * (hi - lo) if hi > lo else 1.0
+    return np.linspace(lo - pad, hi + pad, n)
+
+
+def _plot_1d(model, X, Y, num_samples, seed, xname):
+    g = _axis_grid(X[:, 0], GRID_1D)
+    pred = _predict(model, g[:, None], num_samples, seed)
+    Q = pred["latent_mean"].shape[1]
+    classifier = _is_classifier(model) and pred["probabilities"] is not None
+    outputs = 1 if classifier else (pred["mean"].shape[1] if pred["mean"] is not None else 0)
+    panels = Q + outputs
+    fig, axes = _figure(panels, 1, (7, 2.4 * panels))
+    for j in range(Q):
+        ax = axes[j, 0]
+        m, s = pred["latent_mean"][:, j], np.sqrt(np.maximum(pred["latent_var"][:, j], 0))
+        ax.plot(g, m, color="C0", label="mean of q(f)")
+        ax.fill_between(g, m - 2 * s, m + 2 * s, color="C0", alpha=0.25, label="+-2 sd of f")
+        ax.set_ylabel(f"latent f{j}")
+        ax.legend(loc="best", fontsize="small")
+    if classifier:
+        ax = axes[Q, 0]
+        P = pred["probabilities"]
+        labels = _class_labels(model, P.shape[1])
+        for c in range(P.shape[1]):
+            ax.plot(g, P[:, c], color=f"C{c % 10}", label=f"p(y = {labels[c]})")
+        if Y is not None:
+            for c, lab in enumerate(labels):
+                hit = np.isclose(Y[:, 0], float(lab))
+                ax.plot(X[hit, 0], np.full(hit.sum(), 1.03 + 0.02 * c), "|", color=f"C{c % 10}", ms=8)
+        ax.set_ylim(-0.02, 1.03 + 0.02 * P.shape[1])
+        ax.set_ylabel("class probability")
+        ax.legend(loc="best", fontsize="small")
+    else:
+        tnames = _target_names(model, outputs) if outputs else []
+        y_grid = None
+        if outputs == 1 and pred["mean"] is not None:
+            sd = np.sqrt(np.maximum(pred["variance"][:, 0], 0)) if pred["variance"] is not None else None
+            y_grid = _target_grid(None if Y is None else Y[:, :1], pred["mean"][:, 0], sd)
+        quantiles = predictive_quantiles(model, g[:, None], num_samples=max(num_samples, QUANTILE_SAMPLES), seed=seed,
+                                         y_grid=y_grid) if outputs else None
+        for p in range(outputs):
+            ax = axes[Q + p, 0]
+            m = pred["mean"][:, p]
+            ax.plot(g, m, color="C1", label="predictive mean")
+            if quantiles is not None:
+                ax.fill_between(g, quantiles[0, :, p], quantiles[-1, :, p], color="C1", alpha=0.25,
+                                label="95% predictive interval of y")
+            elif pred["variance"] is not None:
+                s = np.sqrt(np.maximum(pred["variance"][:, p], 0))
+                ax.fill_between(g, m - 2 * s, m + 2 * s, color="C1", alpha=0.25,
+                                label="mean +- 2 sd of y (no sampler: may leave the support)")
+            if Y is not None and p < Y.shape[1]:
+                ax.plot(X[:, 0], Y[:, p], ".", color="k", ms=3, label="data")
+            ax.set_ylabel(tnames[p])
+            ax.legend(loc="best", fontsize="small")
+    axes[-1, 0].set_xlabel(xname)
+    return fig
+
+
+def _plot_2d(model, X, Y, num_samples, seed, names):
+    a, b = _axis_grid(X[:, 0], GRID_2D), _axis_grid(X[:, 1], GRID_2D)
+    A, B = np.meshgrid(a, b)
+    G = np.column_stack([A.ravel(), B.ravel()])
+    pred = _predict(model, G, num_samples, seed)
+    Q = pred["latent_mean"].shape[1]
+    maps = []  # (title, values (GRID, GRID), cmap, overlay: False, True (values) or "classes")
+    labels: list = []
+    for j in range(Q):
+        maps.append((f"latent f{j}: mean", pred["latent_mean"][:, j], "viridis", False))
+        maps.append((f"latent f{j}: sd", np.sqrt(np.maximum(pred["latent_var"][:, j], 0)), "magma", False))
+    if _is_classifier(model) and pred["probabilities"] is not None:
+        P = pred["probabilities"]
+        labels = _class_labels(model, P.shape[1])
+        if P.shape[1] <= MAX_CLASS_MAPS:
+            for c in range(P.shape[1]):
+                maps.append((f"p(y = {labels[c]})", P[:, c], "Greys", "classes"))  # neutral: every class colour shows
+        else:
+            maps.append(("most probable class", P.argmax(1).astype(float), "tab10", "classes"))
+    elif pred["mean"] is not None:
+        for p, t in enumerate(_target_names(model, pred["mean"].shape[1])):
+            maps.append((f"predictive mean of {t}", pred["mean"][:, p], "viridis", True))
+            if pred["variance"] is not None:
+                maps.append((f"predictive sd of {t}", np.sqrt(np.maximum(pred["variance"][:, p], 0)), "magma", False))
+    ncols = 2
+    nrows = (len(maps) + 1) // 2
+    fig, axes = _figure(nrows, ncols, (9, 3.6 * nrows))
+    for i, (title, values, cmap, overlay) in enumerate(maps):
+        ax = axes[i // 2, i % 2]
+        scale = dict(vmin=-0.5, vmax=9.5) if cmap == "tab10" else {}  # class c in colour C<c>, as its data
+        im = ax.pcolormesh(A, B, values.reshape(A.shape), cmap=cmap, shading="auto", **scale)
+        fig.colorbar(im, ax=ax)
+        if overlay == "classes" and Y is not None:  # a marker and colour per class, white-edged, in a legend
+            _scatter_classes(ax, X, Y[:, 0], labels)
+        elif overlay:
+            if Y is not None:
+                ax.scatter(X[:, 0], X[:, 1], c=Y[:, 0], s=10, cmap="coolwarm", edgecolors="k", linewidths=0.3)
+            else:
+                ax.plot(X[:, 0], X[:, 1], ".", color="w", ms=2)
+        ax.set_title(title, fontsize="medium")
+        ax.set_xlabel(names[0])
+        ax.set_ylabel(names[1])
+    if len(maps) % 2:
+        axes[-1, -1].set_visible(False)
+    return fig
+
+
+def _scatter_classes(ax, X: np.ndarray, y: np.ndarray, labels: list) -> None:
+    """The data of each class in its own marker and tab10 colour with a white edge (visible on the
+    dark end of any map) and a legend entry ``y = <label>``."""
+    for c, lab in enumerate(labels):
+        try:
+            hit = np.isclose(y, float(lab))
+        except ValueError:
+            hit = y.astype(str) == lab
+        ax.scatter(X[hit, 0], X[hit, 1], s=18, marker=CLASS_MARKERS[c % len(CLASS_MARKERS)], color=f"C{c % 10}",
+                   edgecolors="w", linewidths=0.6, label=f"y = {lab}")
+    ax.legend(loc="best", fontsize="small", framealpha=0.8, title="data")
+
+
+def plot_elbo(elbo: Sequence[float], start: int = 0, title: str = "ELBO per step"):
+    """A Figure of the ELBO estimate after each optimizer step (steps ``start + 1, ...``)."""
+    elbo = np.asarray(elbo, dtype=np.float64)
+    fig, axes = _figure(1, 1, (7, 3.2))
+    ax = axes[0, 0]
+    ax.plot(np.arange(start + 1, start + 1 + elbo.size), elbo, color="C0", lw=1)
+    if elbo.size >= 20:  # a running mean shows the trend under the Monte Carlo noise
+        w = max(5, elbo.size // 20)
+        smooth = np.convolve(elbo, np.ones(w) / w, mode="valid")
+        ax.plot(np.arange(start + w, start + w + smooth.size), smooth, color="C3", lw=1.5, label=f"mean of {w} steps")
+        ax.legend(loc="lower right", fontsize="small")
+        lo = np.percentile(elbo, 5)
+        ax.set_ylim(lo - 0.1 * (elbo.max() - lo), elbo.max() + 0.05 * (elbo.max() - lo) + 1e-12)
+    ax.set_xlabel("step")
+    ax.set_ylabel("ELBO")
+    ax.set_title(title, fontsize="medium")
+    return fig
+
+
+def _save(fig, path: str) -> None:
+    """``fig.savefig(path)`` atomically (:func:`savigp.io.atomic_files.atomic_write`; the format from
+    the extension)."""
+    from .atomic_files import atomic_write
+
+    fmt = os.path.splitext(path)[1].lstrip(".") or "png"
+    with atomic_write(path, "wb") as fh:
+        fig.savefig(fh, dpi=110, format=fmt)
+
+
+def save_fit_plot(model, X, path: str, Y=None, **kwargs) -> None:
+    """:func:`plot_fit` written to ``path`` (format from the extension: .png, .pdf, .svg)."""
+    _save(plot_fit(model, X, Y, **kwargs), path)
+
+
+def save_elbo_plot(elbo: Sequence[float], path: str, **kwargs) -> None:
+    """:func:`plot_elbo` written to ``path``."""
+    _save(plot_elbo(elbo, **kwargs), path)

@@ -1,0 +1,271 @@
+"""Covariance functions, batched over the Q latent functions.
+
+Every kernel holds one set of hyper-parameters per latent function: ``variance`` of shape
+``(Q,)`` and ARD ``lengthscales`` of shape ``(Q, D)``. Calling it returns a batch of Q matrices:
+
+    kernel(X1, X2) -> (Q, N1, N2)      with X1 of shape (N1, D) or (Q, N1, D), likewise X2
+    kernel.diag(X) -> (Q, N)
+
+Stationary kernels are written in terms of the scaled distance r = ||(x - x') / l||:
+
+* RBF (squared exponential): k = s exp(-r^2 / 2)
+* Matern 3/2: k = s (1 + sqrt(3) r) exp(-sqrt(3) r)
+* Matern 5/2: k = s (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)
+
+Latent functions with kernels of different families are combined with :class:`KernelList`.
+
+Distances are computed after centring both sets of inputs on the mean of the first, c = mean_i x1_i,
+and then scaling: r^2 = |a|^2 - 2 a.b + |b|^2 with a = (x1 - c) / l, b = (x2 - c) / l. The terms of the
+expansion are then of the size of the spread of the inputs, not of their offset, so inputs with a
+large common offset (x = 10^4 + U(-3, 3) in float32, 10^8 in float64) give the kernel matrices of
+the centred inputs (the uncentred expansion loses every digit of r^2 to cancellation there, and
+even scaling before centring loses the digits that x / l rounds away).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+from likelihoods.parameters import PositiveParameter
+
+from .._choices import KERNELS  # noqa: F401 (the kernels by name: a registry, KERNELS.register(name, cls))
+
+
+class Kernel(nn.Module):
+    """Base class: ``num_latent`` (Q) sets of hyper-parameters over ``input_dim`` (D) inputs."""
+
+    num_latent: int
+    input_dim: int
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def diag(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class Stationary(Kernel):
+    """A stationary kernel with ARD length-scales.
+
+    Args:
+        input_dim: D.
+        num_latent: Q, the number of independent latent functions (one hyper-parameter set each).
+        lengthscale: initial length-scale(s): a float, or shape ``(D,)`` or ``(Q, D)``.
+        variance: initial signal variance(s): a float or shape ``(Q,)``.
+        ard: one length-scale per input dimension (True) or one shared by all (False).
+        learn: learn the hyper-parameters (False fixes them, e.g. for the seismic prior).
+    """
+
+    def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0,
+                 ard: bool = True, learn: bool = True):
+        super().__init__()
+        self.input_dim = int(input_dim)
+        self.num_latent = int(num_latent)
+        self.ard = ard
+        d = self.input_dim if ard else 1
+        ls = torch.as_tensor(lengthscale, dtype=torch.float64)
+        ls = ls.expand(self.num_latent, d) if ls.dim() < 2 else ls
+        if tuple(ls.shape) != (self.num_latent, d):
+            raise ValueError(f"lengthscale: expected a float or shape ({d},) or ({self.num_latent}, {d}), got {tuple(ls.shape)}")
+        var = torch.as_tensor(variance, dtype=torch.float64).expand(self.num_latent)
+        self.lengthscales = PositiveParameter(ls.clone(), floor=1e-6, learnable=learn)
+        self.variance = PositiveParameter(var.clone(), floor=1e-8, learnable=learn)
+
+    def _scaled_sqdist(self, x1: Tensor, x2: Tensor) -> Tensor:
+        """Squared scaled distances, shape (Q, N1, N2), from inputs centred on the mean of x1."""
+        ls = self.lengthscales().unsqueeze(-2)  # (Q, 1, D or 1)
+        x1, x2 = _centred(x1, x2)
+        a, b = x1 / ls, x2 / ls
+        a2 = (a * a).sum(-1, keepdim=True)
+        b2 = (b * b).sum(-1, keepdim=True)
+        sq = a2 - 2.0 * a @ b.transpose(-1, -2) + b2.transpose(-1, -2)
+        return sq.clamp_min(0.0)
+
+    def _check(self, x: Tensor, name: str) -> None:
+        if x.dim() not in (2, 3) or x.shape[-1] != self.input_dim or (x.dim() == 3 and x.shape[0] not in (1, self.num_latent)):
+            raise ValueError(
+                f"{type(self).__name__}: {name} must have shape (N, {self.input_dim}) or "
+                f"({self.num_latent}, N, {self.input_dim}), got {tuple(x.shape)}"
+            )
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        self._check(x1, "x1")
+        self._check(x2, "x2")
+        r2 = self._scaled_sqdist(x1, x2)
+        return self.variance()[:, None, None] * self.profile(r2)
+
+    def diag(self, x: Tensor) -> Tensor:
+        self._check(x, "x")
+        n = x.shape[-2]
+        return self.variance()[:, None].expand(self.num_latent, n)
+
+    def profile(self, r2: Tensor) -> Tensor:  # pragma: no cover - abstract
+        """k(r) / variance as a function of the squared scaled distance r^2."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return f"input_dim={self.input_dim}, num_latent={self.num_latent}, ard={self.ard}"
+
+
+def _centred(x1: Tensor, x2: Tensor) -> tuple[Tensor, Tensor]:
+    """``x1 - c`` and ``x2 - c`` for ``c`` the mean of the rows of ``x1`` (a constant: distances do not
+    depend on it, so no gradient flows through it). Rows near c are subtracted exactly."""
+    c = x1.detach().mean(-2, keepdim=True)
+    return x1 - c, x2 - c
+
+
+class _ScaledRBF(torch.autograd.Function):
+    """k_ij = exp(log s - ||a_i - b_j||^2 / 2) for scaled inputs a = x1 / l ``(Q, N1, D)`` and
+    b = x2 / l ``(Q, N2, D)``, in a few passes over the ``(Q, N1, N2)`` matrix.
+
+    The inputs arrive centred (see the module docstring). Forward: one batched product (``torch.bmm``: a and b are both (Q, ., D), and ``matmul``'s
+    broadcasting costs a dozen dispatcher calls per product) of inputs augmented with two columns,
+
+        [a, log s - |a|^2 / 2, 1] [b, 1, -|b|^2 / 2]^T = log s - r^2 / 2,
+
+    so that the (Q, N1, N2) matrix is written once by BLAS, then a clamp (r^2 >= 0) and an
+    exponential in place. Backward: with W = dF/dk * k (= dF/d log k),
+    dF/da_i = sum_j W_ij (b_j - a_i) = (W b)_i - rowsum(W)_i a_i, likewise for b, and
+    dF/d log s = sum W; W [b, 1] gives W b and the row sums in one product (and W^T [a, 1] the
+    column sums): one pass over the (Q, N1, N2) matrix besides the two products, instead of
+    autograd's chain through every intermediate.
+    """
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor, log_var: Tensor) -> Tensor:
+        ones_a = a.new_ones(a.shape[:-1] + (1,))
+        ones_b = b.new_ones(b.shape[:-1] + (1,))
+        lv = log_var.reshape(-1, 1, 1)
+        a_aug = torch.cat([a, lv - 0.5 * (a * a).sum(-1, keepdim=True), ones_a], dim=-1)  # (Q, N1, D + 2)
+        b_aug = torch.cat([b, ones_b, -0.5 * (b * b).sum(-1, keepdim=True)], dim=-1)  # (Q, N2, D + 2)
+        k = torch.bmm(a_aug, b_aug.transpose(-1, -2))  # log s - r^2 / 2, (Q, N1, N2)
+        torch.minimum(k, lv, out=k)  # r^2 >= 0
+        k.exp_()
+        ctx.save_for_backward(a, b, k)
+        return k
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        a, b, k = ctx.saved_tensors
+        W = grad * k  # (Q, N1, N2)
+        D = a.shape[-1]
+        da = db = dlv = ra = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[2]:
+            Wb = torch.bmm(W, torch.cat([b, b.new_ones(b.shape[:-1] + (1,))], dim=-1))  # [W b, rowsum W]
+            ra = Wb[..., D:]  # (Q, N1, 1)
+            if ctx.needs_input_grad[0]:
+                da = Wb[..., :D] - a * ra
+        if ctx.needs_input_grad[1]:
+            # ([a, 1]^T W)^T: BLAS reads W row by row (W^T [a, 1] reads it transposed, ~2x slower)
+            Wa = torch.bmm(torch.cat([a, a.new_ones(a.shape[:-1] + (1,))], dim=-1).transpose(-1, -2), W)
+            Wa = Wa.transpose(-1, -2)  # (Q, N2, D + 1)
+            db = Wa[..., :D] - b * Wa[..., D:]
+        if ctx.needs_input_grad[2]:
+            dlv = ra.sum((-2, -1))
+        return da, db, dlv
+
+
+class _IsotropicRBF(torch.autograd.Function):
+    """k_qij = exp(log s_q + c_q r_ij^2) with c_q = -1 / (2 l_q^2), for one length-scale per latent
+    function and inputs shared by all of them: x1 ``(N1, D)``, x2 ``(N2, D)`` (centred, see the module
+    docstring). The distances r^2 ``(N1, N2)`` are computed once, by one product, for all Q latent
+    functions (the ARD path, :class:`_ScaledRBF`, needs one product of D columns per latent function,
+    forward and twice backward). Backward, with W_q = dF/dk_q * k_q: dF/d log s_q = sum W_q,
+    dF/dc_q = sum W_q * r^2, and only when the inputs need a gradient, with G = sum_q c_q W_q,
+    dF/dx1_i = 2 (rowsum(G)_i x1_i - (G x2)_i), dF/dx2_j = 2 (colsum(G)_j x2_j - (G^T x1)_j).
+    """
+
+    @staticmethod
+    def forward(ctx, x1: Tensor, x2: Tensor, log_var: Tensor, c: Tensor) -> Tensor:
+        a2 = (x1 * x1).sum(-1, keepdim=True)  # (N1, 1)
+        b2 = (x2 * x2).sum(-1)  # (N2,)
+        r2 = torch.addmm(b2.unsqueeze(0), x1, x2.transpose(0, 1), alpha=-2.0).add_(a2).clamp_min_(0.0)
+        k = torch.addcmul(log_var.reshape(-1, 1, 1), c.reshape(-1, 1, 1), r2)  # (Q, N1, N2)
+        k.exp_()
+        ctx.save_for_backward(x1, x2, c, r2, k)
+        return k
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x1, x2, c, r2, k = ctx.saved_tensors
+        Q = k.shape[0]
+        W = (grad * k).reshape(Q, -1)  # (Q, N1 N2)
+        dlv = W.sum(-1) if ctx.needs_input_grad[2] else None
+        dc = W @ r2.reshape(-1) if ctx.needs_input_grad[3] else None
+        dx1 = dx2 = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            G = (c.reshape(1, Q) @ W).reshape(r2.shape)  # dF/dr^2, (N1, N2)
+            if ctx.needs_input_grad[0]:
+                dx1 = 2.0 * (G.sum(-1, keepdim=True) * x1 - G @ x2)
+            if ctx.needs_input_grad[1]:
+                dx2 = 2.0 * (G.sum(0).unsqueeze(-1) * x2 - G.transpose(0, 1) @ x1)
+        return dx1, dx2, dlv, dc
+
+
+class RBF(Stationary):
+    """Squared exponential: k(x, x') = s exp(-||(x - x') / l||^2 / 2) (a fused forward and backward,
+    :class:`_ScaledRBF`, instead of the distance-then-profile path of :class:`Stationary`; with
+    ``ard=False`` and inputs shared by the latent functions, :class:`_IsotropicRBF`, which computes
+    the distances once for all of them)."""
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        self._check(x1, "x1")
+        self._check(x2, "x2")
+        if not self.ard and (x1.dim() == 2 or x1.shape[0] == 1) and (x2.dim() == 2 or x2.shape[0] == 1):
+            x1, x2 = _centred(x1.reshape(x1.shape[-2:]), x2.reshape(x2.shape[-2:]))
+            c = -0.5 / self.lengthscales()[:, 0].square()  # (Q,)
+            return _IsotropicRBF.apply(x1, x2, torch.log(self.variance()), c)
+        ls = self.lengthscales().unsqueeze(-2)  # (Q, 1, D or 1)
+        x1, x2 = _centred(x1, x2)  # distances of inputs with a large common offset stay accurate
+        a, b = x1 / ls, x2 / ls  # (Q, N1, D), (Q, N2, D)
+        return _ScaledRBF.apply(a, b, torch.log(self.variance()))
+
+
+class Matern32(Stationary):
+    """Matern 3/2: k = s (1 + sqrt(3) r) exp(-sqrt(3) r)."""
+
+    def profile(self, r2: Tensor) -> Tensor:
+        r = torch.sqrt(r2 + 1e-36)
+        return (1.0 + math.sqrt(3.0) * r) * torch.exp(-math.sqrt(3.0) * r)
+
+
+class Matern52(Stationary):
+    """Matern 5/2: k = s (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)."""
+
+    def profile(self, r2: Tensor) -> Tensor:
+        r = torch.sqrt(r2 + 1e-36)
+        return (1.0 + math.sqrt(5.0) * r + (5.0 / 3.0) * r2) * torch.exp(-math.sqrt(5.0) * r)
+
+
+class KernelList(Kernel):
+    """Latent functions with kernels of different families: Q = sum of the parts' Q.
+
+    ``KernelList([RBF(D), Matern32(D, num_latent=2)])`` gives Q = 3; outputs are concatenated
+    along the latent axis in the order given.
+    """
+
+    def __init__(self, kernels: Sequence[Kernel]):
+        super().__init__()
+        if not kernels:
+            raise ValueError("KernelList needs at least one kernel")
+        dims = {k.input_dim for k in kernels}
+        if len(dims) != 1:
+            raise ValueError(f"KernelList: all kernels must share input_dim, got {sorted(dims)}")
+        self.parts = nn.ModuleList(kernels)
+        self.input_dim = dims.pop()
+        self.num_latent = sum(k.num_latent for k in kernels)
+        self._splits = [k.num_latent for k in kernels]
+
+    def _slices(self, x: Tensor):
+        if x.dim() == 3 and x.shape[0] == self.num_latent:
+            return torch.split(x, self._splits, dim=0)
+        return [x] * len(self.parts)
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return torch.cat([k(a, b) for k, a, b in zip(self.parts, self._slices(x1), self._slices(x2))], dim=0)
+
+    def diag(self, x: Tensor) -> Tensor:
+        return torch.cat([k.diag(a) for k, a in zip(self.parts, self._slices(x))], dim=0)
+

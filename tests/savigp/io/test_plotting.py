@@ -1,0 +1,123 @@
+"""Plots of a fit (issue 28): the 1-D predictive band is a central 95% interval of y sampled from
+the likelihood, so it stays in the support of y (counts >= 0) where mean +- 2 sd does not; a
+likelihood that cannot sample is read on a grid of y (its log_prob); 2-D class maps carry a legend and
+a marker per class."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import likelihoods
+import savigp
+
+pytest.importorskip("matplotlib")
+from savigp.io.plotting import GRID_DRAWS, plot_fit, predictive_quantiles  # noqa: E402
+
+
+def _model(lik, Y, X, iterations=5):
+    model = savigp.SAVIGP(X, Y, lik, num_inducing=6)
+    savigp.fit(model, iterations=iterations, lr=0.05, num_samples=5, progress=False)
+    return model
+
+
+def test_poisson_quantiles_are_counts_where_mean_minus_two_sd_is_negative():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (40, 1))
+    Y = rng.poisson(0.5, (40, 1)).astype(float)  # small counts: mean - 2 sd < 0
+    model = _model(likelihoods.Poisson(), Y, X)
+    q = predictive_quantiles(model, X[:10], num_samples=500)
+    assert q.shape == (2, 10, 1)
+    assert (q >= 0).all() and np.array_equal(q, np.round(q)) and (q[0] <= q[1]).all()
+    pred = model.predict(X[:10], num_samples=500).numpy()
+    assert (pred["mean"] - 2 * np.sqrt(pred["variance"]) < 0).any()  # the band the plot drew before
+    fig = plot_fit(model, X, Y, num_samples=50)
+    assert "95% predictive interval of y" in fig.axes[1].get_legend_handles_labels()[1]
+
+
+def test_gaussian_quantiles_match_the_normal_predictive():
+    """y* ~ N(m, v + sigma^2): the 2.5% and 97.5% quantiles of 4000 draws within 4 standard errors
+    of m -+ 1.96 sd (the SE of a sample p-quantile: sqrt(p (1 - p) / S) / phi(z_p) sd)."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-2, 2, (30, 1))
+    Y = np.sin(X) + 0.3 * rng.standard_normal((30, 1))
+    model = _model(likelihoods.Gaussian(0.1), Y, X)
+    S = 4000
+    q = predictive_quantiles(model, X[:5], num_samples=S, seed=3)[:, :, 0]
+    m, v = model.predict_latent(X[:5])[:2]
+    sd = np.sqrt(v[0, :, 0].numpy() + float(model.likelihood.variance().detach()))
+    z, p = 1.959964, 0.025
+    se = math.sqrt(p * (1 - p) / S) / (math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)) * sd
+    assert np.all(np.abs(q[0] - (m[0, :, 0].numpy() - z * sd)) < 4 * se)
+    assert np.all(np.abs(q[1] - (m[0, :, 0].numpy() + z * sd)) < 4 * se)
+
+
+def test_a_likelihood_that_cannot_sample_is_read_on_a_grid_of_y():
+    """A user's log p(y | f) with no sampler: without a grid no quantiles; on a grid of y the
+    quantiles of E_q[p(y* | f*)] match the normal predictive m -+ 1.96 sd within the grid's step
+    plus 4 Monte Carlo standard errors (F^(y) averages Phi((y - f_s) / sigma) over S draws: its
+    sd is at most phi(0) sqrt(v) / (sigma sqrt(S)), divided by the density at the quantile)."""
+    sigma2 = 0.1
+
+    def gauss(y, f):
+        return -0.5 * math.log(2 * math.pi * sigma2) - 0.5 * (y[:, 0] - f[..., 0]) ** 2 / sigma2
+
+    def mean(f):
+        return f, torch.full_like(f, sigma2)
+
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-2, 2, (20, 1))
+    model = _model(likelihoods.CallableLikelihood(gauss, mean_fn=mean), np.sin(X), X, iterations=2)
+    assert predictive_quantiles(model, X[:3]) is None
+    grid = np.linspace(-4, 4, 801)
+    q = predictive_quantiles(model, X[:5], y_grid=grid)[:, :, 0]
+    m, v = (t[0, :, 0].numpy() for t in model.predict_latent(X[:5])[:2])
+    sd = np.sqrt(v + sigma2)
+    z = 1.959964
+    se_F = 0.3989 * np.sqrt(v) / (math.sqrt(sigma2) * math.sqrt(GRID_DRAWS))
+    tol = (grid[1] - grid[0]) + 4 * se_F / (math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) / sd)
+    assert np.all(np.abs(q[0] - (m - z * sd)) < tol) and np.all(np.abs(q[1] - (m + z * sd)) < tol)
+    labels = plot_fit(model, X, np.sin(X), num_samples=20).axes[1].get_legend_handles_labels()[1]
+    assert "95% predictive interval of y" in labels
+
+
+def test_a_zero_inflated_poisson_without_a_sampler_keeps_its_band_on_the_counts():
+    """The issue's case: a numpy zero-inflated Poisson (no sampler) with small counts, where
+    mean - 2 sd < 0: the band is read on the integers and never goes below 0."""
+    from scipy.special import gammaln
+
+    def zip_ll(y, f):
+        r, yy = np.exp(f[..., 0]), y[:, 0]
+        return np.where(yy == 0, np.logaddexp(np.log(0.3), np.log(0.7) - r),
+                        np.log(0.7) + yy * f[..., 0] - r - gammaln(yy + 1))
+
+    def zip_mean(f):
+        r = np.exp(f)
+        return 0.7 * r, 0.7 * (r + r * r) - (0.7 * r) ** 2
+
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, (40, 1))
+    Y = np.where(rng.uniform(size=(40, 1)) < 0.3, 0, rng.poisson(0.8, (40, 1))).astype(float)
+    model = _model(likelihoods.CallableLikelihood(zip_ll, mean_fn=zip_mean), Y, X)
+    pred = model.predict(X, num_samples=200).numpy()
+    assert (pred["mean"] - 2 * np.sqrt(pred["variance"]) < 0).any()  # the sd band would leave the support
+    fig = plot_fit(model, X, Y, num_samples=50)
+    band = fig.axes[1].collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() >= 0 and np.array_equal(band, np.round(band))
+
+
+def test_class_maps_have_a_legend_naming_every_class():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, (45, 2))
+    Y = np.repeat([0.0, 1.0, 2.0], 15)[:, None]
+    model = _model(likelihoods.Softmax(3), Y, X, iterations=2)
+    fig = plot_fit(model, X, Y, num_samples=10)
+    maps = [ax for ax in fig.axes if ax.get_title().startswith("p(y = ")]
+    assert len(maps) == 3
+    for ax in maps:
+        legend = ax.get_legend()
+        assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["y = 0", "y = 1", "y = 2"]
+        edges = [c.get_edgecolor()[0][:3] for c in ax.collections[1:]]  # the scatters after the map
+        assert len(edges) == 3 and all(np.allclose(e, 1.0) for e in edges)  # white-edged: visible on dark cells

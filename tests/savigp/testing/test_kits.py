@@ -1,0 +1,166 @@
+"""The shipped test kits (savigp.testing: kernels, posterior families, mean heads, estimators) pass
+on every built-in implementation, and each catches a broken one (a kit that cannot fail checks
+nothing)."""
+import math
+
+import pytest
+import torch
+
+from likelihoods import Gaussian, Poisson
+from savigp import _choices
+from savigp.kernels.stationary import RBF, KernelList, Matern32, Matern52, Stationary
+from savigp.mean_heads.heads import MEAN_HEADS, HybridMeanHead, OrthogonalMeanHead
+from savigp.posteriors import POSTERIORS, DiagonalMixture
+from savigp.testing.estimators import check_estimator
+from savigp.testing.kernels import check_kernel
+from savigp.testing.mean_heads import check_mean_head
+from savigp.testing.posteriors import check_posterior
+from savigp.testing.report import CheckError
+
+
+def _stationary(profile):
+    """k(x1, x2) = s profile(r) with r the length-scaled distance, computed directly."""
+    def reference(kernel, X1, X2):
+        r = ((X1[None, :, None, :] - X2[None, None, :, :]) / kernel.lengthscales()[:, None, None, :]).norm(dim=-1)
+        return kernel.variance()[:, None, None] * profile(r)
+    return reference
+
+
+CLOSED_FORMS = {  # Rasmussen & Williams 2006, eq. (4.9), (4.17)
+    RBF: _stationary(lambda r: torch.exp(-0.5 * r * r)),
+    Matern32: _stationary(lambda r: (1 + math.sqrt(3) * r) * torch.exp(-math.sqrt(3) * r)),
+    Matern52: _stationary(lambda r: (1 + math.sqrt(5) * r + 5 * r * r / 3) * torch.exp(-math.sqrt(5) * r)),
+}
+
+
+@pytest.mark.parametrize("name", _choices.KERNELS.names())
+def test_every_registered_kernel_passes_with_its_closed_form(name):
+    cls = _choices.KERNELS[name]
+    kernel = cls(3, 2, lengthscale=[[0.7, 1.3, 2.0], [1.1, 0.5, 0.9]], variance=[1.5, 0.4])
+    report = check_kernel(kernel, reference=CLOSED_FORMS[cls])
+    assert report["closed_form"].status == "passed" and report["gradients"].status == "passed"
+
+
+def test_isotropic_and_mixed_kernels_pass():
+    check_kernel(RBF(2, 3, ard=False))
+    check_kernel(KernelList([RBF(2, 1), Matern52(2, 1)]))
+
+
+class _WrongBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.exp(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.exp(x) * 1.01  # 1% off
+
+
+class _BrokenRBF(Stationary):
+    """The squared exponential through a profile whose backward pass is 1% off, and a diagonal twice too large."""
+
+    def profile(self, r2):
+        return _WrongBackward.apply(-0.5 * r2)
+
+    def diag(self, x):
+        return 2 * super().diag(x)
+
+
+def test_the_kernel_kit_catches_a_wrong_diagonal_and_a_wrong_gradient():
+    with pytest.raises(CheckError) as info:
+        check_kernel(_BrokenRBF(2, 2))
+    failed = {c.name for c in info.value.report.failures}
+    assert failed == {"diagonal", "gradients"}, str(info.value)
+
+
+@pytest.mark.parametrize("estimator", _choices.ESTIMATORS)
+def test_every_estimator_is_unbiased_against_the_gaussian_closed_form(estimator):
+    report = check_estimator(estimator)
+    assert report["unbiased"].status == "passed"
+
+
+@pytest.mark.parametrize("estimator", ["score", "reparam", "quadrature"])
+def test_estimators_on_a_poisson_likelihood(estimator):
+    check_estimator(estimator, Poisson(), [[0.0], [2.0], [5.0]])
+
+
+class _OffByOne(Gaussian):
+    """A Gaussian whose closed form is 0.1 nats too high: every Monte Carlo estimator disagrees with it."""
+
+    def expected_log_prob(self, y, mean, var):
+        return super().expected_log_prob(y, mean, var) + 0.1
+
+
+def test_the_estimator_kit_catches_a_bias_of_a_tenth_of_a_nat():
+    with pytest.raises(CheckError, match="unbiased: value: .* standard errors"):
+        check_estimator("reparam", _OffByOne(0.5))
+
+
+@pytest.mark.parametrize("kind, K", [(kind, K) for kind in _choices.POSTERIORS.names() for K in (1, 2) if
+                                     not (kind == "joint" and K == 2)])
+def test_every_registered_posterior_family_passes(kind, K):
+    report = check_posterior(kind, K)
+    if kind != "joint":  # the joint family gives no per-latent moments over u
+        assert report["marginals_over_u"].status == "passed"
+
+
+class _MisreportedMoments(DiagonalMixture):
+    """Its moments over u say twice its actual means."""
+
+    kind = "diag-misreported"
+
+    def u_moments(self, Lzz):
+        mean, factor = super().u_moments(Lzz)
+        return 2 * mean, factor
+
+
+def test_the_posterior_kit_catches_marginals_that_are_not_those_of_q_u():
+    POSTERIORS.register("diag-misreported", _MisreportedMoments)
+    try:
+        with pytest.raises(CheckError) as info:
+            check_posterior("diag-misreported", 1)
+    finally:
+        POSTERIORS.unregister("diag-misreported")
+    assert {c.name for c in info.value.report.failures} == {"marginals_over_u", "kl_terms"}, str(info.value)
+
+
+@pytest.mark.parametrize("basis", _choices.MEAN_HEADS.names())
+@pytest.mark.parametrize("posterior", ["full", "diag-u"])
+def test_every_registered_mean_head_passes(basis, posterior):
+    assert check_mean_head(basis, posterior=posterior)["kl_reference"].status == "passed"
+
+
+class _DoubleKL(HybridMeanHead):
+    def kl(self, *args, **kwargs):
+        return 2 * super().kl(*args, **kwargs)
+
+
+def test_the_mean_head_kit_catches_a_wrong_kl():
+    MEAN_HEADS.register("hybrid-double", _DoubleKL)
+    try:
+        with pytest.raises(CheckError) as info:
+            check_mean_head("hybrid-double")
+    finally:
+        MEAN_HEADS.unregister("hybrid-double")
+    assert {c.name for c in info.value.report.failures} == {"kl_reference"}, str(info.value)
+
+
+class _RemembersItsTerms(OrthogonalMeanHead):
+    """Keeps the basis terms of its first call and serves them afterwards (hidden state between calls)."""
+
+    def basis_terms(self, *args, **kwargs):
+        if getattr(self, "_kept", None) is None:
+            self._kept = super().basis_terms(*args, **kwargs)
+        return self._kept
+
+
+def test_the_mean_head_kit_catches_state_kept_between_calls():
+    MEAN_HEADS.register("orthogonal-remembers", _RemembersItsTerms)
+    try:
+        with pytest.raises(CheckError) as info:
+            check_mean_head("orthogonal-remembers")
+    finally:
+        MEAN_HEADS.unregister("orthogonal-remembers")
+    assert "explicit_state" in {c.name for c in info.value.report.failures}, str(info.value)
