@@ -34,7 +34,8 @@ steps (``--time-budget`` stops earlier).
 ``--gpytorch`` then trains GPyTorch's SVGP on the same data with the same M, inducing inputs,
 batch, S, dtype, learning-rate schedule and time budget (``--gpytorch-lr`` for its own rate), and
 writes both curves to ``<name>_vs_gpytorch.csv`` and the figure; ``--gpytorch-only`` trains it
-alone, for running it beside a savigp run under the same load.
+alone, for running it beside a savigp run under the same load, and ``--compare SAVIGP_JSON
+GPYTORCH_JSON`` then writes the two side-by-side runs' table and figure.
 """
 from __future__ import annotations
 
@@ -177,6 +178,10 @@ def parse(argv=None):
     p.add_argument("--gpytorch-only", action="store_true",
                    help="train GPyTorch SVGP alone (the --gpytorch settings; for running it beside a savigp run, "
                         "under the same load); writes <name>_gpytorch.csv/.md")
+    p.add_argument("--compare", nargs=2, metavar=("SAVIGP_JSON", "GPYTORCH_JSON"), default=None,
+                   help="train nothing: from the results of a savigp run (<name>_results.json) and of a "
+                        "--gpytorch-only run made beside it (<name>_gpytorch_results.json), write both curves "
+                        "to --out as <name>_vs_gpytorch.csv/.md and the figure <name>_vs_gpytorch.png")
     p.add_argument("--estimator", default="auto", choices=["auto", "reparam", "score"])
     p.add_argument("--eval-every", type=float, default=None,
                    help="seconds of training between test evaluations (default 60; 10 quick)")
@@ -223,8 +228,44 @@ def apply_setting(args) -> str:
     return name
 
 
+def compare(savigp_json, gpytorch_json, out_arg, argv) -> dict:
+    """The table and figure of ``--gpytorch`` from two runs made side by side (a savigp run and a
+    ``--gpytorch-only`` run of the same task, under the same load): their test error and NLP against
+    training wall time. Raises if the files are not such results or are of different tasks."""
+    import json
+
+    runs = []
+    for arg, key in ((savigp_json, "curve"), (gpytorch_json, "gpytorch_curve")):
+        path = Path(arg)
+        try:
+            res = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"--compare: cannot read {path}: {err}") from None
+        if key not in res or "row" not in res:
+            raise SystemExit(f"--compare: {path} has no '{key}': expected the "
+                             f"{'savigp run' if key == 'curve' else '--gpytorch-only run'}'s results JSON")
+        runs.append(res)
+    tasks = [r["row"].get("task", "multiclass") for r in runs]
+    if tasks[0] != tasks[1]:
+        raise SystemExit(f"--compare: the runs are of different tasks ({tasks[0]} and {tasks[1]})")
+    name = "mnist" if tasks[0] == "multiclass" else "mnist-b"
+    out = io.out_dir(out_arg, name)
+    curve, gp_curve = runs[0]["curve"], runs[1]["gpytorch_curve"]
+    both = [{"library": "savigp", **c} for c in curve] + [{"library": "gpytorch", **c} for c in gp_curve]
+    io.write_table(both, out / f"{name}_vs_gpytorch",
+                   title=f"{name}: savigp and GPyTorch SVGP (run side by side), test metrics against training time",
+                   notes=[f"savigp: {savigp_json}", f"GPyTorch: {gpytorch_json}"])
+    paper = {"paper_error_rate": runs[0]["row"]["paper_error_rate"], "paper_nlp": runs[0]["row"].get("paper_nlp")}
+    if paper["paper_nlp"] is not None and not math.isfinite(paper["paper_nlp"]):
+        paper["paper_nlp"] = None
+    plot_curve(curve, None, out / f"{name}_vs_gpytorch.png", name, paper, other=gp_curve)
+    return io.write_result(out / f"{name}_vs_gpytorch_results.json", argv, curve=curve, gpytorch_curve=gp_curve)
+
+
 def main(argv=None) -> dict:
     args = parse(argv)
+    if args.compare:
+        return compare(*args.compare, args.out, argv)
     setting = apply_setting(args)
     io.set_threads(args.quick, args.threads)
     device, dtype = io.device_and_dtype(args)
@@ -472,9 +513,10 @@ def run_gpytorch(args, task: str, Xtr, Ytr, Xte, Yte, Z, *, lengthscale: float, 
 
 
 def plot_curve(curve, hist, path, name, paper, other=None):
-    """Test error and NLP against training wall time, and the mini-batch ELBO against the step."""
+    """Test error and NLP against training wall time, and the mini-batch ELBO against the step
+    (``hist``: the training history, or None for the first two panels only)."""
     plt = io.pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
+    fig, axes = plt.subplots(1, 3 if hist is not None else 2, figsize=(12 if hist is not None else 8, 3.5))
     t = [c["train_seconds"] / 60 for c in curve]
     axes[0].plot(t, [100 * c["error_rate"] for c in curve], "o-", ms=3, label="savigp")
     axes[0].axhline(100 * paper["paper_error_rate"], color="grey", ls="--", label="paper")
@@ -492,11 +534,12 @@ def plot_curve(curve, hist, path, name, paper, other=None):
         ax.set_yscale("log")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small") if ax.get_legend_handles_labels()[0] else None
-    axes[2].plot(np.arange(1, len(hist.elbo) + 1), hist.elbo, lw=0.5)
-    axes[2].set_xlabel("Adam step")
-    axes[2].set_ylabel("ELBO (mini-batch estimate)")
-    if hist.elbo:
-        axes[2].set_ylim(bottom=np.percentile(hist.elbo, 5))
+    if hist is not None:
+        axes[2].plot(np.arange(1, len(hist.elbo) + 1), hist.elbo, lw=0.5)
+        axes[2].set_xlabel("Adam step")
+        axes[2].set_ylabel("ELBO (mini-batch estimate)")
+        if hist.elbo:
+            axes[2].set_ylim(bottom=np.percentile(hist.elbo, 5))
     io.save_figure(fig, path, title=f"{name}: error {100 * curve[-1]['error_rate']:.2f} %, NLP {curve[-1]['nlp']:.3f}")
 
 

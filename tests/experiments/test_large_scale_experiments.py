@@ -129,6 +129,34 @@ def test_mnist_quick_multiclass_and_binary(tmp_path):
     assert res["row"]["error_rate"] < 0.3 and res["row"]["nlp"] < math.log(2)  # chance: 0.5 and log 2
 
 
+def test_mnist_compare_writes_the_side_by_side_runs_table_and_refuses_mismatched_files(tmp_path):
+    """``--compare`` reads a savigp run's results and a --gpytorch-only run's (made beside it) and
+    writes both curves; it names the file that is not the expected kind, and refuses two tasks."""
+    pytest.importorskip("matplotlib")
+    import json
+
+    mnist = _load("mnist")
+    curve = [{"step": 10, "train_seconds": 60.0, "error_rate": 0.05, "nlp": 0.2},
+             {"step": 20, "train_seconds": 120.0, "error_rate": 0.04, "nlp": 0.15}]
+    gp_curve = [{"step": 3, "train_seconds": 61.0, "error_rate": 0.06, "nlp": 0.25}]
+    savigp_json, gp_json = tmp_path / "a.json", tmp_path / "b.json"
+    savigp_json.write_text(json.dumps({"row": {"task": "binary", "paper_error_rate": 0.019, "paper_nlp": 0.062},
+                                       "curve": curve}))
+    gp_json.write_text(json.dumps({"row": {"task": "binary"}, "gpytorch_curve": gp_curve}))
+    out = tmp_path / "out"
+    res = mnist.main(["--compare", str(savigp_json), str(gp_json), "--out", str(out)])
+    assert res["curve"] == curve and res["gpytorch_curve"] == gp_curve
+    rows = (out / "mnist-b_vs_gpytorch.csv").read_text().splitlines()
+    assert rows[0].split(",")[:2] == ["library", "step"] and len(rows) == 4
+    assert [r.split(",")[0] for r in rows[1:]] == ["savigp", "savigp", "gpytorch"]
+    assert (out / "mnist-b_vs_gpytorch.png").is_file()
+    with pytest.raises(SystemExit, match="b.json has no 'curve'"):
+        mnist.main(["--compare", str(gp_json), str(savigp_json), "--out", str(out)])
+    gp_json.write_text(json.dumps({"row": {"task": "multiclass"}, "gpytorch_curve": gp_curve}))
+    with pytest.raises(SystemExit, match="different tasks"):
+        mnist.main(["--compare", str(savigp_json), str(gp_json), "--out", str(out)])
+
+
 def test_mnist_learning_rate_schedule():
     mnist = _load("mnist")
     assert mnist.learning_rate(0.05, "constant", 0.7) == 0.05
