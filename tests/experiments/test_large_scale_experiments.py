@@ -172,8 +172,9 @@ def test_mnist_settings_fill_only_the_unset_options():
     assert mnist.apply_setting(args) == "cpu"  # the default on the CPU
     assert (args.num_inducing, args.lr, args.lr_schedule, args.dtype, args.time_budget) == (300, 0.2, "cosine",
                                                                                             "float32", 3600.0)
-    args = mnist.parse(["--task", "binary"])
-    assert mnist.apply_setting(args) == "cpu" and args.num_inducing == 1000
+    for task in ("multiclass", "binary"):  # M = 1000 for both (MNIST: 3.22 % against 3.79 % at M = 500 in 60 min)
+        args = mnist.parse(["--task", task])
+        assert mnist.apply_setting(args) == "cpu" and args.num_inducing == 1000
     args = mnist.parse(["--device", "cuda", "--lr", "0.05"])
     assert mnist.apply_setting(args) == "paper" and (args.num_inducing, args.samples, args.lr) == (2400, 100, 0.05)
     args = mnist.parse(["--quick", "--setting", "auto"])
