@@ -90,12 +90,13 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
+from .._choices import PARAMETER_GROUPS
 from ..estimators.expected_log_likelihood import make_estimator
 from ..model import SAVIGP, ELBOTerms
 from ..posteriors.base import InducingPrior
 from ..posteriors.natural import NaturalPoint, natural_update
 from . import distributed
-from .fitting import PARAMETER_GROUPS, parameter_groups
+from .groups import parameter_groups
 from .loop import Batches, TrainingHistory, run
 from .rules import CheckedStep
 
