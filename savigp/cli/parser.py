@@ -71,7 +71,7 @@ examples:
   savigp evaluate model.pt test.csv --targets y
   savigp evaluate clf.pt test.csv --targets label --json
 
-metrics (seed paper, sec. 9.1): regression: SSE (MSE / variance of the test targets), NLPD
+metrics (Bonilla et al. 2019, sec. 9.1): regression: SSE (MSE / variance of the test targets), NLPD
 (mean negative log predictive density, in the targets' original units); classification:
 error rate and NLP (mean negative log probability of the true labels).
 """

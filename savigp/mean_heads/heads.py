@@ -46,7 +46,7 @@ backward per step.
 
 Natural gradients (:func:`savigp.training.natural_gradients.fit_orthnat`): the cross term is linear in m,
 so it enters the natural step through d ELBO / dm exactly; DECOUPLED keeps m = 0 and takes the
-natural step in S alone. (The seed trains both with Adam.)
+natural step in S alone. (Salimbeni et al. 2018 train both with Adam.)
 """
 from __future__ import annotations
 
