@@ -55,8 +55,11 @@ class ELBOTerms:
         """The six values (in :data:`NAMES` order) as one detached tensor ``(6,)`` on the device."""
         like = self.elbo.detach()
         values = [like] + [getattr(self, n) for n in self.NAMES[1:]]
-        return torch.stack([v.detach() if isinstance(v, Tensor) and v.dtype == like.dtype
-                            else torch.as_tensor(v, dtype=like.dtype).to(like.device) for v in values]).reshape(-1)
+        # (a Python number becomes a device fill, not a host-to-device copy: a CUDA graph capture
+        # refuses copies from pageable host memory)
+        return torch.stack([v.detach().to(like.device, like.dtype) if isinstance(v, Tensor)
+                            else torch.full((), float(v), dtype=like.dtype, device=like.device)
+                            for v in values]).reshape(-1)
 
     def as_dict(self) -> dict:
         """The values as Python floats (one host read)."""

@@ -57,6 +57,7 @@ from torch import Tensor, nn
 
 from .. import _choices
 from ..linalg.cholesky import jittered
+from ..runtime import sync_free
 from .orthogonal_basis import KL_SAMPLING, SPDSolve, chol_solve, initial_mean_basis, kernel_matvec
 
 #: the mean heads by name (``mean_basis=``): a registry, ``MEAN_HEADS.register("name", cls)``
@@ -378,7 +379,7 @@ class HybridMeanHead(_UnprojectedMeanHead):
         if Kzz is not None and torch.is_grad_enabled() and Kzz.requires_grad and not Lzz.requires_grad:
             # the model's fused path: refactorize with a graph (the same jittered matrix) so the
             # gradient through L_zz reaches K_zz
-            L = torch.linalg.cholesky(jittered(Kzz, 0.0 if jitter_rel is None else jitter_rel))
+            L = sync_free.cholesky(jittered(Kzz, 0.0 if jitter_rel is None else jitter_rel))
         c = torch.linalg.solve_triangular(L, b.unsqueeze(-1), upper=False).squeeze(-1)
         return (c * m).sum()
 

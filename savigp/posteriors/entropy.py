@@ -22,6 +22,7 @@ from torch import Tensor
 from likelihoods.densities import LOG_2PI
 from .._choices import DEFAULT_ENTROPY, ENTROPY_ESTIMATES
 from ..linalg.triangular import lower_factor_gram
+from ..runtime import sync_free
 
 # ENTROPY_ESTIMATES, the entropy estimates of a mixture with K > 1 components: "pairwise" (Kolchinsky
 # & Tracey 2017, the default, DEFAULT_ENTROPY), "bound" (Bonilla et al. 2019, eq. (18); the name
@@ -78,7 +79,7 @@ def _pair_terms(mean: Tensor, L: Tensor, diagonal: bool) -> tuple[Tensor, Tensor
     logdet = torch.diag_embed(Q * M * math.log(2.0) + logdet_self)  # (K, K)
     k, l = torch.triu_indices(K, K, offset=1, device=L.device)
     S = lower_factor_gram(L)  # (K, Q, M, M)
-    Lc = torch.linalg.cholesky(S[k] + S[l])  # (pairs, Q, M, M)
+    Lc = sync_free.cholesky(S[k] + S[l], flag=None)  # (pairs, Q, M, M); a failure: NaN terms, a bad step
     d = (mean[k] - mean[l]).unsqueeze(-1)  # (pairs, Q, M, 1)
     alpha = torch.linalg.solve_triangular(Lc, d, upper=False).squeeze(-1)
     q = (alpha * alpha).sum((-1, -2))  # (pairs,)

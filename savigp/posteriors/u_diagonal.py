@@ -11,6 +11,7 @@ from torch import Tensor
 from likelihoods.densities import LOG_2PI
 
 from ..linalg.cholesky import jittered
+from ..runtime import sync_free
 from ._u_space import fused_u_parameters, fused_u_space_moments
 from .base import InducingPrior
 from .entropy import DEFAULT_ENTROPY, spread_means
@@ -115,7 +116,7 @@ class UDiagonalMixture(MixtureFamily):
                 and torch.is_grad_enabled()):
             if Kzz.dtype == torch.float32:  # the factor the autograd path below uses: float64, rounded
                 J = Kzz.detach() if jitter_rel is None else jittered(Kzz.detach(), jitter_rel)
-                Lzz = torch.linalg.cholesky(J.to(torch.float64)).to(J.dtype)
+                Lzz = sync_free.cholesky(J.to(torch.float64)).to(J.dtype)
             mean, log_c, logdet = fused_u_parameters(Kzz, self.mean, Lzz, jitter_rel)
             d = self.scale()
             return USpaceParameters(mean=mean, sd=d * log_c.exp(), rel=d, log_cond_sd=log_c, logdet=logdet,
@@ -125,7 +126,7 @@ class UDiagonalMixture(MixtureFamily):
                 raise ValueError("UDiagonalMixture.u_parameters needs Kzz (Q, M, M) or the prior factor Lzz (Q, M, M)")
             J = Kzz if jitter_rel is None else jittered(Kzz, jitter_rel)
             # float32: factorized in float64 (as the model's own factorization may have been)
-            Lzz = torch.linalg.cholesky(J.to(torch.float64) if J.dtype == torch.float32 else J).to(J.dtype)
+            Lzz = sync_free.cholesky(J.to(torch.float64) if J.dtype == torch.float32 else J).to(J.dtype)
         M = self.num_inducing
         if tuple(Lzz.shape[-3:]) != (self.num_latent, M, M):
             raise ValueError(f"Lzz must have shape {(self.num_latent, M, M)}, got {tuple(Lzz.shape)}")

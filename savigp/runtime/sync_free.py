@@ -71,3 +71,23 @@ def nan_where_failed(L: Tensor, info: Tensor) -> Tensor:
         return L + torch.diag_embed(nan.expand(L.shape[:-1]))
     L.diagonal(dim1=-2, dim2=-1).add_(nan)
     return L
+
+
+def cholesky(matrix: Tensor, flag: Optional[str] = "cholesky") -> Tensor:
+    """Lower Cholesky factor of ``matrix`` ``(..., M, M)``, with no host read inside a
+    :func:`deferred` block.
+
+    ``torch.linalg.cholesky`` reads the factorization's status back to raise, a host
+    synchronization that a CUDA graph capture cannot contain (the capture is invalidated). Inside a
+    :func:`deferred` block this factorizes with ``cholesky_ex``, records a failure in the flag
+    ``flag`` (None: record nothing, the NaN factor makes the step's terms non-finite, which the step
+    flags as a bad step) and sets the failed factors' diagonals to NaN (:func:`nan_where_failed`).
+    Outside one it is ``torch.linalg.cholesky``, which raises at once.
+    """
+    flags = active()
+    if flags is None:
+        return torch.linalg.cholesky(matrix)
+    L, info = torch.linalg.cholesky_ex(matrix)
+    if flag is not None:
+        flags.note(flag, info != 0)
+    return nan_where_failed(L, info)

@@ -133,7 +133,7 @@ class SyncFreeStep:
     def __init__(self, model, optimizer, *, num_samples: int, estimator: str, draw_generator: torch.Generator,
                  batch_generator: torch.Generator, start: int, window: int, graphs: bool):
         self.model, self.optimizer, self.num_samples, self.estimator = model, optimizer, num_samples, estimator
-        self.draw_generator, self.batch_generator, self.start, self.window = draw_generator, batch_generator, start, window
+        self.batch_generator, self.start, self.window = batch_generator, start, window
         self.runner = _runner.StepRunner(model, optimizer, num_samples=num_samples, estimator=estimator,
                                          generator=draw_generator, window=window, graphs=graphs)
         self.since, self.index = 0, start - 1
@@ -143,6 +143,12 @@ class SyncFreeStep:
     @property
     def captured(self) -> bool:
         return self.runner.captured
+
+    @property
+    def draw_generator(self) -> torch.Generator:
+        """The generator of the draws: the runner's (a CUDA capture swaps in a copy of fit's, see
+        :func:`savigp.training.step.capture`)."""
+        return self.runner.generator
 
     def step(self, batch, step):
         # (a captured graph advances its generator on the device: no host-side state to keep)

@@ -29,9 +29,18 @@ graph (fresh draws at every replay) and the mini-batch indices through a static 
 :func:`graph_decision` says when capture is impossible (CPU, L-BFGS, numpy likelihoods, the
 quadrature estimator, the joint posterior, ``torch.compile``); fit then runs the same step eagerly
 and says why once.
+
+**Learning rates under a graph** (:class:`_Rates`): a captured optimizer step keeps the learning
+rate it was captured with (a Python float is baked into the kernels), so a schedule that sets
+``param_group["lr"]`` between steps -- a callback, an ``lr_scheduler`` -- would be ignored without
+a word. Adam on float32 parameters reads its rate from a device tensor in the graph (PyTorch's
+tensor ``lr`` of the fused and capturable Adam), refreshed before a replay when the group's value
+changed; elsewhere (float64 parameters, whose eager step uses the rate in double precision, or
+another optimizer) a changed rate drops the graph, which is captured again after the warm-up.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Optional
 
@@ -166,6 +175,8 @@ class StepRunner:
     def run(self, batch: Optional[Tensor]):
         """One training step, as fit takes it: with CUDA graphs, :data:`WARMUP_STEPS` eager steps on a
         side stream, then the capture, then replays; else :meth:`step`. Returns its ELBOTerms."""
+        if self.graph is not None and not self.graph.rates.follow():
+            self.graph, self.warm = None, 0  # a learning rate the graph cannot follow changed: capture again
         if self.graphs and self.graph is None and self.warm >= WARMUP_STEPS:
             self.graphs = capture(self, batch) is not None
             self.captured = self.captured or self.graphs
@@ -233,6 +244,54 @@ class StepRunner:
         self.graph, self.warm = None, 0  # the jitter may change: capture again (after a warm-up)
 
 
+class _Rates:
+    """The optimizer's learning rates as a captured step sees them (module docstring).
+
+    ``tensors``: one float32 0-d tensor per parameter group on the device, or None where the graph
+    cannot read its rate from a tensor (then :meth:`follow` reports a change instead).
+    """
+
+    def __init__(self, opt: torch.optim.Optimizer, device: torch.device):
+        self.opt = opt
+        self.host = [group["lr"] for group in opt.param_groups]
+        params = [p for group in opt.param_groups for p in group["params"]]
+        tensor_ok = (isinstance(opt, torch.optim.Adam) and bool(params)
+                     and all(p.dtype == torch.float32 for p in params)
+                     and all(group.get("fused") or group.get("capturable") for group in opt.param_groups))
+        self.tensors = ([torch.tensor(float(lr), dtype=torch.float32, device=device) for lr in self.host]
+                        if tensor_ok else None)
+
+    @contextlib.contextmanager
+    def capturing(self):
+        """While the step is captured, the groups hold the device tensors; then their own values again."""
+        if self.tensors is None:
+            yield
+            return
+        for group, rate in zip(self.opt.param_groups, self.tensors):
+            group["lr"] = rate
+        try:
+            yield
+        finally:
+            for group, lr in zip(self.opt.param_groups, self.host):
+                group["lr"] = lr
+
+    def follow(self) -> bool:
+        """Copy changed rates into the device tensors (no host synchronization for a float); False when
+        a rate changed that the graph cannot follow, or the groups themselves changed."""
+        groups = self.opt.param_groups
+        if len(groups) != len(self.host):
+            return False
+        for i, group in enumerate(groups):
+            lr = group["lr"]
+            if lr is self.host[i] or (not isinstance(lr, Tensor) and lr == self.host[i]):
+                continue
+            if self.tensors is None:
+                return False
+            self.tensors[i].fill_(float(lr))
+            self.host[i] = lr
+        return True
+
+
 class _Graph:
     """The step captured in a CUDA graph (forward, backward, optimizer step, bookkeeping).
 
@@ -247,8 +306,9 @@ class _Graph:
         self.ready = False
         self.graph = torch.cuda.CUDAGraph()
         self.graph.register_generator_state(runner.generator)
+        self.rates = _Rates(runner.opt, runner.model.device)
         runner.opt.zero_grad(set_to_none=True)
-        with torch.cuda.graph(self.graph):
+        with self.rates.capturing(), torch.cuda.graph(self.graph):
             self.terms, self.vals = runner._body(self.index)
         self.ready = True
 
@@ -260,11 +320,21 @@ class _Graph:
 
 
 def capture(runner: StepRunner, batch: Optional[Tensor]) -> Optional[_Graph]:
-    """Capture ``runner``'s step (after its warm-up steps); on failure say why once and return None."""
+    """Capture ``runner``'s step (after its warm-up steps); on failure say why once and return None.
+
+    The capture registers a copy of the draw generator (same seed and offset, so the same draws),
+    which the runner uses from then on: a failed capture leaves the generator it registered unable
+    to draw outside a graph ("Offset increment outside graph capture"), so on failure the runner
+    goes on eagerly with the untouched original."""
+    original = runner.generator
+    if original.device.type == "cuda":
+        runner.generator = torch.Generator(device=original.device)
+        runner.generator.set_state(original.get_state())
     try:
         runner.graph = _Graph(runner, batch)
         return runner.graph
     except Exception as exc:  # an operation that cannot be captured: run eagerly, correctly
         runner.graph = None
+        runner.generator = original
         say_once(f"savigp.fit: CUDA graph capture failed ({type(exc).__name__}: {exc}); running the step eagerly")
         return None

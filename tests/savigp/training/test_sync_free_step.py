@@ -277,6 +277,7 @@ def test_the_graph_plumbing_with_a_stand_in_for_the_capture(monkeypatch):
     class _StandIn:
         def __init__(self, runner, batch):
             self.runner, self.index, self.ready = runner, batch.clone(), True
+            self.rates = _step._Rates(runner.opt, runner.model.device)
             captures.append(batch.clone())
 
         def replay(self, batch):
@@ -313,3 +314,172 @@ def test_the_graph_plumbing_with_a_stand_in_for_the_capture(monkeypatch):
     assert [r.tolist() for r in replayed] == [b.tolist() for b in batches[3:6]]  # then replays of each batch
     assert runner.warm == 3 and runner.graph is None  # after the recovery: warming up again
     assert traces[0] == traces[1]
+
+
+def _capture_stand_ins(monkeypatch):
+    """Streams and the capture replaced by stand-ins that replay the step body eagerly (as in the
+    test above); returns the list of captured batches."""
+
+    class _Stream:
+        def wait_stream(self, other):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: _Stream())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: _Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    captures = []
+
+    class _StandIn:
+        def __init__(self, runner, batch):
+            self.runner, self.index, self.ready = runner, batch.clone(), True
+            self.rates = _step._Rates(runner.opt, runner.model.device)
+            captures.append(batch.clone())
+
+        def replay(self, batch):
+            self.index.copy_(batch)
+            self.runner.opt.zero_grad()
+            return self.runner._body(self.index)
+
+    def stand_in_capture(runner, batch):
+        runner.graph = _StandIn(runner, batch)
+        return runner.graph
+
+    monkeypatch.setattr(_step, "capture", stand_in_capture)
+    return captures
+
+
+def test_a_learning_rate_the_graph_cannot_follow_makes_it_capture_again(monkeypatch):
+    """float64 parameters: a captured step would keep the rate it was captured with, so a changed
+    ``param_group["lr"]`` drops the graph (captured again after the warm-up); an unchanged one keeps
+    it. The ELBO trace equals the eager steps' under the same schedule."""
+    captures = _capture_stand_ins(monkeypatch)
+    from savigp.training import make_adam
+
+    X, f, g = _data()
+    Y = torch.where(f > 0, 1.0, -1.0)
+    traces = []
+    for graphs in (False, True):
+        model = savigp.SAVIGP(X, Y, Logistic(), num_inducing=6)
+        opt = make_adam([p for p in model.parameters() if p.requires_grad], 0.02)
+        runner = _step.StepRunner(model, opt, num_samples=10, estimator="score",
+                                  generator=torch.Generator().manual_seed(0), window=1, graphs=graphs)
+        trace = []
+        for i in range(12):
+            if i == 6:
+                for group in opt.param_groups:
+                    group["lr"] = 0.005
+            runner.run(torch.randperm(80, generator=torch.Generator().manual_seed(i))[:20])
+            trace += [row[0] for row in runner.read()["rows"]]
+        traces.append(trace)
+    assert len(captures) == 2  # at step 3, and again 3 warm-up steps after the change at step 6
+    assert traces[0] == traces[1]
+
+
+def test_rates_follow_into_device_tensors_for_float32_adam():
+    """float32 fused Adam: the rate lives in a float32 tensor that follows the group's value (no
+    recapture); during the capture the group holds the tensor, afterwards its own value again."""
+    p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float32))
+    opt = torch.optim.Adam([p], lr=0.1, fused=True)
+    rates = _step._Rates(opt, p.device)
+    assert rates.tensors is not None and float(rates.tensors[0]) == pytest.approx(0.1)
+    with rates.capturing():
+        assert opt.param_groups[0]["lr"] is rates.tensors[0]
+    assert opt.param_groups[0]["lr"] == 0.1
+    opt.param_groups[0]["lr"] = 0.025
+    assert rates.follow() and float(rates.tensors[0]) == pytest.approx(0.025)
+    opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(1))]})
+    assert not rates.follow()  # the groups changed: capture again
+    q = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    assert _step._Rates(torch.optim.Adam([q], lr=0.1, fused=True), q.device).tensors is None
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_schedule_set_in_a_callback_reaches_the_captured_step_on_cuda(dtype):
+    """A learning rate changed by a callback between checks (as experiments/mnist.py's cosine
+    schedule does) is what the captured step uses: captured and eager runs agree, and both differ
+    from the run at the constant rate (so the schedule mattered)."""
+    X, f, g = _data(80)
+    Y = torch.where(f > 0, 1.0, -1.0)
+    out = {}
+    for graphs, schedule in ((False, True), (True, True), (True, False)):
+        model = savigp.SAVIGP(X, Y, Logistic(), num_inducing=8, device="cuda", dtype=dtype, posterior="full")
+        state = {}
+
+        def callback(step, terms):
+            if schedule:
+                for group in state["optimizer"].param_groups:
+                    group["lr"] = 0.05 * 0.5 ** ((step + 1) // 4)
+            return False
+
+        h = savigp.fit(model, iterations=16, batch_size=40, lr=0.05, num_samples=16, progress=False,
+                       cuda_graphs=graphs, log_every=4, seed=5, callback=callback, state=state)
+        assert h.cuda_graph == graphs
+        out[graphs, schedule] = torch.cat([p.detach().flatten().double().cpu() for p in model.parameters()])
+    tol = dict(rtol=1e-9, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
+    assert torch.allclose(out[True, True], out[False, True], **tol)
+    assert not torch.allclose(out[True, False], out[False, True], **tol)
+
+
+_CAPTURED_CASES = {  # name: (likelihood, targets rule, SAVIGP options, estimator)
+    "gaussian-closed-form": (Gaussian, "real", dict(posterior="full"), "auto"),
+    "bernoulli-diag-u-K1": (Logistic, "sign", dict(posterior="diag-u", num_components=1), "score"),
+    "bernoulli-diag-u-K2": (Logistic, "sign", dict(posterior="diag-u", num_components=2), "score"),
+    "bernoulli-diag-K2": (Logistic, "sign", dict(posterior="diag", num_components=2), "score"),
+    "bernoulli-full-K2": (Logistic, "sign", dict(posterior="full", num_components=2), "reparam"),
+    "gaussian-orthogonal-head": (Gaussian, "real", dict(posterior="full", mean_basis_size=40), "auto"),
+}
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", sorted(_CAPTURED_CASES))
+def test_every_family_captures_its_step_on_cuda(case, dtype):
+    """Each family, estimator and the mean head capture their step (no host read, no host-to-device
+    copy inside it) and then train as the eager steps do from the same seed."""
+    lik, rule, options, estimator = _CAPTURED_CASES[case]
+    X, f, g = _data(80)
+    Y = f if rule == "real" else torch.where(f > 0, 1.0, -1.0)
+    out = []
+    for graphs in (False, True):
+        model = savigp.SAVIGP(X, Y, lik(), num_inducing=8, device="cuda", dtype=dtype, seed=3, **options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # a failed capture says so with a RuntimeWarning
+            h = savigp.fit(model, iterations=10, batch_size=40, lr=0.01, num_samples=16, estimator=estimator,
+                           progress=False, cuda_graphs=graphs, log_every=5, seed=5)
+        assert h.cuda_graph == graphs, case
+        out.append(torch.tensor(h.elbo))
+    tol = dict(rtol=1e-9, atol=1e-9) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-3)
+    assert torch.allclose(out[0], out[1], **tol), (case, out)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_after_a_failed_capture_training_goes_on_eagerly_on_cuda(monkeypatch):
+    """A likelihood that reads a value back to the host cannot be captured: fit says so once and
+    trains eagerly; the draws still work (a failed capture leaves the generator it registered
+    unusable, so the runner keeps the original) and the result equals an eager run's."""
+
+    class HostReading(Logistic):
+        def _log_prob(self, y, f):
+            if float(f.detach().abs().max()) > 1e6:  # a host read: not capturable
+                raise AssertionError("unreachable")
+            return super()._log_prob(y, f)
+
+    monkeypatch.setattr(_step, "_said", set())  # (fit says a failure once per process)
+    X, f, g = _data(80)
+    Y = torch.where(f > 0, 1.0, -1.0)
+    elbos = []
+    for graphs in (False, None):
+        model = savigp.SAVIGP(X, Y, HostReading(), num_inducing=8, device="cuda", seed=3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            h = savigp.fit(model, iterations=12, batch_size=40, lr=0.01, num_samples=16, estimator="score",
+                           progress=False, cuda_graphs=graphs, log_every=4, seed=5)
+        assert not h.cuda_graph and h.steps == 12
+        if graphs is None:
+            assert any("capture failed" in str(w.message) for w in caught)
+        elbos.append(torch.tensor(h.elbo))
+    assert torch.allclose(elbos[0], elbos[1], rtol=1e-9, atol=1e-9)
