@@ -259,7 +259,8 @@ class SavigpStep:
                             seed=seed, learn_inducing=cfg.learn_inducing)
         device = torch.device(data.device)
         graphs, _ = graph_decision(None if cuda_graphs else False, device=device, optimizer="adam",
-                                   estimator=cfg.estimator, likelihood=lik, joint=False)
+                                   estimator=cfg.estimator, likelihood=lik, joint=False,
+                                   mean_head=self.model.mean_head)
         self.opt = make_adam([p for p in self.model.parameters() if p.requires_grad], lr, capturable=graphs)
         # as fit: the draws from a CPU generator on the CPU, from one on the device elsewhere
         gen = torch.Generator(device=device).manual_seed(seed)

@@ -358,7 +358,8 @@ def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, request
     if window < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     graphs, why = _step.graph_decision(cuda_graphs, device=model.device, optimizer=optimizer, estimator=estimator,
-                                       likelihood=model.likelihood, joint=model.posterior.joint)
+                                       likelihood=model.likelihood, joint=model.posterior.joint,
+                                       mean_head=model.mean_head)
     if not graphs and cuda_graphs is not False and (cuda_graphs or model.device.type == "cuda"):
         _step.say_once(f"savigp.fit: the step is not captured in a CUDA graph: {why}")
     params = parameter_groups(model, groups)

@@ -65,13 +65,15 @@ def say_once(message: str) -> None:
 
 
 def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer: str, estimator: str,
-                   likelihood, joint: bool) -> tuple[bool, str]:
+                   likelihood, joint: bool, mean_head=None) -> tuple[bool, str]:
     """Whether fit captures its step in a CUDA graph, and why not.
 
     Args:
         requested: ``fit(cuda_graphs=...)``: None (capture where possible), True, False.
         device: the model's device. optimizer, estimator: fit's (resolved). likelihood: the model's.
         joint: the posterior is coupled across latent functions (``posterior="joint"``).
+        mean_head: the model's mean head (or None): one that samples KL columns (``kl_columns``
+            below its size) draws them on the host, which a graph would freeze at the capture.
 
     Returns:
         ``(capture, reason)``; ``reason`` is empty when capturing, else what prevents it.
@@ -89,6 +91,9 @@ def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer
         reasons.append("the quadrature estimator builds its grid with numpy")
     if joint:
         reasons.append("the joint posterior's per-point factorizations check their info on the host")
+    columns = getattr(mean_head, "kl_columns", None)
+    if columns is not None and columns < getattr(mean_head, "size", columns + 1):
+        reasons.append(f"the mean head samples its KL columns on the host (kl_columns={columns})")
     if compilation.compile_enabled():
         reasons.append("torch.compile is on (SAVIGP_COMPILE)")
     if torch.device(device).type == "cuda" and not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):

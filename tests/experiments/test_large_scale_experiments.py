@@ -175,8 +175,12 @@ def test_mnist_settings_fill_only_the_unset_options():
     for task in ("multiclass", "binary"):  # M = 1000 for both (MNIST: 3.22 % against 3.79 % at M = 500 in 60 min)
         args = mnist.parse(["--task", task])
         assert mnist.apply_setting(args) == "cpu" and args.num_inducing == 1000
-    args = mnist.parse(["--device", "cuda", "--lr", "0.05"])
-    assert mnist.apply_setting(args) == "paper" and (args.num_inducing, args.samples, args.lr) == (2400, 100, 0.05)
+    args = mnist.parse(["--device", "cuda", "--lr", "0.05"])  # off the CPU: the gpu setting
+    assert mnist.apply_setting(args) == "gpu" and (args.num_inducing, args.samples, args.lr) == (2400, 100, 0.05)
+    assert (args.lr_schedule, args.time_budget, args.dtype) == ("cosine", 600.0, "float32")
+    args = mnist.parse(["--device", "cuda", "--setting", "paper"])
+    assert mnist.apply_setting(args) == "paper" and (args.lr, args.lr_schedule, args.iterations) == (0.01, "constant",
+                                                                                                     20000)
     args = mnist.parse(["--quick", "--setting", "auto"])
     assert mnist.apply_setting(args) == "quick" and args.num_inducing == 20 and args.dtype is None
 

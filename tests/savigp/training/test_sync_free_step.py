@@ -219,6 +219,22 @@ def test_graph_decision():
     assert "quadrature" in why and "joint" in why
 
 
+def test_a_mean_head_sampling_kl_columns_on_the_host_is_not_captured(monkeypatch):
+    """Sampled KL columns are drawn on the host: a graph would replay the capture's columns at every
+    step (a biased KL), so fit runs that step eagerly and says why; exact KL heads capture."""
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "register_generator_state", lambda self, g: None, raising=False)
+    X, f, g = _data(40)
+    model = savigp.SAVIGP(X, f, Gaussian(0.1), num_inducing=6, mean_basis_size=20)
+    decide = dict(device=torch.device("cuda"), optimizer="adam", estimator="closed-form", likelihood=Gaussian(0.1),
+                  joint=False)
+    assert _step.graph_decision(None, mean_head=model.mean_head, **decide) == (True, "")
+    model.mean_head.kl_columns = 8
+    use, why = _step.graph_decision(None, mean_head=model.mean_head, **decide)
+    assert not use and "kl_columns=8" in why
+    model.mean_head.kl_columns = 20  # all columns: the exact KL
+    assert _step.graph_decision(None, mean_head=model.mean_head, **decide)[0]
+
+
 def test_graph_decision_on_cuda_with_a_torch_likelihood(monkeypatch):
     monkeypatch.setattr(torch.cuda.CUDAGraph, "register_generator_state", lambda self, g: None, raising=False)
     use, why = _step.graph_decision(None, device=torch.device("cuda"), optimizer="adadelta", estimator="score",
