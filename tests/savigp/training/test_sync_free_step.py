@@ -280,6 +280,35 @@ def test_the_graph_plumbing_with_a_stand_in_for_the_capture(monkeypatch):
     the step body eagerly on the static index buffer. Checks the warm-up count, that the capture
     happens once with the step's batch, that replays see each new batch through the buffer, that a
     recovery drops the graph and warms up again, and that the ELBO trace equals eager steps'."""
+    captures, replayed = _capture_stand_ins(monkeypatch)
+    from savigp.training import make_adam
+
+    X, f, g = _data()
+    Y = torch.where(f > 0, 1.0, -1.0)
+    traces = []
+    for graphs in (False, True):
+        model = savigp.SAVIGP(X, Y, Logistic(), num_inducing=6)
+        opt = make_adam([p for p in model.parameters() if p.requires_grad], 0.02)
+        runner = _step.StepRunner(model, opt, num_samples=10, estimator="score",
+                                  generator=torch.Generator().manual_seed(0), window=1, graphs=graphs)
+        batches = [torch.randperm(80, generator=torch.Generator().manual_seed(i))[:20] for i in range(9)]
+        trace = []
+        for i, b in enumerate(batches):
+            if i == 6 and graphs:
+                runner.recover()  # as after a jitter growth: the graph is dropped
+            runner.run(b)
+            trace += [row[0] for row in runner.read()["rows"]]
+        traces.append(trace)
+        assert runner.captured == graphs
+    assert [c.tolist() for c in captures] == [batches[3].tolist()]  # once, after 3 warm-up steps
+    assert [r.tolist() for r in replayed] == [b.tolist() for b in batches[3:6]]  # then replays of each batch
+    assert runner.warm == 3 and runner.graph is None  # after the recovery: warming up again
+    assert traces[0] == traces[1]
+
+
+def _capture_stand_ins(monkeypatch):
+    """Streams and the capture replaced by stand-ins whose "replay" runs the step body eagerly on the
+    static index buffer; returns the lists of captured and of replayed batches."""
 
     class _Stream:
         def wait_stream(self, other):
@@ -307,68 +336,14 @@ def test_the_graph_plumbing_with_a_stand_in_for_the_capture(monkeypatch):
         return runner.graph
 
     monkeypatch.setattr(_step, "capture", stand_in_capture)
-    from savigp.training import make_adam
-
-    X, f, g = _data()
-    Y = torch.where(f > 0, 1.0, -1.0)
-    traces = []
-    for graphs in (False, True):
-        model = savigp.SAVIGP(X, Y, Logistic(), num_inducing=6)
-        opt = make_adam([p for p in model.parameters() if p.requires_grad], 0.02)
-        runner = _step.StepRunner(model, opt, num_samples=10, estimator="score",
-                                  generator=torch.Generator().manual_seed(0), window=1, graphs=graphs)
-        batches = [torch.randperm(80, generator=torch.Generator().manual_seed(i))[:20] for i in range(9)]
-        trace = []
-        for i, b in enumerate(batches):
-            if i == 6 and graphs:
-                runner.recover()  # as after a jitter growth: the graph is dropped
-            runner.run(b)
-            trace += [row[0] for row in runner.read()["rows"]]
-        traces.append(trace)
-        assert runner.captured == graphs
-    assert [c.tolist() for c in captures] == [batches[3].tolist()]  # once, after 3 warm-up steps
-    assert [r.tolist() for r in replayed] == [b.tolist() for b in batches[3:6]]  # then replays of each batch
-    assert runner.warm == 3 and runner.graph is None  # after the recovery: warming up again
-    assert traces[0] == traces[1]
-
-
-def _capture_stand_ins(monkeypatch):
-    """Streams and the capture replaced by stand-ins that replay the step body eagerly (as in the
-    test above); returns the list of captured batches."""
-
-    class _Stream:
-        def wait_stream(self, other):
-            pass
-
-    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: _Stream())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: _Stream())
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    captures = []
-
-    class _StandIn:
-        def __init__(self, runner, batch):
-            self.runner, self.index, self.ready = runner, batch.clone(), True
-            self.rates = _step._Rates(runner.opt, runner.model.device)
-            captures.append(batch.clone())
-
-        def replay(self, batch):
-            self.index.copy_(batch)
-            self.runner.opt.zero_grad()
-            return self.runner._body(self.index)
-
-    def stand_in_capture(runner, batch):
-        runner.graph = _StandIn(runner, batch)
-        return runner.graph
-
-    monkeypatch.setattr(_step, "capture", stand_in_capture)
-    return captures
+    return captures, replayed
 
 
 def test_a_learning_rate_the_graph_cannot_follow_makes_it_capture_again(monkeypatch):
     """float64 parameters: a captured step would keep the rate it was captured with, so a changed
     ``param_group["lr"]`` drops the graph (captured again after the warm-up); an unchanged one keeps
     it. The ELBO trace equals the eager steps' under the same schedule."""
-    captures = _capture_stand_ins(monkeypatch)
+    captures, _ = _capture_stand_ins(monkeypatch)
     from savigp.training import make_adam
 
     X, f, g = _data()
