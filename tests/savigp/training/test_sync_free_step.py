@@ -281,16 +281,10 @@ def test_the_graph_plumbing_with_a_stand_in_for_the_capture(monkeypatch):
     happens once with the step's batch, that replays see each new batch through the buffer, that a
     recovery drops the graph and warms up again, and that the ELBO trace equals eager steps'."""
     captures, replayed = _capture_stand_ins(monkeypatch)
-    from savigp.training import make_adam
 
-    X, f, g = _data()
-    Y = torch.where(f > 0, 1.0, -1.0)
     traces = []
     for graphs in (False, True):
-        model = savigp.SAVIGP(X, Y, Logistic(), num_inducing=6)
-        opt = make_adam([p for p in model.parameters() if p.requires_grad], 0.02)
-        runner = _step.StepRunner(model, opt, num_samples=10, estimator="score",
-                                  generator=torch.Generator().manual_seed(0), window=1, graphs=graphs)
+        opt, runner = _logistic_runner(graphs)
         batches = [torch.randperm(80, generator=torch.Generator().manual_seed(i))[:20] for i in range(9)]
         trace = []
         for i, b in enumerate(batches):
@@ -304,6 +298,17 @@ def test_the_graph_plumbing_with_a_stand_in_for_the_capture(monkeypatch):
     assert [r.tolist() for r in replayed] == [b.tolist() for b in batches[3:6]]  # then replays of each batch
     assert runner.warm == 3 and runner.graph is None  # after the recovery: warming up again
     assert traces[0] == traces[1]
+
+
+def _logistic_runner(graphs: bool):
+    """A StepRunner for a small logistic model (score estimator, window 1); returns (optimizer, runner)."""
+    from savigp.training import make_adam
+
+    X, f, g = _data()
+    model = savigp.SAVIGP(X, torch.where(f > 0, 1.0, -1.0), Logistic(), num_inducing=6)
+    opt = make_adam([p for p in model.parameters() if p.requires_grad], 0.02)
+    return opt, _step.StepRunner(model, opt, num_samples=10, estimator="score",
+                                 generator=torch.Generator().manual_seed(0), window=1, graphs=graphs)
 
 
 def _capture_stand_ins(monkeypatch):
@@ -344,16 +349,10 @@ def test_a_learning_rate_the_graph_cannot_follow_makes_it_capture_again(monkeypa
     ``param_group["lr"]`` drops the graph (captured again after the warm-up); an unchanged one keeps
     it. The ELBO trace equals the eager steps' under the same schedule."""
     captures, _ = _capture_stand_ins(monkeypatch)
-    from savigp.training import make_adam
 
-    X, f, g = _data()
-    Y = torch.where(f > 0, 1.0, -1.0)
     traces = []
     for graphs in (False, True):
-        model = savigp.SAVIGP(X, Y, Logistic(), num_inducing=6)
-        opt = make_adam([p for p in model.parameters() if p.requires_grad], 0.02)
-        runner = _step.StepRunner(model, opt, num_samples=10, estimator="score",
-                                  generator=torch.Generator().manual_seed(0), window=1, graphs=graphs)
+        opt, runner = _logistic_runner(graphs)
         trace = []
         for i in range(12):
             if i == 6:
