@@ -284,7 +284,7 @@ def test_the_graph_plumbing_with_a_stand_in_for_the_capture(monkeypatch):
 
     traces = []
     for graphs in (False, True):
-        opt, runner = _logistic_runner(graphs)
+        _, runner = _logistic_runner(graphs)
         batches = [torch.randperm(80, generator=torch.Generator().manual_seed(i))[:20] for i in range(9)]
         trace = []
         for i, b in enumerate(batches):
