@@ -92,7 +92,7 @@ def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer
     if joint:
         reasons.append("the joint posterior's per-point factorizations check their info on the host")
     columns = getattr(mean_head, "kl_columns", None)
-    if columns is not None and columns < getattr(mean_head, "size", columns + 1):
+    if columns is not None and columns < mean_head.size:
         reasons.append(f"the mean head samples its KL columns on the host (kl_columns={columns})")
     if compilation.compile_enabled():
         reasons.append("torch.compile is on (SAVIGP_COMPILE)")
