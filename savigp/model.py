@@ -126,6 +126,10 @@ def _tune_allocator() -> None:
     tune_cpu_allocator()
 
 
+#: the posterior families that take a kernel shared by the latent functions (``shared_kernel``): their
+#: marginals broadcast a ``(1, M, M)`` prior over the Q latent functions (tested against Q equal kernels)
+SHARED_KERNEL_POSTERIORS = ("full", "diag")
+
 #: bytes that the Monte Carlo arrays of one chunk of test rows may take in :meth:`SAVIGP.predict`
 #: and :meth:`SAVIGP.log_predictive_density` (their ``memory_budget`` argument overrides it)
 PREDICT_MEMORY_BUDGET = 256 * 2 ** 20
@@ -138,13 +142,22 @@ class SAVIGP(nn.Module):
         X: training inputs, ``(N, D)`` (a 1-D array is read as ``(N, 1)``).
         Y: training targets, ``(N, P)`` (a 1-D array is read as ``(N, 1)``), validated by the likelihood.
         likelihood: a :class:`likelihoods.Likelihood`; its ``num_latent`` gives Q.
-        kernel: a :class:`savigp.kernels.Kernel` with ``num_latent == Q`` and ``input_dim == D``, or a
-            name (``"rbf"``, ``"matern32"``, ``"matern52"``); default RBF with ARD length-scales
-            initialized to ``sqrt(D)`` times each input's standard deviation.
+        kernel: a :class:`savigp.kernels.Kernel` with ``num_latent == Q`` (one hyper-parameter set per
+            latent function) or ``num_latent == 1`` (one kernel shared by all Q, see
+            ``shared_kernel``) and ``input_dim == D``, or a name (``"rbf"``, ``"matern32"``,
+            ``"matern52"``); default RBF with ARD length-scales initialized to ``sqrt(D)`` times each
+            input's standard deviation.
+        shared_kernel: one kernel and one set of inducing inputs for all Q latent functions (as
+            GPflow's ``SharedIndependent`` with ``SharedIndependentInducingVariables``): K_zz is
+            ``(1, M, M)``, factorized once, and K_zx ``(1, M, B)`` solved once per step instead of Q
+            times; q(u_j) stays one per latent function. Implied by a kernel with ``num_latent == 1``
+            when Q > 1; with a kernel name it builds that kernel with one hyper-parameter set.
         num_inducing: M per latent function (default ``min(N, 100)``); ignored when ``dense``.
-        inducing_inputs: explicit initial inducing inputs ``(M, D)`` or ``(Q, M, D)``.
+        inducing_inputs: explicit initial inducing inputs ``(M, D)`` or ``(Q, M, D)`` (``(1, M, D)``
+            with a shared kernel).
         inducing_init: ``"kmeans"`` or ``"subset"``.
-        learn_inducing: learn the inducing inputs Z (each latent function has its own).
+        learn_inducing: learn the inducing inputs Z (each latent function has its own, or one set
+            for all with a shared kernel).
         dense: the paper's dense case: Z = X, fixed, M = N.
         posterior: ``"full"`` (Cholesky-parametrized covariances), ``"diag"`` (diagonal in whitened
             coordinates, as GPflow's ``q_diag`` and GPyTorch's mean-field family; ``"diag-whitened"``
@@ -181,6 +194,7 @@ class SAVIGP(nn.Module):
         likelihood,
         kernel: Union[Kernel, str, None] = None,
         *,
+        shared_kernel: bool = False,
         num_inducing: Optional[int] = None,
         inducing_inputs=None,
         inducing_init: str = "kmeans",
@@ -221,12 +235,22 @@ class SAVIGP(nn.Module):
             # sqrt(D) * 0 would be below the length-scale's floor
             std = X.std(0) if N > 1 else torch.ones(D, dtype=X.dtype)
             std = torch.where(std > 0, std.clamp_min(1e-5), torch.ones_like(std))
-            kernel = KERNELS[name](D, Q, lengthscale=std * D ** 0.5, variance=1.0)
-        if kernel.num_latent != Q:
+            kernel = KERNELS[name](D, 1 if shared_kernel else Q, lengthscale=std * D ** 0.5, variance=1.0)
+        if kernel.num_latent not in (1, Q) or (shared_kernel and kernel.num_latent != 1):
             raise ValueError(
                 f"kernel has num_latent={kernel.num_latent} but the likelihood {type(likelihood).__name__} needs "
-                f"Q={Q} latent functions"
+                f"Q={Q} latent functions" + (" (shared_kernel=True: a kernel with num_latent=1)" if shared_kernel
+                                             else " (or num_latent=1: one kernel shared by all of them)")
             )
+        self.shared_kernel = kernel.num_latent == 1 and Q > 1
+        if self.shared_kernel:
+            family = posterior if isinstance(posterior, str) else getattr(posterior, "kind", type(posterior).__name__)
+            if family not in SHARED_KERNEL_POSTERIORS or mean_basis_size:
+                raise ValueError(f"a kernel shared by the Q={Q} latent functions (num_latent=1) works with posterior "
+                                 f"{' or '.join(repr(f) for f in SHARED_KERNEL_POSTERIORS)} and no mean basis; got "
+                                 f"posterior={family!r}" + (f", mean_basis_size={mean_basis_size}" if mean_basis_size
+                                                            else "") + f": use a kernel with num_latent={Q}")
+        Qz = 1 if self.shared_kernel else Q  # sets of inducing inputs (and of K_zz)
         if kernel.input_dim != D:
             raise ValueError(f"kernel has input_dim={kernel.input_dim} but X has D={D} columns (X shape {tuple(X.shape)})")
         self.kernel = kernel
@@ -234,20 +258,22 @@ class SAVIGP(nn.Module):
         # ---- inducing inputs
         self.dense = bool(dense)
         if self.dense:
-            Z = X.unsqueeze(0).expand(Q, N, D).clone()
+            Z = X.unsqueeze(0).expand(Qz, N, D).clone()
             learn_inducing = False
         elif inducing_inputs is not None:
             Z = torch.as_tensor(inducing_inputs, dtype=torch.float64)
             if Z.dim() == 2:
-                Z = Z.unsqueeze(0).expand(Q, *Z.shape).clone()
-            if Z.dim() != 3 or Z.shape[0] != Q or Z.shape[2] != D:
-                raise ValueError(f"inducing_inputs must have shape (M, {D}) or ({Q}, M, {D}), got {tuple(Z.shape)}")
+                Z = Z.unsqueeze(0).expand(Qz, *Z.shape).clone()
+            if Z.dim() != 3 or Z.shape[0] != Qz or Z.shape[2] != D:
+                raise ValueError(f"inducing_inputs must have shape (M, {D}) or ({Qz}, M, {D})"
+                                 + (" (one set: the kernel is shared by the latent functions)" if self.shared_kernel
+                                    else "") + f", got {tuple(Z.shape)}")
         else:
             M = min(N, 100) if num_inducing is None else int(num_inducing)
             if not 1 <= M <= N:
                 raise ValueError(f"num_inducing must be between 1 and N={N} (rows of X), got {num_inducing}")
             Z0 = initial_inducing_inputs(X, M, inducing_init, seed=seed)
-            Z = Z0.unsqueeze(0).expand(Q, M, D).clone()
+            Z = Z0.unsqueeze(0).expand(Qz, M, D).clone()
         if not torch.isfinite(Z).all():
             raise ValueError("inducing_inputs contain NaN or inf")
         self.learn_inducing = bool(learn_inducing)
@@ -295,6 +321,7 @@ class SAVIGP(nn.Module):
         self.register_buffer("train_y", Y, persistent=False)
         self.config = {
             "input_dim": D, "num_data": N, "num_latent": Q, "num_inducing": M, "dense": self.dense,
+            "shared_kernel": self.shared_kernel,
             "learn_inducing": self.learn_inducing, "posterior": self.posterior.kind,
             "num_components": self.posterior.num_components, "learn_prior_mean": bool(learn_prior_mean),
             "entropy": self.posterior.entropy_estimate,
@@ -335,7 +362,8 @@ class SAVIGP(nn.Module):
         return Z[:1] if cached[1] else Z
 
     def prior_factor(self) -> Tensor:
-        """Cholesky factors L_zz of K_zz for every latent function, ``(Q, M, M)`` (see :meth:`_factorize`)."""
+        """Cholesky factors L_zz of K_zz for every latent function, ``(Q, M, M)``, or the one factor of a
+        kernel shared by them, ``(1, M, M)`` (see :meth:`_factorize`)."""
         Z = self.kernel_inducing()
         return self._factorize(self.kernel(Z, Z))[0]
 

@@ -26,14 +26,14 @@ def _dtype(name: str) -> torch.dtype:
 def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
     """A new :class:`SAVIGP` on data ``X (N, D)``, ``Y (N, P)`` from command-line style options.
 
-    ``options`` keys (all optional): ``kernel``, ``num_inducing``, ``inducing_inputs``
+    ``options`` keys (all optional): ``kernel``, ``shared_kernel``, ``num_inducing``, ``inducing_inputs``
     (``(M, D)`` or ``(Q, M, D)``), ``inducing_init``, ``dense``,
     ``learn_inducing``, ``posterior``, ``num_components``, ``prior_mean``, ``learn_prior_mean``,
     ``mean_basis_size``, ``mean_basis``, ``entropy``, ``entropy_samples``, ``dtype`` (a name: ``"float32"``/``"float64"``), ``device``, ``seed``.
     """
     o = dict(options)
     return SAVIGP(
-        X, Y, likelihood, o.get("kernel") or "rbf",
+        X, Y, likelihood, o.get("kernel") or "rbf", shared_kernel=bool(o.get("shared_kernel", False)),
         num_inducing=o.get("num_inducing"), inducing_inputs=o.get("inducing_inputs"),
         inducing_init=o.get("inducing_init") or "kmeans",
         learn_inducing=bool(o.get("learn_inducing", True)), dense=bool(o.get("dense", False)),
@@ -78,13 +78,13 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
     options = {
         "kernel": mo.get("kernel"), "inducing_init": mo.get("inducing_init"), "seed": mo.get("seed", 0),
         "dtype": mo.get("dtype", "float64"), "prior_mean": mo.get("prior_mean", 0.0),
-        "dense": mc["dense"], "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
+        "dense": mc["dense"], "shared_kernel": bool(mc.get("shared_kernel", False)), "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
         "num_components": mc["num_components"], "learn_prior_mean": mc["learn_prior_mean"],
         "mean_basis_size": mc.get("mean_basis_size", 0), "mean_basis": mc.get("mean_basis"), "device": device,
         "entropy": mc.get("entropy"), "entropy_samples": mc.get("entropy_samples"),
     }
     if not mc["dense"]:
-        options["inducing_inputs"] = torch.zeros(Q, M, D, dtype=torch.float64)
+        options["inducing_inputs"] = torch.zeros(1 if mc.get("shared_kernel") else Q, M, D, dtype=torch.float64)
     if isinstance(likelihood, UnloadedLikelihood):  # its parameters were not built: leave theirs out
         state_dict = {k: v for k, v in state_dict.items() if not k.startswith("likelihood.")}
     model = build_model(X, Y, likelihood, options)

@@ -88,6 +88,7 @@ MODEL_FIELDS = {
     "num_latent": Int(1, MAX_LATENT),
     "num_inducing": Int(1, MAX_INDUCING),
     "dense": Bool(),
+    "shared_kernel": Opt(Bool()),
     "learn_inducing": Bool(),
     "posterior": Str(choices=POSTERIORS),
     "num_components": Int(1, MAX_COMPONENTS),
@@ -248,13 +249,14 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
     if limit is not None and K > limit:
         raise SchemaError(f"config.model.num_components must be at most {limit} for the {mc['posterior']!r} "
                           f"posterior, got {K}")
-    expect = {"inducing": (Q, M, D), "prior_mean": (Q,), "posterior.mean": (K, Q, M)}
+    Qz = 1 if mc.get("shared_kernel") else Q  # sets of inducing inputs: one for a kernel shared by the Q functions
+    expect = {"inducing": (Qz, M, D), "prior_mean": (Q,), "posterior.mean": (K, Q, M)}
     if G:
         expect["mean_head.gamma"] = (Q, G, D)
     for key, shape in expect.items():
         if _shape(state, key) != shape:
             raise SchemaError(f"config.model says {key} has shape {shape} (Q={Q}, M={M}, D={D}, K={K}"
-                              f"{f', G={G}' if G else ''}) but the state dict holds "
+                              f"{f', G={G}' if G else ''}{', shared kernel' if Qz != Q else ''}) but the state dict holds "
                               f"{_shape(state, key) if key in state else 'no such tensor'}")
     if mc["dense"] and mc["num_data"] != M:
         raise SchemaError(f"config.model.num_data is {mc['num_data']} but a dense model has one inducing input "

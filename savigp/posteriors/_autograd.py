@@ -133,19 +133,33 @@ class _WhitenedMoments(torch.autograd.Function):
             LdA = LdA.sum(0) if K > 1 else LdA[0]
             LdA.addcmul_(V, g_var.sum(0).unsqueeze(-2), value=-2.0)
             Gbar = LdA.baddbmm_(mT, gmT)
+        if X is None:  # one kernel shared by the Q latent functions: the adjoints are linear in Gbar
+            Gbar = shared_prior_sum(Gbar, L)
         if need_kzx and d_kzx is None:
             d_kzx = solve_lower(L, Gbar, transpose=True)
         if need_kzz:
             if X is None:
                 X = lower_of_product(Gbar, V, upper="any").neg_()  # -(Gbar V^T), lower triangle
-            Phi = X.tril_()  # X is a temporary of this pass
+            Phi = shared_prior_sum(X, L).tril_()  # X is a temporary of this pass
             Phi.diagonal(dim1=-2, dim2=-1).mul_(0.5)
             # -L^-T Phi(Gbar V^T) L^-1. Its symmetric part is the gradient; K_zz = k(Z, Z) is
             # symmetric in its two arguments, so the kernel's backward pass gives the same result for
             # it and for this unsymmetrized matrix (which saves two passes over M x M)
             d_kzz = torch.linalg.solve_triangular(L, solve_lower(L, Phi, transpose=True), upper=False, left=False)
             jitter_adjoint(d_kzz, jitter_rel)
+        if d_kzx is not None:
+            d_kzx = shared_prior_sum(d_kzx, L)
         return d_kzz, d_kzx, d_mean, d_scale, None, None, None, None
+
+
+def shared_prior_sum(X: Tensor, L: Tensor) -> Tensor:
+    """``X (Q, ...)`` summed over the latent functions to ``(1, ...)`` when the prior factor ``L`` is
+    ``(1, M, M)`` (one kernel and one set of inducing inputs shared by all Q latent functions, so that
+    K_zz and K_zx are ``(1, ., .)`` and every adjoint that is linear in X is wanted summed over Q):
+    the solves and products that follow then run once instead of Q times. Else X itself."""
+    if L.shape[-3] == 1 and X.dim() >= 3 and X.shape[-3] > 1:
+        return X.sum(-3, keepdim=True)
+    return X
 
 
 def _colsum_of_product(X: Tensor, Y: Tensor) -> Tensor:

@@ -138,9 +138,11 @@ class Posterior(nn.Module):
 
     def u_space_shift(self, Lzz: Tensor) -> Tensor:
         """sum_j log|L_zz^j| for whitened families, 0 for u-space ones (a 0-dim tensor without
-        graph): entropy + shift and cross-entropy - shift are the paper's u-space terms."""
+        graph): entropy + shift and cross-entropy - shift are the paper's u-space terms. ``Lzz``
+        ``(Q, M, M)``, or ``(1, M, M)`` for a kernel shared by the Q latent functions (Q equal terms)."""
         if self.whitened:
-            return torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum()
+            logdet = torch.log(Lzz.detach().diagonal(dim1=-2, dim2=-1)).sum()
+            return logdet * (self.num_latent // Lzz.shape[-3])
         return Lzz.new_zeros(())
 
     # ------------------------------------------------------------------ moments over u (warm starts)

@@ -14,7 +14,8 @@ one of two diagonals of the covariance G = A C A^T of x:
 * ``"marginal"``: diag(G), the marginal variances (moment matching, KL(N || q)); wider: by the
   factor by which the inducing values are determined by each other.
 
-Shapes: means ``(Q, M)``, factors ``(Q, M, M)``, prior factor L_zz ``(Q, M, M)``.
+Shapes: means ``(Q, M)``, factors ``(Q, M, M)``, prior factor L_zz ``(Q, M, M)`` (``(1, M, M)`` for a kernel
+shared by the latent functions: broadcast).
 """
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ def check_moments(mean: Tensor, factor: Tensor, Lzz: Tensor, num_latent: int, nu
                   variances: str) -> None:
     """Raise a ValueError that names the argument, its shape and the shape expected."""
     Q, M = num_latent, num_inducing
-    for name, value, shape in (("mean", mean, (Q, M)), ("factor", factor, (Q, M, M)), ("Lzz", Lzz, (Q, M, M))):
+    shared = isinstance(Lzz, Tensor) and Lzz.dim() == 3 and Lzz.shape[0] == 1  # one kernel for all Q (broadcast)
+    for name, value, shape in (("mean", mean, (Q, M)), ("factor", factor, (Q, M, M)),
+                               ("Lzz", Lzz, (1 if shared else Q, M, M))):
         if not isinstance(value, Tensor) or tuple(value.shape) != shape:
             got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
             raise ValueError(f"{name} must have shape {shape} (Q={Q} latent functions, M={M} inducing values), "
