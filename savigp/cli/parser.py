@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="user function: replace -inf and values below L by L (for simulators whose density underflows)")
     g = t.add_argument_group("model")
     g.add_argument("--kernel", choices=KERNELS, default="rbf", help="covariance (default rbf, ARD)")
+    g.add_argument("--shared-kernel", action="store_true",
+                   help="one kernel and one set of inducing inputs for all latent functions (K_zz factorized once "
+                        "per step instead of Q times; posterior full or diag)")
     g.add_argument("--num-inducing", type=int, metavar="M", help="inducing points per latent function (default min(N, 100))")
     g.add_argument("--inducing-init", choices=INDUCING_INITS, default="kmeans", help="initial inducing inputs")
     g.add_argument("--dense", action="store_true", help="inducing inputs = all training inputs, fixed (small N only)")

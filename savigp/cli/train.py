@@ -162,7 +162,7 @@ def _centred_for_float32(X: np.ndarray, quiet: bool):
 def _model_options(args) -> dict:
     """The options of :func:`savigp.model_files.build_model`."""
     return {
-        "kernel": args.kernel, "num_inducing": args.num_inducing, "inducing_init": args.inducing_init,
+        "kernel": args.kernel, "shared_kernel": args.shared_kernel, "num_inducing": args.num_inducing, "inducing_init": args.inducing_init,
         "dense": args.dense, "learn_inducing": not args.fixed_inducing, "posterior": args.posterior,
         "num_components": args.components, "entropy": args.entropy,
         "prior_mean": parse_floats(args.prior_mean, "--prior-mean"),

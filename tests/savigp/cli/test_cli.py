@@ -285,6 +285,28 @@ def test_classification_predict_columns_and_error_rate(tmp_path, capsys):
     assert set(m) == {"n", "error_rate", "nlp"} and m["error_rate"] < 0.3 and m["nlp"] > 0
 
 
+def test_shared_kernel_from_the_command_line(tmp_path, capsys):
+    """``--shared-kernel``: one kernel and one set of inducing inputs for the Q = 3 latent functions,
+    recorded in the model file, so that predict and evaluate rebuild the same model."""
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((90, 2))
+    lab = np.argmax(np.column_stack([X[:, 0], X[:, 1], -X[:, 0] - X[:, 1]]), 1).astype(float)
+    data = str(tmp_path / "three.csv")
+    write_csv(data, ["a", "b", "label"], np.column_stack([X, lab]))
+    model = str(tmp_path / "m.pt")
+    assert main(["train", data, "--targets", "label", "--likelihood", "softmax", "--num-classes", "3",
+                 "--shared-kernel", "--posterior", "diag", "--iterations", "60", "--lr", "0.05", "--out", model,
+                 *FAST]) == 0
+    loaded = load_model(model)
+    assert loaded.config["shared_kernel"] and loaded.kernel.num_latent == 1 and loaded.inducing.shape[0] == 1
+    capsys.readouterr()
+    assert main(["evaluate", model, data, "--targets", "label", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["error_rate"] < 0.3
+    assert main(["train", data, "--targets", "label", "--likelihood", "softmax", "--num-classes", "3",
+                 "--shared-kernel", "--posterior", "diag-u", "--iterations", "5", "--out", model, *FAST]) == 2
+    assert "posterior='diag-u'" in capsys.readouterr().err
+
+
 def test_standardized_targets_nlpd_includes_log_jacobian(tmp_path, capsys):
     """Scaling the targets by c changes NLPD by exactly log c and leaves SSE unchanged."""
     results = {}
