@@ -302,34 +302,41 @@ def _softmax_likelihood(Q: int):
     return L.CallableLikelihood(log_softmax_lik, num_latent=Q, backend="torch", task="classification")
 
 
-def gpytorch_svgp(Z: torch.Tensor, num_tasks: int = 0, *, ard: bool = True, learn_inducing: bool = True):
+def gpytorch_svgp(Z: torch.Tensor, num_tasks: int = 0, *, ard: bool = True, learn_inducing: bool = True,
+                  shared: bool = False, diagonal: bool = False):
     """GPyTorch's SVGP with inducing inputs ``Z (M, D)``: a whitened full-Cholesky q(u)
-    (``CholeskyVariationalDistribution`` in a ``VariationalStrategy``), zero mean, a scaled RBF kernel
-    (ARD or one length-scale); with ``num_tasks`` = Q > 0, Q independent GPs sharing the initial Z
-    (``IndependentMultitaskVariationalStrategy``, batch shape ``(Q,)``)."""
+    (``CholeskyVariationalDistribution`` in a ``VariationalStrategy``; ``diagonal``: its mean-field
+    ``MeanFieldVariationalDistribution``), zero mean, a scaled RBF kernel (ARD or one length-scale);
+    with ``num_tasks`` = Q > 0, Q independent GPs sharing the initial Z
+    (``IndependentMultitaskVariationalStrategy``, batch shape ``(Q,)``), each with its own kernel and
+    inducing inputs, or with ``shared`` one kernel and one set of inducing inputs for all Q (only
+    q(u) is batched: savigp's ``shared_kernel``)."""
     import gpytorch
     from gpytorch.variational import (CholeskyVariationalDistribution, IndependentMultitaskVariationalStrategy,
                                       VariationalStrategy)
 
     M, D = Z.shape
     batch_shape = torch.Size([num_tasks]) if num_tasks else torch.Size([])
+    prior_batch = torch.Size([]) if shared else batch_shape  # of the kernel, the mean and Z
+    family = (gpytorch.variational.MeanFieldVariationalDistribution if diagonal
+              else CholeskyVariationalDistribution)
 
     class SVGP(gpytorch.models.ApproximateGP):
         def __init__(self, Zb):
-            vd = CholeskyVariationalDistribution(M, batch_shape=batch_shape)
+            vd = family(M, batch_shape=batch_shape)
             vs = VariationalStrategy(self, Zb, vd, learn_inducing_locations=learn_inducing)
             if num_tasks:
                 vs = IndependentMultitaskVariationalStrategy(vs, num_tasks=num_tasks)
             super().__init__(vs)
-            self.mean_module = gpytorch.means.ZeroMean(batch_shape=batch_shape)
+            self.mean_module = gpytorch.means.ZeroMean(batch_shape=prior_batch)
             self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=D if ard else None, batch_shape=batch_shape),
-                batch_shape=batch_shape)
+                gpytorch.kernels.RBFKernel(ard_num_dims=D if ard else None, batch_shape=prior_batch),
+                batch_shape=prior_batch)
 
         def forward(self, x):
             return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
-    return SVGP(Z.unsqueeze(0).expand(num_tasks, M, D).clone() if num_tasks else Z.clone())
+    return SVGP(Z.unsqueeze(0).expand(num_tasks, M, D).clone() if num_tasks and not shared else Z.clone())
 
 
 class GPyTorchStep:

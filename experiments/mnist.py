@@ -4,9 +4,10 @@ Two tasks: ``--task multiclass`` (softmax likelihood, Q = 10 latent GPs, one per
 2.77 % error at SF = M / N = 0.04, i.e. M = 2400) and ``--task binary``, the paper's mnist-b (odd
 against even digits, logistic likelihood, Q = 1; the paper: 98.1 % accuracy, NLP 0.062 at SF =
 0.04). Isotropic squared-exponential kernels (one length-scale and variance per latent function,
-learned), M inducing inputs from k-means computed in torch on the chosen device
-(:func:`savigp.inducing.kmeans`) and kept fixed, as in the paper's experiment; full Gaussian
-posterior, mini-batch Adam, the reparameterization estimator (``"auto"``: the likelihoods are torch
+learned, or with ``--kernel shared`` one for all of them: K_zz is then factorized once a step), M
+inducing inputs from k-means computed in torch on the chosen device
+(:func:`savigp.inducing.kmeans`), kept fixed as in the paper's experiment or learned
+(``--learn-inducing``); full Gaussian or diagonal (``--posterior diag``) q(u), mini-batch Adam, the reparameterization estimator (``"auto"``: the likelihoods are torch
 expressions) or ``--estimator score``. The test error rate and NLP are measured every
 ``--eval-every`` seconds of training (evaluation time excluded) and drawn against training wall time.
 
@@ -23,14 +24,17 @@ and says so in its output. Nothing is downloaded at run time.
     python experiments/mnist.py --device cuda                    # GPU: the gpu setting, 10 min
     python experiments/mnist.py --task binary --device cuda
 
-Settings (``--setting``; explicit options win): on the CPU the default is ``cpu``: k-means inducing
-inputs (fixed), B = 1000, float32, Adam decayed by a cosine over the time budget (3600 s) to a
-tenth; for MNIST M = 1000, S = 10, lr 0.2, for mnist-b M = 2400, S = 100, lr 0.1. For MNIST the
-learning rate and schedule reached the lowest test error per wall time among the settings compared
-in short runs on a 2-core machine, and M = 1000 beat M = 500 at every evaluation of two 60-minute
-one-thread runs (3.22 % / NLP 0.118 against 3.79 % / 0.133). mnist-b's step (Q = 1) is ten times
-cheaper: at M = 2400 it reached 1.72 % / NLP 0.0560 in 60 minutes on 2 threads (2.12 % / 0.0657
-at M = 1000; docs/experiments.md). Elsewhere the default is ``gpu``: the paper's M = 2400
+Settings (``--setting``; explicit options win): on the CPU the default is ``cpu``: k-means
+initial inducing inputs, B = 1000, float32, Adam decayed by a cosine over the time budget (3600 s)
+to a tenth. For MNIST: one kernel shared by the ten latent functions, learned inducing inputs, a
+diagonal (whitened) q(u), M = 1000, S = 10, lr 0.02 -- 2.27 % / NLP 0.0896 in 60 minutes on 2
+threads (30818 steps, 0.117 s a step), where ten kernels, fixed inputs and a full q(u) at M = 1000
+had reached 3.22 % / 0.118 (1 thread, beside another run). It was chosen by replaying the CPU's step
+count for each candidate on a GPU (docs/experiments.md): every shared-kernel candidate with fixed
+inducing inputs ended at 2.85-3.51 %, and lr 0.1
+did worse than lr 0.02 with learned inputs (4.16 % against 2.65 % after 21400 of the 30000 steps).
+For mnist-b (Q = 1: one kernel either way): fixed inputs, full q(u), M = 2400, S = 100, lr 0.1 -- 1.72 % / NLP 0.0560
+in 60 minutes on 2 threads (2.12 % / 0.0657 at M = 1000; docs/experiments.md). Elsewhere the default is ``gpu``: the paper's M = 2400
 and S = 100 with B = 1000, float32, Adam at lr 0.1 decayed by a cosine over a 600 s budget; on one
 H100 it reached 2.57 % / NLP 0.0997 in a 190 s budget and mnist-b 1.70 % / 0.0555 in 240 s
 (docs/experiments.md). ``paper`` is Bonilla et al.'s: M = 2400, B = 1000, Adam lr 0.01 (constant),
@@ -44,6 +48,7 @@ GPYTORCH_JSON`` then writes the two side-by-side runs' table and figure.
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import gzip
 import pickle
@@ -174,7 +179,15 @@ def parse(argv=None):
                    help="Adam's learning rate: constant, or cosine decay over --time-budget (else over "
                         "--iterations) from --lr to --lr * --lr-final")
     p.add_argument("--lr-final", type=float, default=0.1, help="the cosine schedule's last lr as a fraction of --lr")
-    p.add_argument("--learn-inducing", action="store_true", help="learn the inducing inputs (default: fixed)")
+    p.add_argument("--learn-inducing", action=argparse.BooleanOptionalAction, default=None,
+                   help="learn the inducing inputs (Adam at --lr, as the other parameters) or keep them fixed "
+                        "(default: the setting's)")
+    p.add_argument("--kernel", default=None, choices=["shared", "per-latent"],
+                   help="one RBF kernel (one length-scale and variance) shared by the Q latent functions, so that "
+                        "K_zz is factorized and K_zx solved once for all of them, or one per latent function "
+                        "(the paper's; default: the setting's)")
+    p.add_argument("--posterior", default=None, choices=["full", "diag"],
+                   help="q(u): full Gaussian or mean-field diagonal (both whitened; default: the setting's)")
     p.add_argument("--natgrad-step", type=float, default=None,
                    help="train q(u) by natural-gradient steps of this size and the hyper-parameters by Adam at --lr "
                         "(savigp.fit_orthnat, Salimbeni et al. 2018) instead of Adam for everything")
@@ -214,14 +227,16 @@ def learning_rate(lr: float, schedule: str, progress: float, final: float = 0.1)
 #: error per wall time in short runs on the 2-core machine) and ``gpu`` (the default off the CPU: the
 #: paper's M and S with the cpu setting's cosine schedule, measured on an H100); see docs/experiments.md
 SETTINGS = {
-    "quick": dict(num_inducing=20, batch_size=200, iterations=150, samples=20, lr=0.01, lr_schedule="constant",
+    "quick": dict(kernel="per-latent", posterior="full", learn_inducing=False, num_inducing=20, batch_size=200, iterations=150, samples=20, lr=0.01, lr_schedule="constant",
                   eval_every=10.0, eval_samples=100, time_budget=None, dtype=None),
-    "paper": dict(num_inducing=2400, batch_size=1000, iterations=20000, samples=100, lr=0.01, lr_schedule="constant",
+    "paper": dict(kernel="per-latent", posterior="full", learn_inducing=False, num_inducing=2400, batch_size=1000, iterations=20000, samples=100, lr=0.01, lr_schedule="constant",
                   eval_every=60.0, eval_samples=200, time_budget=None, dtype=None),
-    "cpu": dict(num_inducing={"multiclass": 1000, "binary": 2400}, batch_size=1000, iterations=10 ** 7,
-                samples={"multiclass": 10, "binary": 100}, lr={"multiclass": 0.2, "binary": 0.1},
+    "cpu": dict(kernel={"multiclass": "shared", "binary": "per-latent"}, posterior={"multiclass": "diag", "binary": "full"},
+                learn_inducing={"multiclass": True, "binary": False},
+                num_inducing={"multiclass": 1000, "binary": 2400}, batch_size=1000, iterations=10 ** 7,
+                samples={"multiclass": 10, "binary": 100}, lr={"multiclass": 0.02, "binary": 0.1},
                 lr_schedule="cosine", eval_every=60.0, eval_samples=200, time_budget=3600.0, dtype="float32"),
-    "gpu": dict(num_inducing=2400, batch_size=1000, iterations=10 ** 7, samples=100, lr=0.1, lr_schedule="cosine",
+    "gpu": dict(kernel="per-latent", posterior="full", learn_inducing=False, num_inducing=2400, batch_size=1000, iterations=10 ** 7, samples=100, lr=0.1, lr_schedule="cosine",
                 eval_every=60.0, eval_samples=200, time_budget=600.0, dtype="float32"),
 }
 
@@ -300,12 +315,13 @@ def main(argv=None) -> dict:
     eval_every = args.eval_every
     eval_S = args.eval_samples
     print(f"[{name}] data: {source}; train {len(ytr)}, test {len(yte)}, D = {Xtr.shape[1]}; M = {M}, B = {B}, "
-          f"S = {S}; device {io.device_name(device)}, {str(dtype).replace('torch.', '')}", flush=True)
+          f"S = {S}, {args.kernel} kernel, {args.posterior} q(u); device {io.device_name(device)}, {str(dtype).replace('torch.', '')}", flush=True)
 
     D = Xtr.shape[1]
     lik = Softmax(10) if args.task == "multiclass" else Logistic()
     Q = lik.num_latent
-    kernel = RBF(D, Q, lengthscale=median_distance(Xtr, args.seed), variance=1.0, ard=False)
+    kernel = RBF(D, 1 if args.kernel == "shared" else Q, lengthscale=median_distance(Xtr, args.seed), variance=1.0,
+                 ard=False)
     t_setup = time.perf_counter()
     Xtr_dev = torch.as_tensor(Xtr, dtype=dtype, device=device)
     if args.inducing == "kmeans":
@@ -317,7 +333,7 @@ def main(argv=None) -> dict:
         torch.cuda.synchronize(device)
     inducing_s = time.perf_counter() - t_setup
     model = savigp.SAVIGP(Xtr_dev, Ytr, lik, kernel, inducing_inputs=Z, learn_inducing=args.learn_inducing,
-                          posterior="full", seed=args.seed, dtype=dtype, device=device)
+                          posterior=args.posterior, seed=args.seed, dtype=dtype, device=device)
     del Xtr_dev
     Xte_t = torch.as_tensor(Xte, dtype=dtype, device=device)
     Yte_t = torch.as_tensor(Yte, dtype=dtype, device=device)
@@ -376,6 +392,7 @@ def main(argv=None) -> dict:
     curve.append({"step": hist.steps, "train_seconds": round(train_s, 2), **final})
     paper = TASKS[args.task]
     row = {"task": args.task, "data": source, "n_train": len(ytr), "n_test": len(yte), "M": M, "batch": B,
+           "kernel": args.kernel, "posterior": args.posterior,
            "samples": S, "estimator": hist.estimator, "device": io.device_name(device),
            "dtype": str(dtype).replace("torch.", ""), "iterations": hist.steps,
            "epochs": round(hist.steps * B / len(ytr), 2), "error_rate": final["error_rate"], "nlp": final["nlp"],
@@ -430,8 +447,9 @@ def run_gpytorch(args, task: str, Xtr, Ytr, Xte, Yte, Z, *, lengthscale: float, 
                  eval_every: float, eval_S: int, device, dtype, final_S: int) -> tuple[list, dict]:
     """GPyTorch SVGP on the same problem as the savigp run: the same inducing inputs ``Z (M, D)``
     (fixed unless ``--learn-inducing``), isotropic RBF kernels with the same initial length-scale and
-    variance, a whitened full-Cholesky q(u) (``CholeskyVariationalDistribution`` in a
-    ``VariationalStrategy``), mini-batches of B, Adam (``--gpytorch-lr``, default ``--lr``, with the same
+    variance (one shared by the Q latent functions with ``--kernel shared``, as savigp's), a whitened
+    full-Cholesky q(u) (``CholeskyVariationalDistribution`` in a ``VariationalStrategy``; with
+    ``--posterior diag`` the mean-field ``MeanFieldVariationalDistribution``), mini-batches of B, Adam (``--gpytorch-lr``, default ``--lr``, with the same
     schedule) and the same time budget and evaluation times. Multiclass: Q = 10 independent SVGPs
     (``IndependentMultitaskVariationalStrategy``) under GPyTorch's ``SoftmaxLikelihood`` with S Monte
     Carlo samples; binary: one SVGP under its ``BernoulliLikelihood`` (probit link, Gauss-Hermite
@@ -445,7 +463,8 @@ def run_gpytorch(args, task: str, Xtr, Ytr, Xte, Yte, Z, *, lengthscale: float, 
     torch.manual_seed(args.seed)
     multi = task == "multiclass"
     Q = 10 if multi else 1
-    model = gpytorch_svgp(Z, Q if multi else 0, ard=False, learn_inducing=args.learn_inducing)
+    model = gpytorch_svgp(Z, Q if multi else 0, ard=False, learn_inducing=args.learn_inducing,
+                          shared=multi and args.kernel == "shared", diagonal=args.posterior == "diag")
     model.covar_module.base_kernel.lengthscale = lengthscale
     model.covar_module.outputscale = 1.0
     lik = (gpytorch.likelihoods.SoftmaxLikelihood(num_features=Q, num_classes=Q, mixing_weights=False) if multi

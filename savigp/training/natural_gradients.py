@@ -292,6 +292,10 @@ def fit_orthnat(
         raise ValueError(f"gamma_update must be one of {GAMMA_UPDATES}, got {gamma_update!r}")
     if gamma_precond not in GAMMA_PRECONDITIONERS:
         raise ValueError(f"gamma_precond must be one of {GAMMA_PRECONDITIONERS}, got {gamma_precond!r}")
+    if getattr(model, "shared_kernel", False):
+        raise ValueError("fit_orthnat: the model's kernel is shared by its latent functions (num_latent=1), which the "
+                         "natural-gradient step does not take yet; use savigp.fit, or a kernel with "
+                         f"num_latent={model.num_latent}")
     if not 0.0 < natgrad_step <= 1.0:
         raise ValueError(f"natgrad_step must be in (0, 1], got {natgrad_step}")
     distributed.refuse("fit_orthnat (natural-gradient training)")

@@ -143,3 +143,10 @@ def test_shape_errors_name_the_shared_layout(data):
         SAVIGP(X, Y, Softmax(Q), RBF(D, 2), num_inducing=M)
     with pytest.raises(ValueError, match="shared_kernel=True"):
         SAVIGP(X, Y, Softmax(Q), RBF(D, Q), shared_kernel=True, num_inducing=M)
+
+
+def test_fit_orthnat_refuses_a_shared_kernel_by_name(data):
+    X, Y = data
+    model = SAVIGP(X, Y, Softmax(Q), RBF(D, 1), num_inducing=M, posterior="full")
+    with pytest.raises(ValueError, match="fit_orthnat.*shared.*num_latent=3"):
+        savigp.fit_orthnat(model, 2, batch_size=40, natgrad_step=0.1, num_samples=5, progress=False)
