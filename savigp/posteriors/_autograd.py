@@ -133,7 +133,7 @@ class _WhitenedMoments(torch.autograd.Function):
             LdA = LdA.sum(0) if K > 1 else LdA[0]
             LdA.addcmul_(V, g_var.sum(0).unsqueeze(-2), value=-2.0)
             Gbar = LdA.baddbmm_(mT, gmT)
-        if X is None:  # one kernel shared by the Q latent functions: the adjoints are linear in Gbar
+        if not ctx.middle:  # one kernel shared by the Q latent functions: the adjoints are linear in Gbar
             Gbar = shared_prior_sum(Gbar, L)
         if need_kzx and d_kzx is None:
             d_kzx = solve_lower(L, Gbar, transpose=True)

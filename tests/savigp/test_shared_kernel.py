@@ -28,10 +28,10 @@ def data():
     return X, Y
 
 
-def _pair(data, **options):
+def _pair(data, learn_kernel=True, **options):
     """(shared-kernel model, the model with Q equal kernels and inducing inputs), equal parameters."""
     X, Y = data
-    kern = dict(ard=True, lengthscale=torch.tensor([1.5, 2.0, 2.5, 3.0]), variance=1.3)
+    kern = dict(ard=True, lengthscale=torch.tensor([1.5, 2.0, 2.5, 3.0]), variance=1.3, learn=learn_kernel)
     shared = SAVIGP(X, Y, Softmax(Q), RBF(D, 1, **kern), num_inducing=M, **options)
     copies = SAVIGP(X, Y, Softmax(Q), RBF(D, Q, **kern), num_inducing=M, **options)
     gen = torch.Generator().manual_seed(1)
@@ -75,6 +75,20 @@ def test_shared_kernel_is_the_model_with_q_equal_kernels(data, posterior, K, lea
     pa, pb = shared.predict(X, num_samples=50), copies.predict(X, num_samples=50)
     for field in ("latent_mean", "latent_var", "probabilities"):
         torch.testing.assert_close(getattr(pa, field), getattr(pb, field), rtol=1e-10, atol=1e-12, msg=field)
+
+
+@pytest.mark.parametrize("posterior", ["full", "diag"])
+@pytest.mark.parametrize("B", [5, 100])
+def test_a_fixed_shared_kernel_gives_the_same_posterior_gradients(data, posterior, B):
+    """No gradient wanted for K_zz (fixed hyper-parameters and inducing inputs): every moment form
+    still returns the posterior's gradients of the model with Q copies."""
+    shared, copies = _pair(data, learn_kernel=False, posterior=posterior, learn_inducing=False)
+    a, b = _elbo(shared, B), _elbo(copies, B)
+    torch.testing.assert_close(a.elbo, b.elbo, rtol=1e-10, atol=1e-9)
+    grads = [(pa.grad, pb.grad) for pa, pb in zip(shared.posterior.parameters(), copies.posterior.parameters())]
+    assert grads and all(ga is not None for ga, _ in grads)
+    for ga, gb in grads:
+        torch.testing.assert_close(ga, gb, rtol=1e-8, atol=1e-10)
 
 
 def test_the_backward_pass_solves_once_for_all_latent_functions(data, monkeypatch):

@@ -297,7 +297,7 @@ def test_shared_kernel_from_the_command_line(tmp_path, capsys):
     assert main(["train", data, "--targets", "label", "--likelihood", "softmax", "--num-classes", "3",
                  "--shared-kernel", "--posterior", "diag", "--iterations", "60", "--lr", "0.05", "--out", model,
                  *FAST]) == 0
-    loaded = load_model(model)
+    loaded = load_model(model)[0].model
     assert loaded.config["shared_kernel"] and loaded.kernel.num_latent == 1 and loaded.inducing.shape[0] == 1
     capsys.readouterr()
     assert main(["evaluate", model, data, "--targets", "label", "--json"]) == 0
