@@ -51,8 +51,9 @@ def test_bad_labels_are_named_by_the_likelihood():
 def test_kernel_with_wrong_number_of_latents():
     X, _ = _data()
     Y = torch.zeros(60, 1, dtype=torch.long)
-    with pytest.raises(ValueError, match="kernel has num_latent=1 but the likelihood Softmax needs Q=3"):
-        savigp.SAVIGP(X, Y, Softmax(3), savigp.RBF(1, 1))
+    # num_latent=1 is a kernel shared by the Q functions (tests/savigp/test_shared_kernel.py); 2 fits neither
+    with pytest.raises(ValueError, match="kernel has num_latent=2 but the likelihood Softmax needs Q=3"):
+        savigp.SAVIGP(X, Y, Softmax(3), savigp.RBF(1, 2))
 
 
 def test_prediction_inputs_with_wrong_dimension():
