@@ -243,13 +243,6 @@ class SAVIGP(nn.Module):
                                              else " (or num_latent=1: one kernel shared by all of them)")
             )
         self.shared_kernel = kernel.num_latent == 1 and Q > 1
-        if self.shared_kernel:
-            family = posterior if isinstance(posterior, str) else getattr(posterior, "kind", type(posterior).__name__)
-            if family not in SHARED_KERNEL_POSTERIORS or mean_basis_size:
-                raise ValueError(f"a kernel shared by the Q={Q} latent functions (num_latent=1) works with posterior "
-                                 f"{' or '.join(repr(f) for f in SHARED_KERNEL_POSTERIORS)} and no mean basis; got "
-                                 f"posterior={family!r}" + (f", mean_basis_size={mean_basis_size}" if mean_basis_size
-                                                            else "") + f": use a kernel with num_latent={Q}")
         Qz = 1 if self.shared_kernel else Q  # sets of inducing inputs (and of K_zz)
         if kernel.input_dim != D:
             raise ValueError(f"kernel has input_dim={kernel.input_dim} but X has D={D} columns (X shape {tuple(X.shape)})")
@@ -301,9 +294,11 @@ class SAVIGP(nn.Module):
             if (posterior.num_latent, posterior.num_inducing) != (Q, M):
                 raise ValueError(f"posterior has (Q, M) = {(posterior.num_latent, posterior.num_inducing)}, model needs {(Q, M)}")
             self.posterior = posterior
+            self._check_shared_kernel(mean_basis_size)
         else:
             self.posterior = make_posterior(posterior, Q, M, num_components, generator=gen, entropy=entropy,
                                             entropy_samples=entropy_samples)
+            self._check_shared_kernel(mean_basis_size)
             with torch.no_grad():
                 self.posterior.start(lambda: self._factorize(kernel(Z, Z).detach())[0])
 
@@ -329,6 +324,17 @@ class SAVIGP(nn.Module):
             "mean_basis_size": int(mean_basis_size), "mean_basis": mean_basis,
         }
         self.to(dtype=dtype, device=device)
+
+    def _check_shared_kernel(self, mean_basis_size: int) -> None:
+        """Refuse, by name, a family (by its resolved ``kind``, so aliases pass) or a mean basis that
+        does not take a kernel shared by the latent functions (:data:`SHARED_KERNEL_POSTERIORS`)."""
+        family = self.posterior.kind
+        if self.shared_kernel and (family not in SHARED_KERNEL_POSTERIORS or mean_basis_size):
+            raise ValueError(f"a kernel shared by the Q={self.num_latent} latent functions (num_latent=1) works with "
+                             f"posterior {' or '.join(repr(f) for f in SHARED_KERNEL_POSTERIORS)} and no mean basis; "
+                             f"got posterior={family!r}"
+                             + (f", mean_basis_size={mean_basis_size}" if mean_basis_size else "")
+                             + f": use a kernel with num_latent={self.num_latent}")
 
     # ------------------------------------------------------------------ helpers
     @property

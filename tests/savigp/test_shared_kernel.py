@@ -149,6 +149,12 @@ def test_families_without_a_shared_prior_are_refused_by_name(data, options, word
     assert words in str(err.value) and f"num_latent={Q}" in str(err.value)
 
 
+def test_a_family_alias_is_taken_as_its_family(data):
+    X, Y = data
+    model = SAVIGP(X, Y, Softmax(Q), RBF(D, 1), num_inducing=M, posterior="diag-whitened")
+    assert model.shared_kernel and model.posterior.kind == "diag"
+
+
 def test_shape_errors_name_the_shared_layout(data):
     X, Y = data
     with pytest.raises(ValueError, match=r"\(1, M, 4\).*shared.*got \(3, 12, 4\)"):
