@@ -41,6 +41,7 @@ another optimizer) a changed rate drops the graph, which is captured again after
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from typing import Optional
 
@@ -204,7 +205,7 @@ class StepRunner:
             terms, vals = self._body(batch)
         self.values[self.filled].copy_(vals.detach())  # a device copy into the window's row
         self.filled += 1
-        return terms
+        return _without_graph(terms)
 
     # ----------------------------------------------------------------- the check
     def read(self) -> dict:
@@ -297,6 +298,16 @@ class _Rates:
         return True
 
 
+def _without_graph(terms):
+    """``terms`` with a detached ``elbo``: the step's autograd graph (after its backward pass, nodes
+    without saved tensors, but nodes that hold the parameters' AccumulateGrad nodes) dies with the
+    step instead of living on in the caller's variable. A warm-up step's graph kept alive into the
+    CUDA graph capture makes the capture's backward pass meet AccumulateGrad nodes created on the
+    warm-up's stream (PyTorch's "AccumulateGrad node's stream does not match" warning, and a
+    cross-stream wait inside the capture)."""
+    return dataclasses.replace(terms, elbo=terms.elbo.detach())
+
+
 class _Graph:
     """The step captured in a CUDA graph (forward, backward, optimizer step, bookkeeping).
 
@@ -314,7 +325,8 @@ class _Graph:
         self.rates = _Rates(runner.opt, runner.model.device)
         runner.opt.zero_grad(set_to_none=True)
         with self.rates.capturing(), torch.cuda.graph(self.graph):
-            self.terms, self.vals = runner._body(self.index)
+            terms, self.vals = runner._body(self.index)
+        self.terms = _without_graph(terms)
         self.ready = True
 
     def replay(self, batch: Optional[Tensor]):

@@ -311,6 +311,24 @@ def _logistic_runner(graphs: bool):
                                  generator=torch.Generator().manual_seed(0), window=1, graphs=graphs)
 
 
+def test_a_step_returns_its_terms_without_its_autograd_graph():
+    """The terms a step returns (and fit's callback sees) hold no autograd graph: a warm-up step's
+    graph kept alive into a CUDA graph capture would hold AccumulateGrad nodes of the warm-up's
+    stream. The values are the step's: equal to the window's row the runner recorded."""
+    _, runner = _logistic_runner(False)
+    batch = torch.randperm(80, generator=torch.Generator().manual_seed(1))[:20]
+    terms = runner.run(batch)
+    assert terms.elbo.grad_fn is None and not terms.elbo.requires_grad
+    row = runner.read()["rows"][0]
+    assert float(terms.elbo) == pytest.approx(row[0], rel=1e-12)
+    seen = []
+    X, f, g = _data()
+    model = savigp.SAVIGP(X, torch.where(f > 0, 1.0, -1.0), Logistic(), num_inducing=6)
+    savigp.fit(model, iterations=3, batch_size=20, num_samples=10, progress=False,
+               callback=lambda step, t: seen.append(t.elbo.grad_fn) and False)
+    assert seen == [None, None, None]
+
+
 def _capture_stand_ins(monkeypatch):
     """Streams and the capture replaced by stand-ins whose "replay" runs the step body eagerly on the
     static index buffer; returns the lists of captured and of replayed batches."""
