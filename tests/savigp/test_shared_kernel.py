@@ -17,6 +17,8 @@ from savigp import SAVIGP
 from savigp.kernels import RBF
 from savigp.posteriors import _autograd
 
+from conftest import requires_cuda
+
 N, D, Q, M = 120, 4, 3, 12
 
 
@@ -170,3 +172,45 @@ def test_fit_orthnat_refuses_a_shared_kernel_by_name(data):
     model = SAVIGP(X, Y, Softmax(Q), RBF(D, 1), num_inducing=M, posterior="full")
     with pytest.raises(ValueError, match="fit_orthnat.*shared.*num_latent=3"):
         savigp.fit_orthnat(model, 2, batch_size=40, natgrad_step=0.1, num_samples=5, progress=False)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("posterior", ["full", "diag"])
+def test_shared_kernel_on_cuda_is_the_model_with_q_equal_kernels(data, posterior):
+    """On CUDA (float64) the shared model's ELBO and gradients are those of the model with Q copies:
+    the summed backward solves and the ``(1, M, M)`` factor run on the device."""
+    shared, copies = _pair(data, posterior=posterior, learn_inducing=True)
+    shared, copies = shared.to("cuda"), copies.to("cuda")
+    out = []
+    for model in (shared, copies):
+        model.zero_grad()
+        terms = model.elbo(torch.arange(60, device="cuda"), num_samples=7,
+                           generator=torch.Generator(device="cuda").manual_seed(3))
+        terms.elbo.backward()
+        out.append(terms)
+    assert out[0].elbo.device.type == "cuda"
+    torch.testing.assert_close(out[0].elbo, out[1].elbo, rtol=1e-10, atol=1e-9)
+    for (name, pa), (_, pb) in zip(shared.named_parameters(), copies.named_parameters()):
+        if name.startswith("kernel") or name == "inducing":
+            torch.testing.assert_close(pa.grad, pb.grad.sum(0, keepdim=pa.grad.dim() == pb.grad.dim()),
+                                       rtol=1e-8, atol=1e-9, msg=name)
+        elif pa.grad is not None:
+            torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-8, atol=1e-10, msg=name)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_a_shared_kernel_trains_in_a_captured_step_on_cuda(data):
+    """float32 on CUDA, as experiments/mnist.py's setting: the step is captured (fit says so) and
+    the captured and eager runs agree."""
+    X, Y = data
+    out = []
+    for graphs in (False, True):
+        model = SAVIGP(X, Y, Softmax(Q), RBF(D, 1), num_inducing=M, posterior="diag", learn_inducing=True,
+                       device="cuda", dtype=torch.float32)
+        h = savigp.fit(model, iterations=12, batch_size=40, lr=0.01, num_samples=8, progress=False,
+                       cuda_graphs=graphs, log_every=4, seed=5)
+        assert h.cuda_graph == graphs
+        out.append(torch.cat([p.detach().flatten().cpu() for p in model.parameters()]))
+    torch.testing.assert_close(out[0], out[1], rtol=1e-4, atol=1e-5)
