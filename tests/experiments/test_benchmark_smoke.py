@@ -96,6 +96,54 @@ def test_phase_profile_is_the_models_step(bench):
     assert "moments (solves)" in bench.format_phases(prof, cfg.label)
 
 
+def test_the_mnist_configuration_is_the_mnist_scripts_cpu_setting(bench):
+    """``benchmark.py --mnist`` and ``--targets`` time the step ``experiments/mnist.py`` trains by
+    default on the CPU (its ``cpu`` setting for MNIST), not a stale copy of it."""
+    from conftest import load_experiment
+
+    cpu = load_experiment("mnist").SETTINGS["cpu"]
+    cfg = bench.mnist_config()
+    assert cfg.lik == "softmax" and cfg.Q == 10 and cfg.D == 784 and not cfg.ard
+    assert cfg.M == cpu["num_inducing"]["multiclass"] and cfg.B == cpu["batch_size"]
+    assert cfg.S == cpu["samples"]["multiclass"] and cfg.posterior == cpu["posterior"]["multiclass"]
+    assert cfg.shared == (cpu["kernel"]["multiclass"] == "shared")
+    assert cfg.learn_inducing == cpu["learn_inducing"]["multiclass"]
+    assert cfg in bench.target_configs() and cfg.gpytorch_ok
+
+
+def test_a_shared_kernel_step_in_both_libraries(bench):
+    """The shared-kernel configuration: savigp's model has one kernel and ``(1, M, D)`` inducing
+    inputs, its phase profile is the model's ELBO, GPyTorch's model has an unbatched kernel and Z
+    and a mean-field q(u) batched over Q; the flop floor is one factorization and the solves once."""
+    import torch
+
+    cfg = bench.Config("softmax", 10, 32, S=5, Q=3, D=6, posterior="diag", ard=False, learn_inducing=True,
+                       est="reparam", shared=True, sweep="mnist")
+    assert "shared" in cfg.label
+    data = bench.Data(200, 6, 10, 0, torch.float64, "cpu")
+    Z = data.inducing(cfg.M, 0)
+    step = bench.SavigpStep(cfg, data, Z, lr=0.0)
+    assert step.model.shared_kernel and tuple(step.model.inducing.shape) == (1, 10, 6)
+    batch = torch.arange(32)
+    prof = bench.phase_profile(step, [batch], seed=3)
+    want = step.model.elbo(batch, num_samples=5, estimator="reparam", generator=torch.Generator().manual_seed(3))
+    assert math.isclose(prof["elbo"], float(want.elbo), rel_tol=1e-10)
+    assert bench.floor_flops(cfg) == 10 ** 3 / 3 + 3 * 10 ** 2 * 32 + 2 * 10 * 6 * (32 + 10) * 2
+    fixed = bench.Config("softmax", 10, 32, S=5, Q=3, D=6, posterior="diag", learn_inducing=False, shared=True)
+    assert bench.floor_flops(fixed) == 10 ** 3 / 3 + 3 * 10 ** 2 * 32 + 2 * 10 * 32 * 6
+    assert not bench.DenseStep.applies(cfg)
+    pytest.importorskip("gpytorch")
+    import gpytorch
+
+    theirs = bench.GPyTorchStep(cfg, data, Z)
+    assert theirs.model.covar_module.batch_shape == torch.Size([])
+    assert tuple(theirs.model.variational_strategy.base_variational_strategy.inducing_points.shape) == (10, 6)
+    dist = theirs.model.variational_strategy.base_variational_strategy._variational_distribution
+    assert isinstance(dist, gpytorch.variational.MeanFieldVariationalDistribution)
+    assert dist.batch_shape == torch.Size([3])
+    theirs(batch)
+
+
 def test_smallest_configuration_prints_its_phases(bench, tmp_path, capsys):
     bench.main(["--smallest", "--libraries", "savigp", "--no-memory", "--no-profile", "--no-dense", "--phases",
                 "--out", str(tmp_path)])
