@@ -256,6 +256,20 @@ def apply_setting(args) -> str:
     return name
 
 
+def _task_of(result: dict) -> str:
+    """The task of a results JSON: its row's, else (``--gpytorch-only`` files written before the row
+    carried it) the ``--task`` of its command line, else multiclass (the default)."""
+    if "task" in result["row"]:
+        return result["row"]["task"]
+    argv = list(result.get("argv") or [])
+    for i, arg in enumerate(argv):
+        if arg == "--task" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--task="):
+            return arg.split("=", 1)[1]
+    return "multiclass"
+
+
 def compare(savigp_json, gpytorch_json, out_arg, argv) -> dict:
     """The table and figure of ``--gpytorch`` from two runs made side by side (a savigp run and a
     ``--gpytorch-only`` run of the same task, under the same load): their test error and NLP against
@@ -273,7 +287,7 @@ def compare(savigp_json, gpytorch_json, out_arg, argv) -> dict:
             raise SystemExit(f"--compare: {path} has no '{key}': expected the "
                              f"{'savigp run' if key == 'curve' else '--gpytorch-only run'}'s results JSON")
         runs.append(res)
-    tasks = [r["row"].get("task", "multiclass") for r in runs]
+    tasks = [_task_of(r) for r in runs]
     if tasks[0] != tasks[1]:
         raise SystemExit(f"--compare: the runs are of different tasks ({tasks[0]} and {tasks[1]})")
     name = "mnist" if tasks[0] == "multiclass" else "mnist-b"
@@ -351,6 +365,8 @@ def main(argv=None) -> dict:
                                         final_S=200 if q else 1000)
         io.write_table(gp_curve, out / f"{name}_gpytorch",
                        title=f"{name}: GPyTorch SVGP, test metrics against training time")
+        gp_row = {"task": args.task, "M": M, "batch": B, "samples": S, "dtype": str(dtype).replace("torch.", ""),
+                  **gp_row}  # --compare checks the task
         return io.write_result(out / f"{name}_gpytorch_results.json", argv, row=gp_row, gpytorch_curve=gp_curve)
 
     clock = io.TrainingClock(device)

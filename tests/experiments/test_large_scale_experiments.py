@@ -155,6 +155,10 @@ def test_mnist_compare_writes_the_side_by_side_runs_table_and_refuses_mismatched
     gp_json.write_text(json.dumps({"row": {"task": "multiclass"}, "gpytorch_curve": gp_curve}))
     with pytest.raises(SystemExit, match="different tasks"):
         mnist.main(["--compare", str(savigp_json), str(gp_json), "--out", str(out)])
+    # a --gpytorch-only file whose row has no task (written before it carried one): its command line's
+    gp_json.write_text(json.dumps({"row": {}, "argv": ["--task", "binary", "--gpytorch-only"],
+                                   "gpytorch_curve": gp_curve}))
+    assert mnist.main(["--compare", str(savigp_json), str(gp_json), "--out", str(out)])["gpytorch_curve"] == gp_curve
 
 
 def test_mnist_learning_rate_schedule():
@@ -213,6 +217,14 @@ def test_mnist_quick_against_gpytorch_with_a_schedule(tmp_path):
     res = mnist.main(["--quick", "--task", "binary", "--out", str(tmp_path), "--num-train", "400", "--num-test",
                       "200", "--iterations", "20", "--natgrad-step", "0.1", "--gpytorch"])
     assert res["row"]["iterations"] == 20 and res["row"]["gpytorch_error_rate"] < 0.5
+    # mnist-b run in two processes (savigp, then --gpytorch-only) and put side by side by --compare
+    gp_dir, both = tmp_path / "gp", tmp_path / "both"
+    quick = ["--quick", "--task", "binary", "--num-train", "400", "--num-test", "200", "--iterations", "10"]
+    gp = mnist.main(quick + ["--gpytorch-only", "--out", str(gp_dir)])
+    assert gp["row"]["task"] == "binary" and gp["gpytorch_curve"][-1]["step"] == 10
+    res = mnist.main(["--compare", str(tmp_path / "mnist-b_results.json"), str(gp_dir / "mnist-b_gpytorch_results.json"),
+                      "--out", str(both)])
+    assert (both / "mnist-b_vs_gpytorch.csv").is_file() and res["gpytorch_curve"] == gp["gpytorch_curve"]
 
 
 # ---------------------------------------------------------------------------------- MNIST-8M
