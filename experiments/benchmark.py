@@ -482,7 +482,8 @@ def floor_flops(cfg: Config) -> float:
     diagonal q(u): M^3 / 3 (one Cholesky factorization), 3 M^2 B (V = L^-1 K_zx and the two
     backward solves, once for all Q) and, with D given, the kernel's distance products: 2 M B D for
     K_zx, and with learned inducing inputs 2 M^2 D for K_zz (fixed ones: computed once) and the same
-    two again backward for the inputs' gradient."""
+    two again backward for the inputs' gradient. (A shared kernel with a full q(u) gets the first
+    formula, which counts the factorization Q times: no configuration here has one.)"""
     if cfg.shared and cfg.posterior == "diag":
         kernel = 2.0 * cfg.M * cfg.D * (cfg.B + cfg.M) * 2 if cfg.learn_inducing else 2.0 * cfg.M * cfg.B * cfg.D
         return cfg.M ** 3 / 3.0 + 3.0 * cfg.M ** 2 * cfg.B + kernel

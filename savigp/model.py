@@ -294,11 +294,11 @@ class SAVIGP(nn.Module):
             if (posterior.num_latent, posterior.num_inducing) != (Q, M):
                 raise ValueError(f"posterior has (Q, M) = {(posterior.num_latent, posterior.num_inducing)}, model needs {(Q, M)}")
             self.posterior = posterior
-            self._check_shared_kernel(mean_basis_size)
         else:
             self.posterior = make_posterior(posterior, Q, M, num_components, generator=gen, entropy=entropy,
                                             entropy_samples=entropy_samples)
-            self._check_shared_kernel(mean_basis_size)
+        self._check_shared_kernel(mean_basis_size)
+        if not isinstance(posterior, Posterior):  # a family built here starts from the prior
             with torch.no_grad():
                 self.posterior.start(lambda: self._factorize(kernel(Z, Z).detach())[0])
 
