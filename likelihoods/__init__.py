@@ -10,6 +10,7 @@ from .student_t import StudentT
 from .gprn import GPRN
 from .seismic import Seismic
 from .multi_gaussian import MultiGaussian
+from .probit import Probit
 from .callable import CallableLikelihood
 from . import registry
 
@@ -18,6 +19,7 @@ __all__ = [
     "CallableLikelihood",
     "Gaussian",
     "Logistic",
+    "Probit",
     "Softmax",
     "Poisson",
     "WarpedGaussian",

@@ -54,6 +54,6 @@ class Logistic(Likelihood):
         ok = (y == 1) | (y == 0) | (y == -1)
         msg = bad_rows_message(~ok, y, "are not binary labels in {-1, +1} or {0, 1}")
         if msg:
-            raise ValueError(f"Logistic likelihood: {msg}")
+            raise ValueError(f"{type(self).__name__} likelihood: {msg}")
         if bool((y == 0).any()) and bool((y == -1).any()):
-            raise ValueError("Logistic likelihood: labels mix 0 and -1; use {-1, +1} or {0, 1}, not both")
+            raise ValueError(f"{type(self).__name__} likelihood: labels mix 0 and -1; use {{-1, +1}} or {{0, 1}}, not both")

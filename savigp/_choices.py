@@ -156,7 +156,7 @@ PARAMETER_GROUPS = ("posterior", "kernel", "inducing", "likelihood", "prior_mean
 #: ``likelihoods/__init__.py`` registers them (:func:`likelihoods.registry.names`; a test keeps the
 #: two equal): ``savigp train --help`` lists them without importing the likelihoods (and torch)
 BUILTIN_LIKELIHOODS = ("gaussian", "logistic", "softmax", "poisson", "warped", "student-t", "gprn", "seismic",
-                       "multi-gaussian")
+                       "multi-gaussian", "probit")
 #: the entropy estimates of a mixture with K > 1 components and the default
 #: (:mod:`savigp.posteriors.entropy`)
 ENTROPY_ESTIMATES = ("pairwise", "bound", "mc")

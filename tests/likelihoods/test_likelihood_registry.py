@@ -23,6 +23,7 @@ TODAY_LIKELIHOODS = {
     "gprn": ("GPRN", "gprn"),
     "seismic": ("Seismic", "seismic"),
     "multi-gaussian": ("MultiGaussian", "multi_gaussian"),
+    "probit": ("Probit", "probit"),  # added after 0d83cb4: a new built-in goes at the end of the order
 }
 TODAY_STANDARDIZABLE = ("gaussian", "student-t", "warped", "multi-gaussian", "gprn")
 TODAY_LIKELIHOOD_OPTIONS = {

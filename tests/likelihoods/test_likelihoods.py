@@ -29,6 +29,7 @@ from likelihoods import (
     Logistic,
     MultiGaussian,
     Poisson,
+    Probit,
     Seismic,
     Softmax,
     StudentT,
@@ -184,6 +185,15 @@ CASES = [
         bad_targets=[(np.array([[1.0], [-1.0], [1.0], [0.5]]), 3)],
     ),
     Case(
+        "probit",
+        lambda: Probit(),
+        lambda y, f: special.log_ndtr(np.where(y[:, 0] > 0, 1.0, -1.0) * f[..., 0]),
+        _std_normal_mean(1, 1.5),
+        _uniform_var(1, 0.1, 1.0),
+        lambda rng, f: np.where(rng.uniform(size=f.shape) < special.ndtr(f), 1.0, -1.0),
+        bad_targets=[(np.array([[1.0], [-1.0], [1.0], [0.5]]), 3)],
+    ),
+    Case(
         "callable-numpy-laplace",
         lambda: CallableLikelihood(_laplace_numpy, num_latent=1, backend="numpy"),
         lambda y, f: stats.laplace.logpdf(y[:, 0], loc=f[..., 0], scale=0.7),
@@ -308,8 +318,8 @@ def test_every_exported_likelihood_is_registered():
     concrete = {c for c in exported if isinstance(c, type) and issubclass(c, Likelihood) and c is not Likelihood}
     missing = sorted(c.__name__ for c in concrete - set(REGISTRY))
     assert not missing, f"likelihoods without test cases in tests/likelihoods/test_likelihoods.py CASES: {missing}"
-    assert {Gaussian, Logistic, CallableLikelihood, Softmax, Poisson, WarpedGaussian, MultiGaussian, GPRN, Seismic,
-            StudentT} <= concrete
+    assert {Gaussian, Logistic, Probit, CallableLikelihood, Softmax, Poisson, WarpedGaussian, MultiGaussian, GPRN,
+            Seismic, StudentT} <= concrete
 
 
 # ====================================================================== generic tests
@@ -467,6 +477,30 @@ def test_softmax_rejects_one_hot_rows_in_index_mode_with_a_hint():
 
 
 # ====================================================================== Poisson
+def test_probit_predictive_probability_matches_its_closed_form():
+    """Mean of class_probabilities over draws f ~ N(mu, s^2) against Phi(mu / sqrt(1 + s^2))
+    (Rasmussen & Williams 2006, eq. (3.80)), to 5 Monte Carlo standard errors; the positive class is
+    the second column, as for the logistic likelihood, and the tails stay finite."""
+    lik = Probit()
+    g = torch.Generator().manual_seed(3)
+    mu = torch.tensor([-2.0, -0.3, 0.0, 1.1, 3.0], dtype=torch.float64)
+    sd = torch.tensor([0.2, 1.0, 2.0, 0.7, 1.5], dtype=torch.float64)
+    S = 200_000
+    f = (mu + sd * torch.randn(S, 5, generator=g, dtype=torch.float64)).unsqueeze(-1)  # (S, B, 1)
+    probs = lik.class_probabilities(f)  # (S, B, 2)
+    assert probs.shape == (S, 5, 2)
+    p1 = probs[..., 1]
+    se = p1.std(0) / math.sqrt(S)
+    exact = torch.tensor(special.ndtr((mu / torch.sqrt(1 + sd ** 2)).numpy()))
+    assert (p1.mean(0) - exact).abs().le(5 * se).all(), (p1.mean(0), exact, se)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(S, 5, dtype=torch.float64))
+    y = torch.tensor([[1.0], [0.0]], dtype=torch.float64)
+    far = torch.tensor([[[-40.0], [40.0]]], dtype=torch.float64)  # both labels 40 sd against the latent
+    lp = lik.log_prob(y, far)
+    assert torch.isfinite(lp).all() and (lp < -700).all()
+    assert lik.class_index(y).tolist() == [1, 0]
+
+
 def test_poisson_initialization_rate_and_fixed_offset():
     y = torch.tensor([[0.0], [3.0], [5.0], [4.0]])
     lik = Poisson(bin_width=2.0)

@@ -330,6 +330,7 @@ LIKELIHOOD_CASES = {
     "warped": (["--num-tanh", "2"], 1, None),
     "poisson": ([], 1, "counts"),
     "logistic": ([], 1, "binary"),
+    "probit": ([], 1, "binary"),
     "softmax": (["--num-classes", "3"], 1, "classes"),
     "multi-gaussian": ([], 2, None),
     "gprn": (["--num-nodes", "1"], 2, None),
