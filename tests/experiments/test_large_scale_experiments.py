@@ -124,9 +124,16 @@ def test_mnist_quick_multiclass_and_binary(tmp_path):
     assert 0.0 <= row["error_rate"] < 0.6 and math.isfinite(row["nlp"])  # 10 classes: chance is 0.9
     assert res["curve"][-1]["step"] == 80
     res = mnist.main(["--quick", "--task", "binary", "--out", str(tmp_path), "--num-train", "600",
-                      "--num-test", "300", "--iterations", "60"])
+                      "--num-test", "300", "--iterations", "60", "--estimator", "quadrature"])
     assert (tmp_path / "mnist-b.csv").is_file()
+    assert res["row"]["estimator"] == "quadrature"
     assert res["row"]["error_rate"] < 0.3 and res["row"]["nlp"] < math.log(2)  # chance: 0.5 and log 2
+
+
+def test_mnist_quadrature_estimator_is_refused_for_the_ten_latent_functions_of_multiclass():
+    mnist = _load("mnist")
+    with pytest.raises(SystemExit, match="--task binary"):
+        mnist.main(["--quick", "--estimator", "quadrature"])
 
 
 def test_mnist_compare_writes_the_side_by_side_runs_table_and_refuses_mismatched_files(tmp_path):
