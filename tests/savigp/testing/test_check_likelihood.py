@@ -19,6 +19,7 @@ from likelihoods import (
     Logistic,
     MultiGaussian,
     Poisson,
+    Probit,
     Seismic,
     Softmax,
     StudentT,
@@ -62,6 +63,7 @@ def _laplace_numpy(y, f):
 BUILTIN = {
     "gaussian": (lambda: Gaussian(0.3), _normal(1), [(np.array([[0.1], [np.inf]]), 1)]),
     "logistic": (Logistic, _labels([-1.0, 1.0]), [(np.array([[1.0], [0.5]]), 1)]),
+    "probit": (Probit, _labels([0.0, 1.0]), [(np.array([[1.0], [0.5]]), 1)]),
     "softmax-index": (lambda: Softmax(3), _labels([0, 1, 2]), [(np.array([[0.0], [1.5]]), 1)]),
     "softmax-one-hot": (lambda: Softmax(3, one_hot=True), lambda rng: np.eye(3)[rng.integers(0, 3, B)],
                         [(np.array([[1.0, 0, 0], [0, 1, 1]]), 1)]),
