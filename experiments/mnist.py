@@ -313,6 +313,8 @@ def main(argv=None) -> dict:
     args = parse(argv)
     if args.compare:
         return compare(*args.compare, args.out, argv)
+    if args.link != "logistic" and args.task != "binary":
+        raise SystemExit(f"--link {args.link} needs --task binary: multiclass MNIST has the softmax likelihood")
     if args.estimator == "quadrature" and args.task != "binary":
         raise SystemExit("--estimator quadrature needs --task binary: MNIST's softmax has Q = 10 latent functions, "
                          "a Gauss-Hermite grid of 20^10 points")

@@ -290,7 +290,8 @@ class SAVIGP(nn.Module):
 
         # ---- posterior
         gen = torch.Generator().manual_seed(seed)
-        if isinstance(posterior, Posterior):
+        given = isinstance(posterior, Posterior)
+        if given:
             if (posterior.num_latent, posterior.num_inducing) != (Q, M):
                 raise ValueError(f"posterior has (Q, M) = {(posterior.num_latent, posterior.num_inducing)}, model needs {(Q, M)}")
             self.posterior = posterior
@@ -298,7 +299,7 @@ class SAVIGP(nn.Module):
             self.posterior = make_posterior(posterior, Q, M, num_components, generator=gen, entropy=entropy,
                                             entropy_samples=entropy_samples)
         self._check_shared_kernel(mean_basis_size)
-        if not isinstance(posterior, Posterior):  # a family built here starts from the prior
+        if not given:  # a family built here starts from the prior
             with torch.no_grad():
                 self.posterior.start(lambda: self._factorize(kernel(Z, Z).detach())[0])
 

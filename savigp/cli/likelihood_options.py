@@ -4,7 +4,7 @@ its command-line name and options), or user code through :mod:`savigp.cli.user_o
 from __future__ import annotations
 
 import numpy as np
-from likelihoods import registry
+from likelihoods import Logistic, registry
 
 from .checks import parse_lik_options
 from .errors import CLIError, one_line
@@ -93,7 +93,7 @@ def class_labels(spec: dict, likelihood, Y: np.ndarray):
     None for regression and for a user ``Likelihood`` subclass (classes 0..C-1 in its own order)."""
     if likelihood.task != "classification":
         return None
-    if spec["name"] in ("logistic", "probit"):  # labels {-1, +1} or {0, 1}
+    if isinstance(likelihood, Logistic):  # Logistic and Probit (and subclasses): labels {-1, +1} or {0, 1}
         return [-1.0 if bool((Y == -1).any()) else 0.0, 1.0]
     if getattr(likelihood, "classes", None) is not None:  # a user function's label set
         return [float(c) for c in likelihood.classes]

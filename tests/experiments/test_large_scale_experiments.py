@@ -130,10 +130,12 @@ def test_mnist_quick_multiclass_and_binary(tmp_path):
     assert res["row"]["error_rate"] < 0.3 and res["row"]["nlp"] < math.log(2)  # chance: 0.5 and log 2
 
 
-def test_mnist_quadrature_estimator_is_refused_for_the_ten_latent_functions_of_multiclass():
+def test_mnist_quadrature_and_probit_are_refused_for_multiclass():
     mnist = _load("mnist")
     with pytest.raises(SystemExit, match="--task binary"):
         mnist.main(["--quick", "--estimator", "quadrature"])
+    with pytest.raises(SystemExit, match="--task binary"):
+        mnist.main(["--quick", "--link", "probit"])
 
 
 def test_mnist_compare_writes_the_side_by_side_runs_table_and_refuses_mismatched_files(tmp_path):
