@@ -136,6 +136,26 @@ class Likelihood(nn.Module):
         sampling f and calling :meth:`conditional_moments`."""
         raise NotImplementedError(f"{type(self).__name__} has no predictive_moments")
 
+    def predictive_log_prob(self, y: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+        """Optional: the log predictive density without Monte Carlo,
+
+            log p(y_n) = log int p(y_n | f) N(f; mean_n, diag(var_n)) df,
+
+        of shape ``(..., B)`` for ``y (B, P)`` and ``mean``, ``var (..., B, Q)`` (closed form or
+        deterministic quadrature). When a likelihood implements it, the model's
+        :meth:`~savigp.SAVIGP.log_predictive_density` mixes it over the components (log-sum-exp
+        with log pi_k) instead of averaging p(y | f) over draws of f (Bonilla et al. 2019, §7). It
+        must use only the marginals given: a likelihood with Q > 1 that couples its latent
+        functions cannot implement it for a posterior that correlates them."""
+        raise NotImplementedError(f"{type(self).__name__} has no predictive_log_prob")
+
+    def predictive_class_probabilities(self, mean: Tensor, var: Tensor) -> Tensor:
+        """Optional, classification only: p(y* = c) = int p(y = c | f) N(f; mean, diag(var)) df for
+        every class c without Monte Carlo, shape ``(..., B, C)`` for ``mean``, ``var (..., B, Q)``.
+        When implemented, predictions use it instead of averaging :meth:`class_probabilities` over
+        draws of f."""
+        raise NotImplementedError(f"{type(self).__name__} has no predictive_class_probabilities")
+
     def conditional_moments(self, f: Tensor) -> tuple[Tensor, Tensor]:
         """E[y | f] and Var[y | f], each of shape ``(..., B, P)``, for ``f`` of shape ``(..., B, Q)``.
 

@@ -8,8 +8,8 @@ with s_n = +1 for the positive class and -1 for the negative one (labels in {-1,
 log Phi is evaluated by ``torch.special.log_ndtr``, accurate far into the lower tail (no log(0)).
 
 Its predictive probability has a closed form, p(y* = 1) = Phi(mu / sqrt(1 + sigma^2)) for
-f* ~ N(mu, sigma^2) (Rasmussen & Williams 2006, eq. (3.80)); savigp's predictions average
-``class_probabilities`` over draws of f*, which converges to it.
+f* ~ N(mu, sigma^2) (Rasmussen & Williams 2006, eq. (3.80)), and so has the log predictive density,
+log p(y*) = log Phi(s mu / sqrt(1 + sigma^2)): predictions use them, no Monte Carlo.
 """
 from __future__ import annotations
 
@@ -37,3 +37,9 @@ class Probit(Logistic):
         """p(y = c | f) for c in (negative, positive): shape ``(..., B, 2)``."""
         p = torch.special.ndtr(f[..., 0])
         return torch.stack([1 - p, p], dim=-1)
+
+    def _log_predictive(self, mean: Tensor, var: Tensor) -> Tensor:
+        """log p(y* = 1) = log Phi(mean / sqrt(1 + var)) for f* ~ N(mean, var), elementwise
+        (Rasmussen & Williams 2006, eq. (3.80)); the logistic likelihood's predictive methods
+        call it with s mean for the label's sign s."""
+        return torch.special.log_ndtr(mean / torch.sqrt(1 + var))

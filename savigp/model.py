@@ -126,6 +126,17 @@ def _tune_allocator() -> None:
     tune_cpu_allocator()
 
 
+def _check_finite_predictive(lp: Tensor, likelihood, offset: int) -> None:
+    """Raise ``ValueError`` naming the test rows (``offset`` + chunk row) where a likelihood's
+    ``predictive_log_prob`` ``(K, B)`` is NaN or +inf (-inf, a test point the posterior rules
+    out, is a valid log-density)."""
+    bad = torch.isnan(lp) | (lp == math.inf)
+    if bool(bad.any()):
+        rows = (bad.any(0).nonzero()[:, 0] + offset).tolist()
+        raise ValueError(f"{type(likelihood).__name__}.predictive_log_prob returned NaN or +inf at "
+                         f"{len(rows)} test row(s), the first at row(s) {rows[:3]}")
+
+
 #: the posterior families that take a kernel shared by the latent functions (``shared_kernel``): their
 #: marginals broadcast a ``(1, M, M)`` prior over the Q latent functions (tested against Q equal kernels)
 SHARED_KERNEL_POSTERIORS = ("full", "diag")
@@ -639,7 +650,10 @@ class SAVIGP(nn.Module):
 
         Per component, E[y*] and Var[y*] come from the likelihood's ``predictive_moments`` when it
         has them, else from Monte Carlo over q_k(f*) with its ``conditional_moments`` (law of total
-        variance); then they are mixed with pi. Rows are predicted in chunks whose Monte Carlo
+        variance); class probabilities likewise from ``predictive_class_probabilities`` (the
+        logistic and probit likelihoods: no Monte Carlo) or else the mean of ``class_probabilities``
+        over the draws; then they are mixed with pi. ``num_samples`` and ``seed`` matter only where
+        Monte Carlo is used. Rows are predicted in chunks whose Monte Carlo
         arrays fit in ``memory_budget`` bytes (default :data:`PREDICT_MEMORY_BUDGET`); the draws are
         shared by all rows, so the chunking does not change the result. ``state``: a
         :meth:`prediction_state` of the current parameters to reuse (default: computed here, once
@@ -699,7 +713,11 @@ class SAVIGP(nn.Module):
         except NotImplementedError:
             pass
         if lik.task == "classification":
-            probs = torch.einsum("k,kbc->bc", pi, lik.class_probabilities(f()).mean(0))
+            try:  # per component without Monte Carlo, when the likelihood can
+                per_component = lik.predictive_class_probabilities(mean, var)  # (K, B, C)
+            except NotImplementedError:
+                per_component = lik.class_probabilities(f()).mean(0)
+            probs = torch.einsum("k,kbc->bc", pi, per_component)
         return Prediction(latent_mean, latent_var, y_mean, y_var, probs)
 
     @torch.no_grad()
@@ -709,8 +727,14 @@ class SAVIGP(nn.Module):
 
             log p(y* | x*) ~= logsumexp_{k, s}(log pi_k + log p(y* | f*_ks)) - log S,
 
-        with S samples f*_ks from each component's marginal. Rows go in chunks of ``chunk_size``
-        (default: as many as fit in ``memory_budget`` bytes, see :meth:`predict`).
+        with S = ``num_samples`` draws f*_ks (from ``seed``) from each component's marginal. When
+        the likelihood has ``predictive_log_prob`` (the logistic and probit likelihoods: quadrature,
+        closed form), no draws are made:
+
+            log p(y* | x*) = logsumexp_k(log pi_k + log int p(y* | f) q_k(f*) df).
+
+        Rows go in chunks of ``chunk_size`` (default: as many as fit in ``memory_budget`` bytes,
+        see :meth:`predict`).
         """
         X = self.as_model_inputs(X, "X")
         Y = as_targets(Y, "Y", num_rows=X.shape[0], dtype=self.dtype, device=self.device)
@@ -721,9 +745,19 @@ class SAVIGP(nn.Module):
             _tune_allocator()
         out = X.new_empty(X.shape[0])
         prior, head_state = self._prediction_parts(state)  # K_zz factorized once for all chunks, the head's terms
+        log_pi = self.posterior.log_weights().detach()
         for i in range(0, X.shape[0], chunk_size):
             xb, yb = X[i:i + chunk_size], Y[i:i + chunk_size]
-            f, log_pi, _, _ = self._draws(xb, num_samples, seed, prior, head_state)
+            q = self._latent_chunks(xb, prior=prior, head_state=head_state)
+            try:  # without Monte Carlo, when the likelihood can
+                lp = self.likelihood.predictive_log_prob(yb, q.mean, q.var)  # (K, B)
+            except NotImplementedError:
+                lp = None
+            if lp is not None:
+                _check_finite_predictive(lp, self.likelihood, offset=i)
+                out[i:i + chunk_size] = torch.logsumexp(lp + log_pi[:, None], dim=0)
+                continue
+            f = self._sample_latent(q, num_samples, seed)  # (S, K, B, Q)
             try:
                 lp = checked_log_prob(self.likelihood, yb, f)  # (S, K, B)
             except NonFiniteLogProb as err:

@@ -81,3 +81,61 @@ def predictive_moments(p: Problem):
     if problems:
         return FAILED, "; ".join(problems)
     return PASSED, f"S = {S}"
+
+
+def predictive_log_prob(p: Problem):
+    """``predictive_log_prob(y, mean, var)`` and ``predictive_class_probabilities(mean, var)`` (when
+    declared): the right shapes, and agreement with Monte Carlo over f ~ N(mean, var),
+
+        p(y_n) = E_f[p(y_n | f)] ~= mean_s exp(log_prob(y_n, f_s)),
+
+    within Z standard errors of that mean (compared as probabilities, so that the check holds
+    wherever the Monte Carlo mean is informative); the class probabilities at each row's class
+    must equal exp(predictive_log_prob) and sum to one over the classes."""
+    lik = p.likelihood
+    rows = min(EXPECTATION_ROWS, p.y.shape[0])
+    y, mean, var = p.y[:rows], p.mean[:rows], p.var[:rows]
+    try:
+        with torch.no_grad():
+            lp = lik.predictive_log_prob(y, mean, var)
+    except NotImplementedError:
+        lp = None
+    probs = None
+    if lik.task == "classification":
+        try:
+            with torch.no_grad():
+                probs = lik.predictive_class_probabilities(mean, var)
+        except NotImplementedError:
+            pass
+    if lp is None and probs is None:
+        return SKIPPED, "no predictive_log_prob or predictive_class_probabilities"
+    if lp is not None and tuple(lp.shape) != (rows,):
+        return FAILED, f"predictive_log_prob(y {tuple(y.shape)}, mean {tuple(mean.shape)}, var) returned shape " \
+                       f"{tuple(lp.shape)}; expected ({rows},)"
+    if probs is not None and (probs.dim() != 2 or probs.shape[0] != rows):
+        return FAILED, f"predictive_class_probabilities(mean {tuple(mean.shape)}, var) returned shape " \
+                       f"{tuple(probs.shape)}; expected ({rows}, C)"
+    S = p.num_samples
+    with torch.no_grad():
+        lik_f = p.log_prob(p.draws((S,), rows, offset=13), rows).exp()  # (S, rows)
+    mc, se = lik_f.mean(0), lik_f.std(0) / math.sqrt(S)
+    problems = []
+    got = {}
+    if lp is not None:
+        got["predictive_log_prob"] = lp.exp()
+    if probs is not None:
+        total = probs.sum(-1)
+        off = (total - 1).abs()
+        if bool((probs < 0).any()) or not bool((off <= 1e-8).all()):
+            problems.append(worst(total, torch.ones_like(total), off, "predictive class probabilities do not sum to 1"))
+        got["predictive_class_probabilities at the class of y"] = probs.gather(-1, lik.class_index(y)[:, None])[:, 0]
+    for what, value in got.items():
+        excess = (value - mc).abs() - (Z * se + 1e-10 * (1 + mc.abs()))
+        if not bool(torch.isfinite(value).all()):
+            problems.append(f"{what} is not finite: {value.tolist()}")
+        elif bool((excess > 0).any()):
+            problems.append(worst(value, mc, excess, f"{what} (as a probability) vs Monte Carlo (S = {S}) beyond "
+                                                     f"{Z:g} standard errors"))
+    if problems:
+        return FAILED, "; ".join(problems)
+    return PASSED, f"S = {S}"

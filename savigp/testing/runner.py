@@ -26,6 +26,7 @@ CHECKS = (
     ("validate_targets", target_checks.validation, ()),
     ("conditional_moments", moment_checks.conditional_moments, ()),
     ("predictive_moments", moment_checks.predictive_moments, ()),
+    ("predictive_log_prob", moment_checks.predictive_log_prob, _VALUES),
     ("class_probabilities", target_checks.class_probabilities, _VALUES),
     ("gradient_in_f", gradient_checks.gradient_in_f, _VALUES),
     ("parameter_gradients", gradient_checks.parameter_gradients, _VALUES),
@@ -59,6 +60,9 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
       defines its own validation) and each ``bad_targets`` entry, naming the row;
     * ``conditional_moments`` / ``predictive_moments``: shapes, finiteness, non-negative variances,
       and predictive moments against Monte Carlo over f (laws of total expectation and variance);
+    * ``predictive_log_prob`` (when declared, with ``predictive_class_probabilities``): shapes, and
+      exp of it (the class probability at each row's class) against the Monte Carlo mean of
+      p(y | f) over ``num_samples`` draws, within 4 standard errors;
     * ``class_probabilities`` (classification): non-negative, sum to 1, equal to
       exp(log_prob(y, f)) at each row's class;
     * ``gradient_in_f`` (``differentiable = True``) and ``parameter_gradients``: autograd against

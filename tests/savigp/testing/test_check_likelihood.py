@@ -98,6 +98,7 @@ def test_every_builtin_likelihood_passes(name):
     assert {"shapes", "factorizes", "finite", "dtype", "validate_targets"} <= ran
     assert ("monte_carlo_expectation" in ran) == (name != "multi-gaussian-12")  # no quadrature for Q = 12
     assert ("closed_form_expectation" in ran) == make().has_closed_form_ell
+    assert ("predictive_log_prob" in ran) == (name in ("logistic", "probit"))  # (the others: Monte Carlo)
 
 
 def test_callable_wrappers_of_numpy_and_torch_functions_pass():
@@ -226,6 +227,20 @@ class UnnormalizedClasses(Logistic):
         return torch.stack([1 - p, 0.9 * p], dim=-1)
 
 
+class PlugInPredictive(Probit):
+    """The predictive probability at the latent mean, forgetting the latent variance (p(y* = 1) =
+    Phi(mu) instead of Phi(mu / sqrt(1 + sigma^2)))."""
+
+    def _log_predictive(self, mean, var):
+        return torch.special.log_ndtr(mean)
+
+
+class UnnormalizedPredictiveClasses(Logistic):
+    def predictive_class_probabilities(self, mean, var):
+        probs = super().predictive_class_probabilities(mean, var)
+        return torch.stack([probs[..., 0], 0.9 * probs[..., 1]], dim=-1)
+
+
 BROKEN = [
     (WrongShape, "shapes"),
     (NaNRows, "finite"),
@@ -238,13 +253,15 @@ BROKEN = [
     (AcceptsAnything, "validate_targets"),
     (NoNoiseInPrediction, "predictive_moments"),
     (UnnormalizedClasses, "class_probabilities"),
+    (PlugInPredictive, "predictive_log_prob"),
+    (UnnormalizedPredictiveClasses, "predictive_log_prob"),
 ]
 
 
 @pytest.mark.parametrize("cls, check", BROKEN, ids=[c.__name__ for c, _ in BROKEN])
 def test_each_fault_is_caught_by_its_check(cls, check):
     rng = _rng(2)
-    if cls is UnnormalizedClasses:
+    if cls in (UnnormalizedClasses, PlugInPredictive, UnnormalizedPredictiveClasses):
         y = _labels([-1.0, 1.0])(rng)
     elif cls is AcceptsAnything:
         y = rng.poisson(2.0, (B, 1)).astype(float)
