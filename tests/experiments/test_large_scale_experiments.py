@@ -186,12 +186,17 @@ def test_mnist_settings_fill_only_the_unset_options():
     assert (args.num_inducing, args.lr, args.lr_schedule, args.dtype, args.time_budget) == (300, 0.01, "cosine",
                                                                                             "float32", 3600.0)
     # MNIST: a shared kernel, learned Z, diagonal q(u), M = 1000, lr 0.01 (2.20 % / NLP 0.0870 in 60 min on 2 cores);
-    # mnist-b: M = 2400, fixed Z, full q(u) (1.72 % / 0.0560 in 60 min)
-    for task, M, S, lr, kernel, post, learn in (("multiclass", 1000, 10, 0.01, "shared", "diag", True),
-                                                ("binary", 2400, 100, 0.1, "per-latent", "full", False)):
+    # mnist-b: M = 2400, fixed Z, full q(u), probit with quadrature, lr 0.05 to 0.001 (1.66 % / 0.0555 in 60 min)
+    for task, M, S, lr, kernel, post, learn, link, est, final in (
+            ("multiclass", 1000, 10, 0.01, "shared", "diag", True, "logistic", "auto", 0.1),
+            ("binary", 2400, 100, 0.05, "per-latent", "full", False, "probit", "quadrature", 0.02)):
         args = mnist.parse(["--task", task])
         assert mnist.apply_setting(args) == "cpu" and (args.num_inducing, args.samples, args.lr) == (M, S, lr)
         assert (args.kernel, args.posterior, args.learn_inducing) == (kernel, post, learn)
+        assert (args.link, args.estimator, args.lr_final) == (link, est, final)
+    args = mnist.parse(["--task", "binary", "--link", "logistic", "--estimator", "reparam", "--lr-final", "0.1"])
+    mnist.apply_setting(args)
+    assert (args.link, args.estimator, args.lr_final) == ("logistic", "reparam", 0.1)
     args = mnist.parse(["--no-learn-inducing", "--kernel", "per-latent"])  # explicit options win
     mnist.apply_setting(args)
     assert (args.learn_inducing, args.kernel, args.posterior) == (False, "per-latent", "diag")
@@ -201,6 +206,7 @@ def test_mnist_settings_fill_only_the_unset_options():
     args = mnist.parse(["--device", "cuda", "--setting", "paper"])
     assert mnist.apply_setting(args) == "paper" and (args.lr, args.lr_schedule, args.iterations) == (0.01, "constant",
                                                                                                      20000)
+    assert (args.link, args.estimator, args.lr_final) == ("logistic", "auto", 0.1)  # the paper's model
     args = mnist.parse(["--quick", "--setting", "auto"])
     assert mnist.apply_setting(args) == "quick" and args.num_inducing == 20 and args.dtype is None
 

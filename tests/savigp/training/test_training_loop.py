@@ -120,8 +120,12 @@ def test_fixed_seeds_give_the_recorded_trace(case):
     got, ref = _summary(case), REFERENCE[case]
     assert got["steps"] == ref["steps"] == len(got["elbo"]) and got["seen"] == ref["seen"]
     assert got["estimator"] == ref["estimator"]
+    # natural-gradient steps solve with ill-conditioned precisions, which amplify the last-bit
+    # differences of another CPU's BLAS kernels: the traces recorded on one x86 CPU differ by up to
+    # 1.2e-9 (relative) on another (an "Intel Xeon Processor" of 2026-11-26), the others by < 3e-14
+    rel = 1e-7 if case.startswith("orthnat") else 1e-10
     for name in ("elbo", "terms_elbo", "weight"):
-        assert got[name] == pytest.approx(ref[name], rel=1e-10, abs=1e-10), name
+        assert got[name] == pytest.approx(ref[name], rel=rel, abs=1e-10), name
     assert all(math.isfinite(v) for v in got["elbo"])
 
 
