@@ -114,6 +114,7 @@ class Config:
     learn_inducing: bool = True
     est: str = ""  # savigp's estimator ("": closed form for the Gaussian, else the score function)
     shared: bool = False  # one kernel and one set of inducing inputs for the Q latent functions
+    link: str = "logistic"  # the Bernoulli likelihood's link: "logistic" or "probit" (GPyTorch's BernoulliLikelihood)
 
     @property
     def estimator(self) -> str:
@@ -125,7 +126,7 @@ class Config:
         s = "" if self.lik == "gaussian" else f" S={self.S}"
         extra = (f" D={self.D}" if self.D else "") + ("" if self.ard else " iso") + (
             "" if self.learn_inducing else " Z-fixed") + (f" {self.est}" if self.est else "") + (
-            " shared" if self.shared else "")
+            " shared" if self.shared else "") + (" probit" if self.link == "probit" else "")
         return f"{self.lik} Q={self.Q} M={self.M} B={self.B}{s} {post}{extra}"
 
     @property
@@ -183,6 +184,16 @@ def mnist_config() -> Config:
     ``IndependentMultitaskVariationalStrategy``, its ``SoftmaxLikelihood`` with S samples."""
     return Config("softmax", 1000, 1000, S=10, Q=10, D=784, posterior="diag", ard=False, learn_inducing=True,
                   est="reparam", shared=True, sweep="mnist")
+
+
+def mnist_binary_config() -> Config:
+    """The step of ``experiments/mnist.py``'s ``cpu`` setting for mnist-b (odd against even digits):
+    Q = 1, D = 784, one isotropic RBF kernel, M = 2400 fixed (k-means) inducing inputs, full q(u),
+    B = 1000, the probit likelihood with savigp's Gauss-Hermite estimator of the expected
+    log-likelihood (no Monte Carlo; S is unused). GPyTorch: one SVGP with its BernoulliLikelihood
+    (probit, Gauss-Hermite quadrature), the same structure."""
+    return Config("bernoulli", 2400, 1000, S=100, D=784, ard=False, learn_inducing=False, est="quadrature",
+                  link="probit", sweep="mnist")
 
 
 def mnist_per_latent_config() -> Config:
@@ -260,7 +271,7 @@ class SavigpStep:
         if cfg.lik == "gaussian":
             lik, Y = L.Gaussian(variance=1.0), data.y_gauss
         elif cfg.lik == "bernoulli":
-            lik, Y = L.Logistic(), data.y_binary
+            lik, Y = (L.Probit() if cfg.link == "probit" else L.Logistic()), data.y_binary
         elif cfg.lik == "softmax":
             lik, Y = _softmax_likelihood(cfg.Q), data.classes(cfg.Q).to(data.dtype)
         else:
@@ -369,7 +380,8 @@ class GPyTorchStep:
             lik, self.y = gpytorch.likelihoods.GaussianLikelihood(), data.y_gauss
             lik.noise = 1.0
         elif cfg.lik == "bernoulli":
-            lik = gpytorch.likelihoods.BernoulliLikelihood() if bernoulli == "quadrature" else _logistic_mc_likelihood()
+            lik = (gpytorch.likelihoods.BernoulliLikelihood() if bernoulli == "quadrature" or cfg.link == "probit"
+                   else _logistic_mc_likelihood())
             self.y = data.y_binary
         else:
             lik = gpytorch.likelihoods.SoftmaxLikelihood(num_features=Q, num_classes=Q, mixing_weights=False)
@@ -925,10 +937,11 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p.add_argument("--smallest", action="store_true", help="only the smallest configuration (for tests)")
     p.add_argument("--targets", action="store_true", help="only the issue's acceptance configurations")
     p.add_argument("--mnist", action="store_true",
-                   help="only the MNIST steps (D=784, Q=10, B=1000, S=10, isotropic): experiments/mnist.py's "
-                        "cpu setting (M=1000, one kernel and learned Z shared by the latent functions, diagonal "
-                        "q(u)) and the paper's structure (M=500 fixed Z, a kernel per latent function, full "
-                        "q(u)), with their per-phase profiles")
+                   help="only the MNIST steps (D=784, B=1000, isotropic): experiments/mnist.py's cpu setting "
+                        "(Q=10, S=10, M=1000, one kernel and learned Z shared by the latent functions, diagonal "
+                        "q(u)), the paper's structure (Q=10, S=10, M=500 fixed Z, a kernel per latent function, "
+                        "full q(u)) and mnist-b's cpu setting (Q=1, M=2400 fixed Z, full q(u), probit with "
+                        "Gauss-Hermite quadrature), with their per-phase profiles")
     p.add_argument("--phases", action="store_true",
                    help="print the per-phase profile of savigp's step for every configuration (always for MNIST)")
     p.add_argument("--gpu-targets", action="store_true",
@@ -985,7 +998,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     elif args.gpu_targets:
         configs = gpu_target_configs()
     elif args.mnist:
-        configs = [mnist_config(), mnist_per_latent_config()]
+        configs = [mnist_config(), mnist_per_latent_config(), mnist_binary_config()]
     else:
         configs = quick_configs() if args.quick else full_configs()
     if args.only:

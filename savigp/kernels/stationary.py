@@ -244,8 +244,10 @@ class RBF(Stationary):
         that owns the memory (a weak reference: a freed tensor never matches, even if a new one
         takes its address), the view's offset, shape and strides, its dtype and device, and the
         in-place version counter (shared by all views: ``copy_``, ``load_state_dict`` and any edit
-        invalidate it). Inference tensors have no version counter and are not cached."""
-        if x.is_inference():
+        invalidate it). Inference tensors have no version counter and are not cached, and neither is
+        anything while a CUDA graph is being captured (a replay runs no Python to check the key, so
+        the graph computes the distances itself, as it did before the cache)."""
+        if x.is_inference() or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
             return _self_sqdist(x)
         base = x if x._base is None else x._base
         key = (x.data_ptr(), x.storage_offset(), tuple(x.shape), tuple(x.stride()), x.dtype, x.device, x._version)

@@ -21,7 +21,7 @@ with ``torch.load(path, weights_only=True)``::
 * ``"model"``: SAVIGP's own ``config`` (input_dim D, num_data N, num_latent Q, num_inducing M,
   dense, learn_inducing, posterior, num_components, learn_prior_mean, mean_basis_size, mean_basis,
   entropy, entropy_samples);
-* ``"model_options"``: kernel name, inducing_init, seed, dtype name, prior_mean;
+* ``"model_options"``: kernel name, kernel_ard (whether the kernel has one length-scale per input), inducing_init, seed, dtype name, prior_mean;
 * ``"likelihood"``: ``{"name", "class", "kwargs"}`` for a class of :mod:`likelihoods`, or
   ``{"name": "callable" | "user-class", "class", "import_path", "sha256", "kwargs"}`` for a user
   function or ``Likelihood`` subclass (see :mod:`savigp.user_likelihood`): where it was and the

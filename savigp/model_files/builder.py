@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .._choices import KERNELS
 from ..model import SAVIGP
 from ..posteriors import DEFAULT_ENTROPY
 from .errors import ModelFileError
@@ -26,14 +27,19 @@ def _dtype(name: str) -> torch.dtype:
 def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
     """A new :class:`SAVIGP` on data ``X (N, D)``, ``Y (N, P)`` from command-line style options.
 
-    ``options`` keys (all optional): ``kernel``, ``shared_kernel``, ``num_inducing``, ``inducing_inputs``
+    ``options`` keys (all optional): ``kernel``, ``kernel_ard`` (False: one length-scale per latent
+    function, as ``RBF(..., ard=False)``), ``shared_kernel``, ``num_inducing``, ``inducing_inputs``
     (``(M, D)`` or ``(Q, M, D)``), ``inducing_init``, ``dense``,
     ``learn_inducing``, ``posterior``, ``num_components``, ``prior_mean``, ``learn_prior_mean``,
     ``mean_basis_size``, ``mean_basis``, ``entropy``, ``entropy_samples``, ``dtype`` (a name: ``"float32"``/``"float64"``), ``device``, ``seed``.
     """
     o = dict(options)
+    kernel = o.get("kernel") or "rbf"
+    if o.get("kernel_ard") is False:  # the registry's default is ARD; its values come from the state dict
+        Qk = 1 if o.get("shared_kernel") else int(likelihood.num_latent)
+        kernel = KERNELS[kernel](int(X.shape[-1]), Qk, ard=False)
     return SAVIGP(
-        X, Y, likelihood, o.get("kernel") or "rbf", shared_kernel=bool(o.get("shared_kernel", False)),
+        X, Y, likelihood, kernel, shared_kernel=bool(o.get("shared_kernel", False)),
         num_inducing=o.get("num_inducing"), inducing_inputs=o.get("inducing_inputs"),
         inducing_init=o.get("inducing_init") or "kmeans",
         learn_inducing=bool(o.get("learn_inducing", True)), dense=bool(o.get("dense", False)),
@@ -76,7 +82,7 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
         example = torch.as_tensor(config["example_target"], dtype=torch.float64).reshape(1, -1)
         Y = example.expand(n, example.shape[1]).clone()
     options = {
-        "kernel": mo.get("kernel"), "inducing_init": mo.get("inducing_init"), "seed": mo.get("seed", 0),
+        "kernel": mo.get("kernel"), "kernel_ard": mo.get("kernel_ard"), "inducing_init": mo.get("inducing_init"), "seed": mo.get("seed", 0),
         "dtype": mo.get("dtype", "float64"), "prior_mean": mo.get("prior_mean", 0.0),
         "dense": mc["dense"], "shared_kernel": bool(mc.get("shared_kernel", False)), "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
         "num_components": mc["num_components"], "learn_prior_mean": mc["learn_prior_mean"],

@@ -94,6 +94,8 @@ def save_model(path: str, model, config: dict, training_state: Optional[dict] = 
                         f"the registered kernels ({', '.join(KERNELS)}; savigp.kernels.KERNELS.register adds one)")
     options = dict(config.get("model_options") or {})
     options.update(kernel=kernel, dtype=str(model.dtype).replace("torch.", ""))
+    if isinstance(getattr(model.kernel, "ard", None), bool):  # one length-scale per input, or one for all
+        options["kernel_ard"] = model.kernel.ard
     config["model_options"] = options
     payload = {
         "config": config,

@@ -100,6 +100,7 @@ MODEL_FIELDS = {
 }
 MODEL_OPTION_FIELDS = {
     "kernel": Opt(Str(choices=KERNELS)),
+    "kernel_ard": Opt(Bool()),
     "dtype": Opt(Str(choices=DTYPES)),
     "inducing_init": Opt(Str(choices=INDUCING_INITS)),
     "seed": Opt(Int(-2 ** 63, 2 ** 64 - 1)),

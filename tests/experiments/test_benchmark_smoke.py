@@ -10,6 +10,7 @@ import math
 import sys
 
 import pytest
+import torch
 
 from conftest import ROOT  # noqa: E402  (the repository root)
 
@@ -109,6 +110,35 @@ def test_the_mnist_configuration_is_the_mnist_scripts_cpu_setting(bench):
     assert cfg.shared == (cpu["kernel"]["multiclass"] == "shared")
     assert cfg.learn_inducing == cpu["learn_inducing"]["multiclass"]
     assert cfg in bench.target_configs() and cfg.gpytorch_ok
+
+
+def test_the_mnist_b_configuration_is_the_mnist_scripts_cpu_setting(bench):
+    """``benchmark.py --mnist`` also times mnist-b's step as ``experiments/mnist.py --task binary``
+    trains it by default on the CPU; a small copy of it runs in both libraries with the probit
+    likelihood (savigp: Gauss-Hermite ELL; GPyTorch: its BernoulliLikelihood)."""
+    from conftest import load_experiment
+
+    cpu = load_experiment("mnist").SETTINGS["cpu"]
+    cfg = bench.mnist_binary_config()
+    assert cfg.lik == "bernoulli" and cfg.Q == 1 and cfg.D == 784 and not cfg.ard
+    assert cfg.M == cpu["num_inducing"]["binary"] and cfg.B == cpu["batch_size"]
+    assert cfg.posterior == cpu["posterior"]["binary"] and cfg.learn_inducing == cpu["learn_inducing"]["binary"]
+    assert cfg.link == cpu["link"]["binary"] and cfg.est == cpu["estimator"]["binary"]
+    assert cfg.gpytorch_ok and "probit" in cfg.label
+    small = bench.Config("bernoulli", 12, 40, S=5, D=6, ard=False, learn_inducing=False, est="quadrature",
+                         link="probit", sweep="mnist")
+    data = bench.Data(200, 6, 10, 0, torch.float64, "cpu")
+    Z = data.inducing(12, 0)
+    step = bench.SavigpStep(small, data, Z)
+    assert type(step.model.likelihood).__name__ == "Probit"
+    gp = bench.GPyTorchStep(small, data, Z) if bench.HAVE_GPYTORCH else None
+    batch = torch.arange(40)
+    for _ in range(2):
+        step(batch)
+        if gp is not None:
+            gp(batch)
+    if gp is not None:
+        assert type(gp.lik).__name__ == "BernoulliLikelihood"
 
 
 def test_a_shared_kernel_step_in_both_libraries(bench):
