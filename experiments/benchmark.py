@@ -861,8 +861,9 @@ def write_outputs(out: Path, rows: list[dict], env: dict, command: str) -> None:
           "time the GPU is busy (kernels, copies, memsets), `*_kernels` device kernels, `*_syncs` stream/event "
           "synchronizations. Bernoulli: logistic link, savigp's score estimator "
           "with S samples against GPyTorch's Monte Carlo ELL with S samples (unless `--gpytorch-bernoulli "
-          "quadrature`: GPyTorch's probit BernoulliLikelihood with Gauss-Hermite quadrature). "
-          "GPyTorch has no mixture posterior (K = 2 rows are savigp only).", "",
+          "quadrature`: GPyTorch's probit BernoulliLikelihood with Gauss-Hermite quadrature); rows labelled "
+          "`probit` (mnist-b's step): the probit link for both, savigp's Gauss-Hermite estimator against "
+          "GPyTorch's BernoulliLikelihood. GPyTorch has no mixture posterior (K = 2 rows are savigp only).", "",
           markdown_table(rows), ""]
     notes = [r for r in rows if r.get("note")]
     if notes:
