@@ -233,7 +233,8 @@ def parse(argv=None):
                    help="defaults of the options below: paper (M 2400, B 1000, S 100, lr 0.01, 20000 steps), cpu "
                         "(M 1000, B 1000, S 10, float32, lr 0.01 with cosine decay over a 3600 s budget, a kernel and "
                         "learned inducing inputs shared by the latent functions, diagonal q(u); mnist-b M 2400, fixed "
-                        "inputs, full q(u), S 100, probit link, quadrature estimator, lr 0.05 decayed to 0.02 of it), gpu (M 2400, "
+                        "inputs, full q(u), S 100, probit link, quadrature estimator, lr 0.05 decayed to 0.02 of it, the "
+                        "parameters averaged over 50 s), gpu (M 2400, "
                         "B 1000, S 100, float32, lr 0.1 with cosine decay over a 600 s budget), quick; auto "
                         "(default): quick with --quick, else cpu on the CPU and gpu elsewhere")
     p.add_argument("--lr", type=float, default=None, help="Adam's learning rate (paper and quick 0.01; cpu 0.01, mnist-b 0.05; gpu 0.1)")
@@ -691,6 +692,12 @@ def plot_curve(curve, hist, path, name, paper, other=None):
         to = [c["train_seconds"] / 60 for c in other]
         axes[0].plot(to, [100 * c["error_rate"] for c in other], "s--", ms=3, label="GPyTorch SVGP")
         axes[1].plot(to, [c["nlp"] for c in other], "s--", ms=3, label="GPyTorch SVGP")
+    for rows, label, colour in ((curve, "savigp", "C0"), (other or [], "GPyTorch", "C1")):
+        if rows and all("live_nlp" in c for c in rows):  # --average: the live parameters' metrics, thin
+            tl = [c["train_seconds"] / 60 for c in rows]
+            axes[0].plot(tl, [100 * c["live_error_rate"] for c in rows], ":", lw=1, color=colour,
+                         label=f"{label}, live parameters")
+            axes[1].plot(tl, [c["live_nlp"] for c in rows], ":", lw=1, color=colour, label=f"{label}, live parameters")
     if paper["paper_nlp"]:
         axes[1].axhline(paper["paper_nlp"], color="grey", ls="--", label="paper")
     axes[1].set_ylabel("test NLP")
