@@ -37,7 +37,7 @@ the CPU, lr 0.01 then beat lr 0.02 at every evaluation of the hour (2.27 % / 0.0
 3.26 % / 0.1215 at 10 minutes).
 For mnist-b (Q = 1: one kernel either way): fixed inputs, full q(u), M = 2400, the probit link (GPyTorch's
 Bernoulli likelihood) with savigp's Gauss-Hermite estimator of the expected log-likelihood, lr 0.05 decayed
-to 0.02 of it -- 1.66 % / NLP 0.0555 in 60 minutes on 2 threads (6751 steps; GPyTorch's SVGP with the same
+to 0.02 of it -- 1.66 % / NLP 0.0555 in 60 minutes on 2 threads without averaging (6751 steps; GPyTorch's SVGP with the same
 settings: 1.72 % / 0.0559, ahead in error by 2-3 test images at 10, 20 and 40 minutes), and with the
 parameters averaged over the last 50 s (``--average``, now part of the setting), run beside GPyTorch
 averaged alike, one thread each: 1.67 % / 0.0555 against 1.70 % / 0.0567, at or below it at 10, 20, 40
