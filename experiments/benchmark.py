@@ -43,7 +43,9 @@ moments, forward and backward -- called back to back with nothing else, timed in
 alternating rounds as the two libraries. ``savigp_dense_x`` (savigp / dense) is what everything
 else costs (kernel, likelihood, elementwise passes, autograd and the optimizer);
 ``dense_floor_x`` (dense / floor) is how far the BLAS and LAPACK calls themselves run from the
-matmul peak at these shapes.
+matmul peak at these shapes. With ``--phases`` the dense calls are also timed one by one, each
+beside its useful flops and GFLOP/s (:func:`dense_pieces`): which LAPACK or BLAS call runs below
+the peak.
 Peak memory is the largest amount of memory torch allocated during one step above what was
 allocated before it (torch profiler memory events on CPU; ``max_memory_allocated`` on CUDA).
 Each library's step is also profiled (``torch.profiler``, a few steps after the timed rounds,
@@ -436,37 +438,96 @@ class DenseStep:
         return cfg.K == 1 and cfg.posterior == "full" and not cfg.shared
 
     def __call__(self, batch: torch.Tensor) -> float:
+        return self.run()
+
+    def run(self, lap: Optional[Callable[[str, float], None]] = None) -> float:
+        """The calls back to back; ``lap(name, flops)`` after each (for :func:`dense_pieces`), where
+        ``flops`` is the call's useful count: what a triangular or symmetric kernel needs at least
+        (M^3 / 3 for the Cholesky factorization, M^2 N for a triangular solve or product with N
+        columns, M^2 B for V diag(g) V^T, whose result is symmetric)."""
         from savigp.linalg import triangular as T
         from savigp.posteriors import use_middle_form
 
-        if not use_middle_form(self.Kzx.shape[-2], self.Kzx.shape[-1], 1):
-            return self._a_form()
+        lap = lap or (lambda name, flops: None)
+        Q, M, B = self.Kzx.shape
         with torch.no_grad():
             L = torch.linalg.cholesky_ex(self.Kzz)[0]
+            lap("Cholesky of K_zz", Q * M ** 3 / 3)
             V = T.solve_lower(L, self.Kzx)
+            lap("V = L^-1 K_zx (solve)", Q * M * M * B)
+            if not use_middle_form(M, B, 1):
+                return self._a_form(L, V, lap)
             P = T.lower_factor_gram(self.Ls)
             P.diagonal(dim1=-2, dim2=-1).sub_(1.0)
-            RV = torch.matmul(T.solve_lower(L, P, transpose=True), V)
+            lap("P = L_s L_s^T - I", Q * M ** 3 / 3)
+            R = T.solve_lower(L, P, transpose=True)
+            lap("R = L^-T P (solve)", Q * M ** 3)
+            RV = torch.matmul(R, V)
+            lap("R V (product)", Q * 2 * M * M * B)
             dP = T.lower_of_product(V * self.g, V.unsqueeze(0), symmetric=True)
+            lap("dP = V diag(g) V^T", Q * M * M * B)
             d_scale = T.lower_of_sym_times_lower(dP, self.Ls)
+            lap("tril(dP L_s)", Q * 2 * M ** 3 / 3)
             X = T.lower_of_product(P, dP, upper="any")[0].tril_()
+            lap("tril(P dP)", Q * M ** 3)
             d_kzz = torch.linalg.solve_triangular(L, T.solve_lower(L, X, transpose=True), upper=False, left=False)
+            lap("K_zz adjoint L^-T Phi L^-1 (2 solves)", Q * 2 * M ** 3)
         return float(RV[0, 0, 0, 0] + d_scale[0, 0, 0, 0] + d_kzz[0, 0, 0])
 
-    def _a_form(self) -> float:
+    def _a_form(self, L: torch.Tensor, V: torch.Tensor, lap: Callable[[str, float], None]) -> float:
         from savigp.linalg import triangular as T
 
-        with torch.no_grad():
-            L = torch.linalg.cholesky_ex(self.Kzz)[0]
-            V = T.solve_lower(L, self.Kzx)
-            A = T.upper_t_mm(self.Ls, V.unsqueeze(0))
-            dA = A * self.g
-            d_scale = T.lower_of_product(V.unsqueeze(0), dA)
-            Gbar = T.lower_mm(self.Ls, dA)[0]
-            d_kzx = T.solve_lower(L, Gbar, transpose=True)
-            X = T.lower_of_product(Gbar, V, upper="any").tril_()
-            d_kzz = torch.linalg.solve_triangular(L, T.solve_lower(L, X, transpose=True), upper=False, left=False)
+        Q, M, B = self.Kzx.shape
+        A = T.upper_t_mm(self.Ls, V.unsqueeze(0))
+        lap("A = L_s^T V (product)", Q * M * M * B)
+        dA = A * self.g
+        d_scale = T.lower_of_product(V.unsqueeze(0), dA)
+        lap("tril(V dA^T)", Q * M * M * B)
+        Gbar = T.lower_mm(self.Ls, dA)[0]
+        lap("L_s dA (product)", Q * M * M * B)
+        d_kzx = T.solve_lower(L, Gbar, transpose=True)
+        lap("L^-T Gbar (solve)", Q * M * M * B)
+        X = T.lower_of_product(Gbar, V, upper="any").tril_()
+        lap("tril(Gbar V^T)", Q * M * M * B)
+        d_kzz = torch.linalg.solve_triangular(L, T.solve_lower(L, X, transpose=True), upper=False, left=False)
+        lap("K_zz adjoint L^-T Phi L^-1 (2 solves)", Q * 2 * M ** 3)
         return float(d_scale[0, 0, 0, 0] + d_kzx[0, 0, 0] + d_kzz[0, 0, 0])
+
+
+def dense_pieces(step: DenseStep, device, repeats: int = 9) -> list[dict]:
+    """Each call of :class:`DenseStep` timed on its own in the sequence (synchronized timers,
+    median over ``repeats`` runs after one warm-up): ``[{"piece", "ms", "gflop"}]``. It shows
+    which LAPACK and BLAS calls keep the dense work from the matmul peak at these shapes."""
+    times: dict[str, list[float]] = {}
+    flops: dict[str, float] = {}
+    for r in range(repeats + 1):
+        marks = [time.perf_counter()]
+
+        def lap(name: str, f: float) -> None:
+            _sync(device)
+            marks.append(time.perf_counter())
+            if r:
+                times.setdefault(name, []).append(1e3 * (marks[-1] - marks[-2]))
+                flops[name] = f
+
+        _sync(device)
+        marks[0] = time.perf_counter()
+        step.run(lap)
+    return [{"piece": k, "ms": statistics.median(v), "gflop": flops[k] / 1e9} for k, v in times.items()]
+
+
+def format_pieces(pieces: list[dict], label: str, peak_gflops: float, floor_ms: float) -> str:
+    total_ms = sum(p["ms"] for p in pieces)
+    total_gflop = sum(p["gflop"] for p in pieces)
+    lines = [f"dense linear algebra of the step call by call ({label}); medians, GFLOP = the call's useful flops:",
+             f"  {'call':40s} {'ms':>7s} {'GFLOP':>7s} {'GFLOP/s':>8s}"]
+    for p in pieces:
+        rate = p["gflop"] / (p["ms"] / 1e3) if p["ms"] > 0 else float("nan")
+        lines.append(f"  {p['piece']:40s} {p['ms']:7.2f} {p['gflop']:7.3f} {rate:8.1f}")
+    lines.append(f"  {'sum':40s} {total_ms:7.2f} {total_gflop:7.3f} {total_gflop / (total_ms / 1e3):8.1f}")
+    lines.append(f"  at the matmul peak ({peak_gflops:.1f} GFLOP/s) these flops take {1e3 * total_gflop / peak_gflops:.2f} ms; "
+                 f"the flop floor is {floor_ms:.2f} ms; the calls as timed take {total_ms / floor_ms:.2f}x the floor")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------- measuring
@@ -694,6 +755,7 @@ class Result:
     prof: dict = field(default_factory=dict)  # library -> profile_steps(...)
     error: dict = field(default_factory=dict)
     phases: dict = field(default_factory=dict)  # phase_profile(...) of savigp's step
+    pieces: list = field(default_factory=list)  # dense_pieces(...) of the dense step
 
     def row(self, peak_gflops: float) -> dict:
         c = self.config
@@ -792,6 +854,8 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
                 res.error[f"{lib} memory"] = f"{type(exc).__name__}: {exc}"[:120]
     if phases and "savigp" in runners:
         res.phases = phase_profile(runners["savigp"], [batch() for _ in range(max(3, rounds // 2))], seed=seed)
+    if phases and "dense" in runners:
+        res.pieces = dense_pieces(runners["dense"], data.device, repeats=max(5, rounds))
     return res
 
 
@@ -944,7 +1008,8 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
                         "full q(u)) and mnist-b's cpu setting (Q=1, M=2400 fixed Z, full q(u), probit with "
                         "Gauss-Hermite quadrature), with their per-phase profiles")
     p.add_argument("--phases", action="store_true",
-                   help="print the per-phase profile of savigp's step for every configuration (always for MNIST)")
+                   help="print the per-phase profile of savigp's step for every configuration (always for MNIST), "
+                        "and its dense linear algebra timed call by call (K = 1 full posteriors)")
     p.add_argument("--gpu-targets", action="store_true",
                    help="only the GPU issue's configurations (M=1000 B=10k S=100 Bernoulli; decoupled head M=500 "
                         "G=20000 B=10k): run with --device cuda and on the CPU")
@@ -1042,6 +1107,8 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
               flush=True)
         if res.phases:
             print(format_phases(res.phases, cfg.label), flush=True)
+        if res.pieces:
+            print(format_pieces(res.pieces, cfg.label, peak, 1e3 * floor_flops(cfg) / (peak * 1e9)), flush=True)
     rows = [r.row(peak) for r in results]
     print()
     print(format_table(rows))

@@ -75,6 +75,15 @@ def test_dense_step_runs_in_both_forms(bench, B):
     data = bench.Data(100, 3, 2, 0, torch.float64, "cpu")
     step = bench.DenseStep(cfg, data, data.inducing(20, 0))
     assert math.isfinite(step(None))
+    # timed call by call: the same calls, each with its useful flops (P form: 16/3 M^3 + 4 M^2 B;
+    # A form: 7/3 M^3 + 6 M^2 B), and the call-by-call table names each of them
+    pieces = bench.dense_pieces(step, "cpu", repeats=2)
+    M = 20
+    want = (16 / 3 * M ** 3 + 4 * M * M * B) if B == 64 else (7 / 3 * M ** 3 + 6 * M * M * B)
+    assert math.isclose(sum(p["gflop"] for p in pieces) * 1e9, want, rel_tol=1e-12)
+    assert len(pieces) == (9 if B == 64 else 8) and all(p["ms"] >= 0 for p in pieces)
+    table = bench.format_pieces(pieces, cfg.label, peak_gflops=10.0, floor_ms=1.0)
+    assert all(p["piece"] in table for p in pieces) and "Cholesky of K_zz" in table
 
 
 def test_phase_profile_is_the_models_step(bench):
@@ -179,3 +188,11 @@ def test_smallest_configuration_prints_its_phases(bench, tmp_path, capsys):
                 "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "per-phase profile" in out and "backward by autograd node" in out and "peak memory" in out
+    assert "call by call" not in out  # --no-dense: no dense step to time
+
+
+def test_phases_print_the_dense_calls_one_by_one(bench, tmp_path, capsys):
+    bench.main(["--smallest", "--libraries", "savigp", "--no-memory", "--no-profile", "--phases",
+                "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "dense linear algebra of the step call by call" in out and "Cholesky of K_zz" in out
