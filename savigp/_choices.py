@@ -115,9 +115,14 @@ class Registry(Mapping):
         del self._entries[name]
 
 
-#: the covariance functions (:mod:`savigp.kernels`); a class built as ``cls(D, Q, lengthscale=, variance=)``
-KERNELS = Registry("kernel", {"rbf": "savigp.kernels:RBF", "matern32": "savigp.kernels:Matern32",
-                              "matern52": "savigp.kernels:Matern52"})
+#: the covariance functions (:mod:`savigp.kernels`); a class built as ``cls(D, Q, **options)`` (and
+#: ``lengthscale=`` where its ``takes_lengthscale``); expressions combine them (``rbf + periodic(0) * rbf(0)``)
+KERNELS = Registry("kernel", {
+    "rbf": "savigp.kernels:RBF", "matern12": "savigp.kernels:Matern12", "matern32": "savigp.kernels:Matern32",
+    "matern52": "savigp.kernels:Matern52", "rq": "savigp.kernels:RationalQuadratic",
+    "periodic": "savigp.kernels:Periodic", "linear": "savigp.kernels:Linear",
+    "constant": "savigp.kernels:Constant", "white": "savigp.kernels:White",
+}, aliases={"se": "rbf", "exponential": "matern12", "rational_quadratic": "rq", "rational-quadratic": "rq"})
 #: the posterior families (:mod:`savigp.posteriors`); a :class:`~savigp.posteriors.Posterior` class built
 #: by its ``build(num_latent, num_inducing, num_components, generator=, entropy=, entropy_samples=)``.
 #: ``"diag"`` is diagonal in whitened coordinates (as GPflow's ``q_diag`` and GPyTorch's mean-field

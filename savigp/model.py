@@ -27,7 +27,8 @@ from .linalg.cholesky import base_jitter, jittered, robust_cholesky
 from .estimators.expected_log_likelihood import checked_log_prob, make_estimator, resolve_estimator
 from .estimators.marginals import LatentMarginals
 from .inducing import initial_inducing_inputs
-from .kernels.stationary import KERNELS, Kernel
+from .kernels import KERNELS, Kernel, build_kernel, parse_kernel
+from .kernels.spec import default_lengthscale
 from .estimators.nonfinite import NonFiniteLogProb
 from .posteriors import DEFAULT_ENTROPY, InducingPrior, Posterior, make_posterior
 
@@ -239,14 +240,13 @@ class SAVIGP(nn.Module):
 
         # ---- kernel
         if kernel is None or isinstance(kernel, str):
-            name = kernel or "rbf"
-            if name not in KERNELS:
-                raise ValueError(f"kernel must be one of {sorted(KERNELS)} or a Kernel, got {name!r}")
-            # a column without spread (constant) gets length-scale sqrt(D): any value fits it, and
-            # sqrt(D) * 0 would be below the length-scale's floor
-            std = X.std(0) if N > 1 else torch.ones(D, dtype=X.dtype)
-            std = torch.where(std > 0, std.clamp_min(1e-5), torch.ones_like(std))
-            kernel = KERNELS[name](D, 1 if shared_kernel else Q, lengthscale=std * D ** 0.5, variance=1.0)
+            # a name or an expression (savigp.kernels.expression) with column indices: "rbf + periodic(0) * rbf(0)"
+            spec = parse_kernel(kernel or "rbf", input_dim=D)
+            kernel = build_kernel(spec, D, 1 if shared_kernel else Q, lengthscale=default_lengthscale(X))
+        elif isinstance(kernel, dict):  # a spec (savigp.kernels.spec), e.g. from search_kernels or a model file
+            kernel = build_kernel(kernel, D, 1 if shared_kernel else Q, lengthscale=default_lengthscale(X))
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"kernel must be a savigp.kernels.Kernel, a kernel expression or a spec, got {type(kernel).__name__}")
         if kernel.num_latent not in (1, Q) or (shared_kernel and kernel.num_latent != 1):
             raise ValueError(
                 f"kernel has num_latent={kernel.num_latent} but the likelihood {type(likelihood).__name__} needs "

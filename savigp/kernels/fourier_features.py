@@ -67,7 +67,7 @@ import torch
 from torch import Tensor
 from likelihoods.parameters import PositiveParameter
 
-from .stationary import Kernel
+from .base import Kernel
 
 ORDERS = {0.5: 0, 1.5: 1, 2.5: 2}  # nu -> p
 

@@ -1,18 +1,16 @@
-"""Covariance functions, batched over the Q latent functions.
+"""Stationary kernels, functions of the scaled distance between inputs, batched over the Q latent
+functions.
 
-Every kernel holds one set of hyper-parameters per latent function: ``variance`` of shape
-``(Q,)`` and ARD ``lengthscales`` of shape ``(Q, D)``. Calling it returns a batch of Q matrices:
-
-    kernel(X1, X2) -> (Q, N1, N2)      with X1 of shape (N1, D) or (Q, N1, D), likewise X2
-    kernel.diag(X) -> (Q, N)
-
-Stationary kernels are written in terms of the scaled distance r = ||(x - x') / l||:
+Every kernel holds one set of hyper-parameters per latent function: ``variance`` of shape ``(Q,)``
+and ARD ``lengthscales`` of shape ``(Q, d)`` (d the number of active input columns, or 1 with
+``ard=False``). With r = ||(x - x') / l|| over the active columns (Rasmussen & Williams 2006, §4.2):
 
 * RBF (squared exponential): k = s exp(-r^2 / 2)
+* Matern 1/2 (exponential): k = s exp(-r)
 * Matern 3/2: k = s (1 + sqrt(3) r) exp(-sqrt(3) r)
 * Matern 5/2: k = s (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)
-
-Latent functions with kernels of different families are combined with :class:`KernelList`.
+* rational quadratic: k = s (1 + r^2 / (2 alpha))^(-alpha), alpha > 0 learned (a scale mixture of
+  RBFs; the RBF as alpha -> infinity)
 
 Distances are computed after centring both sets of inputs on the mean of the first, c = mean_i x1_i,
 and then scaling: r^2 = |a|^2 - 2 a.b + |b|^2 with a = (x1 - c) / l, b = (x2 - c) / l. The terms of the
@@ -25,26 +23,14 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from likelihoods.parameters import PositiveParameter
 
 from .._choices import KERNELS  # noqa: F401 (the kernels by name: a registry, KERNELS.register(name, cls))
-
-
-class Kernel(nn.Module):
-    """Base class: ``num_latent`` (Q) sets of hyper-parameters over ``input_dim`` (D) inputs."""
-
-    num_latent: int
-    input_dim: int
-
-    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def diag(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+from .base import Kernel
 
 
 class Stationary(Kernel):
@@ -55,24 +41,28 @@ class Stationary(Kernel):
         num_latent: Q, the number of independent latent functions (one hyper-parameter set each).
         lengthscale: initial length-scale(s): a float, or shape ``(D,)`` or ``(Q, D)``.
         variance: initial signal variance(s): a float or shape ``(Q,)``.
-        ard: one length-scale per input dimension (True) or one shared by all (False).
+        ard: one length-scale per active input column (True) or one shared by all (False).
         learn: learn the hyper-parameters (False fixes them, e.g. for the seismic prior).
+        active_dims: the input columns the kernel reads (default all D), e.g. ``[0]`` for a kernel
+            of the first column alone.
     """
 
+    takes_lengthscale = True
+
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0,
-                 ard: bool = True, learn: bool = True):
+                 ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):
         super().__init__()
-        self.input_dim = int(input_dim)
-        self.num_latent = int(num_latent)
-        self.ard = ard
-        d = self.input_dim if ard else 1
-        ls = torch.as_tensor(lengthscale, dtype=torch.float64)
-        ls = ls.expand(self.num_latent, d) if ls.dim() < 2 else ls
-        if tuple(ls.shape) != (self.num_latent, d):
-            raise ValueError(f"lengthscale: expected a float or shape ({d},) or ({self.num_latent}, {d}), got {tuple(ls.shape)}")
-        var = torch.as_tensor(variance, dtype=torch.float64).expand(self.num_latent)
-        self.lengthscales = PositiveParameter(ls.clone(), floor=1e-6, learnable=learn)
-        self.variance = PositiveParameter(var.clone(), floor=1e-8, learnable=learn)
+        self._set_inputs(input_dim, num_latent, active_dims)
+        self.ard = bool(ard)
+        self.learn = bool(learn)
+        d = self.num_active if self.ard else 1
+        ls = self._initial(lengthscale, (self.num_latent, d), "lengthscale")
+        var = self._initial(variance, (self.num_latent,), "variance")
+        self.lengthscales = PositiveParameter(ls, floor=1e-6, learnable=learn)
+        self.variance = PositiveParameter(var, floor=1e-8, learnable=learn)
+
+    def structure(self) -> dict:
+        return {**super().structure(), "ard": self.ard, **({} if self.learn else {"learn": False})}
 
     def _scaled_sqdist(self, x1: Tensor, x2: Tensor) -> Tensor:
         """Squared scaled distances, shape (Q, N1, N2), from inputs centred on the mean of x1."""
@@ -84,16 +74,8 @@ class Stationary(Kernel):
         sq = a2 - 2.0 * a @ b.transpose(-1, -2) + b2.transpose(-1, -2)
         return sq.clamp_min(0.0)
 
-    def _check(self, x: Tensor, name: str) -> None:
-        if x.dim() not in (2, 3) or x.shape[-1] != self.input_dim or (x.dim() == 3 and x.shape[0] not in (1, self.num_latent)):
-            raise ValueError(
-                f"{type(self).__name__}: {name} must have shape (N, {self.input_dim}) or "
-                f"({self.num_latent}, N, {self.input_dim}), got {tuple(x.shape)}"
-            )
-
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        self._check(x1, "x1")
-        self._check(x2, "x2")
+        x1, x2 = self._inputs(x1, x2)
         r2 = self._scaled_sqdist(x1, x2)
         return self.variance()[:, None, None] * self.profile(r2)
 
@@ -107,7 +89,7 @@ class Stationary(Kernel):
         raise NotImplementedError
 
     def extra_repr(self) -> str:
-        return f"input_dim={self.input_dim}, num_latent={self.num_latent}, ard={self.ard}"
+        return f"{super().extra_repr()}, ard={self.ard}"
 
 
 def _centred(x1: Tensor, x2: Tensor) -> tuple[Tensor, Tensor]:
@@ -225,8 +207,7 @@ class RBF(Stationary):
     the distances once for all of them)."""
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        self._check(x1, "x1")
-        self._check(x2, "x2")
+        x1, x2 = self._inputs(x1, x2)
         if not self.ard and (x1.dim() == 2 or x1.shape[0] == 1) and (x2.dim() == 2 or x2.shape[0] == 1):
             c = -0.5 / self.lengthscales()[:, 0].square()  # (Q,)
             r2 = self._fixed_sqdist(x1) if x1 is x2 and not x1.requires_grad else None
@@ -264,6 +245,13 @@ class RBF(Stationary):
         return state
 
 
+class Matern12(Stationary):
+    """Matern 1/2 (exponential, the Ornstein-Uhlenbeck process in one dimension): k = s exp(-r)."""
+
+    def profile(self, r2: Tensor) -> Tensor:
+        return torch.exp(-torch.sqrt(r2 + 1e-36))
+
+
 class Matern32(Stationary):
     """Matern 3/2: k = s (1 + sqrt(3) r) exp(-sqrt(3) r)."""
 
@@ -280,33 +268,22 @@ class Matern52(Stationary):
         return (1.0 + math.sqrt(5.0) * r + (5.0 / 3.0) * r2) * torch.exp(-math.sqrt(5.0) * r)
 
 
-class KernelList(Kernel):
-    """Latent functions with kernels of different families: Q = sum of the parts' Q.
+class RationalQuadratic(Stationary):
+    """Rational quadratic: k = s (1 + r^2 / (2 alpha))^(-alpha) (Rasmussen & Williams 2006, eq. (4.19)),
+    a scale mixture of RBF kernels with a gamma distribution over their inverse squared
+    length-scales; ``alpha`` ``(Q,)`` is learned (positive).
 
-    ``KernelList([RBF(D), Matern32(D, num_latent=2)])`` gives Q = 3; outputs are concatenated
-    along the latent axis in the order given.
+    Args:
+        alpha: initial shape alpha, a float or ``(Q,)``; the other arguments as :class:`Stationary`.
     """
 
-    def __init__(self, kernels: Sequence[Kernel]):
-        super().__init__()
-        if not kernels:
-            raise ValueError("KernelList needs at least one kernel")
-        dims = {k.input_dim for k in kernels}
-        if len(dims) != 1:
-            raise ValueError(f"KernelList: all kernels must share input_dim, got {sorted(dims)}")
-        self.parts = nn.ModuleList(kernels)
-        self.input_dim = dims.pop()
-        self.num_latent = sum(k.num_latent for k in kernels)
-        self._splits = [k.num_latent for k in kernels]
-
-    def _slices(self, x: Tensor):
-        if x.dim() == 3 and x.shape[0] == self.num_latent:
-            return torch.split(x, self._splits, dim=0)
-        return [x] * len(self.parts)
+    def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0, alpha=1.0,
+                 ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):
+        super().__init__(input_dim, num_latent, lengthscale, variance, ard=ard, learn=learn, active_dims=active_dims)
+        self.alpha = PositiveParameter(self._initial(alpha, (self.num_latent,), "alpha"), floor=1e-6, learnable=learn)
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        return torch.cat([k(a, b) for k, a, b in zip(self.parts, self._slices(x1), self._slices(x2))], dim=0)
-
-    def diag(self, x: Tensor) -> Tensor:
-        return torch.cat([k.diag(a) for k, a in zip(self.parts, self._slices(x))], dim=0)
-
+        x1, x2 = self._inputs(x1, x2)
+        alpha = self.alpha()[:, None, None]
+        base = torch.log1p(self._scaled_sqdist(x1, x2) / (2.0 * alpha))
+        return self.variance()[:, None, None] * torch.exp(-alpha * base)

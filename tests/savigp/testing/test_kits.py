@@ -8,7 +8,7 @@ import torch
 
 from likelihoods import Gaussian, Poisson
 from savigp import _choices
-from savigp.kernels.stationary import RBF, KernelList, Matern32, Matern52, Stationary
+from savigp.kernels import RBF, KernelList, Matern32, Matern52, Stationary
 from savigp.mean_heads.heads import MEAN_HEADS, HybridMeanHead, OrthogonalMeanHead
 from savigp.posteriors import POSTERIORS, DiagonalMixture
 from savigp.testing.estimators import check_estimator
@@ -26,24 +26,79 @@ def _stationary(profile):
     return reference
 
 
-CLOSED_FORMS = {  # Rasmussen & Williams 2006, eq. (4.9), (4.17)
-    RBF: _stationary(lambda r: torch.exp(-0.5 * r * r)),
-    Matern32: _stationary(lambda r: (1 + math.sqrt(3) * r) * torch.exp(-math.sqrt(3) * r)),
-    Matern52: _stationary(lambda r: (1 + math.sqrt(5) * r + 5 * r * r / 3) * torch.exp(-math.sqrt(5) * r)),
+def _pairwise(X1, X2):
+    """x1_i - x2_j, (1, N1, N2, D)."""
+    return X1[None, :, None, :] - X2[None, None, :, :]
+
+
+def _periodic(kernel, X1, X2):  # MacKay 1998: s exp(-2 sum_d sin^2(pi (x_d - x'_d) / p_d) / l_d^2)
+    p, ls = kernel.period()[:, None, None, :], kernel.lengthscales()[:, None, None, :]
+    return kernel.variance()[:, None, None] * torch.exp(-2 * (torch.sin(math.pi * _pairwise(X1, X2) / p) / ls).square().sum(-1))
+
+
+def _rational_quadratic(kernel, X1, X2):  # Rasmussen & Williams 2006, eq. (4.19)
+    r2 = (_pairwise(X1, X2) / kernel.lengthscales()[:, None, None, :]).square().sum(-1)
+    a = kernel.alpha()[:, None, None]
+    return kernel.variance()[:, None, None] * (1 + r2 / (2 * a)) ** (-a)
+
+
+def _linear(kernel, X1, X2):  # Duvenaud et al. 2013: s (x - c) . (x' - c)
+    c = kernel.offset[:, None, :]
+    return kernel.variance()[:, None, None] * ((X1 - c) @ (X2 - c).transpose(-1, -2))
+
+
+def _constant(kernel, X1, X2):
+    return kernel.variance()[:, None, None] * torch.ones(1, X1.shape[0], X2.shape[0], dtype=X1.dtype)
+
+
+def _white(kernel, X1, X2):  # zero between two different sets of inputs
+    return torch.zeros(kernel.num_latent, X1.shape[0], X2.shape[0], dtype=X1.dtype)
+
+
+LS, VAR = [[0.7, 1.3, 2.0], [1.1, 0.5, 0.9]], [1.5, 0.4]
+#: each registered family built with non-trivial hyper-parameters, and its closed form computed directly
+FAMILIES = {  # Rasmussen & Williams 2006, eq. (4.9), (4.14), (4.17), (4.19); MacKay 1998; Duvenaud et al. 2013
+    "rbf": (dict(lengthscale=LS, variance=VAR), _stationary(lambda r: torch.exp(-0.5 * r * r))),
+    "matern12": (dict(lengthscale=LS, variance=VAR), _stationary(lambda r: torch.exp(-r))),
+    "matern32": (dict(lengthscale=LS, variance=VAR), _stationary(lambda r: (1 + math.sqrt(3) * r) * torch.exp(-math.sqrt(3) * r))),
+    "matern52": (dict(lengthscale=LS, variance=VAR),
+                 _stationary(lambda r: (1 + math.sqrt(5) * r + 5 * r * r / 3) * torch.exp(-math.sqrt(5) * r))),
+    "rq": (dict(lengthscale=LS, variance=VAR, alpha=[0.6, 3.0]), _rational_quadratic),
+    "periodic": (dict(lengthscale=LS, variance=VAR, period=[[1.0, 2.5, 0.7], [3.0, 1.2, 1.9]]), _periodic),
+    "linear": (dict(variance=VAR, offset=[[0.3, -0.5, 1.0], [0.0, 0.2, -0.7]]), _linear),
+    "constant": (dict(variance=VAR), _constant),
+    "white": (dict(variance=VAR), _white),
 }
 
 
 @pytest.mark.parametrize("name", _choices.KERNELS.names())
 def test_every_registered_kernel_passes_with_its_closed_form(name):
-    cls = _choices.KERNELS[name]
-    kernel = cls(3, 2, lengthscale=[[0.7, 1.3, 2.0], [1.1, 0.5, 0.9]], variance=[1.5, 0.4])
-    report = check_kernel(kernel, reference=CLOSED_FORMS[cls])
+    options, reference = FAMILIES[name]
+    kernel = _choices.KERNELS[name](3, 2, **options)
+    report = check_kernel(kernel, reference=reference)
     assert report["closed_form"].status == "passed" and report["gradients"].status == "passed"
 
 
 def test_isotropic_and_mixed_kernels_pass():
     check_kernel(RBF(2, 3, ard=False))
     check_kernel(KernelList([RBF(2, 1), Matern52(2, 1)]))
+
+
+def test_composite_kernels_pass_with_the_closed_form_of_their_algebra():
+    from savigp.kernels import Periodic, RationalQuadratic, Scale
+    k1, k2, k3 = RBF(3, 2, lengthscale=LS), Periodic(3, 2, active_dims=[0], period=0.9), RationalQuadratic(3, 2, active_dims=[1, 2])
+    kernel = k1 + Scale(k2 * k3, variance=[0.3, 2.0])
+
+    report = check_kernel(kernel, reference=None)
+    assert report["gradients"].status == "passed" and report["positive_semidefinite"].status == "passed"
+    X1, X2 = torch.randn(6, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+    want = k1(X1, X2) + kernel.parts[1].variance()[:, None, None] * _periodic(k2, X1[:, :1], X2[:, :1]) \
+        * _rational_quadratic_on(k3, X1[:, 1:], X2[:, 1:])
+    torch.testing.assert_close(kernel(X1, X2), want, rtol=1e-12, atol=1e-12)
+
+
+def _rational_quadratic_on(kernel, X1, X2):
+    return _rational_quadratic(kernel, X1, X2)
 
 
 class _WrongBackward(torch.autograd.Function):

@@ -1,0 +1,210 @@
+"""The kernel protocol, batched over the Q latent functions, and the algebra of kernels.
+
+A kernel holds ``num_latent`` (Q) sets of hyper-parameters over inputs of ``input_dim`` (D)
+columns, of which it reads ``active_dims`` (all of them by default):
+
+    kernel(X1, X2) -> (Q, N1, N2)      with X1 of shape (N1, D) or (Q, N1, D), likewise X2
+    kernel.diag(X) -> (Q, N)
+
+Kernels compose as in GPflow (whose ``kernels/base.py`` holds its sums and products beside the
+protocol too): for positive semi-definite kernels k_1 ... k_n on the same inputs (Rasmussen &
+Williams 2006, §4.2.4; Duvenaud et al. 2013, §2)
+
+* :class:`Sum` (``k1 + k2``): k(x, x') = sum_i k_i(x, x'), the covariance of a sum of independent
+  processes (a trend plus a season plus noise);
+* :class:`Product` (``k1 * k2``): k(x, x') = prod_i k_i(x, x'), positive semi-definite by the Schur
+  product theorem: a period whose shape drifts (periodic x RBF), interactions of inputs (kernels of
+  different ``active_dims``).
+
+Nested sums and products are flattened; every part keeps its own hyper-parameters and
+constraints, and a composite costs its parts plus one elementwise pass over the (Q, N1, N2) result
+per part. A learned variance on any kernel is :class:`~savigp.kernels.scale.Scale`.
+
+A family subclasses :class:`Kernel`, calls :meth:`Kernel._set_inputs` in its constructor and
+implements ``forward`` and ``diag``; :meth:`structure` returns the constructor options that fix its
+shape (not the values: those are the state dict), so that a model file rebuilds it from data alone
+(:mod:`savigp.kernels.spec`).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+class Kernel(nn.Module):
+    """Base class: ``num_latent`` (Q) sets of hyper-parameters over ``input_dim`` (D) input columns,
+    of which the kernel reads ``active_dims`` (a tuple of column indices, or None for all D).
+
+    ``k1 + k2`` is :class:`~savigp.kernels.combination.Sum`, ``k1 * k2``
+    :class:`~savigp.kernels.combination.Product`: both need equal ``num_latent`` and ``input_dim``.
+    """
+
+    num_latent: int
+    input_dim: int
+    active_dims: Optional[tuple] = None
+    #: the constructor takes ``lengthscale=`` (the builders pass a data-scaled default to such kernels)
+    takes_lengthscale: bool = False
+
+    # ------------------------------------------------------------ inputs
+    def _set_inputs(self, input_dim: int, num_latent: int, active_dims: Optional[Sequence[int]]) -> None:
+        """Record D, Q and the active columns, checked: distinct integers in [0, D)."""
+        self.input_dim = int(input_dim)
+        self.num_latent = int(num_latent)
+        if self.input_dim < 1 or self.num_latent < 1:
+            raise ValueError(f"{type(self).__name__}: input_dim and num_latent must be >= 1, "
+                             f"got input_dim={input_dim}, num_latent={num_latent}")
+        if active_dims is None:
+            self.active_dims = None
+            return
+        dims = tuple(int(d) for d in active_dims)
+        if not dims or len(set(dims)) != len(dims) or any(d < 0 or d >= self.input_dim for d in dims):
+            raise ValueError(f"{type(self).__name__}: active_dims must be distinct column indices in "
+                             f"[0, {self.input_dim}), got {list(active_dims)}")
+        self.active_dims = None if dims == tuple(range(self.input_dim)) else dims
+
+    @property
+    def num_active(self) -> int:
+        """The number of input columns the kernel reads."""
+        return self.input_dim if self.active_dims is None else len(self.active_dims)
+
+    def _check(self, x: Tensor, name: str) -> None:
+        """``x`` must be ``(N, D)`` or ``(Q, N, D)`` (or ``(1, N, D)``)."""
+        if x.dim() not in (2, 3) or x.shape[-1] != self.input_dim or (x.dim() == 3 and x.shape[0] not in (1, self.num_latent)):
+            raise ValueError(
+                f"{type(self).__name__}: {name} must have shape (N, {self.input_dim}) or "
+                f"({self.num_latent}, N, {self.input_dim}), got {tuple(x.shape)}"
+            )
+
+    def _columns(self, x: Tensor) -> Tensor:
+        """The active columns of ``x (..., D)``: a view when they are a contiguous ascending range
+        (so that caches keyed on the input's memory still hit), else a gathered copy."""
+        dims = self.active_dims
+        if dims is None:
+            return x
+        start = dims[0]
+        if dims == tuple(range(start, start + len(dims))):
+            return x.narrow(-1, start, len(dims))
+        return x.index_select(-1, torch.tensor(dims, device=x.device))
+
+    def _inputs(self, x1: Tensor, x2: Tensor) -> tuple[Tensor, Tensor]:
+        """Both inputs checked and reduced to the active columns; the same object twice when
+        ``x1 is x2`` (kernels use that to recognise K(X, X))."""
+        self._check(x1, "x1")
+        if x2 is x1:
+            a = self._columns(x1)
+            return a, a
+        self._check(x2, "x2")
+        return self._columns(x1), self._columns(x2)
+
+    # ------------------------------------------------------------ the protocol
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:  # pragma: no cover - abstract
+        """The Q kernel matrices ``(Q, N1, N2)`` of ``x1 (N1, D)`` or ``(Q, N1, D)`` against ``x2``."""
+        raise NotImplementedError
+
+    def diag(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
+        """The diagonal ``(Q, N)`` of ``kernel(x, x)``."""
+        raise NotImplementedError
+
+    def structure(self) -> dict:
+        """The constructor options besides D and Q that fix the kernel's parameters' shapes (JSON
+        values): a model file stores them and the state dict, and rebuilds the kernel from both."""
+        return {} if self.active_dims is None else {"active_dims": list(self.active_dims)}
+
+    # ------------------------------------------------------------ the algebra
+    def __add__(self, other):
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return Sum([self, other])
+
+    def __mul__(self, other):
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return Product([self, other])
+
+    def _initial(self, value, shape: tuple, name: str) -> Tensor:
+        """An initial value broadcast to ``shape`` (float64; a ``(D,)`` value over the rows of a
+        ``(Q, D)`` shape), with an error naming the kernel, ``name`` and the shapes it takes."""
+        t = torch.as_tensor(value, dtype=torch.float64)
+        try:
+            return t.expand(shape).clone()
+        except RuntimeError:
+            allowed = " or ".join(str(s) for s in ([(shape[-1],)] if len(shape) == 2 else []) + [shape])
+            raise ValueError(f"{type(self).__name__}: {name} must be a float or of shape {allowed}, "
+                             f"got {tuple(t.shape)}") from None
+
+    def extra_repr(self) -> str:
+        dims = "" if self.active_dims is None else f", active_dims={list(self.active_dims)}"
+        return f"input_dim={self.input_dim}, num_latent={self.num_latent}{dims}"
+
+
+class _Combination(Kernel):
+    """Parts of equal ``num_latent`` and ``input_dim``, combined elementwise."""
+
+    def __init__(self, kernels: Sequence[Kernel]):
+        super().__init__()
+        kernels = list(kernels)
+        if len(kernels) < 2:
+            raise ValueError(f"{type(self).__name__} needs at least two kernels, got {len(kernels)}")
+        for i, k in enumerate(kernels):
+            if not isinstance(k, Kernel):
+                raise TypeError(f"{type(self).__name__}: part {i} is a {type(k).__name__}, not a savigp Kernel")
+        first = kernels[0]
+        for i, k in enumerate(kernels[1:], 1):
+            if (k.num_latent, k.input_dim) != (first.num_latent, first.input_dim):
+                raise ValueError(
+                    f"{type(self).__name__}: part {i} ({type(k).__name__}) has num_latent={k.num_latent}, "
+                    f"input_dim={k.input_dim} but part 0 ({type(first).__name__}) has num_latent={first.num_latent}, "
+                    f"input_dim={first.input_dim}: the parts of a kernel expression need equal Q and D")
+        flat = []
+        for k in kernels:  # (k1 + k2) + k3 is one sum of three parts
+            flat.extend(k.parts if type(k) is type(self) else [k])
+        self.parts = nn.ModuleList(flat)
+        self._set_inputs(first.input_dim, first.num_latent, None)
+
+    def structure(self) -> dict:  # the parts carry theirs (savigp.kernels.spec)
+        return {}
+
+    def extra_repr(self) -> str:
+        return f"input_dim={self.input_dim}, num_latent={self.num_latent}"
+
+
+class Sum(_Combination):
+    """k(x, x') = sum_i k_i(x, x') (``k1 + k2``).
+
+    Args:
+        kernels: two or more kernels of equal ``num_latent`` and ``input_dim``.
+    """
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        out = self.parts[0](x1, x2)
+        for k in self.parts[1:]:
+            out = out + k(x1, x2)
+        return out
+
+    def diag(self, x: Tensor) -> Tensor:
+        out = self.parts[0].diag(x)
+        for k in self.parts[1:]:
+            out = out + k.diag(x)
+        return out
+
+
+class Product(_Combination):
+    """k(x, x') = prod_i k_i(x, x') (``k1 * k2``), elementwise.
+
+    Args:
+        kernels: two or more kernels of equal ``num_latent`` and ``input_dim``.
+    """
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        out = self.parts[0](x1, x2)
+        for k in self.parts[1:]:
+            out = out * k(x1, x2)
+        return out
+
+    def diag(self, x: Tensor) -> Tensor:
+        out = self.parts[0].diag(x)
+        for k in self.parts[1:]:
+            out = out * k.diag(x)
+        return out

@@ -1,0 +1,59 @@
+"""The linear kernel with an offset, batched over the Q latent functions (Duvenaud et al. 2013, "LIN"):
+
+    k(x, x') = s (x - c) . (x' - c)
+
+over the active columns, with a variance s ``(Q,)`` and an offset c ``(Q, d)`` learned (unconstrained).
+It is the covariance of f(x) = w . (x - c) with w ~ N(0, s I): Bayesian linear regression, whose
+functions cross zero at c; add a :class:`~savigp.kernels.constant.Constant` for an intercept, and
+multiply by another kernel for an amplitude that grows linearly. GPyTorch's ``LinearKernel`` is
+this kernel with c = 0.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+from likelihoods.parameters import PositiveParameter
+
+from .base import Kernel
+
+
+class Linear(Kernel):
+    """k(x, x') = s (x - c) . (x' - c).
+
+    Args:
+        input_dim: D; num_latent: Q.
+        variance: initial s, a float or ``(Q,)``.
+        offset: initial c, a float, ``(d,)`` or ``(Q, d)`` (d the active columns).
+        learn: learn the hyper-parameters (False fixes them).
+        active_dims: the input columns the kernel reads (default all D).
+    """
+
+    def __init__(self, input_dim: int, num_latent: int = 1, variance=1.0, offset=0.0, learn: bool = True,
+                 active_dims: Optional[Sequence[int]] = None):
+        super().__init__()
+        self._set_inputs(input_dim, num_latent, active_dims)
+        self.learn = bool(learn)
+        self.variance = PositiveParameter(self._initial(variance, (self.num_latent,), "variance"), floor=1e-8,
+                                          learnable=learn)
+        c = self._initial(offset, (self.num_latent, self.num_active), "offset")
+        if learn:
+            self.offset = nn.Parameter(c)
+        else:
+            self.register_buffer("offset", c)
+
+    def structure(self) -> dict:
+        return {**super().structure(), **({} if self.learn else {"learn": False})}
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        x1, x2 = self._inputs(x1, x2)
+        c = self.offset.unsqueeze(-2)  # (Q, 1, d)
+        a = (x1 - c) * self.variance().sqrt()[:, None, None]  # (Q, N1, d)
+        b = a if x2 is x1 else (x2 - c) * self.variance().sqrt()[:, None, None]
+        return torch.bmm(a, b.transpose(-1, -2))
+
+    def diag(self, x: Tensor) -> Tensor:
+        self._check(x, "x")
+        d = self._columns(x) - self.offset.unsqueeze(-2)
+        return self.variance()[:, None] * (d * d).sum(-1)

@@ -1,0 +1,89 @@
+"""The periodic kernel of MacKay (1998), the exp-sine-squared kernel, batched over the Q latent
+functions:
+
+    k(x, x') = s exp(-2 sum_d sin^2(pi (x_d - x'_d) / p_d) / l_d^2)
+
+over the active columns d, with a period p_d and a length-scale l_d per column (or one of each for
+all columns, ``ard=False``) and a variance s per latent function. It is the RBF kernel of the warped
+input u(x) = (cos(2 pi x / p), sin(2 pi x / p)) (MacKay 1998; Rasmussen & Williams 2006, eq. (4.31)),
+so it is positive semi-definite. scikit-learn's ``ExpSineSquared`` is this kernel; GPyTorch's
+``PeriodicKernel`` is it with its ``lengthscale`` standing for l^2 (GPflow's ``Periodic`` of a squared
+exponential has 1/2 where this has 2).
+
+With A = 2 pi x / p and w = 1 / l^2, sin^2((A - B) / 2) = (1 - cos A cos B - sin A sin B) / 2, so the
+exponent is -sum_d w_d + [sqrt(w) cos A, sqrt(w) sin A] . [sqrt(w) cos B, sqrt(w) sin B]: one batched
+product of 2d columns per latent function writes the (Q, N1, N2) matrix, as for the RBF kernel.
+Inputs are centred on the mean of the first set first (distances do not depend on it), so years
+(x ~ 2000) keep their digits in float32.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+from likelihoods.parameters import PositiveParameter
+
+from .base import Kernel
+
+
+class Periodic(Kernel):
+    """k(x, x') = s exp(-2 sum_d sin^2(pi (x_d - x'_d) / p_d) / l_d^2) (MacKay 1998).
+
+    Args:
+        input_dim: D, the number of input columns.
+        num_latent: Q, one hyper-parameter set per latent function.
+        period: initial period(s) p: a float, ``(d,)`` or ``(Q, d)`` (d the active columns, 1 with
+            ``ard=False``), in the units of the inputs.
+        lengthscale: initial length-scale(s) l, shaped as ``period``: how far from a sinusoid one
+            period may be (small l: sharp, many harmonics).
+        variance: initial variance(s) s: a float or ``(Q,)``.
+        ard: a period and length-scale per active column (True) or one of each for all (False).
+        learn: learn the hyper-parameters (False fixes them).
+        active_dims: the input columns the kernel reads (default all D).
+    """
+
+    takes_lengthscale = True
+
+    def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0, period=1.0,
+                 ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):
+        super().__init__()
+        self._set_inputs(input_dim, num_latent, active_dims)
+        self.ard = bool(ard)
+        self.learn = bool(learn)
+        d = self.num_active if self.ard else 1
+        self.lengthscales = PositiveParameter(self._initial(lengthscale, (self.num_latent, d), "lengthscale"),
+                                              floor=1e-6, learnable=learn)
+        self.period = PositiveParameter(self._initial(period, (self.num_latent, d), "period"), floor=1e-6, learnable=learn)
+        self.variance = PositiveParameter(self._initial(variance, (self.num_latent,), "variance"), floor=1e-8,
+                                          learnable=learn)
+
+    def structure(self) -> dict:
+        return {**super().structure(), "ard": self.ard, **({} if self.learn else {"learn": False})}
+
+    def _features(self, x: Tensor, centre: Tensor) -> Tensor:
+        """[sqrt(w) cos A, sqrt(w) sin A] ``(Q, N, 2 d)`` of inputs ``(N, d)`` or ``(Q, N, d)``."""
+        p = self.period().unsqueeze(-2)  # (Q, 1, d or 1)
+        sw = 1.0 / self.lengthscales().unsqueeze(-2)  # sqrt(w), (Q, 1, d or 1)
+        angle = (2.0 * math.pi) * (x - centre) / p  # (Q, N, d): broadcasts one p over the columns
+        return torch.cat([sw * torch.cos(angle), sw * torch.sin(angle)], dim=-1)
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        x1, x2 = self._inputs(x1, x2)
+        centre = x1.detach().mean(-2, keepdim=True)
+        a = self._features(x1, centre)
+        b = a if x2 is x1 else self._features(x2, centre)
+        w = self.lengthscales().pow(-2)  # (Q, d or 1)
+        total = w.sum(-1) * (1 if self.ard else self.num_active)  # sum_d w_d, (Q,)
+        a, b = a.expand(self.num_latent, *a.shape[-2:]), b.expand(self.num_latent, *b.shape[-2:])
+        exponent = torch.bmm(a, b.transpose(-1, -2)) - total[:, None, None]
+        exponent = exponent.clamp_max(0.0)  # sin^2 >= 0
+        return self.variance()[:, None, None] * torch.exp(exponent)
+
+    def diag(self, x: Tensor) -> Tensor:
+        self._check(x, "x")
+        return self.variance()[:, None].expand(self.num_latent, x.shape[-2])
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, ard={self.ard}"

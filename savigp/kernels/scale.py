@@ -1,0 +1,38 @@
+"""A learned variance on any kernel: :class:`Scale`, k(x, x') = s k_1(x, x') with s ``(Q,)`` positive
+(GPyTorch's ``ScaleKernel``), e.g. one amplitude for a product of kernels whose own variances are fixed.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+from likelihoods.parameters import PositiveParameter
+
+from .base import Kernel
+
+
+class Scale(Kernel):
+    """k(x, x') = s k_1(x, x') with a learned variance s ``(Q,)`` (GPyTorch's ``ScaleKernel``).
+
+    Args:
+        kernel: the kernel to scale.
+        variance: initial s, a float or ``(Q,)``.
+        learn: learn s (False fixes it).
+    """
+
+    def __init__(self, kernel: Kernel, variance=1.0, learn: bool = True):
+        super().__init__()
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"Scale: kernel is a {type(kernel).__name__}, not a savigp Kernel")
+        self.base = kernel
+        self._set_inputs(kernel.input_dim, kernel.num_latent, None)
+        self.learn = bool(learn)
+        self.variance = PositiveParameter(self._initial(variance, (self.num_latent,), "variance"), floor=1e-8,
+                                          learnable=learn)
+
+    def structure(self) -> dict:
+        return {} if self.learn else {"learn": False}
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return self.variance()[:, None, None] * self.base(x1, x2)
+
+    def diag(self, x: Tensor) -> Tensor:
+        return self.variance()[:, None] * self.base.diag(x)
