@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 
 import torch
 from torch import Tensor, nn
+from likelihoods.parameters import PositiveParameter
 
 
 class Kernel(nn.Module):
@@ -111,6 +112,15 @@ class Kernel(nn.Module):
         """The constructor options besides D and Q that fix the kernel's parameters' shapes (JSON
         values): a model file stores them and the state dict, and rebuilds the kernel from both."""
         return {} if self.active_dims is None else {"active_dims": list(self.active_dims)}
+
+    def initial_values(self) -> dict:
+        """The current hyper-parameters as constructor options (JSON lists): a spec holding them
+        builds a kernel equal to this one (warm starts, e.g. of :func:`savigp.search_kernels`)."""
+        return {}
+
+    def _positive(self, value, shape: tuple, name: str, floor: float, learn: bool):
+        """A :class:`~likelihoods.parameters.PositiveParameter` initialised from ``value`` (see :meth:`_initial`)."""
+        return PositiveParameter(self._initial(value, shape, name), floor=floor, learnable=learn)
 
     # ------------------------------------------------------------ the algebra
     def __add__(self, other):

@@ -13,7 +13,6 @@ from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
-from likelihoods.parameters import PositiveParameter
 
 from .base import Kernel
 
@@ -26,11 +25,13 @@ class _Level(Kernel):
         super().__init__()
         self._set_inputs(input_dim, num_latent, active_dims)
         self.learn = bool(learn)
-        self.variance = PositiveParameter(self._initial(variance, (self.num_latent,), "variance"), floor=1e-8,
-                                          learnable=learn)
+        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
 
     def structure(self) -> dict:
         return {**super().structure(), **({} if self.learn else {"learn": False})}
+
+    def initial_values(self) -> dict:
+        return {"variance": self.variance().detach().cpu().tolist()}
 
     def diag(self, x: Tensor) -> Tensor:
         self._check(x, "x")

@@ -14,7 +14,6 @@ from typing import Optional, Sequence
 
 import torch
 from torch import Tensor, nn
-from likelihoods.parameters import PositiveParameter
 
 from .base import Kernel
 
@@ -35,8 +34,7 @@ class Linear(Kernel):
         super().__init__()
         self._set_inputs(input_dim, num_latent, active_dims)
         self.learn = bool(learn)
-        self.variance = PositiveParameter(self._initial(variance, (self.num_latent,), "variance"), floor=1e-8,
-                                          learnable=learn)
+        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
         c = self._initial(offset, (self.num_latent, self.num_active), "offset")
         if learn:
             self.offset = nn.Parameter(c)
@@ -45,6 +43,9 @@ class Linear(Kernel):
 
     def structure(self) -> dict:
         return {**super().structure(), **({} if self.learn else {"learn": False})}
+
+    def initial_values(self) -> dict:
+        return {"variance": self.variance().detach().cpu().tolist(), "offset": self.offset.detach().cpu().tolist()}
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         x1, x2 = self._inputs(x1, x2)

@@ -23,7 +23,6 @@ from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
-from likelihoods.parameters import PositiveParameter
 
 from .base import Kernel
 
@@ -53,14 +52,16 @@ class Periodic(Kernel):
         self.ard = bool(ard)
         self.learn = bool(learn)
         d = self.num_active if self.ard else 1
-        self.lengthscales = PositiveParameter(self._initial(lengthscale, (self.num_latent, d), "lengthscale"),
-                                              floor=1e-6, learnable=learn)
-        self.period = PositiveParameter(self._initial(period, (self.num_latent, d), "period"), floor=1e-6, learnable=learn)
-        self.variance = PositiveParameter(self._initial(variance, (self.num_latent,), "variance"), floor=1e-8,
-                                          learnable=learn)
+        self.lengthscales = self._positive(lengthscale, (self.num_latent, d), "lengthscale", 1e-6, learn)
+        self.period = self._positive(period, (self.num_latent, d), "period", 1e-6, learn)
+        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
 
     def structure(self) -> dict:
         return {**super().structure(), "ard": self.ard, **({} if self.learn else {"learn": False})}
+
+    def initial_values(self) -> dict:
+        return {name: getattr(self, attr)().detach().cpu().tolist()
+                for name, attr in (("lengthscale", "lengthscales"), ("period", "period"), ("variance", "variance"))}
 
     def _features(self, x: Tensor, centre: Tensor) -> Tensor:
         """[sqrt(w) cos A, sqrt(w) sin A] ``(Q, N, 2 d)`` of inputs ``(N, d)`` or ``(Q, N, d)``."""

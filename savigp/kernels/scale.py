@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from torch import Tensor
-from likelihoods.parameters import PositiveParameter
 
 from .base import Kernel
 
@@ -25,11 +24,13 @@ class Scale(Kernel):
         self.base = kernel
         self._set_inputs(kernel.input_dim, kernel.num_latent, None)
         self.learn = bool(learn)
-        self.variance = PositiveParameter(self._initial(variance, (self.num_latent,), "variance"), floor=1e-8,
-                                          learnable=learn)
+        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
 
     def structure(self) -> dict:
         return {} if self.learn else {"learn": False}
+
+    def initial_values(self) -> dict:
+        return {"variance": self.variance().detach().cpu().tolist()}
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         return self.variance()[:, None, None] * self.base(x1, x2)

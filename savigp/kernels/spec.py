@@ -32,8 +32,9 @@ MAX_NODES, MAX_DEPTH = 256, 32
 _FIXED = ("self", "input_dim", "num_latent")
 
 
-def kernel_spec(kernel) -> dict:
-    """The spec of a built kernel: its tree, each leaf's registered name and structure.
+def kernel_spec(kernel, values: bool = False) -> dict:
+    """The spec of a built kernel: its tree, each leaf's registered name and structure (and, with
+    ``values``, its current hyper-parameters as initial values: a kernel built from it equals this one).
 
     Raises:
         TypeError: a part of ``kernel`` is of a class not registered in ``KERNELS``.
@@ -43,16 +44,17 @@ def kernel_spec(kernel) -> dict:
     from .kernel_list import KernelList
 
     if isinstance(kernel, (Sum, Product)):
-        return {"sum" if isinstance(kernel, Sum) else "product": [kernel_spec(k) for k in kernel.parts]}
+        return {"sum" if isinstance(kernel, Sum) else "product": [kernel_spec(k, values) for k in kernel.parts]}
     if isinstance(kernel, Scale):
-        return {"scale": kernel_spec(kernel.base), **kernel.structure()}
+        return {"scale": kernel_spec(kernel.base, values), **kernel.structure(),
+                **({"variance": kernel.initial_values()["variance"]} if values else {})}
     if isinstance(kernel, KernelList):
-        return {"list": [{"num_latent": k.num_latent, "kernel": kernel_spec(k)} for k in kernel.parts]}
+        return {"list": [{"num_latent": k.num_latent, "kernel": kernel_spec(k, values)} for k in kernel.parts]}
     name = KERNELS.name_of(type(kernel))
     if name is None:
         raise TypeError(f"kernel {type(kernel).__name__} is not registered (savigp.kernels.KERNELS.register adds it; "
                         f"registered: {', '.join(KERNELS)})")
-    return {"kernel": name, **kernel.structure()}
+    return {"kernel": name, **kernel.structure(), **(kernel.initial_values() if values else {})}
 
 
 def _options_of(name: str) -> dict:
@@ -66,8 +68,12 @@ def _is_value(v: Any) -> bool:
         return True
     if isinstance(v, (int, float)):
         return math.isfinite(v)
-    return isinstance(v, list) and len(v) <= 4096 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                                          and math.isfinite(x) for x in v)
+    if not isinstance(v, list) or len(v) > 4096:
+        return False
+    rows = v if v and all(isinstance(r, list) for r in v) else [v]  # a (Q, d) value is a list of lists
+    return sum(len(r) for r in rows) <= 65536 and all(
+        isinstance(r, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in r)
+        for r in rows)
 
 
 def check_spec(spec: Any, input_dim: Optional[int] = None, num_latent: Optional[int] = None) -> None:
@@ -101,9 +107,9 @@ def check_spec(spec: Any, input_dim: Optional[int] = None, num_latent: Optional[
         if op == "scale":
             if "learn" in node and not isinstance(node["learn"], bool):
                 raise ValueError(f"kernel spec at {where}: 'learn' must be true or false")
-            if "variance" in node and not (isinstance(node["variance"], (int, float)) and not isinstance(node["variance"], bool)
-                                           and math.isfinite(node["variance"]) and node["variance"] > 0):
-                raise ValueError(f"kernel spec at {where}: 'variance' must be a positive number")
+            if "variance" in node and not (_is_value(node["variance"]) and not isinstance(node["variance"], bool)
+                                           and node["variance"] is not None):
+                raise ValueError(f"kernel spec at {where}: 'variance' must be a positive number or a list of them")
             visit(body, f"{where}.scale", depth + 1)
             return
         if not isinstance(body, list) or len(body) < (1 if op == "list" else 2):

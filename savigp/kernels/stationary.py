@@ -27,7 +27,6 @@ from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
-from likelihoods.parameters import PositiveParameter
 
 from .._choices import KERNELS  # noqa: F401 (the kernels by name: a registry, KERNELS.register(name, cls))
 from .base import Kernel
@@ -56,13 +55,15 @@ class Stationary(Kernel):
         self.ard = bool(ard)
         self.learn = bool(learn)
         d = self.num_active if self.ard else 1
-        ls = self._initial(lengthscale, (self.num_latent, d), "lengthscale")
-        var = self._initial(variance, (self.num_latent,), "variance")
-        self.lengthscales = PositiveParameter(ls, floor=1e-6, learnable=learn)
-        self.variance = PositiveParameter(var, floor=1e-8, learnable=learn)
+        self.lengthscales = self._positive(lengthscale, (self.num_latent, d), "lengthscale", 1e-6, learn)
+        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
 
     def structure(self) -> dict:
         return {**super().structure(), "ard": self.ard, **({} if self.learn else {"learn": False})}
+
+    def initial_values(self) -> dict:
+        return {"lengthscale": self.lengthscales().detach().cpu().tolist(),
+                "variance": self.variance().detach().cpu().tolist()}
 
     def _scaled_sqdist(self, x1: Tensor, x2: Tensor) -> Tensor:
         """Squared scaled distances, shape (Q, N1, N2), from inputs centred on the mean of x1."""
@@ -280,7 +281,10 @@ class RationalQuadratic(Stationary):
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0, alpha=1.0,
                  ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):
         super().__init__(input_dim, num_latent, lengthscale, variance, ard=ard, learn=learn, active_dims=active_dims)
-        self.alpha = PositiveParameter(self._initial(alpha, (self.num_latent,), "alpha"), floor=1e-6, learnable=learn)
+        self.alpha = self._positive(alpha, (self.num_latent,), "alpha", 1e-6, learn)
+
+    def initial_values(self) -> dict:
+        return {**super().initial_values(), "alpha": self.alpha().detach().cpu().tolist()}
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         x1, x2 = self._inputs(x1, x2)
