@@ -8,7 +8,7 @@ import torch
 
 from likelihoods import Gaussian, Poisson
 from savigp import _choices
-from savigp.kernels import RBF, KernelList, Matern32, Matern52, Stationary
+from savigp.kernels import RBF, Kernel, KernelList, Matern32, Matern52, Stationary
 from savigp.mean_heads.heads import MEAN_HEADS, HybridMeanHead, OrthogonalMeanHead
 from savigp.posteriors import POSTERIORS, DiagonalMixture
 from savigp.testing.estimators import check_estimator
@@ -128,6 +128,98 @@ def test_the_kernel_kit_catches_a_wrong_diagonal_and_a_wrong_gradient():
         check_kernel(_BrokenRBF(2, 2))
     failed = {c.name for c in info.value.report.failures}
     assert failed == {"diagonal", "gradients"}, str(info.value)
+
+
+class _Cosine(Kernel):
+    """s cos(||x - x'|| / l): a covariance on the line, not in two dimensions (Rasmussen & Williams 2006, §4.2.1)."""
+
+    def __init__(self, input_dim, num_latent=1):
+        super().__init__()
+        self._set_inputs(input_dim, num_latent, None)
+        self.variance = torch.nn.Parameter(torch.full((num_latent,), 1.3, dtype=torch.float64))
+
+    def forward(self, x1, x2):
+        x1, x2 = self._inputs(x1, x2)
+        r2 = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).square().sum(-1)
+        return self.variance[:, None, None] * torch.cos(torch.sqrt(r2 + 1e-30))
+
+    def diag(self, x):
+        return self.variance[:, None].expand(self.num_latent, x.shape[-2])
+
+
+class _RBFTimesShiftedLinear(Kernel):
+    """RBF times (x . x' - 1): meant as RBF x (linear + constant), the constant's sign wrong."""
+
+    def __init__(self, input_dim, num_latent=1):
+        super().__init__()
+        self._set_inputs(input_dim, num_latent, None)
+        self.rbf = RBF(input_dim, num_latent)
+
+    def forward(self, x1, x2):
+        return self.rbf(x1, x2) * (x1 @ x2.transpose(-1, -2) - 1.0)
+
+    def diag(self, x):
+        return self.rbf.diag(x) * ((x * x).sum(-1) - 1.0)
+
+
+class _Drifting(RBF):
+    """RBF times (1 + tanh(x_0 - x'_0) / 5): not symmetric."""
+
+    def forward(self, x1, x2):
+        return super().forward(x1, x2) * (1.0 + 0.2 * torch.tanh(x1[..., :, None, 0] - x2[..., None, :, 0]))
+
+
+class _WholeInput(RBF):
+    """An RBF that reads every column, whatever its active_dims (it skips ``self._inputs``)."""
+
+    def forward(self, x1, x2):
+        r2 = ((x1.unsqueeze(-2) - x2.unsqueeze(-3)) / self.lengthscales()[:, None, None, :]).square().sum(-1)  # (Q, N1, N2)
+        return self.variance()[:, None, None] * torch.exp(-0.5 * r2)
+
+
+class _BatchLengthscale(RBF):
+    """An RBF whose squared length-scale is the mean squared distance of the batch (a heuristic from
+    the data inside the kernel): symmetric and PSD, but entry (i, j) depends on the other rows."""
+
+    def forward(self, x1, x2):
+        x1, x2 = self._inputs(x1, x2)
+        r2 = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).square().sum(-1)
+        return self.variance()[:, None, None] * torch.exp(-0.5 * r2 / r2.mean())
+
+
+class _Float64Jitter(RBF):
+    """Adds a jitter made in float64, whatever the inputs' dtype."""
+
+    def forward(self, x1, x2):
+        K = super().forward(x1, x2)
+        return K + 1e-12 * torch.ones(K.shape[-1], dtype=torch.float64)
+
+
+class _NotStationary(RBF):
+    """A Stationary subclass (so it claims stationarity) with a linear term added."""
+
+    def forward(self, x1, x2):
+        return super().forward(x1, x2) + 0.1 * x1 @ x2.transpose(-1, -2)
+
+    def diag(self, x):
+        return super().diag(x) + 0.1 * (x * x).sum(-1)
+
+
+@pytest.mark.parametrize("kernel, expected", [
+    (_Cosine(2, 2), {"positive_semidefinite"}),
+    (_RBFTimesShiftedLinear(2, 1), {"positive_semidefinite"}),
+    (_Drifting(2, 1), {"symmetric"}),
+    (_WholeInput(3, 2, active_dims=[0, 2], ard=False), {"active_dims"}),
+    (_WholeInput(3, 2, active_dims=[1]) + RBF(3, 2, active_dims=[1]), {"active_dims"}),
+    (_BatchLengthscale(2, 2), {"rows_independent"}),
+    (_Float64Jitter(2, 1), {"dtype"}),
+    (_NotStationary(2, 2), {"stationary"}),
+], ids=["cosine-2d", "wrong-product", "asymmetric", "ignores-active-dims", "ignores-active-dims-in-a-sum",
+        "batch-statistics", "float64-inside", "not-stationary"])
+def test_the_kernel_kit_catches_a_broken_kernel(kernel, expected):
+    with pytest.raises(CheckError) as info:
+        check_kernel(kernel)
+    assert {c.name for c in info.value.report.failures} == expected, str(info.value)
 
 
 @pytest.mark.parametrize("estimator", _choices.ESTIMATORS)
