@@ -2,11 +2,31 @@
 ``torch.load(weights_only=True)`` reads it), atomically, and what is checked when it is read.
 
 A model file is ``{"config": plain dict, "state_dict": SAVIGP.state_dict() (CPU tensors),
-"training_state": None or {"optimizer", "generator", "perm", "pos"}}``; see :mod:`savigp.model_files`.
+"training_state": None or {"optimizer", "generator", "perm", "pos"}, "content_sha256": hex}``;
+see :mod:`savigp.model_files`.
+
+**Before anything is unpickled** (:func:`_check_archive`) the archive is read as a zip file: every
+record must be stored uncompressed, as ``torch.save`` writes them (so no record is larger than
+the file: a compressed 1 MB file could claim a 1 GiB record), lie inside the file, and hold at
+most ``max_bytes``; the pickle itself (``data.pkl``) is at most :data:`MAX_PICKLE_BYTES` and
+builds at most :data:`MAX_PICKLE_OPS` objects, counted by reading its opcodes (a 33 KB file
+of 20 million empty dicts kept ``torch.load`` busy for a minute and 1.1 GB).
+
+**The content's SHA-256** (``"content_sha256"``, :func:`content_digest`) is written with every
+model file: a SHA-256 over the configuration, the state dict and the training state in a
+canonical encoding (each tensor by its dtype, shape, strides, offset and storage bytes), checked
+when the file is read, so a bit flipped in a tensor or in the configuration is refused instead of
+loading with other numbers. A file without it was written before savigp recorded one (a layout
+step without a version, :mod:`savigp.model_files.migrations`): it loads as before, unverified; an unknown top-level
+entry (a flipped bit in the name ``content_sha256`` included) is refused. The digest is an
+integrity check against damage, not a signature: whoever edits a file can recompute it.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import pickletools
+import struct
 import warnings
 import zipfile
 from typing import Optional
@@ -23,6 +43,14 @@ from .schema import SchemaError, check_config, check_tensors
 
 FORMAT = "savigp-model"
 # the versions and what changed between them: :mod:`savigp.model_files.migrations`
+#: the top-level entries of a model file (``content_sha256`` absent in files written before it)
+ENTRIES = ("config", "state_dict", "training_state", "content_sha256")
+#: the largest pickle (``data.pkl``) a model file may hold: its configuration and the tensors'
+#: descriptions (a model of 100,000 named inputs needs about 5 MB)
+MAX_PICKLE_BYTES = 64 * 2 ** 20
+#: the most opcodes that pickle may hold (each builds at most one object; about 2 million for the
+#: largest configuration the schema allows)
+MAX_PICKLE_OPS = 4_000_000
 
 
 def atomic_torch_save(obj, path: str) -> None:
@@ -102,7 +130,115 @@ def save_model(path: str, model, config: dict, training_state: Optional[dict] = 
         "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
         "training_state": _cpu(training_state) if training_state is not None else None,
     }
+    payload["content_sha256"] = content_digest(payload)
     atomic_torch_save(payload, path)
+
+
+def content_digest(payload: dict) -> str:
+    """The SHA-256 of a model file's content: ``config``, ``state_dict`` and ``training_state`` in
+    a canonical encoding (dict entries by key, each value tagged by its type; a tensor by its
+    dtype, shape, strides, storage offset and the bytes of its storage), so that the reader
+    computes the same digest from what it unpickled.
+
+    Raises:
+        TypeError: a value that a model file does not hold (reading: the file is refused).
+    """
+    h = hashlib.sha256(b"savigp-model content 1\0")
+    for key in ENTRIES[:3]:
+        _encode(h, key)
+        _encode(h, payload.get(key))
+    return h.hexdigest()
+
+
+def _encode(h, obj, depth: int = 0) -> None:
+    if depth > 32:
+        raise TypeError("nested more than 32 levels deep")
+    if obj is None:
+        h.update(b"N")
+    elif obj is True or obj is False:
+        h.update(b"T" if obj else b"F")
+    elif isinstance(obj, int):
+        text = str(int(obj)).encode()
+        h.update(b"i" + struct.pack("<Q", len(text)) + text)
+    elif isinstance(obj, float):
+        h.update(b"f" + struct.pack("<d", obj))
+    elif isinstance(obj, str):
+        data = obj.encode("utf-8", "surrogatepass")
+        h.update(b"s" + struct.pack("<Q", len(data)) + data)
+    elif isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        if t.device.type != "cpu" or t.layout != torch.strided:
+            raise TypeError(f"a {t.device.type} {t.layout} tensor")
+        meta = f"{t.dtype}|{tuple(t.shape)}|{t.stride()}|{t.storage_offset()}".encode()
+        storage = t.untyped_storage()
+        h.update(b"t" + struct.pack("<QQ", len(meta), storage.nbytes()) + meta)
+        if storage.nbytes():
+            h.update(torch.empty(0, dtype=torch.uint8).set_(storage).numpy().data)
+    elif isinstance(obj, dict):
+        h.update(b"d" + struct.pack("<Q", len(obj)))
+        keys = sorted(obj, key=lambda k: (type(k).__name__, str(k)))
+        for k in keys:
+            _encode(h, k, depth + 1)
+            _encode(h, obj[k], depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        h.update((b"l" if isinstance(obj, list) else b"u") + struct.pack("<Q", len(obj)))
+        for v in obj:
+            _encode(h, v, depth + 1)
+    else:
+        raise TypeError(f"a value of type {type(obj).__name__}")
+
+
+def _check_archive(path: str, max_bytes: Optional[int]) -> None:
+    """The bounds checked before anything is unpickled (module docstring).
+
+    Raises:
+        ModelFileError: naming the file and the bound.
+    """
+    from .. import settings
+
+    limit = settings.max_model_bytes() if max_bytes is None else int(max_bytes)
+    size = os.path.getsize(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            records = archive.infolist()
+            pickles = [r for r in records if r.filename.endswith("data.pkl")]
+            for r in records:
+                if r.compress_type != zipfile.ZIP_STORED:
+                    raise ModelFileError(f"{path}: not a savigp model file (its record {_short(r.filename)} is "
+                                         "compressed; torch.save and savigp never compress a record)")
+                if r.file_size != r.compress_size or r.header_offset + r.file_size > size:
+                    raise ModelFileError(f"{path}: not a savigp model file (its record {_short(r.filename)} claims "
+                                         f"{r.file_size} bytes, more than the file holds)")
+                if r.file_size > limit:
+                    raise ModelFileError(f"{path}: its record {_short(r.filename)} holds {r.file_size} bytes, more "
+                                         f"than the {limit}-byte limit (--max-memory, SAVIGP_MAX_MODEL_BYTES)")
+            if len(pickles) != 1:
+                raise ModelFileError(f"{path}: not a savigp model file ({len(pickles)} pickles in the archive)")
+            if pickles[0].file_size > MAX_PICKLE_BYTES:
+                raise ModelFileError(f"{path}: not a savigp model file (its pickle holds {pickles[0].file_size} "
+                                     f"bytes; a model file's needs at most {MAX_PICKLE_BYTES})")
+            data = archive.read(pickles[0])
+    except ModelFileError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError) as err:
+        raise ModelFileError(f"{path}: not a savigp model file (damaged archive: {type(err).__name__})") from None
+    ops = 0
+    try:
+        for _ in pickletools.genops(data):
+            ops += 1
+            if ops > MAX_PICKLE_OPS:
+                raise ModelFileError(f"{path}: not a savigp model file (its pickle builds more than "
+                                     f"{MAX_PICKLE_OPS} objects; a model file's builds far fewer)")
+    except ModelFileError:
+        raise
+    except Exception as err:  # a damaged pickle: opcodes pickletools does not know, truncated arguments
+        raise ModelFileError(f"{path}: not a savigp model file (damaged pickle: {type(err).__name__})") from None
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """``text`` for a one-line message: at most ``limit`` characters, the rest counted."""
+    text = repr(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def read_model_file(path: str, max_bytes: Optional[int] = None) -> dict:
@@ -125,6 +261,7 @@ def read_model_file(path: str, max_bytes: Optional[int] = None) -> dict:
         archive = False
     if not archive:
         raise ModelFileError(f"{path}: not a savigp model file (not a PyTorch archive)")
+    _check_archive(path, max_bytes)
     try:
         with warnings.catch_warnings():  # a damaged pickle's warnings (TypedStorage, unknown reduce): the error says it
             warnings.simplefilter("ignore")
@@ -135,6 +272,7 @@ def read_model_file(path: str, max_bytes: Optional[int] = None) -> dict:
     if not isinstance(payload, dict) or not isinstance(payload.get("config"), dict) \
             or payload["config"].get("format") != FORMAT:
         raise ModelFileError(f"{path}: not a savigp model file (no {FORMAT!r} configuration)")
+    _check_content(path, payload)
     version = payload["config"].get("version")
     if isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise ModelFileError(f"{path}: model file format version {version!r} is not supported (this savigp reads "
@@ -161,4 +299,28 @@ def _check_training_state(ts) -> None:
         raise SchemaError(f"training_state.pos must be an integer between 0 and {perm.numel()}, got {pos!r}")
     if not (isinstance(gen, torch.Tensor) and gen.dtype == torch.uint8):
         raise SchemaError("training_state.generator must be a ByteTensor (a torch.Generator state)")
+    try:  # the state a CPU generator takes back (a truncated or edited one is refused here, not at --resume)
+        torch.Generator().set_state(gen.detach().contiguous().view(-1).clone())
+    except (RuntimeError, ValueError, TypeError) as err:
+        raise SchemaError(f"training_state.generator is not a torch.Generator state ({gen.numel()} bytes: "
+                          f"{str(err).splitlines()[0][:120] if str(err) else type(err).__name__})") from None
 
+
+def _check_content(path: str, payload: dict) -> None:
+    """The top-level entries known, and the content's SHA-256 where the file records one (module docstring)."""
+    unknown = [k for k in payload if k not in ENTRIES]
+    if unknown:
+        raise ModelFileError(f"{path}: not a savigp model file (an unknown entry {_short(str(unknown[0]))}; "
+                             "damaged?)")
+    recorded = payload.get("content_sha256")
+    if "content_sha256" not in payload:
+        return  # written before savigp recorded the digest: read as before
+    if not isinstance(recorded, str):
+        raise ModelFileError(f"{path}: damaged model file (its content_sha256 is not a SHA-256)")
+    try:
+        digest = content_digest(payload)
+    except TypeError as err:
+        raise ModelFileError(f"{path}: not a savigp model file (it holds {err})") from None
+    if digest != recorded:
+        raise ModelFileError(f"{path}: damaged model file: the SHA-256 of its content ({digest[:16]}...) is not the one "
+                             f"written with it ({recorded[:16]}...); a changed byte would load as other numbers")

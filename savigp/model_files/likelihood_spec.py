@@ -202,9 +202,11 @@ def resolve_likelihood(config: dict, likelihood=None, trust_code: bool = False, 
     for name, ref in (spec.get("code_kwargs") or {}).items():
         target, fname = split_spec(ref["import_path"])
         override = (code or {}).get(name)
-        if override is None and where is not None and target == main_target:
-            override = f"{where}:{fname}"  # a function from the likelihood's file moves with it (the user named that file)
-        functions[name] = authorized_import(ref, override, trust_code, what=f"likelihood {name}", source=source)
+        moved = override is None and where is not None and target == main_target
+        if moved:  # a function from the likelihood's file moves with it (the user named that file; its name: the model file's)
+            override = f"{where}:{fname}"
+        functions[name] = authorized_import(ref, override, trust_code, what=f"likelihood {name}", source=source,
+                                            named_by_file=moved)
         now = ref["import_path"] if override is None else canonical_import_path(with_function(str(override), ref["import_path"]))
         refs[name] = {**ref, "import_path": now}
     return make_likelihood({**spec, "import_path": used, "code_kwargs": refs}, fn=fn, code=functions)

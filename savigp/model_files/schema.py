@@ -40,7 +40,8 @@ MAX_NUM_DATA = 10 ** 13
 # ---------------------------------------------------------------------- the table
 _STATS = Dict({"mean": List(Float(), 1, MAX_OUTPUTS), "std": List(Positive(), 1, MAX_OUTPUTS)})
 #: a reference to user code: where it is and the SHA-256 of its file when it was trained
-CODE_REFERENCE = Dict({"import_path": Str(), "sha256": Opt(Str(pattern=r"[0-9a-f]{64}"))})
+CODE_REFERENCE = Dict({"import_path": Str(), "sha256": Opt(Str(pattern=r"[0-9a-f]{64}")),
+                       "function_sha256": Opt(Str(pattern=r"[0-9a-f]{64}"))})  # (user_code.function_binding)
 #: constructor arguments of the likelihoods that size something, with their limits; any other
 #: argument is a bounded plain value
 LIKELIHOOD_KWARGS = {
@@ -77,6 +78,7 @@ LIKELIHOOD_FIELDS = {
     "kwargs": Opt(Dict({k: Opt(v) for k, v in LIKELIHOOD_KWARGS.items()}, extra=BoundedPlain())),
     "import_path": Opt(Str()),
     "sha256": Opt(Str(pattern=r"[0-9a-f]{64}")),
+    "function_sha256": Opt(Str(pattern=r"[0-9a-f]{64}")),
     "code_kwargs": Opt(Dict(extra=CODE_REFERENCE, key_pattern=_IDENTIFIER, max_len=100)),
 }
 #: the check of a user function's ``kwargs``: each optional, except the code arguments that must be absent

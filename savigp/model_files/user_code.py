@@ -10,10 +10,30 @@ file names). Either way the code runs by :func:`load_code`'s rule -- the bytes a
 hashed, and exactly those bytes are compiled and run (never a ``__pycache__`` entry, never a
 second read); a module name is found as its ``.py`` file first -- and, unless
 ``trust_code=True``, it is refused when its SHA-256 differs from the recorded one, when none was
-recorded, or when the caller names another function than the file records. A module the user
-file imports from its own folder or the working folder is not covered by the hash, so while
-checked bytes run such an import is refused (unless ``trust_code=True``); installed packages
-import as usual.
+recorded, or when the caller names another function than the file records.
+
+**Only the hashed bytes run.** Code the user file reaches from its own folder or the working
+folder is not covered by the hash, so as long as checked bytes (a recorded SHA-256, no
+``trust_code``) are on the call stack -- when the module is run and whenever its functions are
+called later -- :class:`_UnhashedCodeGuard` refuses: importing a module from those folders
+(at module level or inside a function), running or compiling a file from them
+(``importlib.util.spec_from_file_location`` with ``exec_module``, ``runpy.run_path``,
+``exec(compile(open(...).read(), "helper.py", "exec"))``), and ``exec`` / ``eval`` / ``compile`` of
+a string called directly by the checked code (``exec(open("helper.py").read())``). It is a
+``sys.meta_path`` finder and an audit hook (:func:`sys.addaudithook`), installed once and inert
+while no checked code is on the stack. Installed packages (under ``sys.prefix``), savigp and
+:mod:`likelihoods` import as usual. It closes the ways the issue tracker found; Python code that
+wants to run unhashed code can always find another (the hash is an integrity check of the file
+the user names, not a sandbox).
+
+**Which function runs.** A further function recorded from the likelihood's own file (a mean
+function) moves with the consent to that file only when the model file records its
+*function binding* (``"function_sha256"``: the SHA-256 of the function's name followed by the
+file's bytes, :func:`function_binding`) and it matches the bytes that run: the recorded file hash
+alone does not say which function of the file was trained, so without the binding a model file
+could point ``mean_fn`` at any other function of a consented file. Computing a binding needs the
+file's bytes, which the model file does not hold. A reference without a binding (a file written
+before it) runs only when named (``code=`` / ``--mean-function``) or with ``trust_code``.
 """
 from __future__ import annotations
 
@@ -110,9 +130,10 @@ def load_code(target: str, sha256: Optional[str] = None, trust_code: bool = Fals
     read once, hashed, and exactly those bytes are compiled and executed in a fresh module
     (registered in ``sys.modules`` under a private name keyed by path and SHA-256); no
     ``__pycache__`` is read or written and the file is not read again. Modules that code imports
-    in turn are not covered by the hash: while bytes checked against ``sha256`` run (without
-    ``trust_code``), importing one that lies in the file's own folder or the working folder is
-    refused (:class:`_UnhashedImportGuard`); installed packages import as Python finds them.
+    in turn are not covered by the hash: whenever bytes checked against ``sha256`` (without
+    ``trust_code``) are on the call stack, code from the file's own folder or the working folder
+    that the hash does not cover is refused (:class:`_UnhashedCodeGuard`, module docstring);
+    installed packages import as Python finds them.
 
     Args:
         sha256: the SHA-256 the bytes must have (recorded at training), or None.
@@ -131,7 +152,7 @@ def load_code(target: str, sha256: Optional[str] = None, trust_code: bool = Fals
     spec = spec or target
     path = source_file(target, spec)
     if reuse and sha256 and _module_name(path, sha256) in sys.modules:  # these very bytes already ran here
-        return sys.modules[_module_name(path, sha256)], sha256
+        return sys.modules[_module_name(path, sha256)], sha256  # (guarded as it was when it ran)
     try:
         with open(path, "rb") as fh:
             source = fh.read()
@@ -145,54 +166,123 @@ def load_code(target: str, sha256: Optional[str] = None, trust_code: bool = Fals
     # keyed by path and contents: an edited file runs afresh; the same bytes reuse their module
     modname = _module_name(path, digest)
     module = sys.modules.get(modname)
-    if module is not None:
+    if module is not None:  # the latest consent decides: checked now, or trusted now
+        _GUARD.watch(modname, path) if sha256 and not trust_code else _GUARD.forget(modname)
         return module, digest
     module = types.ModuleType(modname)
     module.__file__, module.__cached__ = path, None
     module.__spec__ = importlib.machinery.ModuleSpec(modname, None, origin=path)
     module.__package__ = "" if is_file_spec(target) else target.rpartition(".")[0]
     module.__savigp_sha256__ = digest
+    module.__savigp_source__ = source  # for function_binding: the bytes that ran, never read again
     sys.modules[modname] = module
-    guard = None if (trust_code or not sha256) else _UnhashedImportGuard(path)
+    checked = sha256 and not trust_code
+    if checked:  # from now on, whenever this module's code is on the stack (module docstring)
+        _GUARD.watch(modname, path)
     try:
-        if guard is not None:
-            sys.meta_path.insert(0, guard)
         exec(compile(source, path, "exec", dont_inherit=True), module.__dict__)
     except BaseException as err:
         del sys.modules[modname]
+        _GUARD.forget(modname)
         if isinstance(err, KeyboardInterrupt):
             raise
         where = f" (line {err.lineno})" if isinstance(err, SyntaxError) and err.lineno else ""
         raise LikelihoodImportError(f"{what} {spec!r}: running {path} failed{where}: {type(err).__name__}: {err}") from None
-    finally:
-        if guard is not None:
-            sys.meta_path.remove(guard)
     return module, digest
 
 
-class _UnhashedImportGuard:
-    """A ``sys.meta_path`` finder in place while :func:`load_code` runs checked bytes (a recorded
-    SHA-256, no ``trust_code``): it refuses to import a module that is not yet loaded and whose
-    source lies in the user file's own folder or the working folder -- a sibling such as
-    ``helper.py``, which the recorded hash does not cover and which could have been edited since
-    training. Installed packages (numpy, scipy, torch, ...) import as usual."""
+def _under(path: str, folders) -> bool:
+    return any(path == d or path.startswith(d.rstrip(os.sep) + os.sep) for d in folders)
 
-    def __init__(self, path: str):
-        self.path = path
-        self.folders = {os.path.realpath(os.path.dirname(path)), os.path.realpath(os.getcwd())}
+
+class _UnhashedCodeGuard:
+    """What keeps checked user code (bytes run by :func:`load_code` against a recorded SHA-256,
+    without ``trust_code``) from running code the hash does not cover, for as long as a frame of
+    such a module is on the call stack (see the module docstring): a ``sys.meta_path`` finder
+    (imports of modules not yet loaded) and an audit hook (``compile`` and ``exec`` events).
+    Installed on the first checked load, once per process; inert while no checked code runs."""
+
+    def __init__(self):
+        self.checked: dict = {}  # module name -> (its file, the folders it may not run unhashed code from)
+        self.installed = False
+        self._exempt: Optional[tuple] = None
+
+    def watch(self, modname: str, path: str) -> None:
+        self.checked[modname] = (path, (os.path.realpath(os.path.dirname(path)), os.path.realpath(os.getcwd())))
+        if not self.installed:
+            self.installed = True
+            sys.meta_path.insert(0, self)
+            sys.addaudithook(self._audit)
+
+    def forget(self, modname: str) -> None:
+        self.checked.pop(modname, None)
+
+    def exempt(self) -> tuple:
+        """Where installed code lives (never the user's): the interpreter's prefixes (a virtual
+        environment inside the working folder included), savigp and likelihoods."""
+        if self._exempt is None:
+            import likelihoods
+
+            roots = {sys.prefix, sys.base_prefix, sys.exec_prefix,
+                     os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                     os.path.dirname(os.path.abspath(likelihoods.__file__))}
+            self._exempt = tuple(sorted({os.path.realpath(r) for r in roots if r}))
+        return self._exempt
+
+    def on_stack(self, frame) -> Optional[tuple]:
+        """``(file, folders)`` of the innermost checked module with a frame at or below ``frame``, or None."""
+        checked = self.checked
+        while frame is not None:
+            name = frame.f_globals.get("__name__")
+            if type(name) is str and name in checked:
+                return checked[name]
+            frame = frame.f_back
+        return None
+
+    def _refuse(self, who: tuple, what: str) -> None:
+        raise LikelihoodImportError(
+            f"{who[0]} {what}, which the recorded SHA-256 does not cover (only the likelihood's own file is "
+            "hashed); refusing to run it: keep the code in one file, or pass --trust-code (trust_code=True)")
+
+    def _unhashed(self, filename, folders) -> Optional[str]:
+        """``filename`` (a module's or a code object's) when it lies in ``folders`` and is not installed code."""
+        if not isinstance(filename, (str, bytes)) or not filename:
+            return None
+        filename = os.fsdecode(filename)
+        if filename.startswith("<"):
+            return None
+        where = os.path.realpath(filename)
+        return filename if _under(where, folders) and not _under(where, self.exempt()) else None
 
     def find_spec(self, fullname, search_path=None, target=None):
+        if not self.checked:
+            return None
+        who = self.on_stack(sys._getframe(1))
+        if who is None:
+            return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, search_path)
         origin = getattr(spec, "origin", None)
-        if not origin or origin in ("built-in", "frozen"):
-            return None
-        where = os.path.realpath(origin)
-        if any(where == d or where.startswith(d + os.sep) for d in self.folders):
-            raise LikelihoodImportError(
-                f"{self.path} imports {fullname} ({origin}), which the recorded SHA-256 does not cover (only the "
-                f"likelihood's own file is hashed); refusing to run it: keep the code in one file, or pass "
-                f"--trust-code (trust_code=True)")
+        if origin not in (None, "built-in", "frozen") and self._unhashed(origin, who[1]):
+            self._refuse(who, f"imports {fullname} ({origin})")
         return None
+
+    def _audit(self, event: str, args: tuple) -> None:
+        if (event != "compile" and event != "exec") or not self.checked:
+            return
+        caller = sys._getframe(1)  # who called compile / exec (builtins have no frame of their own)
+        who = self.on_stack(caller)
+        if who is None:
+            return
+        filename = args[1] if event == "compile" else getattr(args[0], "co_filename", None)
+        where = self._unhashed(filename, who[1])
+        if where is not None:
+            self._refuse(who, f"runs {where}")
+        direct = caller.f_globals.get("__name__")
+        if event == "compile" and type(direct) is str and direct in self.checked:
+            self._refuse(who, "compiles code from a string (exec, eval or compile)")
+
+
+_GUARD = _UnhashedCodeGuard()
 
 
 def import_callable(spec: str, sha256: Optional[str] = None, trust_code: bool = False, reuse: bool = False) -> Callable:
@@ -207,8 +297,9 @@ def import_callable(spec: str, sha256: Optional[str] = None, trust_code: bool = 
 
 def import_with_reference(spec: str, sha256: Optional[str] = None, trust_code: bool = False,
                           reuse: bool = False) -> tuple:
-    """``(function, {"import_path", "sha256"})``: the function ``spec`` names and the reference a
-    model file records for it -- the canonical import path and the SHA-256 of the bytes that ran."""
+    """``(function, {"import_path", "sha256", "function_sha256"})``: the function ``spec`` names and
+    the reference a model file records for it -- the canonical import path, the SHA-256 of the
+    bytes that ran and the function's binding to them (:func:`function_binding`)."""
     target, name = split_spec(spec)
     module, digest = load_code(target, sha256, trust_code, spec, reuse=reuse)
     fn = getattr(module, name, None)
@@ -216,7 +307,15 @@ def import_with_reference(spec: str, sha256: Optional[str] = None, trust_code: b
         raise LikelihoodImportError(f"likelihood {spec!r}: {target} has no attribute {name!r}")
     if not callable(fn):
         raise LikelihoodImportError(f"likelihood {spec!r}: {target}.{name} is a {type(fn).__name__}, not a function")
-    return fn, {"import_path": canonical_import_path(spec), "sha256": digest}
+    return fn, {"import_path": canonical_import_path(spec), "sha256": digest,
+                "function_sha256": function_binding(module.__savigp_source__, name)}
+
+
+def function_binding(source: bytes, name: str) -> str:
+    """The SHA-256 that binds function ``name`` to a file's bytes ``source``: of
+    ``b"savigp function\\0" + name + b"\\0" + source``, the name first, so that it cannot be
+    computed from the file's own SHA-256 (which a model file records) without the bytes."""
+    return hashlib.sha256(b"savigp function\0" + name.encode() + b"\0" + source).hexdigest()
 
 
 def file_sha256(path: str) -> str:
@@ -229,24 +328,30 @@ def file_sha256(path: str) -> str:
 
 
 def code_reference(spec: str, fn=None) -> dict:
-    """``{"import_path", "sha256"}`` for a user function the user named: the canonical import path
-    and the SHA-256 of the bytes that ran when ``fn`` was run by :func:`load_code` from that file
-    (else of the file's bytes now; None for a module that is not a ``.py`` source)."""
+    """``{"import_path", "sha256", "function_sha256"}`` for a user function the user named: the
+    canonical import path, the SHA-256 of the bytes that ran when ``fn`` was run by
+    :func:`load_code` from that file (else of the file's bytes now) and the function's binding to
+    them (:func:`function_binding`); ``sha256`` None for a module that is not a ``.py`` source."""
     path = canonical_import_path(spec)
     target, _ = split_spec(path)
     try:
         origin = source_file(target, spec)
     except LikelihoodImportError:
         return {"import_path": path, "sha256": None}
+    name = split_spec(path)[1]
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     ran = getattr(module, "__savigp_sha256__", None)
     if ran is not None and getattr(module, "__file__", None) == origin:
-        return {"import_path": path, "sha256": ran}
-    return {"import_path": path, "sha256": file_sha256(origin)}
+        source = module.__savigp_source__
+    else:
+        with open(origin, "rb") as fh:
+            source = fh.read()
+        ran = hashlib.sha256(source).hexdigest()
+    return {"import_path": path, "sha256": ran, "function_sha256": function_binding(source, name)}
 
 
 def authorized_import(ref: dict, override=None, trust_code: bool = False, what: str = "likelihood",
-                      source: str = "the model file") -> Callable:
+                      source: str = "the model file", named_by_file: bool = False) -> Callable:
     """Run the user function a model file records, but only with the caller's consent, and only
     the bytes it was trained with (:func:`load_code`).
 
@@ -256,11 +361,15 @@ def authorized_import(ref: dict, override=None, trust_code: bool = False, what: 
             or a file path alone (the recorded function name is kept); the caller's consent.
         trust_code: import ``ref["import_path"]`` itself (consent), and run a file whose SHA-256
             differs from the recorded one, or with none recorded, or a function of another name.
+        named_by_file: the function's name comes from the model file, not from the caller (a mean
+            function moving with the consent to the likelihood's file): its recorded
+            ``function_sha256`` is then required (module docstring, "Which function runs").
 
     Raises:
         CodeNotAuthorized: neither ``override`` nor ``trust_code``.
         LikelihoodImportError: without ``trust_code``: no SHA-256 recorded, the file changed since
-            training, or ``override`` names another function than the file records; or the import failed.
+            training, ``override`` names another function than the file records, or the recorded
+            function binding is missing (``named_by_file``) or does not match; or the import failed.
     """
     recorded = ref["import_path"]
     if override is None and not trust_code:
@@ -277,7 +386,22 @@ def authorized_import(ref: dict, override=None, trust_code: bool = False, what: 
             raise LikelihoodImportError(
                 f"{what} {spec}: names the function {given!r} but {source} was trained with {trained!r} ({recorded}); "
                 "refusing to run it: pass --trust-code (trust_code=True) to run it anyway")
-    return import_callable(spec, digest, trust_code)
+        if named_by_file and not ref.get("function_sha256"):
+            raise LikelihoodImportError(
+                f"{what} {spec}: {source} records no binding of the function {trained!r} to its file (written before "
+                "savigp recorded one), so the consent to the likelihood's file does not say to run it: name it "
+                "(--mean-function FILE.py:FN, code={...}) or pass --trust-code (trust_code=True)")
+    fn = import_callable(spec, digest, trust_code)
+    bound = ref.get("function_sha256")
+    if bound and not trust_code:
+        module = sys.modules.get(getattr(fn, "__module__", None) or "")
+        ran = getattr(module, "__savigp_source__", None)
+        name = split_spec(spec)[1]
+        if ran is None or function_binding(ran, name) != bound:
+            raise LikelihoodImportError(
+                f"{what} {spec}: {source} was not trained with the function {name!r} of this file (its recorded "
+                "function binding differs); refusing to run it: pass --trust-code (trust_code=True) to run it anyway")
+    return fn
 
 
 def consent_message(recorded: str, what: str, source: str) -> str:

@@ -17,6 +17,7 @@ import torch
 from savigp.cli import EXIT_BAD_INPUT, EXIT_NON_FINITE, main
 from savigp.io.csv_data import write_csv
 from savigp.model_files import load_model
+from savigp.model_files.user_code import function_binding
 
 FAST = ["--num-inducing", "8", "--samples", "10", "--threads", "1"]
 
@@ -222,7 +223,8 @@ def test_differentiable_softmax_and_a_likelihood_subclass(files, capsys):
     assert "estimator: reparam" in err
     cfg = torch.load(d / "l.pt", weights_only=True)["config"]["likelihood"]
     assert cfg == {"name": "user-class", "class": "Laplace", "import_path": f"{d}/sub.py:Laplace",
-                   "sha256": hashlib.sha256((d / "sub.py").read_bytes()).hexdigest(), "kwargs": {"scale": 0.5}}
+                   "sha256": hashlib.sha256((d / "sub.py").read_bytes()).hexdigest(), "kwargs": {"scale": 0.5},
+                   "function_sha256": function_binding((d / "sub.py").read_bytes(), "Laplace")}
     code, out, err = _run(capsys, "evaluate", d / "l.pt", d / "reg.csv", "--json")
     assert code == 2 and "never runs code it names" in err  # a class is code: run only with consent
     code, out, err = _run(capsys, "evaluate", d / "l.pt", d / "reg.csv", "--json", "--likelihood", d / "sub.py")

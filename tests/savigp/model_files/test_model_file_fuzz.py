@@ -1,14 +1,21 @@
 """A fuzz test of model files: a fixed seed, a few hundred mutations (byte flips, truncations,
 tensor values NaN/inf/huge, wrong shapes, dtypes, stride tricks, missing and extra keys, config
-fields of the wrong type or range) of small files of every kind (a mixture, a decoupled mean head,
+fields of the wrong type or range, compressed records, unknown top-level entries, a damaged
+content digest) of small files of every kind (a mixture, a decoupled mean head,
 a joint posterior, a user likelihood, softmax with class labels, a checkpoint with an optimizer
-state). Each is loaded and used as ``savigp predict`` and ``savigp evaluate`` use it, in-process:
+state). A mutated payload is written as a forger would: with its content SHA-256 recomputed (so
+that the checks behind it are reached) or without one (an older file's layout). Each is loaded and
+used as ``savigp predict`` and ``savigp evaluate`` use it, in-process:
 every outcome is a one-line error of the kinds the command line reports with exit 2 (or 3, a
-likelihood returning NaN/inf), or finite predictions and metrics; never another exception."""
+likelihood returning NaN/inf), or finite predictions and metrics; never another exception.
+Byte flips of a written file never load (the content digest). The archive bounds checked before
+anything is unpickled (compressed records, the pickle's size and object count) and a truncated
+generator state at ``--resume`` have tests of their own below."""
 from __future__ import annotations
 
 import copy
 import io
+import zipfile
 
 import numpy as np
 import pytest
@@ -22,6 +29,7 @@ from savigp.cli.errors import CLIError
 from savigp.cli.predict import check_finite_metrics, check_finite_predictions, model_problems, prediction_table
 from savigp.io.csv_data import DataError, read_csv, write_csv
 from savigp.model_files import LikelihoodImportError, ModelFileError, load_model, save_model
+from savigp.model_files.file_format import content_digest
 from savigp.estimators.nonfinite import NonFiniteLogProb
 
 #: the errors the command line reports in one line with exit 2 (3: NonFiniteLogProb)
@@ -159,9 +167,32 @@ def _tensor_mutation(rng, t: torch.Tensor):
         else torch.zeros((), dtype=t.dtype)
 
 
+def _rezip(raw: bytes, compression=zipfile.ZIP_DEFLATED) -> bytes:
+    """The archive ``raw`` with every record written again with ``compression``."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(raw)) as src, zipfile.ZipFile(out, "w", compression) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    return out.getvalue()
+
+
 def _mutate(rng, raw: bytes, payload: dict) -> tuple:
     """``(description, bytes)`` of one mutation of a file (``raw``, and its ``payload``)."""
-    kind = int(rng.integers(10))
+    kind = int(rng.integers(12))
+    if kind == 10:
+        return "records compressed", _rezip(raw)
+    if kind == 11:
+        p = dict(payload)
+        choice = int(rng.integers(3))
+        if choice == 0:
+            p["content_sha25"] = p.pop("content_sha256")  # a flipped bit in the entry's name
+        elif choice == 1:
+            p["content_sha256"] = CONFIG_VALUES[int(rng.integers(len(CONFIG_VALUES)))]
+        else:
+            p["content_sha256"] = "0" * 64
+        buf = io.BytesIO()
+        torch.save(p, buf)
+        return f"top-level entries {sorted(p)}", buf.getvalue()
     if kind == 0:  # byte flips
         data = bytearray(raw)
         where = rng.integers(len(data), size=int(rng.integers(1, 5)))
@@ -208,6 +239,13 @@ def _mutate(rng, raw: bytes, payload: dict) -> tuple:
             key = ["config", "state_dict", "training_state"][int(rng.integers(3))]
             p[key] = CONFIG_VALUES[int(rng.integers(len(CONFIG_VALUES)))]
             what = f"payload[{key}] = {p[key]!r}"
+    if rng.random() < 0.5:  # the forger recomputes the content digest (the checks behind it are reached)
+        try:
+            p["content_sha256"] = content_digest(p)
+        except TypeError:
+            p.pop("content_sha256", None)
+    else:  # or leaves it out, as in a file written before it
+        p.pop("content_sha256", None)
     buf = io.BytesIO()
     torch.save(p, buf)
     return what, buf.getvalue()
@@ -258,3 +296,107 @@ def test_mutated_files_through_the_command_line(bases, tmp_path, capsys):
                     assert code in (2, 3) and out.out == "" and len(out.err.strip().splitlines()) == 1, \
                         (kind, what, code, out.err)
                     assert "internal error" not in out.err, (kind, what, out.err)
+
+
+# ---------------------------------------------------------------------- before anything is unpickled
+def _archive(records: dict, compression=zipfile.ZIP_STORED) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression) as z:
+        for name, data in records.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def test_compressed_records_are_refused_before_unpickling(tmp_path):
+    """20 million empty dicts in a compressed pickle (a 20 KB file that kept torch.load busy for a
+    minute and 1.1 GB), and a 256 MiB record in a file of a quarter of a megabyte: refused from the
+    zip directory, before anything is read into memory."""
+    bomb = tmp_path / "dicts.pt"
+    bomb.write_bytes(_archive({"archive/data.pkl": b"\x80\x02(" + b"}" * 20_000_000 + b"l.", "archive/version": b"3\n"},
+                              zipfile.ZIP_DEFLATED))
+    assert bomb.stat().st_size < 64_000
+    with pytest.raises(ModelFileError, match="'archive/data.pkl' is compressed"):
+        load_model(str(bomb))
+    # a deflated record of 256 MiB of zeros, written stream by stream (never in memory at once)
+    big = tmp_path / "big.pt"
+    with zipfile.ZipFile(big, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        info = zipfile.ZipInfo("archive/data/1")
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with z.open(info, "w", force_zip64=True) as fh:
+            chunk = bytes(1 << 24)
+            for _ in range(16):
+                fh.write(chunk)
+    assert big.stat().st_size < 2 ** 20  # a quarter of a megabyte holding 256 MiB
+    with pytest.raises(ModelFileError, match="'archive/data/1' is compressed"):
+        load_model(str(big))
+
+
+def test_the_pickle_is_bounded_in_objects_and_records_in_size(bases, tmp_path, monkeypatch):
+    import savigp.model_files.file_format as ff
+
+    raw, consent, _ = bases["mixture"]
+    good = tmp_path / "good.pt"
+    good.write_bytes(raw)
+    load_model(str(good))  # within every bound
+    monkeypatch.setattr(ff, "MAX_PICKLE_OPS", 300)
+    with pytest.raises(ModelFileError, match="builds more than 300 objects"):
+        load_model(str(good))
+    monkeypatch.undo()
+    with pytest.raises(ModelFileError, match="more than the 1000-byte limit"):
+        load_model(str(good), max_bytes=1000)  # a record larger than the memory limit, said before it is read
+    # a record that claims more bytes than the file holds (an edited zip directory)
+    data = bytearray(raw)
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        info = [i for i in z.infolist() if "/data/" in i.filename][0]
+    central = [m for m in range(len(data) - 46) if data[m:m + 4] == b"PK\x01\x02"
+               and data[m + 46:m + 46 + len(info.filename)] == info.filename.encode()][0]
+    for field in (20, 24):  # compressed and uncompressed sizes
+        data[central + field:central + field + 4] = (2 ** 31).to_bytes(4, "little")
+    (tmp_path / "claims.pt").write_bytes(bytes(data))
+    with pytest.raises(ModelFileError, match="claims 2147483648 bytes, more than the file holds"):
+        load_model(str(tmp_path / "claims.pt"))
+
+
+def test_bit_flips_never_load_as_other_numbers(bases, tmp_path):
+    """Every flipped bit in the tensors' bytes and in the pickle either fails to load or is refused
+    by the content digest; none loads (the same file without the digest loads the flipped numbers)."""
+    rng = np.random.default_rng(11)
+    for kind in ("mixture", "user"):
+        raw, consent, _ = bases[kind]
+        with zipfile.ZipFile(io.BytesIO(raw)) as z:
+            spans = []
+            for info in z.infolist():
+                if info.filename.endswith("data.pkl") or "/data/" in info.filename:
+                    n, e = int.from_bytes(raw[info.header_offset + 26:info.header_offset + 28], "little"), \
+                        int.from_bytes(raw[info.header_offset + 28:info.header_offset + 30], "little")
+                    start = info.header_offset + 30 + n + e
+                    spans.append((start, start + info.file_size))
+        for _ in range(25):
+            lo, hi = spans[int(rng.integers(len(spans)))]
+            data = bytearray(raw)
+            i = int(rng.integers(lo, hi))
+            data[i] ^= 1 << int(rng.integers(8))
+            path = tmp_path / "flipped.pt"
+            path.write_bytes(bytes(data))
+            with pytest.raises(CLEAN):
+                load_model(str(path), **consent)
+
+
+def test_a_truncated_generator_state_at_resume_is_one_line(tmp_path, capsys):
+    X, Y = _data(30)
+    data = str(tmp_path / "d.csv")
+    write_csv(data, ["x1", "x2", "y"], np.column_stack([X, Y]))
+    out = str(tmp_path / "m.pt")
+    fast = ["--num-inducing", "4", "--samples", "3", "--threads", "1", "--quiet"]
+    assert main(["train", data, "--targets", "y", "--out", out, "--iterations", "4", "--checkpoint-every", "2",
+                 *fast]) == 0
+    capsys.readouterr()
+    payload = torch.load(out, weights_only=True)
+    payload["training_state"] = {"optimizer": {"state": {}, "param_groups": []}, "perm": torch.randperm(30), "pos": 0,
+                                 "generator": torch.Generator().manual_seed(0).get_state()[:100]}
+    payload["content_sha256"] = content_digest(payload)
+    torch.save(payload, out + ".ckpt")
+    code = main(["train", data, "--targets", "y", "--out", out, "--iterations", "6", "--resume", *fast])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.splitlines() == [err] and "training_state.generator is not a torch.Generator state" in err
