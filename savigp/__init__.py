@@ -22,7 +22,10 @@ _LAZY = {
     "CholeskyError": "linalg.cholesky", "robust_cholesky": "linalg.cholesky", "tune_cpu_allocator": "runtime.allocator",
     "load": "model_files", "save": "model_files", "warm_start": "training.warm_start", "ConvergenceWarning": "training",
     "choose_components": "training.fitting", "grow": "training.components",
-    "ComponentSearch": "training.components",
+    "ComponentSearch": "training.components", "search_kernels": "training.kernel_search",
+    "KernelSearchResult": "training.kernel_search", "Matern12": "kernels", "RationalQuadratic": "kernels",
+    "Periodic": "kernels", "Linear": "kernels", "Constant": "kernels", "White": "kernels", "Scale": "kernels",
+    "Sum": "kernels", "Product": "kernels",
 }
 
 
@@ -49,5 +52,7 @@ __all__ = [
     "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead",
     "DecoupledMeanHead", "HybridMeanHead", "AdditiveMatern", "FourierFeatureKernel", "odvff_model",
     "fit_orthnat", "tune_cpu_allocator", "save", "load", "warm_start", "ConvergenceWarning",
+    "search_kernels", "KernelSearchResult", "Matern12", "RationalQuadratic", "Periodic", "Linear", "Constant",
+    "White", "Scale", "Sum", "Product",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,294 @@
+"""The kernel's structure chosen by the ELBO, for any likelihood: a greedy search over the algebra of
+kernels (Duvenaud et al. 2013, "Structure Discovery in Nonparametric Regression through
+Compositional Kernel Search"; Lloyd et al. 2014, "Automatic Construction and Natural-Language
+Description of Nonparametric Regression Models").
+
+An expression is kept as a sum of products of base kernels B (a family on one input column, or on
+all of them). From the current expression S = T_1 + ... + T_n the search proposes
+
+    S + B,    S with T_i replaced by T_i * B,    S with one base kernel replaced by another B',
+
+fits each candidate with :func:`savigp.fit` (its kernel's shared parts started at the parent's
+fitted hyper-parameters, its new parts at data-driven values: a periodic part at the strongest
+peaks of the Lomb-Scargle periodogram of the targets), and moves to the best one while it improves
+the score by more than twice the standard error of the difference. Duvenaud et al. rank by the BIC of
+the marginal likelihood; for a likelihood without one, the score here is the full-data ELBO (its
+Monte Carlo estimate, with its standard error) less (1/2) p log N for p kernel hyper-parameters
+(``penalty="bic"``; ``penalty=None`` ranks by the ELBO alone, which a point estimate of more
+hyper-parameters never lowers by much, so it drifts towards larger expressions).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..kernels.expression import format_kernel
+
+#: the base families the search combines by default
+DEFAULT_BASE = ("rbf", "periodic", "linear")
+
+
+@dataclass
+class KernelSearchResult:
+    """What :func:`search_kernels` tried and chose.
+
+    Attributes:
+        spec: the chosen kernel's spec (:mod:`savigp.kernels.spec`; with its fitted values).
+        expression: the chosen kernel as an expression (columns named as given).
+        model: the fitted model of the chosen kernel.
+        table: one row per candidate fitted, in the order tried: ``expression``, ``level`` (the
+            number of base kernels), ``elbo`` and ``elbo_stderr`` (full data), ``num_hypers``,
+            ``score``, ``seconds``, ``converged``, ``chosen`` (moved to, or the chosen expression
+            trained further: "(continued)", as long as its children are, so that they compare fairly).
+        seconds: the search's time; ``complete``: False when the time budget stopped it.
+    """
+
+    spec: dict
+    expression: str
+    model: Any
+    table: list = field(default_factory=list)
+    seconds: float = 0.0
+    complete: bool = True
+
+    def __str__(self) -> str:
+        head = "| level | expression | ELBO | s.e. | hypers | score | s | converged | chosen |"
+        rows = [head, "|" + "---|" * 9]
+        for r in self.table:
+            rows.append(f"| {r['level']} | {r['expression']} | {r['elbo']:.2f} | {r['elbo_stderr']:.2f} | "
+                        f"{r['num_hypers']} | {r['score']:.2f} | {r['seconds']:.1f} | {'yes' if r['converged'] else 'no'} | "
+                        f"{'*' if r['chosen'] else ''} |")
+        rows.append(f"chosen: {self.expression} ({self.seconds:.0f} s{'' if self.complete else ', stopped by the time budget'})")
+        return "\n".join(rows)
+
+
+def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, columns: Optional[Sequence[str]] = None,
+                   per_column: Optional[bool] = None, max_terms: int = 4, time_budget: Optional[float] = None,
+                   penalty: Optional[str] = "bic", num_inducing: Optional[int] = None, iterations: int = 500,
+                   lr: float = 0.05, fit_options: Optional[dict] = None, model_options: Optional[dict] = None,
+                   seed: int = 0, progress: bool = True) -> KernelSearchResult:
+    """Search the kernel's structure greedily by the ELBO (Duvenaud et al. 2013), for any likelihood.
+
+    Args:
+        X: inputs ``(N, D)``. Y: targets ``(N, P)`` as the likelihood takes them.
+        likelihood: any savigp likelihood (copied for every candidate; the copies learn their parameters).
+        base: the base families (registered kernel names, e.g. ``("rbf", "periodic", "linear", "rq")``).
+        columns: the inputs' names, for the expressions in the table.
+        per_column: base kernels on one column each (default when 1 < D <= 8) or on all columns.
+        max_terms: the most base kernels in an expression.
+        time_budget: seconds; no candidate but the first is started after it is spent (the
+            result's ``complete`` says so).
+        penalty: ``"bic"`` (score = ELBO - p log(N) / 2) or None (the ELBO alone).
+        num_inducing: M of every candidate (default min(N, 100)).
+        iterations, lr: of every candidate's :func:`savigp.fit`; ``fit_options`` adds to them.
+        model_options: further :class:`savigp.SAVIGP` arguments (e.g. ``posterior=``).
+        seed: of the models and fits. progress: a line per candidate on stderr.
+
+    Returns:
+        a :class:`KernelSearchResult` (``print(result)`` shows the table).
+    """
+    from ..model import SAVIGP
+    from ..training import ConvergenceWarning, fit
+    from ..training.convergence import full_data_elbo
+
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"search_kernels: X must have shape (N, D), got {X.shape}")
+    Yarr = np.asarray(Y, dtype=np.float64)
+    Yarr = Yarr[:, None] if Yarr.ndim == 1 else Yarr
+    if Yarr.shape[0] != X.shape[0]:
+        raise ValueError(f"search_kernels: Y has {Yarr.shape[0]} rows but X has {X.shape[0]} (X {X.shape}, Y {Yarr.shape})")
+    N, D = X.shape
+    if columns is not None and len(columns) != D:
+        raise ValueError(f"search_kernels: columns names {len(columns)} columns but X has D={D}")
+    if penalty not in ("bic", None):
+        raise ValueError(f"search_kernels: penalty must be 'bic' or None, got {penalty!r}")
+    from .._choices import KERNELS
+    base = [KERNELS.canonical(name) for name in base]
+    per_column = (1 < D <= 8) if per_column is None else per_column
+    groups = [[d] for d in range(D)] if per_column and D > 1 else [None]
+    bases = [_leaf(name, dims) for name in base for dims in groups]
+    periods = {tuple(g or []): _periodogram_peaks(X, Yarr, g) for g in groups} if "periodic" in base else {}
+    M = int(num_inducing or min(N, 100))
+    options = {"iterations": iterations, "lr": lr, "progress": False, "seed": seed, **(fit_options or {})}
+    start, table, best = time.perf_counter(), [], None
+
+    def run(spec, level: int, model=None):
+        """Fit a candidate (or, given ``model``, train it ``iterations`` more steps)."""
+        t0 = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            if model is None:
+                model = SAVIGP(X, Y, copy.deepcopy(likelihood), kernel=spec, num_inducing=min(M, N), seed=seed,
+                               **(model_options or {}))
+            history = fit(model, **options)
+        converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        elbo, se = history.final_elbo, history.final_elbo_stderr
+        if elbo is None:
+            elbo, se = full_data_elbo(model, seed=seed)
+        hypers = sum(p.numel() for p in model.kernel.parameters() if p.requires_grad)
+        from ..kernels.spec import kernel_spec
+        row = {"expression": format_kernel(_plain(kernel_spec(model.kernel)), columns), "level": level, "elbo": float(elbo),
+               "elbo_stderr": float(se or 0.0), "num_hypers": int(hypers),
+               "score": float(elbo) - (0.5 * hypers * math.log(N) if penalty == "bic" else 0.0),
+               "seconds": time.perf_counter() - t0, "converged": converged, "chosen": False}
+        table.append(row)
+        if progress:
+            import sys
+            print(f"search_kernels: {row['expression']}: ELBO {row['elbo']:.2f} +- {row['elbo_stderr']:.2f}, "
+                  f"score {row['score']:.2f} ({row['seconds']:.1f} s)", file=sys.stderr)
+        return row, model
+
+    def over_budget() -> bool:  # the first candidate is always fitted: a search returns a model
+        return time_budget is not None and bool(table) and time.perf_counter() - start > time_budget
+
+    complete, seen = True, set()
+    current = None  # (terms, row, model, fitted spec)
+    while True:
+        proposals = [t for t in _proposals(current[0] if current else None, bases) if sum(map(len, t)) <= max_terms]
+        fresh = []
+        for terms in proposals:
+            if _key(terms) not in seen:
+                seen.add(_key(terms))
+                fresh.append(terms)
+        if not fresh:
+            break
+        if current is not None and not over_budget():
+            # the parent trains as many more steps as its children get (they start at its values), so
+            # that a child wins by its structure, not by a longer optimisation (Duvenaud et al. 2013
+            # restart from the parent too)
+            row, model = run(None, current[1]["level"], model=current[2])
+            row["expression"] += " (continued)"
+            row["chosen"] = True
+            from ..kernels.spec import kernel_spec
+            current = (current[0], row, model, kernel_spec(model.kernel, values=True))
+        results = []
+        for terms in fresh:
+            if over_budget():
+                complete = False
+                break
+            spec = _warm_spec(terms, current[3] if current else None, periods)
+            row, model = run(spec, sum(map(len, terms)))
+            results.append((terms, row, model))
+        if not results:
+            break
+        terms, row, model = max(results, key=lambda r: r[1]["score"])
+        if current is not None:
+            gain = row["score"] - current[1]["score"]
+            if gain <= 2.0 * math.hypot(row["elbo_stderr"], current[1]["elbo_stderr"]):
+                break
+        row["chosen"] = True
+        from ..kernels.spec import kernel_spec
+        current = (terms, row, model, kernel_spec(model.kernel, values=True))
+        if not complete:
+            break
+    spec = current[3]
+    return KernelSearchResult(spec=spec, expression=current[1]["expression"].removesuffix(" (continued)"),
+                              model=current[2], table=table,
+                              seconds=time.perf_counter() - start, complete=complete)
+
+
+# ---------------------------------------------------------------- expressions as sums of products
+def _leaf(name: str, dims) -> dict:
+    return {"kernel": name} if dims is None else {"kernel": name, "active_dims": list(dims)}
+
+
+def _leaf_key(leaf: dict) -> str:
+    return json.dumps({"kernel": leaf["kernel"], "active_dims": leaf.get("active_dims")}, sort_keys=True)
+
+
+def _key(terms) -> tuple:
+    """A canonical form: sums and products commute."""
+    return tuple(sorted(tuple(sorted(_leaf_key(b) for b in t)) for t in terms))
+
+
+def _proposals(terms, bases) -> list:
+    """The expansions of ``terms`` (a list of products, each a list of leaves) by one base kernel."""
+    if terms is None:
+        return [[[b]] for b in bases]
+    out = [terms + [[b]] for b in bases]  # S + B
+    for i, t in enumerate(terms):  # T_i -> T_i * B
+        out += [terms[:i] + [t + [b]] + terms[i + 1:] for b in bases if _leaf_key(b) not in {_leaf_key(x) for x in t}]
+    for i, t in enumerate(terms):  # B_j -> B'
+        for j, leaf in enumerate(t):
+            out += [terms[:i] + [t[:j] + [b] + t[j + 1:]] + terms[i + 1:] for b in bases if _leaf_key(b) != _leaf_key(leaf)]
+    return out
+
+
+def _plain(spec: dict) -> dict:
+    """``spec`` without initial values (for the table's expressions)."""
+    if "sum" in spec or "product" in spec:
+        op = "sum" if "sum" in spec else "product"
+        return {op: [_plain(p) for p in spec[op]]}
+    return {k: v for k, v in spec.items() if k in ("kernel", "active_dims")}
+
+
+def _warm_spec(terms, parent: Optional[dict], periods: dict) -> dict:
+    """The candidate's spec: leaves it shares with the parent start at the parent's fitted values
+    (matched term by term, by family and columns), new periodic leaves at the periodogram's peaks."""
+    fitted = _terms_of(parent) if parent is not None else []
+    used = set()
+
+    def values_for(t_index, leaf):
+        for i, term in enumerate(fitted):
+            for j, f in enumerate(term):
+                if (i, j) not in used and _leaf_key(f) == _leaf_key(leaf) and (i == t_index or t_index >= len(fitted)):
+                    used.add((i, j))
+                    return {k: v for k, v in f.items() if k not in ("kernel", "active_dims")}
+        return None
+
+    out, new_periodic = [], {}
+    for ti, term in enumerate(terms):
+        leaves = []
+        for leaf in term:
+            v = values_for(ti, leaf)
+            new = dict(leaf)
+            if v is not None:
+                new.update(v)
+            elif leaf["kernel"] == "periodic":  # the first new one at the strongest peak, the next at the next
+                dims = tuple(leaf.get("active_dims") or [])
+                peaks = periods.get(dims, [])
+                if peaks:
+                    n = new_periodic.get(dims, 0)
+                    new["period"] = float(peaks[n % len(peaks)])
+                    new_periodic[dims] = n + 1
+            leaves.append(new)
+        out.append(leaves[0] if len(leaves) == 1 else {"product": leaves})
+    return out[0] if len(out) == 1 else {"sum": out}
+
+
+def _terms_of(spec: dict) -> list:
+    """A sum-of-products spec as a list of lists of leaves."""
+    terms = spec["sum"] if "sum" in spec else [spec]
+    return [t["product"] if "product" in t else [t] for t in terms]
+
+
+def _periodogram_peaks(X: np.ndarray, Y: np.ndarray, dims, count: int = 2) -> list:
+    """The periods of the ``count`` strongest peaks of the Lomb-Scargle periodogram of the first
+    target column against the input column ``dims[0]`` (or the first), between twice the median
+    spacing of the inputs and half their range (Lomb 1976; Scargle 1982): starting values for a
+    periodic part, whose ELBO is multimodal in the period."""
+    from scipy.signal import lombscargle
+
+    x = X[:, (dims or [0])[0]]
+    y = Y[:, 0]
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok] - y[ok].mean()
+    xs = np.unique(x)
+    if xs.size < 8 or not np.any(y):
+        return []
+    spacing = float(np.median(np.diff(xs)))
+    span = float(xs[-1] - xs[0])
+    if spacing <= 0 or span <= 0:
+        return []
+    freqs = 2 * np.pi / np.geomspace(span / 2, 2 * spacing, 2000)  # angular
+    power = lombscargle(x, y, freqs)
+    peaks = [i for i in range(1, len(power) - 1) if power[i] >= power[i - 1] and power[i] >= power[i + 1]]
+    peaks.sort(key=lambda i: -power[i])
+    return [float(2 * np.pi / freqs[i]) for i in peaks[:count]]

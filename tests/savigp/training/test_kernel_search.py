@@ -1,0 +1,84 @@
+"""savigp.search_kernels (Duvenaud et al. 2013's greedy search, ranked by the ELBO): its proposals,
+its canonical form, the periodogram's starting periods, the warm starts, its errors, and a search
+that finds the season of seasonal data."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import savigp
+from likelihoods import Gaussian
+from savigp.kernels import build_kernel, parse_kernel
+from savigp.training.kernel_search import _key, _periodogram_peaks, _proposals, _terms_of, _warm_spec
+
+RBF, PER, LIN = {"kernel": "rbf"}, {"kernel": "periodic"}, {"kernel": "linear"}
+
+
+def test_sums_and_products_commute_in_the_canonical_form():
+    a = _terms_of(parse_kernel("rbf + periodic * linear", input_dim=1))
+    b = _terms_of(parse_kernel("linear * periodic + rbf", input_dim=1))
+    c = _terms_of(parse_kernel("rbf * periodic + linear", input_dim=1))
+    assert _key(a) == _key(b) != _key(c)
+
+
+def test_the_proposals_add_multiply_and_replace_one_base_kernel():
+    got = {_key(t) for t in _proposals([[RBF]], [RBF, PER, LIN])}
+    want = {_key(_terms_of(parse_kernel(e, input_dim=1))) for e in
+            ["rbf + rbf", "rbf + periodic", "rbf + linear", "rbf * periodic", "rbf * linear", "periodic", "linear"]}
+    assert got == want
+    assert all(len(t) == 1 for t in _proposals(None, [RBF, PER]))
+
+
+def test_the_periodogram_finds_the_period_of_noisy_seasonal_data():
+    rng = np.random.default_rng(3)
+    X = np.sort(rng.uniform(0, 20, (200, 1)), 0)
+    Y = np.sin(2 * math.pi * X / 1.7) + 0.05 * X + 0.3 * rng.normal(size=X.shape)
+    peaks = _periodogram_peaks(X, Y, None)
+    assert abs(peaks[0] - 1.7) < 0.03 * 1.7, peaks
+
+
+def test_children_start_at_the_parents_fitted_values_and_new_seasons_at_the_peaks():
+    parent = {"sum": [{"kernel": "rbf", "lengthscale": [[2.5]], "variance": [0.7]},
+                      {"kernel": "periodic", "period": [[1.3]], "lengthscale": [[0.9]], "variance": [1.1]}]}
+    child = _warm_spec([[RBF], [PER, RBF], [PER]], parent, {(): [3.0, 5.0]})
+    rbf, product, per = child["sum"]
+    assert rbf["lengthscale"] == [[2.5]]
+    assert product["product"][0]["period"] == [[1.3]] and "lengthscale" not in product["product"][1]
+    assert per["period"] == 3.0  # the first new periodic part at the strongest peak
+    build_kernel(child, 1, 1)  # a valid spec
+
+
+def test_bad_arguments_are_named():
+    X, Y = np.zeros((10, 1)), np.zeros((10, 1))
+    with pytest.raises(ValueError, match=r"X must have shape \(N, D\), got \(10,\)"):
+        savigp.search_kernels(X[:, 0], Y, Gaussian())
+    with pytest.raises(ValueError, match="Y has 9 rows but X has 10"):
+        savigp.search_kernels(X, Y[:9], Gaussian())
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        savigp.search_kernels(X, Y, Gaussian(), base=("rbf", "periodc"))
+
+
+def test_a_search_finds_the_season_and_reports_what_it_tried():
+    """y = a season (period 1.5) on a slow trend: the search moves from one base kernel to a sum
+    with a periodic part, ranks by the full-data ELBO (closed form for the Gaussian: no Monte Carlo
+    error), and its chosen model is the one its table marks."""
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 9, (60, 1)), 0)
+    Y = np.sin(2 * math.pi * X / 1.5) + 0.3 * X + 0.1 * rng.normal(size=X.shape)
+    result = savigp.search_kernels(X, Y, Gaussian(), base=("rbf", "periodic"), max_terms=2, num_inducing=20,
+                                   iterations=150, progress=False)
+    assert "periodic" in result.expression and result.complete
+    chosen = [r for r in result.table if r["chosen"]]
+    assert chosen[-1]["expression"].removesuffix(" (continued)") == result.expression
+    best_level1 = max(r["score"] for r in result.table if r["level"] == 1 and "continued" not in r["expression"])
+    assert chosen[-1]["score"] > best_level1
+    assert "| level | expression |" in str(result)
+    assert isinstance(result.model, savigp.SAVIGP)
+
+
+def test_a_spent_time_budget_stops_the_search_and_says_so():
+    X = np.linspace(0, 1, 20)[:, None]
+    result = savigp.search_kernels(X, np.sin(6 * X), Gaussian(), base=("rbf", "linear"), time_budget=0.0,
+                                   num_inducing=5, iterations=5, progress=False)
+    assert not result.complete and len(result.table) == 1
