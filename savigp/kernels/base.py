@@ -47,6 +47,8 @@ class Kernel(nn.Module):
     active_dims: Optional[tuple] = None
     #: the constructor takes ``lengthscale=`` (the builders pass a data-scaled default to such kernels)
     takes_lengthscale: bool = False
+    #: ``kernel(X, X)`` with the same tensor twice differs from ``kernel(X, X')`` for an equal copy X' (White)
+    identity_terms: bool = False
 
     # ------------------------------------------------------------ inputs
     def _set_inputs(self, input_dim: int, num_latent: int, active_dims: Optional[Sequence[int]]) -> None:
@@ -117,6 +119,21 @@ class Kernel(nn.Module):
         """The current hyper-parameters as constructor options (JSON lists): a spec holding them
         builds a kernel equal to this one (warm starts, e.g. of :func:`savigp.search_kernels`)."""
         return {}
+
+    def identity_diag(self, x: Tensor) -> Optional[Tensor]:
+        """What only ``kernel(x, x)`` with the same tensor twice has on its diagonal, ``(Q, N)`` for ``x``
+        ``(N, D)`` or ``(Q, N, D)``: ``diag(x)`` less the diagonal of ``kernel(x, x')`` for ``x'`` an equal
+        copy (White's s, or s times the other factors of a product). None when no part of the kernel
+        tells its inputs apart by identity (:attr:`identity_terms`: White alone among savigp's), so that a
+        caller forming rows of K(X, X) from other tensors (the mean heads' column blocks and sampled
+        columns) adds it back only when there is something to add."""
+        if not any(getattr(m, "identity_terms", False) for m in self.modules()):
+            return None
+        out = []
+        for s in range(0, x.shape[-2], 256):  # 256 x 256 blocks of kernel(x, x')
+            xb = x[..., s:s + 256, :]
+            out.append(self.diag(xb) - self(xb, xb.clone()).diagonal(dim1=-2, dim2=-1))
+        return torch.cat(out, dim=-1)
 
     def _positive(self, value, shape: tuple, name: str, floor: float, learn: bool):
         """A :class:`~likelihoods.parameters.PositiveParameter` initialised from ``value`` (see :meth:`_initial`)."""

@@ -58,6 +58,8 @@ class White(_Level):
         input_dim: D; num_latent: Q; variance: initial s, a float or ``(Q,)``; learn: learn s.
     """
 
+    identity_terms = True
+
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         same = x1 is x2
         x1, x2 = self._inputs(x1, x2)

@@ -58,7 +58,7 @@ from torch import Tensor, nn
 from .. import _choices
 from ..linalg.cholesky import jittered
 from ..runtime import sync_free
-from .orthogonal_basis import KL_SAMPLING, SPDSolve, chol_solve, initial_mean_basis, kernel_matvec
+from .orthogonal_basis import KL_SAMPLING, SPDSolve, chol_solve, initial_mean_basis, kernel_matvec, rows_matvec
 
 #: the mean heads by name (``mean_basis=``): a registry, ``MEAN_HEADS.register("name", cls)``
 MEAN_HEADS = _choices.MEAN_HEADS
@@ -260,14 +260,14 @@ class OrthogonalMeanHead(nn.Module):
     def _sampled_kernel_quadratic(self, kernel, idx: Tensor) -> Tensor:
         """(G / C) sum_{j in J} a_j (K_gamma a)_j: unbiased for sum_q a_q^T K_gamma a_q."""
         gJ, aJ = self._gather(idx)
-        colJ = kernel_matvec(kernel, gJ, self.gamma, self.a)  # (Q, C): K(gamma_J, gamma) a
+        colJ = rows_matvec(kernel, gJ, self.gamma, self.a, aJ)  # (Q, C): K(gamma_J, gamma) a
         return (self.size / idx.shape[1]) * (aJ * colJ).sum()
 
     def _sampled_residual_quadratic(self, kernel, Z: Tensor, w: Tensor, idx: Tensor) -> Tensor:
         """(G / C) sum_{j in J} a_j (R a)_j with R = K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma, whose
         sampled rows are (R a)_J = K(gamma_J, gamma) a - K(gamma_J, Z) w."""
         gJ, aJ = self._gather(idx)
-        colJ = kernel_matvec(kernel, gJ, self.gamma, self.a) - kernel_matvec(kernel, gJ, Z, w)  # (Q, C)
+        colJ = rows_matvec(kernel, gJ, self.gamma, self.a, aJ) - kernel_matvec(kernel, gJ, Z, w)  # (Q, C)
         return (self.size / idx.shape[1]) * (aJ * colJ).sum()
 
     def quadratic(self, kernel, *, columns: Optional[int] = None, generator: Optional[torch.Generator] = None) -> Tensor:

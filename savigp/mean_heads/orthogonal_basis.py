@@ -98,7 +98,23 @@ def kernel_matvec(kernel, X1: Tensor, X2: Tensor, a: Tensor, max_entries: Option
         else:
             y = part(X1, x2, aa)
         out = y if out is None else out + y
+    if X1 is X2:  # the blocks are other tensors than X1: add back what only K(X, X) has (White's s I)
+        out = _with_identity_part(kernel, X1, out, a)
     return out
+
+
+def rows_matvec(kernel, XJ: Tensor, X: Tensor, a: Tensor, aJ: Tensor) -> Tensor:
+    """Rows J of K(X, X) a, ``(Q, C)``, for the rows ``XJ = X[J]`` ``(Q, C, D)`` gathered from ``X``
+    ``(Q, N, D)`` and ``aJ = a[J]`` ``(Q, C)``: K(X_J, X) a, plus on the entries (J_c, J_c) what only
+    K(X, X) of the same tensor has (White's s; :meth:`savigp.kernels.Kernel.identity_diag`), which
+    K(X_J, X) of a gathered copy lacks."""
+    return _with_identity_part(kernel, XJ, kernel_matvec(kernel, XJ, X, a), aJ)
+
+
+def _with_identity_part(kernel, X: Tensor, out: Tensor, a: Tensor) -> Tensor:
+    """``out + identity_diag(X) * a`` for a kernel with an identity part, else ``out``."""
+    extra = kernel.identity_diag(X) if hasattr(kernel, "identity_diag") else None
+    return out if extra is None else out + extra * a
 
 
 def chol_solve(L: Tensor, b: Tensor) -> Tensor:

@@ -196,3 +196,49 @@ def test_dense_models_with_a_composite_kernel(kind):
 def test_every_mean_head_with_a_composite_kernel(basis):
     a, b = _twins(mean_basis_size=5, mean_basis=basis)
     _assert_twins_agree(a, b)
+
+
+# ---------------------------------------------------------------- White in the mean heads' bases
+def _white_head(basis="orthogonal", G=12):
+    X, Y = _data()
+    model = savigp.SAVIGP(X, Y, MultiGaussian(Q, 0.3), kernel="rbf + white(variance=0.5)", num_inducing=M,
+                          mean_basis_size=G, mean_basis=basis, seed=0)
+    with torch.no_grad():
+        model.mean_head.a.copy_(torch.randn(model.mean_head.a.shape, generator=torch.Generator().manual_seed(2), dtype=DT))
+    return model
+
+
+def test_white_in_a_chunked_kernel_vector_product():
+    """K(gamma, gamma) a holds White's s a (the same tensor twice) whether or not the product is formed
+    in blocks of columns; K(X, gamma) a (different tensors) holds none."""
+    from savigp.mean_heads.orthogonal_basis import kernel_matvec
+
+    model = _white_head()
+    kernel, gamma, a = model.kernel, model.mean_head.gamma, model.mean_head.a
+    want = _Naive(kernel)(gamma, gamma) @ a.unsqueeze(-1)
+    for max_entries in (None, Q * 12 * 5, Q * 12):  # whole, blocks of 5 columns, of 1
+        torch.testing.assert_close(kernel_matvec(kernel, gamma, gamma, a, max_entries=max_entries), want.squeeze(-1),
+                                   rtol=1e-12, atol=1e-12)
+    X = model.train_x[:7]
+    torch.testing.assert_close(kernel_matvec(kernel, X, gamma, a, max_entries=Q * 7 * 5),
+                               (_Naive(kernel)(X, gamma) @ a.unsqueeze(-1)).squeeze(-1), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("basis", _choices.MEAN_HEADS.names())
+def test_white_in_the_sampled_kl_columns(basis):
+    """Every column sampled once (a permutation of all G), the column-sampled quadratic a^T K_gamma a
+    and the residual estimate equal the exact ones, White's s |a|^2 included."""
+    model = _white_head(basis)
+    head, kernel = model.mean_head, model.kernel
+    G = head.size
+    idx = torch.stack([torch.randperm(G, generator=torch.Generator().manual_seed(q)) for q in range(Q)])
+    with torch.no_grad():
+        exact = head.quadratic(kernel)
+        assert float(exact - _naive(kernel, head.gamma, head.gamma, False).mul(head.a.unsqueeze(-2)).mul(
+            head.a.unsqueeze(-1)).sum()) == pytest.approx(0.5 * float(head.a.square().sum()), rel=1e-10)
+        torch.testing.assert_close(head._sampled_kernel_quadratic(kernel, idx), exact, rtol=1e-12, atol=0)
+        if head.orthogonal:
+            Z, Lzz = model.inducing, model.prior_factor()
+            kl = head.kl(kernel, Z, Lzz, columns=None)
+            w = head.basis_terms(kernel, Z, Lzz).w
+            torch.testing.assert_close(0.5 * head._sampled_residual_quadratic(kernel, Z, w, idx), kl, rtol=1e-10, atol=0)
