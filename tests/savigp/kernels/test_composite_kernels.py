@@ -242,3 +242,48 @@ def test_white_in_the_sampled_kl_columns(basis):
             kl = head.kl(kernel, Z, Lzz, columns=None)
             w = head.basis_terms(kernel, Z, Lzz).w
             torch.testing.assert_close(0.5 * head._sampled_residual_quadratic(kernel, Z, w, idx), kl, rtol=1e-10, atol=0)
+
+
+# ---------------------------------------------------------------- float32, warm starts, fitting
+def test_a_float32_model_with_a_composite_kernel():
+    """Every parameter, K_zz and the predictions in float32, the ELBO within float32 rounding of the
+    float64 model's; a few training steps stay finite and float32."""
+    X, Y = _data()
+    models = {dt: savigp.SAVIGP(X, Y, MultiGaussian(Q, 0.3), kernel=EXPRESSION, num_inducing=M, seed=0, dtype=dt,
+                                mean_basis_size=4) for dt in (torch.float32, DT)}
+    m32, m64 = models[torch.float32], models[DT]
+    with torch.no_grad():  # q(u) and the head's coefficients off their starts, alike
+        g = torch.Generator().manual_seed(1)
+        for name, p in m64.named_parameters():
+            if name.startswith(("posterior", "mean_head.a")):
+                p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    m32.load_state_dict(m64.state_dict())
+    assert {p.dtype for p in m32.parameters()} == {torch.float32}
+    assert m32.prior_factor().dtype == torch.float32
+    e32, e64 = (float(m.elbo(estimator="closed-form").elbo.detach()) for m in (m32, m64))
+    assert abs(e32 - e64) < 1e-4 * abs(e64), (e32, e64)
+    Xt = _data(9, seed=5)[0]
+    assert m32.predict(Xt).mean.dtype == torch.float32
+    for a, b in zip(m32.predict_latent(Xt), m64.predict_latent(Xt)):  # (predict draws differ by dtype)
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-5)
+    savigp.fit(m32, iterations=5, lr=0.01, progress=False, seed=0)
+    assert {p.dtype for p in m32.parameters()} == {torch.float32}
+    assert all(bool(torch.isfinite(p).all()) for p in m32.parameters())
+
+
+@pytest.mark.parametrize("kind, K", [("full", 2), ("diag", 1), ("diag-u", 2)])
+def test_warm_start_copies_a_composite_kernel(kind, K):
+    """The composite's every hyper-parameter comes from the source; a full K = 1 target holds the
+    source's q(u) and has its ELBO."""
+    X, Y = _data()
+    source = savigp.SAVIGP(X, Y, MultiGaussian(Q, 0.3), kernel=EXPRESSION, num_inducing=M, seed=0)
+    savigp.fit(source, iterations=5, lr=0.05, progress=False, seed=0, estimator="closed-form")
+    for target_kind, target_K in ((kind, K), ("full", 1)):
+        model = savigp.SAVIGP(X, Y, MultiGaussian(Q, 0.3), kernel=EXPRESSION, num_inducing=M, seed=1,
+                              posterior=target_kind, num_components=target_K)
+        savigp.warm_start(model, source)
+        for (name, p), (_, q) in zip(model.kernel.named_parameters(), source.kernel.named_parameters()):
+            assert torch.equal(p, q), name
+    e, want = (float(m.elbo(estimator="closed-form").elbo.detach()) for m in (model, source))
+    assert abs(e - want) < 1e-9 * abs(want), (e, want)
