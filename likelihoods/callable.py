@@ -14,6 +14,16 @@ every label, p(y = c | f) = exp(log_lik(c, f)) / sum_c' exp(log_lik(c', f)) (the
 is a no-op for a normalized likelihood; a function whose values do not sum to one over the
 labels gets a warning once).
 
+**The support of y.** ``support=`` says where y lives, for the checks of
+:func:`savigp.testing.check_likelihood` (which integrate exp(log_lik) over y) and for plots (which
+read the predictive interval off the density on a grid of y): ``"real"`` (the real line),
+``"positive"`` (0, inf), ``"unit_interval"`` (0, 1), ``"counts"`` (0, 1, 2, ...), ``"circle"``
+(an angle in radians, y and y + 2 pi the same point, integrated over [-pi, pi]), or a pair
+``(lo, hi)`` (an interval; ``None`` or an infinity for an open end); ``{"support": ..., "atoms":
+[0.0]}`` adds point masses (a censoring point, a zero inflation of a continuous y), where
+exp(log_lik) is a probability, not a density; one for all P outputs or a list of P. Left out, the
+checks infer candidates from the targets (:func:`parse_support`).
+
 **Learnable parameters.** ``params={"r": 3.0}`` adds keyword arguments of ``log_lik`` that are
 learned with the rest of the model (``constraints={"r": "positive"}`` keeps one positive through
 a softplus, ``"unit_interval"`` keeps one in (0, 1) through the logistic function, e.g. a
@@ -45,6 +55,8 @@ from .parameters import POSITIVE_FLOOR, positive_from_raw, raw_from_positive, ra
 
 #: constraints a user parameter can have
 CONSTRAINTS = ("real", "positive", "unit_interval", "fixed")
+#: the named supports of y (``support=``); a pair (lo, hi) gives any interval
+SUPPORTS = ("real", "positive", "unit_interval", "counts", "circle")
 #: the most labels a classification likelihood takes from its training targets (more: pass classes)
 MAX_INFERRED_CLASSES = 1000
 #: relative central-difference step for numpy parameter derivatives: eps^(1/3)
@@ -126,6 +138,9 @@ class CallableLikelihood(Likelihood):
         min_log_prob: optional floor for the function's values: -inf (and anything below) is
             replaced by it, for simulators whose densities underflow. NaN still raises.
         mean_import_path: how to re-import ``mean_fn`` (recorded in model files).
+        support: regression: where y lives (module docstring): ``"real"``, ``"positive"``,
+            ``"unit_interval"``, ``"counts"``, ``"circle"`` or ``(lo, hi)``, one for all outputs or
+            a list of ``output_dim``; None (default): not declared.
     """
 
     cli_name = "callable"
@@ -150,6 +165,7 @@ class CallableLikelihood(Likelihood):
         ordered: bool = False,
         min_log_prob: Optional[float] = None,
         mean_import_path: Optional[str] = None,
+        support=None,
     ):
         super().__init__()
         if not callable(log_lik):
@@ -189,6 +205,14 @@ class CallableLikelihood(Likelihood):
         if ordered and task != "classification":
             raise ValueError("CallableLikelihood: ordered=True applies to task='classification' only")
         self.ordered = bool(ordered)
+        if support is not None and task == "classification":
+            raise ValueError("CallableLikelihood: support applies to task='regression' (a classifier's y is one of "
+                             "its classes)")
+        try:
+            parse_support(support, self.output_dim)
+        except ValueError as err:
+            raise ValueError(f"CallableLikelihood: {err}") from None
+        self.support = support if support is None or isinstance(support, str) else _plain_support(support)
 
     # ------------------------------------------------------------------ construction helpers
     def _init_parameters(self, params: dict, constraints: dict) -> None:
@@ -287,6 +311,8 @@ class CallableLikelihood(Likelihood):
             kwargs["ordered"] = True
         if self.min_log_prob is not None:
             kwargs["min_log_prob"] = self.min_log_prob
+        if self.support is not None:
+            kwargs["support"] = self.support
         spec = {"name": "callable", "class": "CallableLikelihood", "import_path": self.import_path, "kwargs": kwargs}
         if self.mean_import_path is not None:
             spec["code_kwargs"] = {"mean_fn": {"import_path": self.mean_import_path}}
@@ -561,3 +587,76 @@ def label_set(classes: Optional[Sequence[float]] = None, num_classes: Optional[i
 
 def _label(v: float) -> str:
     return str(int(v)) if float(v) == int(v) else repr(float(v))
+
+
+def parse_support(support, output_dim: int) -> Optional[tuple]:
+    """The support of each of ``output_dim`` outputs from what a user declared (``support=``):
+    a tuple of P ``(kind, lo, hi, atoms)``, kind ``"interval"`` (lo, hi possibly infinite: the
+    real line is (-inf, inf)), ``"counts"`` (0, 1, 2, ...; lo = 0, hi = inf) or ``"circle"``
+    (lo = -pi, hi = pi), and ``atoms`` a tuple of point masses; None for None. ``support`` is a
+    name of :data:`SUPPORTS`, a pair ``(lo, hi)`` (None or an infinity for an open end), a dict
+    ``{"support": one of those, "atoms": [values]}``, or a list of ``output_dim`` of those. A
+    ValueError names what is wrong."""
+    if support is None:
+        return None
+    if isinstance(support, (str, dict)) or _is_pair(support):
+        entries = [support] * int(output_dim)
+    else:
+        try:
+            entries = list(support)
+        except TypeError:
+            raise ValueError(f"support must be one of {SUPPORTS}, a pair (lo, hi) or a list of {output_dim} of "
+                             f"those, got {support!r}") from None
+        if len(entries) != int(output_dim):
+            raise ValueError(f"support lists {len(entries)} entries but there are {output_dim} outputs "
+                             f"(output_dim): give one for all outputs or one per output")
+    return tuple(_one_support(s) for s in entries)
+
+
+def _is_pair(value) -> bool:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)) or len(value) != 2:
+        return False
+    return all(v is None or isinstance(v, (int, float, np.integer, np.floating)) for v in value)
+
+
+def _one_support(value) -> tuple:
+    if isinstance(value, dict):
+        if set(value) - {"support", "atoms"} or "support" not in value or isinstance(value["support"], dict):
+            raise ValueError(f"support as a dict takes 'support' (a name or (lo, hi)) and 'atoms' (a list of "
+                             f"numbers), got {value!r}")
+        kind, lo, hi, _ = _one_support(value["support"])
+        try:
+            atoms = tuple(float(a) for a in value.get("atoms", ()))
+        except (TypeError, ValueError):
+            raise ValueError(f"support atoms must be a list of numbers, got {value.get('atoms')!r}") from None
+        if kind == "counts" or not all(math.isfinite(a) and lo <= a <= hi for a in atoms):
+            raise ValueError(f"support atoms must be finite values within [lo, hi] of a continuous support, got "
+                             f"{value!r}")
+        return kind, lo, hi, atoms
+    named = {"real": ("interval", -math.inf, math.inf, ()), "positive": ("interval", 0.0, math.inf, ()),
+             "unit_interval": ("interval", 0.0, 1.0, ()), "counts": ("counts", 0.0, math.inf, ()),
+             "circle": ("circle", -math.pi, math.pi, ())}
+    if isinstance(value, str):
+        if value not in named:
+            raise ValueError(f"support must be one of {SUPPORTS} or a pair (lo, hi), got {value!r}")
+        return named[value]
+    if not _is_pair(value):
+        raise ValueError(f"support must be one of {SUPPORTS} or a pair (lo, hi) of numbers (None for an open "
+                         f"end), got {value!r}")
+    lo = -math.inf if value[0] is None else float(value[0])
+    hi = math.inf if value[1] is None else float(value[1])
+    if math.isnan(lo) or math.isnan(hi) or not lo < hi:
+        raise ValueError(f"support (lo, hi) needs lo < hi, got {tuple(value)!r}")
+    return ("interval", lo, hi, ())
+
+
+def _plain_support(support):
+    """``support`` as plain JSON values for a model file: pairs as lists, infinite ends as None."""
+    def plain(s):
+        if isinstance(s, str):
+            return s
+        if isinstance(s, dict):
+            return {"support": plain(s["support"]), "atoms": [float(a) for a in s.get("atoms", ())]}
+        return [None if v is None or math.isinf(float(v)) else float(v) for v in s]
+
+    return plain(support) if _is_pair(support) or isinstance(support, dict) else [plain(s) for s in support]

@@ -16,8 +16,9 @@ import math
 import torch
 
 from .problem import Problem, worst
+from .quadrature import draw_rounds
 from .report import FAILED, PASSED, SKIPPED
-from .value_checks import EXPECTATION_ROWS, Z
+from .value_checks import EXPECTATION_ROWS, RESOLUTION, ROUNDS, Z, enough_draws
 
 #: Monte Carlo draws of the predictive check at most (conditional moments may be costly per point,
 #: e.g. by quadrature for a warped Gaussian)
@@ -58,12 +59,33 @@ def predictive_moments(p: Problem):
     if tuple(pm.shape) != expected or tuple(pv.shape) != expected:
         return FAILED, f"predictive_moments(mean {(rows, p.num_latent)}, var) returned shapes {tuple(pm.shape)} and " \
                        f"{tuple(pv.shape)}; expected {expected} each"
-    S = min(p.num_samples, MAX_DRAWS)
-    try:
+    cap = min(p.num_samples, MAX_DRAWS)
+    gen = p.generator(12)
+    has_var = []
+
+    def draw(k: int):
         with torch.no_grad():
-            a, v = lik.conditional_moments(p.draws((S,), rows, offset=12))
+            a, v = lik.conditional_moments(p.draws((k,), rows, generator=gen))
+        has_var.append(v is not None)
+        return torch.stack([a, a * a if v is None else v + a * a], dim=-1)  # (k, rows, P, 2): E[y | f], E[y^2 | f]
+
+    def enough(values) -> bool:  # Z se of E[y] and Var[y] below RESOLUTION (|E[y]| + sd[y]) and RESOLUTION Var[y]
+        a, second = values.unbind(-1)
+        mu = a.mean(0)
+        total = (second.mean(0) - mu * mu).clamp_min(0)
+        if not enough_draws(a, size=mu.abs() + total.sqrt()):
+            return False
+        se_v = (second - 2 * mu * a).std(0) / math.sqrt(values.shape[0])
+        return not has_var[-1] or bool((Z * se_v <= RESOLUTION * total).all())
+
+    try:
+        values = draw_rounds(draw, first=max(100, cap // ROUNDS), step=max(100, cap // ROUNDS), cap=cap,
+                             enough=enough, progress=p.say, what="Monte Carlo of the predictive moments")
     except NotImplementedError:
         return PASSED, "shapes only (no conditional_moments to compare with)"
+    S = values.shape[0]
+    a, second = values.unbind(-1)
+    v = second - a * a if has_var[-1] else None
     mu = a.mean(0)
     problems = []
     se_mu = a.std(0) / math.sqrt(S)
@@ -71,7 +93,6 @@ def predictive_moments(p: Problem):
     if bool((excess > 0).any()):
         problems.append(worst(pm, mu, excess, f"E[y] vs Monte Carlo (S = {S}) beyond {Z:g} standard errors"))
     if v is not None:
-        second = v + a * a
         total = second.mean(0) - mu * mu
         se_v = (second - 2 * mu * a).std(0) / math.sqrt(S)
         ok = torch.isfinite(total) & torch.isfinite(pv)
@@ -115,9 +136,16 @@ def predictive_log_prob(p: Problem):
     if probs is not None and (probs.dim() != 2 or probs.shape[0] != rows):
         return FAILED, f"predictive_class_probabilities(mean {tuple(mean.shape)}, var) returned shape " \
                        f"{tuple(probs.shape)}; expected ({rows}, C)"
-    S = p.num_samples
-    with torch.no_grad():
-        lik_f = p.log_prob(p.draws((S,), rows, offset=13), rows).exp()  # (S, rows)
+    gen = p.generator(13)
+
+    def draw(k: int):
+        with torch.no_grad():
+            return p.log_prob(p.draws((k,), rows, generator=gen), rows).exp()  # (k, rows)
+
+    lik_f = draw_rounds(draw, first=max(100, p.num_samples // ROUNDS), step=max(100, p.num_samples // ROUNDS),
+                        cap=p.num_samples, enough=lambda v: enough_draws(v, size=v.mean(0)), progress=p.say,
+                        what="Monte Carlo of p(y | f)")
+    S = lik_f.shape[0]
     mc, se = lik_f.mean(0), lik_f.std(0) / math.sqrt(S)
     problems = []
     got = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -27,6 +27,10 @@ class Problem:
         seed: seeds every draw.
         bad_targets: ``[(y_bad (N, P), row), ...]``: targets ``validate_targets`` must reject
             naming ``row <row>``.
+        support: what the user declared of the support of y (``check_likelihood(support=)``), or
+            None (then the likelihood's ``support`` attribute, else inferred: :mod:`.density_checks`).
+        report: called with a short line on what a running check is doing (a round of Monte Carlo
+            or of quadrature); :mod:`.report`'s ``Progress`` decides whether to show it.
     """
 
     likelihood: Likelihood
@@ -36,6 +40,13 @@ class Problem:
     num_samples: int
     seed: int
     bad_targets: Sequence = ()
+    support: object = None
+    report: Optional[Callable[[str], None]] = None
+
+    def say(self, line: str) -> None:
+        """Tell the progress reporter what the running check is doing now."""
+        if self.report is not None:
+            self.report(line)
 
     @property
     def num_latent(self) -> int:
@@ -44,10 +55,13 @@ class Problem:
     def generator(self, offset: int = 0) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed + offset)
 
-    def draws(self, lead: tuple, rows: Optional[int] = None, offset: int = 0) -> Tensor:
-        """f ~ N(mean, diag var) of shape ``lead + (rows, Q)`` (the first ``rows`` rows; all by default)."""
+    def draws(self, lead: tuple, rows: Optional[int] = None, offset: int = 0,
+              generator: Optional[torch.Generator] = None) -> Tensor:
+        """f ~ N(mean, diag var) of shape ``lead + (rows, Q)`` (the first ``rows`` rows; all by
+        default), from ``generator`` (drawing on in rounds) or a fresh one seeded with ``seed + offset``."""
         m, v = self.mean[:rows], self.var[:rows]
-        eps = torch.randn(lead + tuple(m.shape), generator=self.generator(offset), dtype=m.dtype).to(m.device)
+        gen = self.generator(offset) if generator is None else generator
+        eps = torch.randn(lead + tuple(m.shape), generator=gen, dtype=m.dtype).to(m.device)
         return m + v.sqrt() * eps
 
     def log_prob(self, f: Tensor, rows: Optional[int] = None) -> Tensor:

@@ -2,16 +2,18 @@
 report what failed."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
 
 from likelihoods.base import Likelihood
 
-from . import gradient_checks, moment_checks, target_checks, value_checks
+from likelihoods.callable import parse_support
+
+from . import density_checks, gradient_checks, moment_checks, target_checks, value_checks
 from .problem import Problem, as_float64, copy_to, likelihood_device
-from .report import LikelihoodCheckError, LikelihoodReport, run_checks
+from .report import LikelihoodCheckError, LikelihoodReport, Progress, run_checks
 
 # (name, function, checks whose failure makes it meaningless)
 _VALUES = ("shapes", "finite")
@@ -24,7 +26,9 @@ CHECKS = (
     ("monte_carlo_expectation", value_checks.monte_carlo_expectation, _VALUES),
     ("closed_form_expectation", value_checks.closed_form_expectation, _VALUES),
     ("validate_targets", target_checks.validation, ()),
+    ("normalization", density_checks.normalization, _VALUES),
     ("conditional_moments", moment_checks.conditional_moments, ()),
+    ("moments_of_density", density_checks.moments, _VALUES + ("conditional_moments",)),
     ("predictive_moments", moment_checks.predictive_moments, ()),
     ("predictive_log_prob", moment_checks.predictive_log_prob, _VALUES),
     ("class_probabilities", target_checks.class_probabilities, _VALUES),
@@ -35,7 +39,8 @@ CHECKS = (
 
 def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = None, mean=None, var=None,
                      bad_targets: Sequence = (), num_samples: int = 4000, seed: int = 0,
-                     raise_on_failure: bool = True) -> LikelihoodReport:
+                     raise_on_failure: bool = True, support=None, verbose: Optional[bool] = None,
+                     progress: Optional[Callable[[str], None]] = None) -> LikelihoodReport:
     """Check a likelihood the way savigp checks its own (shapes, values, expectations, targets,
     moments, classes, gradients) and report every failure.
 
@@ -47,19 +52,28 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
     * ``finite``: no NaN or inf at draws f ~ N(mean, var);
     * ``dtype``: a float32 copy given float32 inputs returns float32; ``device``: outputs stay on
       a CUDA device (skipped without one);
-    * ``monte_carlo_expectation``: the mean of log p(y | f) over ``num_samples`` draws agrees with
-      a reference expectation within 4 standard errors plus the reference's error (the first 4
-      rows; skipped when n^Q grid points do not fit in 20000 for n >= 3). The reference is
-      Gauss-Hermite product quadrature where rules of n, n - 1 and ~n / 2 points agree; where
-      they do not (a kink or a jump: hard thresholds, abs(y - f), censoring) it is adaptive
-      quadrature for Q = 1 and Monte Carlo with 25 ``num_samples`` draws for Q > 1
-      (:func:`savigp.testing.quadrature.reference_expectation`);
+    * ``monte_carlo_expectation``: the mean of log p(y | f) over at most ``num_samples`` draws
+      agrees with a reference expectation within 4 standard errors plus the reference's error (the
+      first 4 rows; skipped when n^Q grid points do not fit in 20000 for n >= 3). The draws come
+      in rounds of ``num_samples / 8`` and stop once 4 standard errors are below 1% of
+      1 + |E[log p]|. The reference is Gauss-Hermite product quadrature where rules of n, n - 1
+      and ~n / 2 points agree; where they do not (a kink or a jump: hard thresholds, abs(y - f),
+      censoring) it is adaptive Gauss-Kronrod quadrature for Q = 1 (each round's nodes in one call)
+      and Monte Carlo for Q > 1, in rounds until its standard error is a third of the check's (at
+      most 25 ``num_samples`` draws) (:func:`savigp.testing.quadrature.reference_expectation`);
     * ``closed_form_expectation``: ``expected_log_prob`` (if declared) agrees with that reference
       (with Monte Carlo within 4 standard errors where Q is too large for quadrature);
     * ``validate_targets``: accepts y; rejects a wrong column count, a NaN row (if the likelihood
       defines its own validation) and each ``bad_targets`` entry, naming the row;
+    * ``normalization``: exp(log_prob(y, f)) integrates to one over the support of y (sums over
+      the counts or the labels) at 12 f values (the first 4 rows' mean and mean +- 2 sd) and 3
+      parameter settings, to the quadrature's own error; a failure names f, the parameters, the
+      support and the integral (:mod:`savigp.testing.density_checks`; several outputs: one at a
+      time where log p is a sum over them, else skipped saying so);
     * ``conditional_moments`` / ``predictive_moments``: shapes, finiteness, non-negative variances,
       and predictive moments against Monte Carlo over f (laws of total expectation and variance);
+    * ``moments_of_density``: ``conditional_moments`` (a ``mean_fn``) equals the mean and variance
+      of the density from the same integrals;
     * ``predictive_log_prob`` (when declared, with ``predictive_class_probabilities``): shapes, and
       exp of it (the class probability at each row's class) against the Monte Carlo mean of
       p(y | f) over ``num_samples`` draws, within 4 standard errors;
@@ -85,12 +99,28 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
         seed: seeds every draw.
         raise_on_failure: raise :class:`LikelihoodCheckError` (an ``AssertionError``) listing every
             failed check with what was expected and what was got.
+        support: where y lives, for ``normalization``: ``"real"``, ``"positive"``,
+            ``"unit_interval"``, ``"counts"``, ``"circle"``, ``(lo, hi)`` or a list of those per
+            output (:func:`likelihoods.callable.parse_support`); default: the likelihood's
+            ``support`` attribute, else candidates inferred from y.
+        verbose: None (default): a short line to stderr on what a check is doing once it has run
+            2 s, and its time when it ends; True: a line as each check starts and ends and on
+            each round of quadrature or Monte Carlo; False: silent.
+        progress: called with each such line instead of printing it to stderr.
 
     Returns:
         the :class:`LikelihoodReport` (``report.passed``, ``report.failures``, ``report["shapes"]``).
     """
     problem = _problem(likelihood, y, num_latent, mean, var, num_samples, seed, bad_targets)
-    return run_checks(LikelihoodReport(_describe(likelihood)), CHECKS, problem, raise_on_failure, LikelihoodCheckError)
+    if support is not None:
+        try:
+            problem.support = parse_support(support, problem.y.shape[1])
+        except ValueError as err:
+            raise ValueError(f"check_likelihood: {err}") from None
+    reporter = Progress("check_likelihood", verbose, progress)
+    problem.report = reporter.step
+    return run_checks(LikelihoodReport(_describe(likelihood)), CHECKS, problem, raise_on_failure, LikelihoodCheckError,
+                      progress=reporter)
 
 
 def _problem(lik, y, num_latent, mean, var, num_samples, seed, bad_targets) -> Problem:

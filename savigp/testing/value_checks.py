@@ -12,7 +12,7 @@ import math
 import torch
 
 from .problem import Problem, copy_to, worst
-from .quadrature import points_per_dimension, reference_expectation
+from .quadrature import draw_rounds, points_per_dimension, reference_expectation
 from .report import FAILED, PASSED, SKIPPED
 
 LEADING_SHAPES = ((), (3,), (2, 3))
@@ -20,6 +20,12 @@ LEADING_SHAPES = ((), (3,), (2, 3))
 EXPECTATION_ROWS = 4
 #: Monte Carlo estimates may differ from their reference by this many standard errors
 Z = 4.0
+#: the discrepancy a Monte Carlo check must resolve, relative to the size of what it compares
+#: (1 + abs(E[log p]) for the expectations): its draws stop, in rounds of ``ROUNDS``-ths of
+#: ``num_samples``, once Z standard errors are below RESOLUTION times that size (at the latest after
+#: ``num_samples`` draws), so a likelihood whose log p hardly varies over q(f) is not drawn 4000 times
+RESOLUTION = 0.01
+ROUNDS = 8
 
 
 def shapes(p: Problem):
@@ -107,25 +113,26 @@ def device(p: Problem):
 
 
 def monte_carlo_expectation(p: Problem):
-    """The Monte Carlo mean of log p(y | f) over S draws f ~ N(mean, var) agrees with the reference
+    """The Monte Carlo mean of log p(y | f) over draws f ~ N(mean, var) agrees with the reference
     expectation within Z combined standard errors plus the reference's quadrature error. The
-    check's standard error is the larger of its draws' and sd / sqrt(S) with the reference's
-    standard deviation of log p (S draws may all miss a jump crossed with probability ~1 / S);
-    the reference's own, if Monte Carlo, is added in quadrature."""
+    draws come in rounds until Z standard errors are below ``RESOLUTION * (1 + abs(mean))`` or
+    ``num_samples`` have been drawn. The check's standard error is the larger of its draws' and
+    sd / sqrt(S) with the reference's standard deviation of log p (S draws may all miss a jump
+    crossed with probability ~1 / S); the reference's own, if Monte Carlo, is added in quadrature."""
     rows = min(EXPECTATION_ROWS, p.y.shape[0])
     ref = _reference(p, rows)
     if ref is None:
         return SKIPPED, f"Q = {p.num_latent} is too large for a product quadrature rule"
-    mc, se = _monte_carlo(p, rows, offset=4)
-    se = torch.maximum(se, ref.sd / math.sqrt(p.num_samples))
+    mc, se, S = _monte_carlo(p, rows, offset=4, floor_sd=ref.sd)
+    se = torch.maximum(se, ref.sd / math.sqrt(S))
     combined = (se * se + ref.se * ref.se).sqrt()
     tol = Z * combined + ref.error + 1e-10 * (1 + ref.value.abs())
     excess = (mc - ref.value).abs() - tol
     if bool((excess > 0).any()) or not bool(torch.isfinite(mc).all()):
         return FAILED, worst(mc, ref.value, excess.nan_to_num(math.inf),
-                             f"Monte Carlo (S = {p.num_samples}) vs {ref.method} beyond {Z:g} standard errors")
-    ratio = float(((mc - ref.value).abs() / combined.clamp_min(1e-300)).max())
-    return PASSED, f"against {ref.method}: max |MC - reference| / se = {ratio:.2f}"
+                             f"Monte Carlo (S = {S}) vs {ref.method} beyond {Z:g} standard errors")
+    ratio = float(torch.where(combined > 0, (mc - ref.value).abs() / combined.clamp_min(1e-300), 0.0).max())
+    return PASSED, f"S = {S} draws against {ref.method}: max |MC - reference| / se = {ratio:.2f}"
 
 
 def closed_form_expectation(p: Problem):
@@ -139,9 +146,9 @@ def closed_form_expectation(p: Problem):
     rows = min(EXPECTATION_ROWS, p.y.shape[0])
     ref = _reference(p, rows)
     if ref is None:
-        reference, se = _monte_carlo(p, rows, offset=13)
+        reference, se, S = _monte_carlo(p, rows, offset=13)
         slack = Z * se + 1e-10 * (1 + reference.abs())
-        against = f"Monte Carlo (S = {p.num_samples}; Q = {p.num_latent} is too large for quadrature)"
+        against = f"Monte Carlo (S = {S}; Q = {p.num_latent} is too large for quadrature)"
     else:
         reference, against = ref.value, ref.method
         slack = 1e-6 * (1 + reference.abs()) + 2 * ref.error + Z * ref.se
@@ -158,11 +165,37 @@ def closed_form_expectation(p: Problem):
     return PASSED, f"max |closed form - {against}| = {float((closed - reference).abs().max()):.2e}"
 
 
-def _monte_carlo(p: Problem, rows: int, offset: int):
-    """The mean of log p(y | f) over S draws and its standard error, each ``(rows,)``."""
-    with torch.no_grad():
-        values = p.log_prob(p.draws((p.num_samples,), rows, offset=offset), rows)
-    return values.mean(0), values.std(0) / math.sqrt(p.num_samples)
+def _monte_carlo(p: Problem, rows: int, offset: int, floor_sd=None):
+    """The mean of log p(y | f) over draws f ~ N(mean, var) and its standard error, each ``(rows,)``,
+    and the number of draws S: in rounds (:func:`enough_draws`), at most ``num_samples``."""
+    gen = p.generator(offset)
+
+    def draw(k: int):
+        with torch.no_grad():
+            return p.log_prob(p.draws((k,), rows, generator=gen), rows)
+
+    values = draw_rounds(draw, first=_round(p), step=_round(p), cap=p.num_samples,
+                         enough=lambda v: enough_draws(v, floor_sd), progress=p.say, what="Monte Carlo of log p")
+    S = values.shape[0]
+    return values.mean(0), values.std(0) / math.sqrt(S), S
+
+
+def _round(p: Problem) -> int:
+    return max(100, -(-p.num_samples // ROUNDS))
+
+
+def enough_draws(values, floor_sd=None, size=None) -> bool:
+    """True once Z standard errors of the mean of ``values`` ``(n, ...)`` are below ``RESOLUTION``
+    times ``size`` (default 1 + abs(mean)) for every entry; the standard deviation counts as at
+    least ``floor_sd`` (a reference's: draws may all miss a rare jump)."""
+    n = values.shape[0]
+    if n < 2:
+        return False
+    sd = values.std(0)
+    if floor_sd is not None:
+        sd = torch.maximum(sd, floor_sd)
+    size = 1 + values.mean(0).abs() if size is None else size
+    return bool((Z * sd / math.sqrt(n) <= RESOLUTION * size).all())
 
 
 def _reference(p: Problem, rows: int):
@@ -177,7 +210,8 @@ def _reference(p: Problem, rows: int):
         y = p.y[:rows]
         with torch.no_grad():
             ref = reference_expectation(lambda f: p.likelihood.log_prob(y, f), p.mean[:rows], p.var[:rows],
-                                        draws=p.num_samples, generator=p.generator(offset=14))
+                                        draws=p.num_samples, generator=p.generator(offset=14),
+                                        resolution=RESOLUTION / Z, progress=p.say)
     p._reference_cache = (rows, ref)
     return ref
 
