@@ -178,3 +178,43 @@ def test_a_captured_cuda_graph_computes_the_distances_itself():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.allclose(out, _uncached(kern, Z).detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dims", [[1, 2], [3, 0, 2]], ids=["contiguous", "gathered"])
+def test_the_cache_hits_for_an_rbf_inside_a_sum_and_with_active_dims(dims):
+    """K(Z, Z) of fixed Z through rbf(active_dims, ard=False) + periodic: the second call reads the kept
+    distances (the same tensor), keyed on the Z given (a gathered copy of its columns is a new tensor
+    every call), and both calls equal the closed form over the active columns."""
+    from savigp.kernels import Periodic
+
+    gen = torch.Generator().manual_seed(3)
+    Z = torch.randn(1, 8, 4, dtype=DT, generator=gen)
+    rbf = RBF(4, 2, lengthscale=torch.tensor([[0.9], [1.4]]), ard=False, active_dims=dims)
+    kern = rbf + Periodic(4, 2, active_dims=[0])
+    sub = Z[0][:, dims]
+    want = rbf.variance()[:, None, None] * torch.exp(-0.5 * torch.cdist(sub, sub).square() / rbf.lengthscales()[:, :, None] ** 2)
+    K1 = kern(Z, Z)
+    kept = rbf._sqdist_cache[2]
+    K2 = kern(Z, Z)
+    assert rbf._sqdist_cache[2] is kept  # a hit: not recomputed
+    for K in (K1, K2):
+        torch.testing.assert_close(K - kern.parts[1](Z, Z), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(K2, _uncached(kern, Z), rtol=1e-13, atol=0)
+    with torch.no_grad():
+        Z[0, 2, dims[0]] += 0.5  # an edit of an active column: recomputed
+    assert torch.allclose(kern(Z, Z), _uncached(kern, Z), rtol=1e-13, atol=0) and rbf._sqdist_cache[2] is not kept
+
+
+def test_a_model_with_fixed_inducing_inputs_reads_the_kept_distances_of_a_composite():
+    import savigp
+    from likelihoods import Gaussian
+
+    gen = torch.Generator().manual_seed(4)
+    X = torch.randn(30, 3, dtype=DT, generator=gen)
+    model = savigp.SAVIGP(X, X[:, :1], Gaussian(0.1), kernel="rbf(1, 2, ard=false) + periodic(0) * rbf(0)",
+                          num_inducing=6, learn_inducing=False)
+    rbf = model.kernel.parts[0]
+    model.elbo(estimator="closed-form").elbo.backward()
+    kept = rbf._sqdist_cache[2]
+    model.elbo(estimator="closed-form").elbo.backward()
+    assert rbf._sqdist_cache[2] is kept
