@@ -4,7 +4,8 @@ started by the tests on the loopback interface.
 * one step: the global ELBO, its terms and the summed gradients of a 2-rank step equal those of a
   1-process step on the union batch, to 1e-10 relative (float64; the same Monte Carlo draws per
   data point in both, so reparameterization and score estimators are compared exactly; a numpy
-  black-box likelihood; both gradient synchronizations, the bucketed all-reduce and DDP);
+  black-box likelihood; both gradient synchronizations, the bucketed all-reduce and DDP; a
+  composite kernel);
 * 50 steps of ``fit`` on 2 ranks end at the parameters of 1 process with the same global batches
   and seed (closed-form ELBO, so no draws differ), within 1e-9 relative; the ranks' parameters are
   bitwise identical;
@@ -51,11 +52,15 @@ def _numpy_laplace(y, f):  # a numpy black box, (B, 1), (..., B, 1) -> (..., B)
     return -np.log(2 * 0.5) - np.abs(y[:, 0] - f[..., 0]) / 0.5
 
 
-def _model(num_components=1, N=64, perturb=False, numpy_likelihood=False):
+#: a composite kernel (a product, active_dims, the isotropic RBF with its distance cache, White)
+COMPOSITE = "rbf + periodic(0, period=2) * rbf(ard=false) + white(variance=0.1)"
+
+
+def _model(num_components=1, N=64, perturb=False, numpy_likelihood=False, kernel=None):
     X, Y = _data(N)
     torch.manual_seed(0)
     lik = CallableLikelihood(_numpy_laplace, backend="numpy") if numpy_likelihood else Gaussian(variance=0.5)
-    model = savigp.SAVIGP(X, Y, lik, num_inducing=8, num_components=num_components)
+    model = savigp.SAVIGP(X, Y, lik, kernel, num_inducing=8, num_components=num_components)
     if perturb:  # away from q(u) = p(u), where some gradients (inducing inputs) vanish
         g = torch.Generator().manual_seed(1)
         with torch.no_grad():
@@ -103,8 +108,10 @@ def _step_errors(rank, world):
     errors = {}
     for K, estimator, b, variant in ((1, "reparam", batch, ""), (1, "score", batch, ""), (2, "score", batch, ""),
                                      (1, "closed-form", batch, ""), (1, "reparam", None, ""),
-                                     (1, "score", batch, "numpy"), (2, "reparam", batch, "ddp")):
-        model = _model(num_components=K, perturb=True, numpy_likelihood=variant == "numpy")
+                                     (1, "score", batch, "numpy"), (2, "reparam", batch, "ddp"),
+                                     (2, "reparam", batch, "composite")):
+        model = _model(num_components=K, perturb=True, numpy_likelihood=variant == "numpy",
+                       kernel=COMPOSITE if variant == "composite" else None)
         _fixed_draws(model, 20, K, 1)
         params = list(model.parameters())
         os.environ["SAVIGP_GRAD_SYNC"] = "ddp" if variant == "ddp" else "allreduce"
@@ -196,6 +203,7 @@ def test_two_rank_step_equals_one_process_step_on_the_union_batch(two_ranks):
     errors = two_ranks["errors"]
     assert len(errors) >= 7 * 8, sorted(errors)
     assert any("numpy" in k for k in errors) and any("ddp" in k for k in errors)
+    assert any("composite grad kernel.parts.1.parts.0" in k for k in errors), sorted(errors)  # the periodic part
     worst = max(errors, key=errors.get)
     assert errors[worst] < 1e-10, (worst, errors[worst])
 
