@@ -99,13 +99,19 @@ def cmd_predict(args) -> int:
     if out != "-" and not args.quiet:
         print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {out}", file=sys.stderr)
     if plot:
-        from ..io.plotting import save_fit_plot
+        from ..io.plotting import density_grid, save_fit_plot
 
+        targets = targets_if_present(table, saved.config, icols)
         with file_lines_in_errors(table):
-            save_fit_plot(saved, table.values[:, icols], plot, Y=targets_if_present(table, saved.config, icols),
+            save_fit_plot(saved, table.values[:, icols], plot, Y=targets,
                           num_samples=args.samples, seed=args.seed, input_names=table.names(icols))
         if not args.quiet:
             print(f"wrote {plot}", file=sys.stderr)
+            if saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None and len(icols) == 1:
+                print("savigp predict: note: " + ("the plot draws y's predictive median and 95% interval read off the "
+                      "density exp(log p(y | f)) on a grid of y" if density_grid(saved, targets) is not None else
+                      "the plot shows the latent functions only: DATA has no targets to place a grid of y by and the "
+                      "likelihood declares no bounded support (CallableLikelihood(support=...))"), file=sys.stderr)
     return EXIT_OK
 
 

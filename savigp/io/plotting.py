@@ -12,7 +12,10 @@ the support of y: counts >= 0, a probability in (0, 1)); a likelihood that canno
 user's ``log p(y | f)`` alone) with one output gets the same interval read off its predictive
 density E_q[p(y* | f*)] on a grid of y* values (integers for integer targets), where ``log_prob``
 is -inf or not finite outside the support; only where neither works is the band mean +- 2
-predictive sd, labelled so (it may leave the support). The data are overlaid
+predictive sd, labelled so (it may leave the support). A likelihood with no mean function either
+(angles, survival times: a ``log p(y | f)`` alone) gets its y panel all the same: the predictive
+median and 95% interval read off that density, on a grid over the data's range and the
+likelihood's declared ``support`` (:func:`density_grid`). The data are overlaid
 (regression), or the class probabilities are drawn with the labels marked (classification).
 2-D inputs: mean and standard-deviation maps of each latent function, and the predictive mean map
 (regression) or one probability map per class (classification), with the data overlaid in a
@@ -188,6 +191,70 @@ def _target_grid(Y: Optional[np.ndarray], mean: np.ndarray, sd: Optional[np.ndar
     return np.linspace(a - margin, b + margin, n)
 
 
+def density_grid(model, Y: Optional[np.ndarray], n: int = GRID_Y) -> Optional[np.ndarray]:
+    """The y* values at which the 1-D plot reads the predictive density of a likelihood with no
+    mean function (one output), ``(G,)``, or None when there is nothing to place them by. The
+    likelihood's ``support`` (``CallableLikelihood(support=)``) decides first: the integers from 0
+    for counts; ``n`` values inside a bounded interval or the circle; otherwise the targets' range,
+    a quarter wider on each side and kept inside a half-bounded support (integers for integer
+    targets). Targets within [-pi, pi] (or [0, 2 pi]) of a likelihood without a declared support
+    whose log_prob is periodic in y with period 2 pi (an angle: checked at the targets, f = 0 and
+    f = 1) get one turn. Without targets and without a bounded support: None."""
+    from likelihoods.callable import parse_support
+
+    lik = _likelihood(model)
+    try:
+        support = parse_support(getattr(lik, "support", None), 1)
+    except ValueError:
+        support = None
+    kind, lo, hi, _ = support[0] if support else ("interval", -math.inf, math.inf, ())
+    Y = None if Y is None else np.asarray(Y, dtype=np.float64)[:, 0]
+    Y = None if Y is None else Y[np.isfinite(Y)]
+    have = Y is not None and Y.size > 0
+    if support is None and have and _periodic(model, lik, Y):  # an angle: one turn, where the targets lie
+        lo = -math.pi if Y.min() < 0 else 0.0
+        kind, hi = "circle", lo + 2 * math.pi
+    if kind != "counts" and math.isfinite(lo) and math.isfinite(hi):
+        step = (hi - lo) / n
+        return np.linspace(lo + step / 2, hi - step / 2, n)
+    if not have:
+        return None
+    a, b = float(Y.min()), float(Y.max())
+    margin = 0.25 * (b - a) if b > a else 1.0
+    if kind == "counts" or np.all(Y == np.round(Y)):
+        start = max(np.floor(a - margin), 0.0) if kind == "counts" or a >= 0 else np.floor(a - margin)
+        return np.arange(start, np.ceil(b + margin) + 1.0)
+    a, b = max(a - margin, lo), min(b + margin, hi)
+    step = (b - a) / n
+    return np.linspace(a + step / 2 if a == lo else a, b - step / 2 if b == hi else b, n)
+
+
+def _periodic(model, lik, Y: np.ndarray) -> bool:
+    """True when the targets ``Y (N,)`` lie within [-pi, pi] or [0, 2 pi] and log p(y | f) =
+    log p(y + 2 pi | f) at up to 8 of them for f = 0 and f = 1 (to 1e-9 relative)."""
+    import torch
+
+    if not ((Y.min() >= -math.pi and Y.max() <= math.pi) or (Y.min() >= 0 and Y.max() <= 2 * math.pi)):
+        return False
+    stats = getattr(model, "target_stats", None) if hasattr(model, "transform_inputs") else None
+    if stats is not None:
+        return False  # standardized targets: no angle
+    inner = model.model if hasattr(model, "model") else model
+    like = next(iter(inner.parameters()), torch.zeros((), dtype=torch.float64))
+    y = torch.as_tensor(Y[:8, None], dtype=like.dtype, device=like.device)
+    Q = int(getattr(lik, "num_latent", 1))
+    try:
+        with torch.no_grad():
+            for value in (0.0, 1.0):
+                f = torch.full((y.shape[0], Q), value, dtype=like.dtype, device=like.device)
+                a, b = lik.log_prob(y, f), lik.log_prob(y + 2 * math.pi, f)
+                if not bool(torch.isfinite(a).all()) or not bool(torch.isclose(a, b, rtol=1e-9, atol=1e-9).all()):
+                    return False
+    except Exception:  # noqa: BLE001 - a likelihood that rejects y + 2 pi is not periodic
+        return False
+    return True
+
+
 def _class_labels(model, C: int) -> list:
     cfg = getattr(model, "config", None)
     labels = cfg.get("class_labels") if isinstance(cfg, dict) else None
@@ -249,6 +316,11 @@ def _plot_1d(model, X, Y, num_samples, seed, xname):
     Q = pred["latent_mean"].shape[1]
     classifier = _is_classifier(model) and pred["probabilities"] is not None
     outputs = 1 if classifier else (pred["mean"].shape[1] if pred["mean"] is not None else 0)
+    density_only = None  # no mean function: y read off the density on this grid
+    if not classifier and pred["mean"] is None and not _is_classifier(model) and getattr(model, "likelihood_loaded", True) \
+            and int(getattr(_likelihood(model), "output_dim", 0)) == 1:
+        density_only = density_grid(model, None if Y is None else Y[:, :1])
+        outputs = 1 if density_only is not None else 0
     panels = Q + outputs
     fig, axes = _figure(panels, 1, (7, 2.4 * panels))
     for j in range(Q):
@@ -271,6 +343,8 @@ def _plot_1d(model, X, Y, num_samples, seed, xname):
         ax.set_ylim(-0.02, 1.03 + 0.02 * P.shape[1])
         ax.set_ylabel("class probability")
         ax.legend(loc="best", fontsize="small")
+    elif density_only is not None:
+        _density_panel(axes[Q, 0], model, g, X, Y, density_only, num_samples, seed, _target_names(model, 1)[0])
     else:
         tnames = _target_names(model, outputs) if outputs else []
         y_grid = None
@@ -296,6 +370,23 @@ def _plot_1d(model, X, Y, num_samples, seed, xname):
             ax.legend(loc="best", fontsize="small")
     axes[-1, 0].set_xlabel(xname)
     return fig
+
+
+def _density_panel(ax, model, g, X, Y, grid, num_samples, seed, tname) -> None:
+    """The y panel of a likelihood with no mean function: the predictive median and central 95%
+    interval read off E_q[p(y* | f*)] on ``grid`` (:func:`predictive_quantiles` with ``y_grid``),
+    and the data."""
+    levels = (INTERVAL[0], 0.5, INTERVAL[1])
+    q = predictive_quantiles(model, g[:, None], levels, num_samples=max(num_samples, GRID_DRAWS), seed=seed,
+                             y_grid=grid)
+    if q is not None:
+        ax.fill_between(g, q[0, :, 0], q[2, :, 0], color="C1", alpha=0.25,
+                        label="95% predictive interval of y (from the density)")
+        ax.plot(g, q[1, :, 0], color="C1", label="predictive median (from the density)")
+    if Y is not None:
+        ax.plot(X[:, 0], Y[:, 0], ".", color="k", ms=3, label="data")
+    ax.set_ylabel(tname)
+    ax.legend(loc="best", fontsize="small")
 
 
 def _plot_2d(model, X, Y, num_samples, seed, names):

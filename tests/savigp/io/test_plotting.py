@@ -121,3 +121,53 @@ def test_class_maps_have_a_legend_naming_every_class():
         assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["y = 0", "y = 1", "y = 2"]
         edges = [c.get_edgecolor()[0][:3] for c in ax.collections[1:]]  # the scatters after the map
         assert len(edges) == 3 and all(np.allclose(e, 1.0) for e in edges)  # white-edged: visible on dark cells
+
+
+def _von_mises(y, f, kappa):
+    from scipy.special import i0e
+
+    return kappa * (np.cos(y[:, 0] - f[..., 0]) - 1) - np.log(2 * np.pi * i0e(kappa))
+
+
+def _angles_model(iterations=60, support="circle"):
+    rng = np.random.default_rng(5)
+    X = rng.uniform(0, 6, (60, 1))
+    Y = np.angle(np.exp(1j * (1.5 * np.sin(X) + rng.vonmises(0, 4.0, X.shape))))
+    lik = likelihoods.CallableLikelihood(_von_mises, params={"kappa": 2.0}, constraints={"kappa": "positive"},
+                                         support=support)
+    return _model(lik, Y, X, iterations=iterations), X, Y
+
+
+def test_a_likelihood_without_a_mean_function_gets_its_y_panel_from_the_density():
+    """Issue 43: angles (a von Mises log p(y | f), no mean function, no sampler) drew the latent
+    function alone, without the data; now the y panel has the data and the median and 95% interval
+    read off E_q[p(y* | f*)] on a grid over the declared circle, inside [-pi, pi]."""
+    model, X, Y = _angles_model()
+    assert model.predict(X[:3]).numpy()["mean"] is None
+    fig = plot_fit(model, X, Y, num_samples=20)
+    assert len(fig.axes) == 2
+    labels = fig.axes[1].get_legend_handles_labels()[1]
+    assert labels == ["95% predictive interval of y (from the density)", "predictive median (from the density)", "data"]
+    band = fig.axes[1].collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() > -math.pi and band.max() < math.pi
+    median = fig.axes[1].lines[0].get_ydata()
+    assert np.all(median >= band.min()) and np.all(median <= band.max())
+    data = fig.axes[1].lines[1]
+    np.testing.assert_array_equal(data.get_ydata(), Y[:, 0])
+
+
+def test_the_density_grid_follows_the_support_and_the_data():
+    from savigp.io.plotting import density_grid
+
+    model, X, Y = _angles_model(iterations=1)
+    grid = density_grid(model, None)  # a bounded support needs no data
+    assert grid.min() > -math.pi and grid.max() < math.pi and grid.size == 200
+    model, X, Y = _angles_model(iterations=1, support=None)
+    assert density_grid(model, None) is None  # nothing to place a grid by: the plot says so and draws f only
+    assert len(plot_fit(model, X, None, num_samples=5).axes) == 1
+    grid = density_grid(model, Y)  # undeclared, but log p is periodic in y: one turn, not the data's range + 25%
+    assert -math.pi < grid.min() < Y.min() and Y.max() < grid.max() < math.pi
+    assert density_grid(model, 1.5 * Y).max() > 1.5 * Y.max()  # beyond one turn: the data's range
+    model.likelihood.support = "positive"
+    grid = density_grid(model, np.abs(Y))
+    assert grid.min() > 0 and grid.max() > np.abs(Y).max()
