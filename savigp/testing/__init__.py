@@ -16,6 +16,10 @@ The likelihood kit: :func:`check_likelihood` runs on any likelihood (built-in,
     report = check_likelihood(MyLikelihood(), y)   # raises LikelihoodCheckError listing failures
     print(report)
 
+Besides the values, expectations, targets, moments and gradients, it integrates exp(log p(y | f))
+over y (``normalization``) and compares the mean function with that density's moments
+(``moments_of_density``): :mod:`savigp.testing.density_checks`.
+
 :mod:`savigp.testing.examples` holds example user likelihoods (negative binomial, ordinal probit,
 probit) written as plain numpy and torch functions for ``CallableLikelihood``.
 """

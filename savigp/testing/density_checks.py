@@ -26,7 +26,7 @@ The tolerance is the quadrature's own error estimate (times 10) plus 1e-6: a fai
 parameter values, the support and the integral's value.
 
 **Moments.** The same integrals with y and y^2 give E[y | f] and Var[y | f], which
-``conditional_moments`` (a user's ``mean_fn``) must reproduce to 1e-6 relative to |E| + sd (1e-6
+``conditional_moments`` (a user's ``mean_fn``) must reproduce to 1e-6 relative to abs(E) + sd (1e-6
 of the variance) plus the quadrature error: a mean function that forgets a zero inflation, or a
 variance given as a standard deviation, fails and is named.
 
@@ -337,7 +337,7 @@ def _locate(log_g, u0: Tensor):
 
 def _width(log_g, c: Tensor, top: Tensor) -> Tensor:
     """The distance from the mode at which the integrand falls by e^2 (the smaller side; from a
-    geometric set of distances 2^-30 .. 2^20 times 1 + |c|)."""
+    geometric set of distances 2^-30 .. 2^20 times 1 + abs(c))."""
     like = c
     k = torch.arange(-30, 21, dtype=like.dtype, device=like.device)
     h = (2.0 ** k)[:, None] * (1 + c.abs())[None, :]  # (H, C)

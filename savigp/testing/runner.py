@@ -56,7 +56,7 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
       agrees with a reference expectation within 4 standard errors plus the reference's error (the
       first 4 rows; skipped when n^Q grid points do not fit in 20000 for n >= 3). The draws come
       in rounds of ``num_samples / 8`` and stop once 4 standard errors are below 1% of
-      1 + |E[log p]|. The reference is Gauss-Hermite product quadrature where rules of n, n - 1
+      1 + abs(E[log p]). The reference is Gauss-Hermite product quadrature where rules of n, n - 1
       and ~n / 2 points agree; where they do not (a kink or a jump: hard thresholds, abs(y - f),
       censoring) it is adaptive Gauss-Kronrod quadrature for Q = 1 (each round's nodes in one call)
       and Monte Carlo for Q > 1, in rounds until its standard error is a third of the check's (at
