@@ -71,7 +71,7 @@ class KernelSearchResult:
 def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, columns: Optional[Sequence[str]] = None,
                    per_column: Optional[bool] = None, max_terms: int = 4, time_budget: Optional[float] = None,
                    penalty: Optional[str] = "bic", num_inducing: Optional[int] = None, iterations: int = 500,
-                   lr: float = 0.05, fit_options: Optional[dict] = None, model_options: Optional[dict] = None,
+                   lr: float = 0.05, extend: int = 2, fit_options: Optional[dict] = None, model_options: Optional[dict] = None,
                    seed: int = 0, progress: bool = True) -> KernelSearchResult:
     """Search the kernel's structure greedily by the ELBO (Duvenaud et al. 2013), for any likelihood.
 
@@ -87,6 +87,8 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         penalty: ``"bic"`` (score = ELBO - p log(N) / 2) or None (the ELBO alone).
         num_inducing: M of every candidate (default min(N, 100)).
         iterations, lr: of every candidate's :func:`savigp.fit`; ``fit_options`` adds to them.
+        extend: up to this many more fits of ``iterations`` steps for a candidate whose ELBO was
+            still rising (:class:`~savigp.ConvergenceWarning`): candidates are ranked converged.
         model_options: further :class:`savigp.SAVIGP` arguments (e.g. ``posterior=``).
         seed: of the models and fits. progress: a line per candidate on stderr.
 
@@ -127,7 +129,11 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             if model is None:
                 model = SAVIGP(X, Y, copy.deepcopy(likelihood), kernel=spec, num_inducing=min(M, N), seed=seed,
                                **(model_options or {}))
-            history = fit(model, **options)
+            for _ in range(1 + extend):  # extended while fit says the ELBO is still rising
+                caught.clear()
+                history = fit(model, **options)
+                if not any(issubclass(w.category, ConvergenceWarning) for w in caught):
+                    break
         converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
         elbo, se = history.final_elbo, history.final_elbo_stderr
         if elbo is None:
