@@ -62,6 +62,28 @@ def command(name: str):
     return getattr(importlib.import_module(f".{module}", __name__), function)
 
 
+class _NeverRaised(Exception):
+    """Stands for an exception class whose module was never imported: no error is one of it."""
+
+
+def _raised(module: str, name: str) -> type:
+    """The exception class ``name`` of ``module`` when that module has been imported (an instance
+    can exist only then), else :class:`_NeverRaised`: ``main``'s ``except`` clauses import nothing,
+    so ``predict`` and ``evaluate`` never import the training package (0.1-0.2 s of their start)."""
+    loaded = sys.modules.get(module)
+    return getattr(loaded, name) if loaded is not None else _NeverRaised
+
+
+def _out_of_memory(err: MemoryError) -> str:
+    """The advice for a MemoryError, by where it happened: reading a CSV file names the file, its
+    size and its rows (:class:`savigp.io.csv_data.TableMemoryError`); later, the run's own sizes."""
+    from ..io.csv_data import TableMemoryError  # (imported by every command that reads a file)
+
+    if isinstance(err, TableMemoryError):
+        return one_line(err)
+    return "out of memory (fewer --samples, or a smaller --batch-size for train, needs less)"
+
+
 def main(argv=None) -> int:
     """Run the ``savigp`` command with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     parser = build_parser()
@@ -81,37 +103,28 @@ def main(argv=None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    elif args.command in ("predict", "evaluate"):  # (train: fit chooses by the problem's size)
-        import torch
-
-        from ..runtime.threads import choose_threads
-
-        torch.set_num_threads(choose_threads(float("inf")))  # torch's, capped at the idle cores
+    # (else train's fit, and predict and evaluate once they know the model and the rows, choose by size)
     if settings.debug():
         return command(args.command)(args)
-    from ..linalg.cholesky import CholeskyError
-    from ..training.distributed import DistributedError
-    from ..estimators.nonfinite import NonFiniteLogProb
-    from ..training import TrainingDiverged
-
     try:
         return command(args.command)(args)
     except KeyboardInterrupt:
         print(f"\nsavigp {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except DistributedError as err:  # another rank died or hung; its checkpoint (rank 0's) is intact
+    except _raised("savigp.training.distributed", "DistributedError") as err:  # another rank died or hung; its checkpoint (rank 0's) is intact
         print(prefix + one_line(err), file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_FAILURE)  # not sys.exit: gloo's threads abort the interpreter's exit after a failed collective
-    except (TrainingDiverged, CholeskyError, UserCodeExit) as err:
+    except (_raised("savigp.training.loop", "TrainingDiverged"), _raised("savigp.linalg.cholesky", "CholeskyError"),
+            UserCodeExit) as err:
         print(prefix + one_line(err), file=sys.stderr)
         return EXIT_FAILURE
-    except NonFiniteLogProb as err:  # a model problem, not bad input
+    except _raised("savigp.estimators.nonfinite", "NonFiniteLogProb") as err:  # a model problem, not bad input
         print(prefix + one_line(err), file=sys.stderr)
         return EXIT_NON_FINITE
-    except MemoryError:
-        print(prefix + "out of memory (fewer --samples, or a smaller --batch-size for train, needs less)", file=sys.stderr)
+    except MemoryError as err:
+        print(prefix + _out_of_memory(err), file=sys.stderr)
         return EXIT_FAILURE
     except SystemExit as err:  # user code (a likelihood) called sys.exit: its failure, not a result
         print(prefix + f"a user function called sys.exit({err.code!r})", file=sys.stderr)

@@ -72,7 +72,21 @@ def _model_and_table(args):
     code = {"mean_fn": args.mean_function} if args.mean_function else None
     saved, _ = load_model(args.model, device=args.device, likelihood=args.likelihood, trust_code=args.trust_code,
                           code=code, max_bytes=max_memory_bytes(args))
+    if args.threads is None:
+        _choose_threads(saved, table.num_rows, args.samples)
     return table, saved
+
+
+def _choose_threads(saved, rows: int, num_samples: int) -> None:
+    """torch's threads without ``--threads``: the rule ``train`` follows
+    (:func:`savigp.runtime.threads.choose_threads`) for a step of all ``rows``: 1 thread for a small
+    model and file (without the 0.1 s look at the idle cores), else torch's setting capped at the
+    cores idle now."""
+    import torch
+
+    from ..runtime.threads import choose_threads, step_work
+
+    torch.set_num_threads(choose_threads(step_work(saved.model, rows, num_samples)))
 
 
 def cmd_predict(args) -> int:

@@ -109,15 +109,23 @@ def test_user_code_that_exits_is_a_failure_with_a_checkpoint(tmp_path, capsys, s
     "a,b\n1,2\n3,4\n", "1,2\n3,4", "a\n1e-3\n-2.5E+4\n", " a , b \n 1 , 2 \n", "a;b\n1;2\n", "x,y\r\n1,2\r\n",
     "a,b\n1,2\n\n3,4\n", "a,b\n1,2\n3,4,5\n5\n", "a,b\n1,nan\n", "a,b\n1,\n", "a,a\n1,2\n", '"a",b\n1,2\n',
     "a,b\n1,2e200\n", "1\n", "a,b\n",
+    "\n\na,b\n1,2\n\n\n", "a,b\n1,2\n  \n3,4\n", "a,b\n,\n1,2\n", "a,b\r\n\r\n1,2\r\n3,4", "x,y\r3,4\n",
+    "\ufeffa,b\n1,2\n", "température,y\n1,2\n3,4\n", "a,b\n1_0,2\n", "a,b\n1,２\n", "a\tb\n1\t2\n 3 \t 4 \n",
+    "a,b\n1,2\x00\n", "a,b\n1,0x10\n", "a,b\n1,2#3\n", "a,b\n1,-inf\n", "a,b\n1,1e999\n", "a,b\n1,2,\n",
+    "1,2\n3,x\n", "1,2\n3,4\n5,6,7\n", "\n \n", "", "a,b\n1,2\n3,4\n5,nan\n7,8\n",
 ])
-def test_plain_files_read_as_the_general_reader_reads_them(tmp_path, monkeypatch, text):
-    """The numpy fast path (plain files) gives the same table, or leaves the file to the general
-    reader, which reports what is wrong: same values, header, line numbers and errors."""
+@pytest.mark.parametrize("block", [4, 1 << 20])
+def test_plain_files_read_as_the_general_reader_reads_them(tmp_path, monkeypatch, text, block):
+    """numpy's compiled reader (plain blocks of lines) gives the same table as the careful reader
+    on each block, and as the careful reader on the whole file, or leaves the block to the careful
+    reader, which reports what is wrong: same values, header, line numbers and errors (blocks of a
+    line each, and the whole file in one block)."""
     import savigp.io.csv_data as cd
 
+    monkeypatch.setattr(cd, "READ_CHUNK", block)
     path = tmp_path / "f.csv"
     path.write_bytes(text.encode())
-    delimiter = ";" if ";" in text else ","
+    delimiter = ";" if ";" in text else "\t" if "\t" in text else ","
 
     def read():
         try:
@@ -127,5 +135,11 @@ def test_plain_files_read_as_the_general_reader_reads_them(tmp_path, monkeypatch
             return str(err)
 
     fast = read()
-    monkeypatch.setattr(cd, "_plain_table", lambda *a: None)
+    monkeypatch.setattr(cd, "_plain_block", lambda *a: None)
+    assert fast == read()
+
+    def whole_file(*a):
+        raise cd._WholeFile
+
+    monkeypatch.setattr(cd, "_read_blocks", whole_file)
     assert fast == read()
