@@ -60,6 +60,8 @@ Usage::
     python experiments/benchmark.py --quick                 # a few configurations, < ~1 min
     python experiments/benchmark.py                         # full sweep over M, B, S, K and Q
     python experiments/benchmark.py --device cuda --dtype float32 --out results/benchmark_gpu
+    python experiments/benchmark.py --composite             # rbf + periodic * rbf against GPyTorch's, beside the RBF
+    python experiments/benchmark.py --kernel-parts          # the composite's kernel work against its parts'
 
 Outputs in ``--out`` (default ``results/benchmark``): ``benchmark.csv``, ``benchmark.md`` and
 ``benchmark.png`` (time against M, B, S, K and Q).
@@ -85,7 +87,7 @@ import torch
 from _common import (REPO_ROOT as ROOT, add_device_arguments, add_out_argument, add_seed_argument,
                      add_threads_argument)
 from savigp import SAVIGP
-from savigp.kernels.stationary import RBF
+from savigp.kernels import RBF, Periodic
 from savigp.training import WARMUP_STEPS, StepRunner, default_log_every, graph_decision, make_adam
 import likelihoods as L
 
@@ -117,6 +119,7 @@ class Config:
     est: str = ""  # savigp's estimator ("": closed form for the Gaussian, else the score function)
     shared: bool = False  # one kernel and one set of inducing inputs for the Q latent functions
     link: str = "logistic"  # the Bernoulli likelihood's link: "logistic" or "probit" (GPyTorch's BernoulliLikelihood)
+    kernel: str = "rbf"  # "rbf", or "composite": rbf + periodic * rbf (GPyTorch: ScaleKernel(RBF) + ScaleKernel(Periodic * RBF))
 
     @property
     def estimator(self) -> str:
@@ -128,7 +131,8 @@ class Config:
         s = "" if self.lik == "gaussian" else f" S={self.S}"
         extra = (f" D={self.D}" if self.D else "") + ("" if self.ard else " iso") + (
             "" if self.learn_inducing else " Z-fixed") + (f" {self.est}" if self.est else "") + (
-            " shared" if self.shared else "") + (" probit" if self.link == "probit" else "")
+            " shared" if self.shared else "") + (" probit" if self.link == "probit" else "") + (
+            f" {self.kernel}" if self.kernel != "rbf" else "")
         return f"{self.lik} Q={self.Q} M={self.M} B={self.B}{s} {post}{extra}"
 
     @property
@@ -163,6 +167,7 @@ def full_configs() -> list[Config]:
     for Q in (3, 10):
         cfg.append(Config("softmax", 100, 1000, S=100, Q=Q, sweep="Q"))
     cfg.append(Config("softmax", 250, 1000, S=100, Q=10, sweep="Q"))
+    cfg += [c for c in composite_configs() if c.kernel != "rbf"]
     return cfg
 
 
@@ -175,6 +180,15 @@ def target_configs() -> list[Config]:
         Config("gaussian", 500, 1000, sweep="M"),
         mnist_config(),
     ]
+
+
+def composite_configs() -> list[Config]:
+    """A composite kernel, rbf + periodic * rbf over all D columns (ARD), in the step at M = 500,
+    B = 1000, beside the RBF alone (issue 42): savigp's expression against GPyTorch's
+    ``ScaleKernel(RBFKernel()) + ScaleKernel(PeriodicKernel() * RBFKernel())`` in the same SVGP."""
+    return [Config("gaussian", 500, 1000, sweep="kernel"), Config("gaussian", 500, 1000, kernel="composite", sweep="kernel"),
+            Config("bernoulli", 500, 1000, S=100, sweep="kernel"),
+            Config("bernoulli", 500, 1000, S=100, kernel="composite", sweep="kernel")]
 
 
 def mnist_config() -> Config:
@@ -278,7 +292,7 @@ class SavigpStep:
             lik, Y = _softmax_likelihood(cfg.Q), data.classes(cfg.Q).to(data.dtype)
         else:
             raise ValueError(cfg.lik)
-        kernel = RBF(D, 1 if cfg.shared else cfg.Q, lengthscale=data.lengthscale, variance=1.0, ard=cfg.ard)
+        kernel = savigp_kernel(cfg, D, data.lengthscale)
         # the model keeps X/Y as buffers; build it on the CPU copy then move (constructor validates targets)
         self.model = SAVIGP(data.X.cpu(), Y.cpu(), lik, kernel, inducing_inputs=Z.cpu(), posterior=cfg.posterior,
                             num_components=cfg.K, mean_basis_size=cfg.G, dtype=data.dtype, device=data.device,
@@ -300,6 +314,40 @@ class SavigpStep:
             info = self.runner.read()
             if not info["ok"]:
                 raise FloatingPointError(f"savigp step {info['step']} was not finite: {info['terms']}")
+
+
+def savigp_kernel(cfg: Config, D: int, lengthscale: float):
+    """The step's kernel: an RBF (ARD or isotropic), or with ``cfg.kernel == "composite"``
+    rbf + periodic * rbf (period 1, the periodic length-scale ``lengthscale``, every part over all D
+    columns), initialized as :func:`gpytorch_kernel`'s."""
+    Q = 1 if cfg.shared else cfg.Q
+    kernel = RBF(D, Q, lengthscale=lengthscale, variance=1.0, ard=cfg.ard)
+    if cfg.kernel == "composite":
+        kernel = kernel + Periodic(D, Q, lengthscale=lengthscale, period=1.0, ard=cfg.ard) * RBF(
+            D, Q, lengthscale=lengthscale, ard=cfg.ard)
+    elif cfg.kernel != "rbf":
+        raise ValueError(f"unknown benchmark kernel {cfg.kernel!r}")
+    return kernel
+
+
+def gpytorch_kernel(kernel: str, D: int, ard: bool, batch_shape: torch.Size, lengthscale: float):
+    """GPyTorch's ``ScaleKernel(RBFKernel())``, or for ``"composite"``
+    ``ScaleKernel(RBFKernel()) + ScaleKernel(PeriodicKernel() * RBFKernel())``, with the length-scales,
+    period and variances of :func:`savigp_kernel` (GPyTorch's periodic length-scale is savigp's l^2)."""
+    import gpytorch.kernels as gk
+
+    dims = D if ard else None
+    first = gk.ScaleKernel(gk.RBFKernel(ard_num_dims=dims, batch_shape=batch_shape), batch_shape=batch_shape)
+    first.base_kernel.lengthscale, first.outputscale = lengthscale, 1.0
+    if kernel == "rbf":
+        return first
+    periodic = gk.PeriodicKernel(ard_num_dims=dims, batch_shape=batch_shape)
+    periodic.lengthscale, periodic.period_length = lengthscale ** 2, 1.0
+    rbf = gk.RBFKernel(ard_num_dims=dims, batch_shape=batch_shape)
+    rbf.lengthscale = lengthscale
+    second = gk.ScaleKernel(periodic * rbf, batch_shape=batch_shape)
+    second.outputscale = 1.0
+    return first + second
 
 
 def _logistic_mc_likelihood():
@@ -329,7 +377,7 @@ def _softmax_likelihood(Q: int):
 
 
 def gpytorch_svgp(Z: torch.Tensor, num_tasks: int = 0, *, ard: bool = True, learn_inducing: bool = True,
-                  shared: bool = False, diagonal: bool = False):
+                  shared: bool = False, diagonal: bool = False, kernel: str = "rbf", lengthscale: float = 1.0):
     """GPyTorch's SVGP with inducing inputs ``Z (M, D)``: a whitened full-Cholesky q(u)
     (``CholeskyVariationalDistribution`` in a ``VariationalStrategy``; ``diagonal``: its mean-field
     ``MeanFieldVariationalDistribution``), zero mean, a scaled RBF kernel (ARD or one length-scale);
@@ -355,9 +403,7 @@ def gpytorch_svgp(Z: torch.Tensor, num_tasks: int = 0, *, ard: bool = True, lear
                 vs = IndependentMultitaskVariationalStrategy(vs, num_tasks=num_tasks)
             super().__init__(vs)
             self.mean_module = gpytorch.means.ZeroMean(batch_shape=prior_batch)
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=D if ard else None, batch_shape=prior_batch),
-                batch_shape=prior_batch)
+            self.covar_module = gpytorch_kernel(kernel, D, ard, prior_batch, lengthscale)
 
         def forward(self, x):
             return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
@@ -375,9 +421,8 @@ class GPyTorchStep:
         torch.manual_seed(seed)
         Q = cfg.Q
         model = gpytorch_svgp(Z, Q if cfg.lik == "softmax" else 0, ard=cfg.ard, learn_inducing=cfg.learn_inducing,
-                              shared=cfg.shared, diagonal=cfg.posterior == "diag")
-        model.covar_module.base_kernel.lengthscale = data.lengthscale
-        model.covar_module.outputscale = 1.0
+                              shared=cfg.shared, diagonal=cfg.posterior == "diag", kernel=cfg.kernel,
+                              lengthscale=data.lengthscale)
         if cfg.lik == "gaussian":
             lik, self.y = gpytorch.likelihoods.GaussianLikelihood(), data.y_gauss
             lik.noise = 1.0
@@ -724,6 +769,63 @@ def phase_profile(step: "SavigpStep", batches: list, seed: int = 0) -> dict:
     return out
 
 
+def kernel_part_times(D: int, M: int = 500, B: int = 1000, *, dtype=torch.float64, device="cpu", rounds: int = 15,
+                      repeats: int = 3, seed: int = 0) -> dict:
+    """Milliseconds of a step's kernel work, forward and backward, for the composite rbf + periodic * rbf
+    and for each of its parts alone: K_zz of learned inducing inputs Z ``(1, M, D)``, K_zx against B
+    inputs and diag K_xx, then the gradients in every hyper-parameter and Z for fixed upstream
+    gradients (``torch.autograd.grad``; no reduction pass added). The kernels run in alternating order
+    within each round (``repeats`` calls each), and the medians over ``rounds`` are reported, so that a
+    busy machine's noise falls alike on all of them. ``sum of parts`` is rbf + periodic + rbf (the
+    composite's three leaves alone); ``composite / sum of parts`` is what the algebra (one elementwise
+    sum and one product per matrix, and their backward) adds."""
+    g = torch.Generator().manual_seed(seed)
+    like = dict(dtype=dtype, device=device)
+    X = torch.randn(B, D, generator=g, dtype=torch.float64).to(**like)
+    Z = torch.randn(1, M, D, generator=g, dtype=torch.float64).to(**like).requires_grad_(True)
+    grads = [torch.randn(1, M, M, generator=g, dtype=torch.float64).to(**like),
+             torch.randn(1, M, B, generator=g, dtype=torch.float64).to(**like),
+             torch.randn(1, B, generator=g, dtype=torch.float64).to(**like)]
+    ls = math.sqrt(D)
+    rbf, periodic, rbf2 = (RBF(D, 1, lengthscale=ls), Periodic(D, 1, lengthscale=ls, period=1.0),
+                           RBF(D, 1, lengthscale=ls))
+    kernels = {"rbf": rbf, "periodic": periodic, "periodic * rbf": periodic * rbf2, "rbf + periodic * rbf": rbf + periodic * rbf2}
+    for k in kernels.values():
+        k.to(**like)
+
+    def work(k):
+        outs = [k(Z, Z), k(Z, X), k.diag(X)]
+        torch.autograd.grad(outs, [Z, *k.parameters()], grad_outputs=grads)
+
+    times: dict[str, list[float]] = {name: [] for name in kernels}
+    for name in kernels:  # warm-up
+        work(kernels[name])
+    for r in range(rounds):
+        order = list(kernels) if r % 2 == 0 else list(reversed(kernels))
+        for name in order:
+            _sync(device)
+            t = time.perf_counter()
+            for _ in range(repeats):
+                work(kernels[name])
+            _sync(device)
+            times[name].append(1e3 * (time.perf_counter() - t) / repeats)
+    ms = {name: statistics.median(v) for name, v in times.items()}
+    parts = 2 * ms["rbf"] + ms["periodic"]
+    return {"ms": ms, "sum of parts": parts, "composite / sum of parts": ms["rbf + periodic * rbf"] / parts,
+            "product / (periodic + rbf)": ms["periodic * rbf"] / (ms["periodic"] + ms["rbf"]),
+            "M": M, "B": B, "D": D, "rounds": rounds, "repeats": repeats}
+
+
+def format_kernel_parts(res: dict) -> str:
+    lines = [f"kernel forward + backward (K_zz of learned Z, K_zx, diag K_xx) at M={res['M']}, B={res['B']}, "
+             f"D={res['D']}; median ms over {res['rounds']} alternating rounds of {res['repeats']} calls:"]
+    lines += [f"  {name:<24}{v:>9.2f}" for name, v in res["ms"].items()]
+    lines.append(f"  {'sum of parts (2 rbf + periodic)':<33}{res['sum of parts']:>9.2f}")
+    lines.append(f"  composite / sum of parts    {res['composite / sum of parts']:.3f}")
+    lines.append(f"  product / (periodic + rbf)  {res['product / (periodic + rbf)']:.3f}")
+    return "\n".join(lines)
+
+
 def format_phases(prof: dict, label: str) -> str:
     ms = prof["ms"]
     total = sum(ms.values())
@@ -762,7 +864,8 @@ class Result:
         ours, theirs = self.ms.get("savigp"), self.ms.get("gpytorch")
         flops = floor_flops(c)
         r = {"likelihood": c.lik, "Q": c.Q, "M": c.M, "B": c.B, "S": c.S if c.lik != "gaussian" else "",
-             "K": c.K, "G": c.G or "", "posterior": c.posterior, "estimator": c.estimator, "sweep": c.sweep,
+             "K": c.K, "G": c.G or "", "posterior": c.posterior, "kernel": c.kernel, "estimator": c.estimator,
+             "sweep": c.sweep,
              "savigp_ms": _r(ours), "gpytorch_ms": _r(theirs),
              "ratio": _r(ours / theirs if ours and theirs else None, 3),
              "savigp_cpu_ms": _r(self.cpu_ms.get("savigp")), "gpytorch_cpu_ms": _r(self.cpu_ms.get("gpytorch")),
@@ -861,11 +964,11 @@ def run_config(cfg: Config, data: Data, *, warmup: int, rounds: int, steps: int,
 
 # ---------------------------------------------------------------------------------------- output
 PROFILED = ("busy_ms", "kernels", "syncs", "reads", "ops")
-COLUMNS = ["likelihood", "Q", "M", "B", "S", "K", "G", "posterior", "estimator", "savigp_ms", "gpytorch_ms", "ratio",
+COLUMNS = ["likelihood", "Q", "M", "B", "S", "K", "G", "posterior", "kernel", "estimator", "savigp_ms", "gpytorch_ms", "ratio",
            "savigp_cpu_ms", "gpytorch_cpu_ms", "cpu_ratio", "floor_ms", "savigp_floor_x", "dense_ms", "savigp_dense_x", "dense_floor_x", "savigp_gflops",
            "gpytorch_gflops", "savigp_mem_mib", "gpytorch_mem_mib"] + [
            f"{lib}_{k}" for lib in ("savigp", "gpytorch") for k in PROFILED] + ["sweep", "note"]
-SHOWN = ["likelihood", "Q", "M", "B", "S", "K", "G", "posterior", "savigp_ms", "gpytorch_ms", "ratio", "cpu_ratio", "floor_ms",
+SHOWN = ["likelihood", "Q", "M", "B", "S", "K", "G", "posterior", "kernel", "savigp_ms", "gpytorch_ms", "ratio", "cpu_ratio", "floor_ms",
          "savigp_floor_x", "dense_ms", "savigp_dense_x", "dense_floor_x", "savigp_gflops", "savigp_mem_mib",
          "gpytorch_mem_mib", "savigp_busy_ms", "gpytorch_busy_ms", "savigp_kernels", "gpytorch_kernels",
          "savigp_syncs", "gpytorch_syncs", "savigp_reads", "gpytorch_reads", "savigp_ops", "gpytorch_ops"]
@@ -1010,6 +1113,12 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     p.add_argument("--phases", action="store_true",
                    help="print the per-phase profile of savigp's step for every configuration (always for MNIST), "
                         "and its dense linear algebra timed call by call (K = 1 full posteriors)")
+    p.add_argument("--composite", action="store_true",
+                   help="only the composite kernel's rows (rbf + periodic * rbf against GPyTorch's ScaleKernel(RBF) + "
+                        "ScaleKernel(Periodic * RBF), M=500 B=1000, Gaussian and Bernoulli) beside the RBF's")
+    p.add_argument("--kernel-parts", action="store_true",
+                   help="only time the composite kernel's forward and backward against each of its parts alone "
+                        "(M=500, B=1000) and print the ratio to the sum of the parts; no training steps")
     p.add_argument("--gpu-targets", action="store_true",
                    help="only the GPU issue's configurations (M=1000 B=10k S=100 Bernoulli; decoupled head M=500 "
                         "G=20000 B=10k): run with --device cuda and on the CPU")
@@ -1056,6 +1165,13 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     dtype = getattr(torch, args.dtype)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here")
+    if args.kernel_parts:
+        M, B = (20, 30) if args.smallest else (500, 1000)
+        res = kernel_part_times(args.input_dim, M, B, dtype=dtype, device=args.device,
+                                rounds=3 if args.smallest else (args.rounds or 15), seed=args.seed)
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.device}, {args.dtype}")
+        print(format_kernel_parts(res))
+        return [res]
     if args.smallest:
         configs = [smallest_config()]
         args.num_data = min(args.num_data, 500)
@@ -1065,6 +1181,8 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
         configs = gpu_target_configs()
     elif args.mnist:
         configs = [mnist_config(), mnist_per_latent_config(), mnist_binary_config()]
+    elif args.composite:
+        configs = composite_configs()
     else:
         configs = quick_configs() if args.quick else full_configs()
     if args.only:

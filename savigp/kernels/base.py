@@ -31,6 +31,8 @@ from typing import Optional, Sequence
 
 import torch
 from torch import Tensor, nn
+
+from .fused import exp_quadratic
 from likelihoods.parameters import PositiveParameter
 
 
@@ -109,6 +111,13 @@ class Kernel(nn.Module):
     def diag(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
         """The diagonal ``(Q, N)`` of ``kernel(x, x)``."""
         raise NotImplementedError
+
+    def exp_features(self, x1: Tensor, x2: Tensor) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+        """Features ``a (Q, N1, d)``, ``b (Q, N2, d)`` and ``log_var (Q,)`` with kernel(x1, x2) =
+        exp(log_var - ||a_i - b_j||^2 / 2), for a kernel of that form (the RBF, the periodic kernel, their
+        scales and products: :mod:`savigp.kernels.fused`), else None (the default). A :class:`Product`
+        of such kernels computes them as one fused exponential."""
+        return None
 
     def structure(self) -> dict:
         """The constructor options besides D and Q that fix the kernel's parameters' shapes (JSON
@@ -218,13 +227,40 @@ class Sum(_Combination):
 
 
 class Product(_Combination):
-    """k(x, x') = prod_i k_i(x, x') (``k1 * k2``), elementwise.
+    """k(x, x') = prod_i k_i(x, x') (``k1 * k2``), elementwise. The factors of the form
+    exp(log s - ||a - b||^2 / 2) (RBF, periodic, their scales: :meth:`Kernel.exp_features`) are
+    computed together as one fused exponential of their features side by side
+    (:mod:`savigp.kernels.fused`), the other factors multiplied in.
 
     Args:
         kernels: two or more kernels of equal ``num_latent`` and ``input_dim``.
     """
 
+    def _fused(self, x1: Tensor, x2: Tensor):
+        """The exp-form factors' features joined, ``(a, b, log_var)``, and the other factors; None
+        when fewer than two factors are of the exp form."""
+        feats, rest = [], []
+        for k in self.parts:
+            f = k.exp_features(x1, x2)
+            (rest if f is None else feats).append(k if f is None else f)
+        if len(feats) < 2:
+            return None
+        Q = self.num_latent
+        a = torch.cat([f[0].expand(Q, *f[0].shape[-2:]) for f in feats], dim=-1)
+        b = torch.cat([f[1].expand(Q, *f[1].shape[-2:]) for f in feats], dim=-1)
+        return (a, b, sum(f[2] for f in feats)), rest
+
+    def exp_features(self, x1: Tensor, x2: Tensor):
+        fused = self._fused(x1, x2)
+        return fused[0] if fused is not None and not fused[1] else None
+
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        fused = self._fused(x1, x2)
+        if fused is not None:
+            out = exp_quadratic(*fused[0])
+            for k in fused[1]:
+                out = out * k(x1, x2)
+            return out
         out = self.parts[0](x1, x2)
         for k in self.parts[1:]:
             out = out * k(x1, x2)

@@ -11,8 +11,9 @@ so it is positive semi-definite. scikit-learn's ``ExpSineSquared`` is this kerne
 exponential has 1/2 where this has 2).
 
 With A = 2 pi x / p and w = 1 / l^2, sin^2((A - B) / 2) = (1 - cos A cos B - sin A sin B) / 2, so the
-exponent is -sum_d w_d + [sqrt(w) cos A, sqrt(w) sin A] . [sqrt(w) cos B, sqrt(w) sin B]: one batched
-product of 2d columns per latent function writes the (Q, N1, N2) matrix, as for the RBF kernel.
+exponent is -||u(x) - u(x')||^2 / 2 for the features u = [sqrt(w) cos A, sqrt(w) sin A]: the RBF kernel's
+fused exponential (:mod:`savigp.kernels.fused`) of 2d columns per latent function writes the (Q, N1, N2)
+matrix and its backward pass, and a product with an RBF joins their features into one.
 Inputs are centred on the mean of the first set first (distances do not depend on it), so years
 (x ~ 2000) keep their digits in float32.
 """
@@ -25,6 +26,7 @@ import torch
 from torch import Tensor
 
 from .base import Kernel
+from .fused import exp_quadratic
 
 
 class Periodic(Kernel):
@@ -70,17 +72,17 @@ class Periodic(Kernel):
         angle = (2.0 * math.pi) * (x - centre) / p  # (Q, N, d): broadcasts one p over the columns
         return torch.cat([sw * torch.cos(angle), sw * torch.sin(angle)], dim=-1)
 
-    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+    def exp_features(self, x1: Tensor, x2: Tensor):
+        """u(x1), u(x2) ``(Q, N, 2 d)`` and log s: k = s exp(-||u(x) - u(x')||^2 / 2) (module docstring)."""
         x1, x2 = self._inputs(x1, x2)
         centre = x1.detach().mean(-2, keepdim=True)
         a = self._features(x1, centre)
         b = a if x2 is x1 else self._features(x2, centre)
-        w = self.lengthscales().pow(-2)  # (Q, d or 1)
-        total = w.sum(-1) * (1 if self.ard else self.num_active)  # sum_d w_d, (Q,)
-        a, b = a.expand(self.num_latent, *a.shape[-2:]), b.expand(self.num_latent, *b.shape[-2:])
-        exponent = torch.bmm(a, b.transpose(-1, -2)) - total[:, None, None]
-        exponent = exponent.clamp_max(0.0)  # sin^2 >= 0
-        return self.variance()[:, None, None] * torch.exp(exponent)
+        Q = self.num_latent
+        return a.expand(Q, *a.shape[-2:]), b.expand(Q, *b.shape[-2:]), torch.log(self.variance())
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return exp_quadratic(*self.exp_features(x1, x2))
 
     def diag(self, x: Tensor) -> Tensor:
         self._check(x, "x")

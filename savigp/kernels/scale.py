@@ -3,9 +3,11 @@
 """
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
-from .base import Kernel
+from .base import Kernel, Product
+from .fused import exp_quadratic
 
 
 class Scale(Kernel):
@@ -32,7 +34,14 @@ class Scale(Kernel):
     def initial_values(self) -> dict:
         return {"variance": self.variance().detach().cpu().tolist()}
 
+    def exp_features(self, x1: Tensor, x2: Tensor):
+        f = self.base.exp_features(x1, x2)
+        return None if f is None else (f[0], f[1], f[2] + torch.log(self.variance()))
+
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        f = self.base.exp_features(x1, x2) if isinstance(self.base, Product) else None
+        if f is not None:  # a product of exp-form kernels: one fused exponential (savigp.kernels.fused), s in it
+            return exp_quadratic(f[0], f[1], f[2] + torch.log(self.variance()))
         return self.variance()[:, None, None] * self.base(x1, x2)
 
     def diag(self, x: Tensor) -> Tensor:

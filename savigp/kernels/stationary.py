@@ -30,6 +30,7 @@ from torch import Tensor
 
 from .._choices import KERNELS  # noqa: F401 (the kernels by name: a registry, KERNELS.register(name, cls))
 from .base import Kernel
+from .fused import exp_quadratic
 
 
 class Stationary(Kernel):
@@ -100,62 +101,11 @@ def _centred(x1: Tensor, x2: Tensor) -> tuple[Tensor, Tensor]:
     return x1 - c, x2 - c
 
 
-class _ScaledRBF(torch.autograd.Function):
-    """k_ij = exp(log s - ||a_i - b_j||^2 / 2) for scaled inputs a = x1 / l ``(Q, N1, D)`` and
-    b = x2 / l ``(Q, N2, D)``, in a few passes over the ``(Q, N1, N2)`` matrix.
-
-    The inputs arrive centred (see the module docstring). Forward: one batched product (``torch.bmm``: a and b are both (Q, ., D), and ``matmul``'s
-    broadcasting costs a dozen dispatcher calls per product) of inputs augmented with two columns,
-
-        [a, log s - |a|^2 / 2, 1] [b, 1, -|b|^2 / 2]^T = log s - r^2 / 2,
-
-    so that the (Q, N1, N2) matrix is written once by BLAS, then a clamp (r^2 >= 0) and an
-    exponential in place. Backward: with W = dF/dk * k (= dF/d log k),
-    dF/da_i = sum_j W_ij (b_j - a_i) = (W b)_i - rowsum(W)_i a_i, likewise for b, and
-    dF/d log s = sum W; W [b, 1] gives W b and the row sums in one product (and W^T [a, 1] the
-    column sums): one pass over the (Q, N1, N2) matrix besides the two products, instead of
-    autograd's chain through every intermediate.
-    """
-
-    @staticmethod
-    def forward(ctx, a: Tensor, b: Tensor, log_var: Tensor) -> Tensor:
-        ones_a = a.new_ones(a.shape[:-1] + (1,))
-        ones_b = b.new_ones(b.shape[:-1] + (1,))
-        lv = log_var.reshape(-1, 1, 1)
-        a_aug = torch.cat([a, lv - 0.5 * (a * a).sum(-1, keepdim=True), ones_a], dim=-1)  # (Q, N1, D + 2)
-        b_aug = torch.cat([b, ones_b, -0.5 * (b * b).sum(-1, keepdim=True)], dim=-1)  # (Q, N2, D + 2)
-        k = torch.bmm(a_aug, b_aug.transpose(-1, -2))  # log s - r^2 / 2, (Q, N1, N2)
-        torch.minimum(k, lv, out=k)  # r^2 >= 0
-        k.exp_()
-        ctx.save_for_backward(a, b, k)
-        return k
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        a, b, k = ctx.saved_tensors
-        W = grad * k  # (Q, N1, N2)
-        D = a.shape[-1]
-        da = db = dlv = ra = None
-        if ctx.needs_input_grad[0] or ctx.needs_input_grad[2]:
-            Wb = torch.bmm(W, torch.cat([b, b.new_ones(b.shape[:-1] + (1,))], dim=-1))  # [W b, rowsum W]
-            ra = Wb[..., D:]  # (Q, N1, 1)
-            if ctx.needs_input_grad[0]:
-                da = Wb[..., :D] - a * ra
-        if ctx.needs_input_grad[1]:
-            # ([a, 1]^T W)^T: BLAS reads W row by row (W^T [a, 1] reads it transposed, ~2x slower)
-            Wa = torch.bmm(torch.cat([a, a.new_ones(a.shape[:-1] + (1,))], dim=-1).transpose(-1, -2), W)
-            Wa = Wa.transpose(-1, -2)  # (Q, N2, D + 1)
-            db = Wa[..., :D] - b * Wa[..., D:]
-        if ctx.needs_input_grad[2]:
-            dlv = ra.sum((-2, -1))
-        return da, db, dlv
-
-
 class _IsotropicRBF(torch.autograd.Function):
     """k_qij = exp(log s_q + c_q r_ij^2) with c_q = -1 / (2 l_q^2), for one length-scale per latent
     function and inputs shared by all of them: x1 ``(N1, D)``, x2 ``(N2, D)`` (centred, see the module
     docstring). The distances r^2 ``(N1, N2)`` are computed once, by one product, for all Q latent
-    functions (the ARD path, :class:`_ScaledRBF`, needs one product of D columns per latent function,
+    functions (the ARD path, :class:`~savigp.kernels.fused.ScaledRBF`, needs one product of D columns per latent function,
     forward and twice backward). Backward, with W_q = dF/dk_q * k_q: dF/d log s_q = sum W_q,
     dF/dc_q = sum W_q * r^2, and only when the inputs need a gradient, with G = sum_q c_q W_q,
     dF/dx1_i = 2 (rowsum(G)_i x1_i - (G x2)_i), dF/dx2_j = 2 (colsum(G)_j x2_j - (G^T x1)_j).
@@ -203,7 +153,7 @@ def _self_sqdist(x: Tensor) -> Tensor:
 
 class RBF(Stationary):
     """Squared exponential: k(x, x') = s exp(-||(x - x') / l||^2 / 2) (a fused forward and backward,
-    :class:`_ScaledRBF`, instead of the distance-then-profile path of :class:`Stationary`; with
+    :class:`~savigp.kernels.fused.ScaledRBF`, instead of the distance-then-profile path of :class:`Stationary`; with
     ``ard=False`` and inputs shared by the latent functions, :class:`_IsotropicRBF`, which computes
     the distances once for all of them)."""
 
@@ -218,7 +168,15 @@ class RBF(Stationary):
         ls = self.lengthscales().unsqueeze(-2)  # (Q, 1, D or 1)
         x1, x2 = _centred(x1, x2)  # distances of inputs with a large common offset stay accurate
         a, b = x1 / ls, x2 / ls  # (Q, N1, D), (Q, N2, D)
-        return _ScaledRBF.apply(a, b, torch.log(self.variance()))
+        return exp_quadratic(a, b, torch.log(self.variance()))
+
+    def exp_features(self, x1: Tensor, x2: Tensor):
+        """x1 / l, x2 / l ``(Q, N, d)`` of the centred active columns and log s (:mod:`savigp.kernels.fused`)."""
+        x1, x2 = _centred(*self._inputs(x1, x2))
+        ls = self.lengthscales().unsqueeze(-2)  # (Q, 1, d or 1)
+        Q = self.num_latent
+        a, b = x1 / ls, x2 / ls
+        return a.expand(Q, *a.shape[-2:]), b.expand(Q, *b.shape[-2:]), torch.log(self.variance())
 
     def _fixed_sqdist(self, x: Tensor) -> Tensor:
         """The distances ||x_i - x_j||^2 ``(N, N)`` over the active columns of inputs ``x`` ``(N, D)`` or

@@ -196,3 +196,25 @@ def test_phases_print_the_dense_calls_one_by_one(bench, tmp_path, capsys):
                 "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "dense linear algebra of the step call by call" in out and "Cholesky of K_zz" in out
+
+
+def test_the_composite_rows_compare_the_same_kernel_in_both_libraries(bench, tmp_path):
+    """``--composite``: savigp's rbf + periodic * rbf and GPyTorch's ScaleKernel(RBF) + ScaleKernel(Periodic * RBF)
+    start as the same kernel (1e-10) and a small copy of the row runs in both libraries; ``--kernel-parts``
+    reports the composite's and each part's time."""
+    gpytorch = pytest.importorskip("gpytorch")
+    cfg = bench.Config("gaussian", 12, 40, kernel="composite", sweep="kernel")
+    assert "composite" in cfg.label and any(c.kernel == "composite" for c in bench.composite_configs())
+    x = torch.randn(9, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    ours = bench.savigp_kernel(cfg, 3, 1.7)
+    theirs = bench.gpytorch_kernel("composite", 3, True, torch.Size([]), 1.7).double()
+    with gpytorch.settings.lazily_evaluate_kernels(False), torch.no_grad():
+        torch.testing.assert_close(ours(x, x[:4])[0], theirs(x, x[:4]).to_dense(), rtol=0, atol=1e-10)
+    data = bench.Data(200, 3, 10, 0, torch.float64, "cpu")
+    res = bench.run_config(cfg, data, warmup=1, rounds=1, steps=1, seed=0, libraries=("savigp", "gpytorch"),
+                           measure_memory=False, profile_steps_n=0)
+    assert not res.error and set(res.ms) >= {"savigp", "gpytorch"}, res.error
+    assert res.row(10.0)["kernel"] == "composite"
+    parts = bench.main(["--kernel-parts", "--smallest", "--input-dim", "3", "--out", str(tmp_path)])[0]
+    assert set(parts["ms"]) == {"rbf", "periodic", "periodic * rbf", "rbf + periodic * rbf"}
+    assert all(_positive(v) for v in parts["ms"].values()) and _positive(parts["composite / sum of parts"])

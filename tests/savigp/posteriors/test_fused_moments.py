@@ -100,7 +100,7 @@ def test_blocked_triangular_products_match_dense_products(monkeypatch, block):
 def test_rbf_hand_written_backward_matches_finite_differences():
     """The RBF kernel's fused forward (augmented product) and backward pass (``kernels._ScaledRBF``):
     values against the formula, gradients against finite differences (torch.autograd.gradcheck)."""
-    from savigp.kernels.stationary import _ScaledRBF
+    from savigp.kernels.fused import ScaledRBF as _ScaledRBF
 
     gen = torch.Generator().manual_seed(11)
     a = torch.randn(2, 5, 3, dtype=DT, generator=gen).requires_grad_()
