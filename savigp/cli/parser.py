@@ -127,7 +127,7 @@ def _add_trust_options(p) -> None:
                    help="run the user code the model file names (and a file changed since training)")
 
 
-def _add_threads_option(p, default=None, chosen="torch's, capped at the cores idle now") -> None:
+def _add_threads_option(p, default=None, chosen="1 for a small problem, else torch's capped at the cores idle now") -> None:
     p.add_argument("--threads", type=int, default=default, metavar="T",
                    help=f"CPU threads for torch (default: {default}; see docs/cli.md, Threads)" if default else
                    f"CPU threads for torch (default: {chosen}; OMP_NUM_THREADS in the environment is respected; "
@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dist-timeout", type=float, metavar="SEC",
                    help="data-parallel: seconds a rank waits for the others before failing (default 300)")
     _add_memory_option(g)
-    _add_threads_option(g, chosen="1 for a small problem, else torch's capped at the cores idle now")
+    _add_threads_option(g)
 
     # ---------------------------------------------------------------- predict
     p = sub.add_parser("predict", formatter_class=fmt, epilog=EPILOG_PREDICT, help="predict at the rows of a CSV file",
