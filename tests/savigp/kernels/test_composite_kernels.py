@@ -311,3 +311,23 @@ def test_warm_start_copies_a_composite_kernel(kind, K):
             assert torch.equal(p, q), name
     e, want = (float(m.elbo(estimator="closed-form").elbo.detach()) for m in (model, source))
     assert abs(e - want) < 1e-9 * abs(want), (e, want)
+
+
+def test_a_product_fuses_its_exponential_factors_and_multiplies_the_rest():
+    """periodic * linear * scale(rbf): the periodic and scaled-RBF factors as one fused exponential
+    (Kernel.exp_features), the linear one multiplied in; values and gradients equal the factors' own
+    product (1e-12), on inputs shared by the latent functions and per latent function."""
+    X = _data(9, seed=6)[0]
+    p, lin, r = Periodic(D, Q, period=[0.8, 1.7]), Linear(D, Q, active_dims=[1], offset=0.3), Scale(RBF(D, Q), variance=[0.5, 2.0])
+    kernel = p * lin * r
+    assert kernel._fused(X, X) is not None and len(kernel._fused(X, X)[1]) == 1
+    assert (p * r).exp_features(X, X) is not None and kernel.exp_features(X, X) is None
+    for x1, x2 in ((X, X), (X[:4], X[2:]), (X.expand(Q, 9, D), X.expand(Q, 9, D)[:, :3])):
+        got = kernel(x1, x2)
+        want = p(x1, x2) * lin(x1, x2) * r(x1, x2)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        W = torch.randn(got.shape, generator=torch.Generator().manual_seed(0), dtype=DT)
+        g1 = torch.autograd.grad((W * got).sum(), list(kernel.parameters()))
+        g2 = torch.autograd.grad((W * want).sum(), list(kernel.parameters()))
+        for a, b in zip(g1, g2):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
