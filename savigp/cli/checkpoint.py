@@ -4,7 +4,9 @@ kept for a user function that stops the run itself.
 
 A checkpoint is a model file (:meth:`savigp.model_files.SavedModel.save`, written atomically)
 whose ``training_state`` holds the optimizer, the mini-batch generator, the permutation and the
-position in it, so that a resumed run takes the same steps as an uninterrupted one.
+position in it, and :func:`savigp.fit`'s schedule (which phase: a mixture's exploring starts, the
+reflection move, fit's own phase, the annealing; :mod:`savigp.training.schedule`), so that a
+resumed run takes the same steps as an uninterrupted one.
 """
 from __future__ import annotations
 
@@ -115,7 +117,8 @@ def resume(args, config: dict, out: str, ckpt: str, Xm, Ym, user_code: bool):
     step = int(old.get("step", 0))
     config["step"], config["elbo"] = step, old.get("elbo")
     state = {"optimizer_state": tstate["optimizer"], "generator_state": tstate["generator"],
-             "perm": tstate["perm"], "pos": int(tstate["pos"]), "step": step}
+             "draw_generator_state": tstate.get("draw_generator"), "perm": tstate["perm"], "pos": int(tstate["pos"]),
+             "step": step, "schedule": tstate.get("schedule")}  # (no schedule: written before fit kept one)
     return source, saved.model, state
 
 
@@ -149,18 +152,29 @@ class Checkpointer:
 
     # ------------------------------------------------------------ writing
     def _training_state(self) -> Optional[dict]:
+        """The file's ``training_state``: the optimizer, the generators, the batch order and fit's
+        schedule (:mod:`savigp.training.schedule`: its phases, where the run is in them, what the
+        exploration of a mixture's starts has kept), so that ``--resume`` goes on exactly."""
         state = self.state
         if "optimizer" in state:  # fit has run a step: its live objects
             gen = None
             if self._generator is not None and self._generator[0] == state.get("step"):
                 gen = self._generator[1]
-            return {"optimizer": state["optimizer"].state_dict(),
-                    "generator": gen if gen is not None else state["generator"].get_state(),
-                    "perm": state["perm"], "pos": int(state["pos"])}
-        if "optimizer_state" in state:  # resumed, no step taken yet: what was read
-            return {"optimizer": state["optimizer_state"], "generator": state["generator_state"],
-                    "perm": state["perm"], "pos": state["pos"]}
-        return None
+            out = {"optimizer": state["optimizer"].state_dict(),
+                   "generator": gen if gen is not None else state["generator"].get_state(),
+                   "perm": state["perm"], "pos": int(state["pos"])}
+            if state.get("draw_generator") is not None:  # (off the CPU: the draws' own generator)
+                out["draw_generator"] = state["draw_generator"].get_state()
+        elif state.get("optimizer_state") is not None:  # resumed, no step taken yet: what was read
+            out = {"optimizer": state["optimizer_state"], "generator": state["generator_state"],
+                   "perm": state["perm"], "pos": state["pos"]}
+            if state.get("draw_generator_state") is not None:
+                out["draw_generator"] = state["draw_generator_state"]
+        else:
+            return None
+        if state.get("schedule") is not None:
+            out["schedule"] = state["schedule"]
+        return out
 
     def write(self, path: str, step: int, complete: bool, elbo: Optional[float]) -> None:
         """Write the model and its training state at ``step`` to ``path`` (rank 0 only)."""

@@ -305,6 +305,7 @@ def _train(args, out: str, ckpt: str, plot) -> int:
     ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, args.checkpoint_every, rank, state,
                        keep_generator=spec["name"] == "callable")
     t0 = time.perf_counter()
+    begun = int(state.get("step", 0))
     history = _fit(args, model, ckp, table, spec, quiet, groups)
     done = int(state.get("step", 0))
     if done < total:  # interrupted here or on another rank (interrupted after the last step: just finish)
@@ -328,7 +329,7 @@ def _train(args, out: str, ckpt: str, plot) -> int:
         if rank == 0:
             # the one-line summary is printed even with --quiet (which silences progress only)
             threads = f", {history.threads} thread{'s' if history.threads != 1 else ''}" if history.threads else ""
-            print(f"trained {done} step(s) ({history.steps} in this run, {time.perf_counter() - t0:.1f} s{threads}, "
+            print(f"trained {done} step(s) ({done - begun} in this run, {time.perf_counter() - t0:.1f} s{threads}, "
                   f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
             search = getattr(history, "starts", None)
             if search is not None and (search.starts > 1 or search.reflection is not None) and not quiet:

@@ -116,8 +116,7 @@ def fit_full_gaussian(args, Xm, Ym, spec: dict, model_options: dict, config: dic
         history = fit(model, iterations=total, batch_size=args.batch_size, optimizer=args.optimizer,
                       lr=config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
                       groups=args.learn, seed=args.seed, progress=not quiet, log_every=default_log_every(model.device),
-                      threads=args.threads, anneal=False)  # (as the command trains --posterior full: its
-        # checkpoint state keeps fit from annealing, so neither does this stage)
+                      threads=args.threads)  # (the schedule of the command's --posterior full: it anneals)
     record = {"posterior": "full", "components": 1, "steps": int(history.steps), "estimator": history.estimator,
               "elbo": history.final_elbo, "elbo_stderr": history.final_elbo_stderr}
     if rank == 0:  # (also with --quiet, as the summary line: what was fitted)

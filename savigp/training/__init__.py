@@ -6,7 +6,9 @@ shares with :func:`savigp.fit_orthnat` (Salimbeni et al. 2018's natural-gradient
 * :mod:`savigp.training.rules`: the per-step updates of fit (:class:`SyncFreeStep`,
   :class:`GradientStep`) and the per-step check others build on (:class:`CheckedStep`);
 * :mod:`savigp.training.step`: the sync-free step (:class:`StepRunner`) and its CUDA graph;
-* :mod:`savigp.training.fitting`: :func:`fit` itself;
+* :mod:`savigp.training.fitting`: :func:`fit` itself, which runs the phases of
+  :mod:`savigp.training.schedule` (a mixture's exploring starts and reflection move,
+  :mod:`savigp.training.starts`; fit's own phase; the annealing), resumable from its ``state``;
 * :mod:`savigp.training.convergence`: the smoothed ELBO, the full-data ELBO with its standard error,
   and the still-rising hint (:class:`ConvergenceWarning`).
 """

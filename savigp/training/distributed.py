@@ -336,6 +336,29 @@ def setup(model, params, seed: int, check: dict) -> Optional[DataParallel]:
     return DataParallel(model, params, seed, check)
 
 
+def evaluation_shard(device) -> tuple:
+    """``(shard, reduce)`` for :func:`savigp.training.convergence.full_data_elbo` outside a step:
+    ``((rank, world), the sum over the ranks)`` under a process group (joined from ``torchrun``'s
+    environment if it is not yet), ``((0, 1), None)`` in one process. A failed collective raises
+    :class:`DistributedError`."""
+    if not init_from_env(device):
+        return (0, 1), None
+    r, world = dist.get_rank(), dist.get_world_size()
+    comm = torch.device(device)
+
+    def reduce(t: torch.Tensor) -> torch.Tensor:
+        total = t.to(comm)
+        try:
+            dist.all_reduce(total)
+        except RuntimeError as err:
+            raise DistributedError(f"rank {r} of {world}: summing the full-data ELBO across the ranks failed: another "
+                                   f"rank stopped or did not answer ({_backend_message(err)}). The last checkpoint "
+                                   "is intact: run again with --resume (with any number of ranks)") from err
+        return total.cpu()
+
+    return (r, world), reduce
+
+
 def finish() -> None:
     """Leave the process group, if one is initialized (at the end of a successful run)."""
     if dist.is_available() and dist.is_initialized():

@@ -7,11 +7,13 @@ parameter are finite; fit reads that back every ``log_every`` steps and, if a st
 restores the parameters of the last good step and :class:`TrainingDiverged` names the step and
 the term that failed (see :mod:`savigp.training.step` for the exact semantics, the jitter growth
 after a failed K_zz factorization and the CUDA graph). The loop is :func:`savigp.training.loop.run`,
-the updates are the rules of :mod:`savigp.training.rules`.
+the updates are the rules of :mod:`savigp.training.rules`, the phases of a run (starts, reflection
+move, fit's own phase, annealing) those of :mod:`savigp.training.schedule`.
 """
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from typing import Callable, Optional, Sequence
 
@@ -22,9 +24,9 @@ from .._choices import OPTIMIZERS, PARAMETER_GROUPS
 from ..runtime.allocator import tune_cpu_allocator
 from ..runtime.threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
-from . import loop, starts as _starts, step as _step
+from . import loop, schedule as _schedule, starts as _starts, step as _step
 from .components import ComponentSearch, adopt, search_components
-from .convergence import ConvergenceWarning, full_data_elbo
+from .convergence import ConvergenceWarning, full_data_elbo, still_rising
 from .groups import parameter_groups
 from .loop import Batches, TrainingHistory
 from .rules import GradientStep, SyncFreeStep
@@ -69,7 +71,7 @@ def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> No
     problem = joint_factorized_fit(model, groups)
     if problem is not None:
         warnings.warn(f"savigp.fit: {problem}. The two-stage recipe avoids it: {TWO_STAGE_PYTHON}.",
-                      FactorizedHyperparameterWarning, stacklevel=4)  # (fit's caller, through _fit)
+                      FactorizedHyperparameterWarning, stacklevel=3)  # (fit's caller)
 
 
 def choose_components(model: SAVIGP, **options) -> ComponentSearch:
@@ -165,9 +167,10 @@ def fit(
             ``lr`` and ``weight_lr`` (:data:`~savigp.training.starts.ANNEAL_LR`), to bring the fit
             below the noise floor of its Monte Carlo gradients at ``lr`` (a two-step version of
             the decreasing step sizes of Robbins & Monro 1951). None (the default) and True: for
-            any posterior fitted by Adam/Adadelta without a resumed ``state`` (so that fits of
-            different K compared by their ELBO have had the same schedule); False: never. Measured on Gaussian regression (docs/mixtures.md), K = 1 with the
-            score estimator at ``lr=0.05`` ends up to 0.3 nats below its annealed fit.
+            any posterior fitted by Adam/Adadelta (so that fits of different K compared by their
+            ELBO have had the same schedule); False: never. Measured on Gaussian regression
+            (docs/mixtures.md), K = 1 with the score estimator at ``lr=0.05`` ends up to 0.3 nats
+            below its annealed fit.
         reflect: Adam/Adadelta, mixtures (K > 1): after half the iterations, try replacing the
             lightest component by the reflection of the heaviest through the prior mean
             (:meth:`savigp.posteriors.MixturePosterior.reflect`): the fit as it is and the reflected
@@ -179,11 +182,14 @@ def fit(
             ``iterations``, so the steps taken add up to ``iterations``; ``history.elbo`` holds the
             kept path's (the kept start's, the steps before the move, the kept branch's, fit's own
             phase, the annealing phase) and ``history.starts`` the record
-            (:class:`savigp.training.starts.Exploration`); progress and ``callback`` cover fit's
-            own phase (a stop by ``callback`` skips the annealing). The starts and the move are
-            not done for K = 1 or when the posterior's means are not trained; none of the three
-            for L-BFGS, a resumed ``state``, under torch.distributed, or when a phase would get
-            fewer than :data:`~savigp.training.starts.MIN_STEPS` steps.
+            (:class:`savigp.training.starts.Exploration`); progress and ``callback`` cover every
+            step of every phase, numbered on through them (a stop by ``callback`` stops the run
+            where it is; ``state`` resumes it there). The starts and the move are not done for
+            K = 1 or when the posterior's means are not trained; none of the three for L-BFGS or
+            when a phase would get fewer than :data:`~savigp.training.starts.MIN_STEPS` steps. The
+            phases are the same in one process, under torch.distributed and in a run resumed from
+            ``state`` (:mod:`savigp.training.schedule`): the command line's ``savigp train`` is
+            this function with a ``state`` it checkpoints, so its runs are Python's.
         max_components: choose the number of mixture components K, up to this many, by the
             full-data ELBO (:func:`savigp.choose_components` with fit's other arguments and its
             defaults: a birth and two restarts per K, K grown while the ELBO gains more than 2
@@ -196,10 +202,12 @@ def fit(
         groups: parameter groups to optimize (default all): a subset of :data:`PARAMETER_GROUPS`.
         seed: seeds the mini-batch order and the Monte Carlo draws.
         progress: report progress on stderr: a tqdm bar with the running ELBO and the estimator
-            on a terminal, plain lines at every tenth of the run otherwise (updated at each read).
+            on a terminal, plain lines at every tenth of the run otherwise (updated at each read);
+            it counts every step of every phase (``iterations`` of them).
         callback: ``callback(step, terms)`` at each check (every ``log_every`` steps and after
             the last; after every step on the CPU by default), with the terms of that step, which
-            are finite; return True to stop early.
+            are finite, in every phase (``step`` counts on through them); return True to stop
+            (``state`` then says where, and a call with it goes on from there).
         log_every: steps between host reads of the ELBO and the failure flags (default
             :func:`default_log_every`: 1 on the CPU, 100 on an accelerator). The steps themselves
             never wait for the device; a failure is acted on at the next read (see
@@ -226,16 +234,21 @@ def fit(
             estimator and its Monte Carlo standard error (one pass without gradients, in chunks:
             :func:`savigp.training.convergence.full_data_elbo`), recorded as
             ``history.final_elbo`` and ``history.final_elbo_stderr``.
-        state: optional dict for resumable training (used by the ``savigp`` CLI's checkpoints).
-            On entry, fit restores whatever of these keys it holds: ``"optimizer_state"`` (an
-            optimizer ``state_dict()``), ``"generator_state"`` (``torch.Generator.get_state()``),
-            ``"perm"`` (LongTensor ``(N,)``) and ``"pos"`` (int), the mini-batch order, and
-            ``"step"`` (int), the steps already taken (``iterations`` more are taken; ``step``
-            values seen by ``callback`` continue from it). After every step, before ``callback``,
-            fit stores the live ``"optimizer"`` and ``"generator"`` objects and the current
-            ``"perm"``, ``"pos"`` and ``"step"`` in it, so that a callback can checkpoint exactly.
-            Off the CPU the draws have their own generator on the device: ``"draw_generator"``
-            (stored) and ``"draw_generator_state"`` (restored).
+        state: optional dict for resumable training (the ``savigp`` CLI's checkpoints hold it).
+            fit keeps its run in it: ``"schedule"`` (:mod:`savigp.training.schedule`: the phases,
+            how many have ended, what a mixture's exploration has kept; plain values and tensors)
+            and ``"step"`` (int), the steps taken through all phases. A ``state`` with a schedule
+            goes on from ``step``: ``iterations`` more are taken (``step`` values seen by
+            ``callback`` continue from it), the ones the uninterrupted run would have taken when
+            ``step + iterations`` is that run's length (else the schedule's rules for another
+            length apply). Inside a phase it restores the optimizer, generators and batch order:
+            the live ``"optimizer"``, ``"generator"`` (and, off the CPU, ``"draw_generator"``)
+            objects fit stored, else ``"optimizer_state"`` (an optimizer ``state_dict()``),
+            ``"generator_state"`` (``torch.Generator.get_state()``), ``"draw_generator_state"``,
+            and ``"perm"`` (LongTensor ``(N,)``) and ``"pos"`` (int), the mini-batch order. After
+            every step, before ``callback``, fit stores those live objects and the current
+            ``"perm"``, ``"pos"`` and ``"step"``, so that a callback can checkpoint exactly. A
+            state without a schedule (written before fit kept one) resumes as one phase.
 
     Data-parallel: under ``torchrun`` (or any initialized ``torch.distributed`` process group), fit
     joins the group described by the environment if it is not yet joined (gloo for a CPU model,
@@ -296,78 +309,151 @@ def fit(
         raise ValueError(f"starts must be >= 1, got {starts}")
     reflect = True if reflect is None else bool(reflect)
     trained = parameter_groups(model, groups)
-    steps = None
-    # a state that resumes nothing (the command's checkpoint state at step 0) does not stop a mixture's
-    # exploration: the starts and the move run first, fit's own phase then counts its steps on from them
-    fresh = state is not None and state.get("optimizer_state") is None and int(state.get("step", 0)) == 0
-    total = iterations
-    if _starts.explorable(model, optimizer, trained, None if fresh else state):
-        steps = _starts.plan(iterations, n_starts, float(start_fraction), reflect, anneal is not False)
-    elif anneal is not False and _starts.explorable(model, optimizer, trained, state, mixture=False):
-        steps = _starts.plan(iterations, 1, float(start_fraction), False, True)
-    common = dict(B=B, optimizer=optimizer, lr=lr, num_samples=num_samples, estimator=estimator, requested=requested,
-                  groups=groups, lbfgs_max_iter=lbfgs_max_iter, tune_allocator=tune_allocator, log_every=log_every,
-                  cuda_graphs=cuda_graphs, weight_lr=weight_lr)
-    with torch_threads(n_threads or torch.get_num_threads()):
-        record = None
-        if steps is not None:
-            def run(n, run_seed):
-                return _fit(model, iterations=n, seed=run_seed, progress=False, callback=None, state=None,
-                            final_elbo=False, **common)
+    if not trained:
+        raise ValueError(f"no trainable parameters in groups {groups}")
+    if log_every is not None and int(log_every) < 1:
+        raise ValueError(f"log_every must be >= 1, got {log_every}")
+    state = {} if state is None else state
+    done = int(state.get("step", 0))
 
-            with warnings.catch_warnings():  # (a short phase is still rising by design)
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                record = _starts.search(model, run, steps=steps, starts=n_starts, num_samples=num_samples,
-                                        estimator=estimator, seed=seed)
-            iterations = steps["final"]
-        cool = 0 if steps is None else steps["anneal"]
-        offset = 0
-        if state is not None and steps is not None:  # (fresh: the steps taken so far open the count)
-            offset = total - iterations - cool
-            state["step"] = offset
-        history = _fit(model, iterations=iterations, seed=seed, progress=progress, callback=callback,
-                       state=state, final_elbo=final_elbo and not cool, **common)
-        if record is not None:  # (the kept path's steps open the trace)
-            history.elbo[:0] = record.trace
-            history.steps += record.path_steps
-        if cool and len(history.elbo) == record.path_steps + iterations:  # (not stopped by the callback)
-            rates = dict(common, lr=lr * _starts.ANNEAL_LR,
-                         weight_lr=(WEIGHT_LR_FACTOR * lr if weight_lr is None else weight_lr) * _starts.ANNEAL_LR)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                last = _fit(model, iterations=cool, seed=seed + _starts.SEED_STRIDE * (n_starts + 2), progress=False,
-                            callback=None, state=None, final_elbo=final_elbo, **rates)
-            history.elbo += last.elbo
-            history.steps += last.steps
-            history.final_elbo, history.final_elbo_stderr = last.final_elbo, last.final_elbo_stderr
-            history.seconds += last.seconds
-            if state is not None:  # (the annealing phase is not resumable: it counts once it is done)
-                state["step"] = total
+    def planned(n: int) -> list:  # the phases of a new run of n steps
+        if _starts.explorable(model, optimizer, trained):
+            steps = _starts.plan(n, n_starts, float(start_fraction), reflect, anneal is not False)
+        elif anneal is not False and _starts.explorable(model, optimizer, trained, mixture=False):
+            steps = _starts.plan(n, 1, float(start_fraction), False, True)
+        else:
+            steps = None
+        return _schedule.phases(steps, n, starts=n_starts, seed=seed)
+
+    if state.get("schedule") is not None:  # a run of fit's schedule, resumed or continued
+        _schedule.continue_to(state["schedule"], done, done + iterations, planned)
+    elif done > 0:  # a state from before the schedule was kept in it: one phase, resumed where it stood
+        state["schedule"] = _schedule.new(_schedule.phases(None, done + iterations, starts=n_starts, seed=seed),
+                                          anneal=False, starts=n_starts)
+    else:
+        anneals = anneal is not False and _starts.explorable(model, optimizer, trained, mixture=False)
+        state["schedule"] = _schedule.new(planned(iterations), anneal=anneals, starts=n_starts)
+    rates = dict(lr=lr, weight_lr=weight_lr)
+    common = dict(B=B, optimizer=optimizer, num_samples=num_samples, estimator=estimator, groups=groups,
+                  lbfgs_max_iter=lbfgs_max_iter, log_every=log_every, cuda_graphs=cuda_graphs)
+    with torch_threads(n_threads or torch.get_num_threads()):
+        if tune_allocator and model.device.type == "cpu":
+            tune_cpu_allocator()
+        _warn_joint_factorized(model, groups)
+        rank0 = distributed.rank() == 0
+        if requested == "auto" and estimator in ("score", "score-nocv") and rank0:
+            hint = getattr(model.likelihood, "suggest_differentiable", None)  # (a user function in torch)
+            hint = hint(model.train_y) if hint is not None else None
+            if hint:
+                warnings.warn(f"savigp.fit: {hint}", UserWarning, stacklevel=2)  # (fit's caller)
+        report = loop.Progress(progress and rank0, done, iterations, estimator)
+        try:
+            history = _run(model, state, done, rates, common, report, callback, num_samples, estimator)
+        finally:
+            report.close()
+        if history.still_rising and rank0:
+            warnings.warn(f"savigp.fit: {history.still_rising}", ConvergenceWarning, stacklevel=2)  # (fit's caller)
+        if final_elbo:  # (draws seeded by the last phase's seed + 1)
+            shard, reduce = distributed.evaluation_shard(model.device)
+            history.final_elbo, history.final_elbo_stderr = full_data_elbo(
+                model, num_samples=num_samples, estimator=estimator, seed=int(state["schedule"]["phases"][-1]["seed"]) + 1,
+                shard=shard, reduce=reduce)
     history.threads = n_threads
-    history.starts = record
     return history
 
 
-def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, requested, groups, seed, progress, callback,
-         lbfgs_max_iter, state, tune_allocator, log_every, cuda_graphs, final_elbo, weight_lr) -> TrainingHistory:
-    """:func:`fit` with its arguments checked and the threads set."""
+def _run(model, state: dict, done: int, rates: dict, common: dict, report, callback, num_samples: int,
+         estimator: str) -> TrainingHistory:
+    """The phases of ``state["schedule"]`` from step ``done`` on (:mod:`savigp.training.schedule`),
+    each a :func:`_fit`, with the exploration's actions between them
+    (:func:`savigp.training.starts.begin` and :func:`~savigp.training.starts.end`), until the last
+    step or a stop by the callback. Returns fit's history: the ELBO of the steps this call took on
+    the path to the model it ends with, their terms, the exploration's record, the still-rising hint
+    of the last phase at the full learning rate."""
+    schedule = state["schedule"]
+    run_phases, memo = schedule["phases"], schedule["explore"]
+    history = TrainingHistory(estimator=estimator)
+    traces: dict = {}
+    t0 = time.perf_counter()
+    shard = None
+    first = int(schedule["finished"])
+    for p in range(first, len(run_phases)):
+        phase = run_phases[p]
+        begin, end = _schedule.bounds(schedule, p)
+        if done > end or (done < begin):
+            raise ValueError(f"fit(state=...): step {done} is not in phase {p} ({phase['kind']}, steps {begin}-{end}) "
+                             "where the schedule stands; the state was changed")
+        seed = int(phase["fit_seed"])
+        if done == begin and phase["kind"] in ("start", "branch"):
+            _starts.begin(model, phase, memo, seed)
+        if done < end:
+            anneal = phase["kind"] == "anneal"
+            weight_lr = rates["weight_lr"]
+            if anneal:
+                weight_lr = (WEIGHT_LR_FACTOR * rates["lr"] if weight_lr is None else weight_lr) * _starts.ANNEAL_LR
+            phase_history = _fit(model, iterations=end - done, start=done, seed=int(phase["seed"]), report=report,
+                                 callback=callback, state=state, resume=_resume_entries(state) if done > begin else None,
+                                 lr=rates["lr"] * (_starts.ANNEAL_LR if anneal else 1.0), weight_lr=weight_lr,
+                                 **common)
+            done = int(state.get("step", done))
+            traces[p] = phase_history
+            history.terms = phase_history.terms or history.terms
+            history.cuda_graph = history.cuda_graph or phase_history.cuda_graph
+            if phase_history.stopped:  # by the callback: the state says where, for a resume
+                history.stopped = True
+                break
+        if phase["kind"] in ("start", "branch"):
+            if shard is None:
+                shard = distributed.evaluation_shard(model.device)
+            last_start = phase["kind"] == "start" and (p + 1 == len(run_phases) or run_phases[p + 1]["kind"] != "start")
+            _starts.end(model, phase, memo, lambda: _starts.score(model, num_samples, estimator, seed, *shard),
+                        last_start)
+        schedule["finished"] = p + 1
+    path = [p for p in sorted(traces) if _starts.on_path(run_phases[p], memo)]
+    for p in path:
+        history.elbo += traces[p].elbo
+    history.steps = len(history.elbo)
+    history.seconds = time.perf_counter() - t0
+    segment = run_phases[int(schedule.get("segment", 0)):]
+    explored = [p for p in path if run_phases[p]["kind"] in ("start", "before", "branch")]
+    history.starts = _starts.record(segment, memo, [v for p in explored for v in traces[p].elbo])
+    # (the verdict of the phase at the full rate: annealing's lower rate steps the ELBO up by design)
+    judged = [p for p in path if run_phases[p]["kind"] == "main"] or path[-1:]
+    if judged:
+        rising = still_rising(traces[judged[-1]].elbo, model.num_data)
+        history.still_rising = rising.message() if rising is not None else None
+    return history
+
+
+def _resume_entries(state: dict) -> dict:
+    """What :func:`_fit` restores to go on inside a phase: the live objects a fit in this process
+    left in ``state`` (``"optimizer"``, ``"generator"``, ``"draw_generator"``), else the states read
+    back (``"optimizer_state"``, ``"generator_state"``, ``"draw_generator_state"``), and ``"perm"``, ``"pos"``."""
+    def live(name):
+        obj = state.get(name)
+        if obj is None:
+            return state.get(name + "_state")
+        return obj.state_dict() if name == "optimizer" else obj.get_state()
+
+    return {"optimizer_state": live("optimizer"), "generator_state": live("generator"),
+            "draw_generator_state": live("draw_generator"), "perm": state.get("perm"), "pos": int(state.get("pos", 0))}
+
+
+def _fit(model, *, iterations, start, B, optimizer, lr, num_samples, estimator, groups, seed, report, callback,
+         lbfgs_max_iter, state, resume, log_every, cuda_graphs, weight_lr) -> TrainingHistory:
+    """One phase of :func:`fit`: steps ``start .. start + iterations - 1`` with a fresh optimizer at
+    ``lr`` and the mini-batch order and draws of ``seed`` or, with ``resume``
+    (:func:`_resume_entries`), the optimizer, generators and batch order it restores."""
     N = model.num_data
-    if tune_allocator and model.device.type == "cpu":
-        tune_cpu_allocator()
     window = default_log_every(model.device) if log_every is None else int(log_every)
-    if window < 1:
-        raise ValueError(f"log_every must be >= 1, got {log_every}")
     graphs, why = _step.graph_decision(cuda_graphs, device=model.device, optimizer=optimizer, estimator=estimator,
                                        likelihood=model.likelihood, joint=model.posterior.joint,
                                        mean_head=model.mean_head)
     if not graphs and cuda_graphs is not False and (cuda_graphs or model.device.type == "cuda"):
         _step.say_once(f"savigp.fit: the step is not captured in a CUDA graph: {why}")
     params = parameter_groups(model, groups)
-    if not params:
-        raise ValueError(f"no trainable parameters in groups {groups}")
     # (a mixture's logits at their own, smaller rate; see mixture_param_groups)
     opt_params = params if optimizer == "lbfgs" else mixture_param_groups(model, params, lr, weight_lr)
-    _warn_joint_factorized(model, groups)
     if optimizer == "adam":
         opt = make_adam(opt_params, lr, capturable=graphs)
     elif optimizer == "adadelta":
@@ -382,26 +468,18 @@ def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, request
     draw_gen = gen if model.device.type == "cpu" else torch.Generator(device=model.device).manual_seed(seed)
     history = TrainingHistory(estimator=estimator)
     perm, pos = torch.randperm(N, generator=gen), 0
-    start = 0
-    if state is not None:
-        if state.get("optimizer_state") is not None:
-            opt.load_state_dict(state["optimizer_state"])
-        if state.get("generator_state") is not None:
-            gen.set_state(state["generator_state"])
-        if state.get("draw_generator_state") is not None and draw_gen is not gen:
-            draw_gen.set_state(state["draw_generator_state"])
-        if state.get("perm") is not None:
-            perm, pos = state["perm"].clone(), int(state.get("pos", 0))
-        start = int(state.get("step", 0))
+    if resume is not None:
+        if resume.get("optimizer_state") is not None:
+            opt.load_state_dict(resume["optimizer_state"])
+        if resume.get("generator_state") is not None:
+            gen.set_state(resume["generator_state"])
+        if resume.get("draw_generator_state") is not None and draw_gen is not gen:
+            draw_gen.set_state(resume["draw_generator_state"])
+        if resume.get("perm") is not None:
+            perm, pos = resume["perm"].clone(), int(resume.get("pos", 0))
     # under torch.distributed (torchrun): this rank's share of every global batch, gradients summed
     ddp = distributed.setup(model, params, seed, {"N": N, "batch_size": B, "iterations": iterations,
                                                   "start step": start, "seed": seed, "batch position": pos})
-    progress = progress and (ddp is None or ddp.rank == 0)
-    if requested == "auto" and estimator in ("score", "score-nocv") and (ddp is None or ddp.rank == 0):
-        hint = getattr(model.likelihood, "suggest_differentiable", None)  # (a user function in torch)
-        hint = hint(model.train_y) if hint is not None else None
-        if hint:
-            warnings.warn(f"savigp.fit: {hint}", UserWarning, stacklevel=3)  # (fit's caller)
     if optimizer == "lbfgs" or ddp is not None:  # (the last good state: rank 0's broadcast parameters)
         rule = GradientStep(model, opt, num_samples=num_samples, estimator=estimator, generator=gen, ddp=ddp)
     else:
@@ -409,13 +487,7 @@ def _fit(model, *, iterations, B, optimizer, lr, num_samples, estimator, request
                             batch_generator=gen, start=start, window=window, graphs=graphs)
     try:
         loop.run(model, rule, Batches(N, B, gen, perm, pos, model.device), history, start=start,
-                 iterations=iterations, progress=progress, callback=callback, state=state)
-        if history.still_rising and (ddp is None or ddp.rank == 0):  # (stacklevel: fit's caller)
-            warnings.warn(f"savigp.fit: {history.still_rising}", ConvergenceWarning, stacklevel=3)
-        if final_elbo:
-            history.final_elbo, history.final_elbo_stderr = full_data_elbo(
-                model, num_samples=num_samples, estimator=estimator, seed=seed + 1,
-                shard=(0, 1) if ddp is None else (ddp.rank, ddp.world), reduce=None if ddp is None else ddp.sum)
+                 iterations=iterations, callback=callback, state=state, report=report)
     finally:
         if ddp is not None:
             ddp.close()

@@ -77,8 +77,10 @@ class TrainingHistory:
     still_rising: Optional[str] = None
     #: the torch threads the steps ran on
     threads: Optional[int] = None
+    #: whether ``callback`` stopped training (fit's ``state`` then says where, for a resume)
+    stopped: bool = False
     #: fit's exploration of starts before these steps (a mixture with K > 1 under Adam/Adadelta):
-    #: :class:`savigp.training.starts.Exploration` (its steps are not in ``elbo`` and ``steps``), else None
+    #: :class:`savigp.training.starts.Exploration` (its kept path's steps open ``elbo``), else None
     starts: Optional[object] = None
 
 
@@ -108,7 +110,7 @@ class LastGood:
     per step): :meth:`save` after a good step, :meth:`restore` after a bad one."""
 
     def __init__(self, model):
-        self.pairs = [(p, p.detach().clone()) for p in model.parameters()]
+        self.pairs = list(zip(model.parameters(), parameter_copies(model)))
 
     @torch.no_grad()
     def save(self) -> None:
@@ -119,6 +121,22 @@ class LastGood:
     def restore(self) -> None:
         for p, c in self.pairs:
             p.copy_(c)
+
+
+def parameter_copies(model) -> list:
+    """Detached copies of ``model.parameters()``, in that order (what :func:`restore_parameters` takes)."""
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@torch.no_grad()
+def restore_parameters(model, copies: list) -> None:
+    """Copy ``copies`` (:func:`parameter_copies`, possibly read back from a file on the CPU) into
+    ``model``'s parameters, in place."""
+    params = list(model.parameters())
+    if len(params) != len(copies):
+        raise ValueError(f"restore_parameters: {len(copies)} saved tensors for {len(params)} parameters")
+    for p, c in zip(params, copies):
+        p.copy_(c)
 
 
 class Batches:
@@ -220,23 +238,28 @@ def diverged_error(model, bad: BadStep) -> Exception:
 
 
 def run(model, rule, batches: Batches, history: TrainingHistory, *, start: int, iterations: int,
-        progress: bool = False, callback: Optional[Callable] = None, state: Optional[dict] = None) -> None:
+        progress: bool = False, callback: Optional[Callable] = None, state: Optional[dict] = None,
+        report: Optional[Progress] = None) -> None:
     """Steps ``start .. start + iterations - 1`` of ``rule`` on ``batches`` (module docstring).
 
-    ``progress`` reports on stderr (:class:`Progress`, labelled with ``history.estimator``).
-    ``callback(step, terms)`` runs at each check with the terms of the step just taken; a true
-    answer stops training. ``state`` (fit's resumable state) receives, after every step, the rule's
-    :meth:`state_entries`, the batch generator, ``perm``, ``pos`` and ``step`` (steps taken).
+    ``progress`` reports on stderr (:class:`Progress`, labelled with ``history.estimator``), or
+    ``report`` does: a caller's :class:`Progress` over a longer run (several calls; the caller
+    closes it). ``callback(step, terms)`` runs at each check with the terms of the step just taken;
+    a true answer stops training. ``state`` (fit's resumable state) receives, after every step, the
+    rule's :meth:`state_entries`, the batch generator, ``perm``, ``pos`` and ``step`` (steps taken).
     ``history.seconds`` is set to the loop's wall-clock time when it ends without an error, and
     ``history.still_rising`` to the hint of :func:`savigp.training.convergence.still_rising` when the
     ELBO was still rising at the end (the callers warn with :class:`ConvergenceWarning`).
     """
-    report = Progress(progress, start, iterations, history.estimator)
+    own = report is None
+    if own:
+        report = Progress(progress, start, iterations, history.estimator)
     t0 = time.perf_counter()
     try:
         _steps(model, rule, batches, history, report, start, start + iterations, callback, state)
     finally:
-        report.close()
+        if own:
+            report.close()
     history.seconds = time.perf_counter() - t0
     rising = still_rising(history.elbo, model.num_data)
     history.still_rising = rising.message() if rising is not None else None
@@ -268,4 +291,5 @@ def _steps(model, rule, batches: Batches, history: TrainingHistory, report: Prog
         if history.elbo:
             report.update(step + 1, history.elbo)
         if callback is not None and rule.stop(callback(step, terms)):
+            history.stopped = True
             break

@@ -140,8 +140,9 @@ def test_max_components_searches_at_the_full_gaussians_hyper_parameters(files, c
 
 def test_stage_one_is_the_full_gaussian_also_over_many_steps(files):
     """Over enough steps for fit's annealing phase (250), stage 1 is still ``--posterior full``'s fit
-    bit for bit: the command's full Gaussian (trained with its checkpoint state) does not anneal, and
-    neither does stage 1 (it did, 25 steps at a tenth of lr, before this was fixed)."""
+    bit for bit: both anneal their last 25 steps at a tenth of lr, as :func:`savigp.fit` does (before
+    the command and Python shared one schedule, the command's full Gaussian did not anneal, and a
+    stage 1 that did differed from it)."""
     t = files["dir"]
     common = [t / "d.csv", "--targets", "y", "--dense", "--iterations", "250", "--lr", "0.05"]
     assert _train(*common, "--out", t / "fg250.pt") == 0

@@ -143,6 +143,17 @@ def _fit_parameters(world):
     return {n: p.detach() for n, p in model.named_parameters()}, all(torch.equal(g, gathered[0]) for g in gathered)
 
 
+def _schedule_fit(world):
+    """A mixture's whole schedule on the ranks: 4 exploring starts, the reflection move, fit's own
+    phase and the annealing (200 steps, start_fraction 0.4), each start and branch scored by the
+    full-data ELBO summed over the ranks."""
+    model = _model(num_components=2)
+    h = savigp.fit(model, iterations=200, batch_size=16, lr=0.05, estimator="closed-form", seed=5, progress=False,
+                   start_fraction=0.4)
+    record = (h.starts.starts, h.starts.kept, h.starts.elbo, h.starts.reflection) if h.starts is not None else None
+    return {n: p.detach() for n, p in model.named_parameters()}, record, h.final_elbo
+
+
 def _disagreement(rank):
     """Rank 1 holds different targets: every rank must refuse to train, naming what differs."""
     model = _model()
@@ -177,10 +188,11 @@ def _task(rank, world, out):
     left = _ddp_left_after_close()  # (first: _step_errors patches the Monte Carlo draws)
     errors = _step_errors(rank, world)
     params, identical = _fit_parameters(world)
+    schedule = _schedule_fit(world)
     refused = _disagreement(rank)
     if rank == 0:
         torch.save({"errors": errors, "params": params, "identical": identical, "refused": refused,
-                    "ddp_left": left}, out)
+                    "ddp_left": left, "schedule": schedule}, out)
 
 
 @pytest.fixture(scope="module")
@@ -248,6 +260,25 @@ def test_fifty_steps_on_two_ranks_end_at_the_one_process_parameters(two_ranks):
             assert float((p - start[name].detach()).abs().max()) > 1e-3, name  # training moved it
             err = float((two[name] - p).abs().max())
             assert err <= tol * max(1.0, float(p.abs().max())), (name, err, tol)
+
+
+def test_two_ranks_take_the_schedule_of_one_process(two_ranks):
+    """Before the schedule was one path, a run under torch.distributed explored no starts, tried no
+    reflection move and did not anneal: it was another run than one process's. Now the same phases,
+    the same decisions (the starts' and branches' ELBOs within 1e-9) and the same parameters (within
+    1e-9: the rounding of the 2-rank sums, as above, against a one-process run summing in their order)."""
+    params, record, final = two_ranks["schedule"]
+    model = _split_order_elbo(_model(num_components=2))
+    h = savigp.fit(model, iterations=200, batch_size=16, lr=0.05, estimator="closed-form", seed=5, progress=False,
+                   start_fraction=0.4)
+    assert record is not None, "no exploration on 2 ranks"
+    starts, kept, elbo, reflection = record
+    assert starts == 4 and reflection is not None
+    assert (kept, reflection["accepted"]) == (h.starts.kept, h.starts.reflection["accepted"])
+    assert elbo == pytest.approx(h.starts.elbo, rel=1e-9) and final == pytest.approx(h.final_elbo, rel=1e-9)
+    for name, p in model.named_parameters():
+        err = float((params[name] - p.detach()).abs().max())
+        assert err <= 1e-9 * max(1.0, float(p.detach().abs().max())), (name, err)
 
 
 def test_killed_rank_stops_the_other_and_leaves_a_resumable_checkpoint(tmp_path):
