@@ -25,7 +25,7 @@ from .errors import CLIError, UserCodeExit
 RESUME_KEYS = (
     "likelihood", "num_latent", "num_classes", "one_hot", "num_outputs", "num_nodes",
     "num_layers", "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "task", "mean_function",
-    "lik_param", "min_log_prob", "kernel", "shared_kernel", "num_inducing",
+    "lik_param", "min_log_prob", "kernel", "fourier_features", "shared_kernel", "num_inducing",
     "inducing_init", "dense", "fixed_inducing", "posterior", "components", "entropy", "prior_mean", "learn_prior_mean",
     "mean_basis_size", "mean_basis", "standardize_inputs", "standardize_targets", "dtype", "seed", "batch_size", "optimizer",
     "lr", "samples", "estimator", "learn",

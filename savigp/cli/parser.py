@@ -42,6 +42,9 @@ examples:
       --num-classes 4 --lik-param cut=-1,0,1 --out ord.pt
   # ... or a Likelihood subclass, constructor arguments as --lik-option
   savigp train data.csv --targets y --likelihood my_lik.py:MyLikelihood --lik-option scale=2 --out m.pt
+  # a composite kernel: a smooth trend plus a yearly cycle whose shape drifts, on the column 'time'
+  savigp train co2.csv --targets ppm --kernel "rbf + periodic(time, period=1) * rbf(time) + white" \\
+      --standardize-inputs --out co2.pt
   # checkpoint every 100 steps; after a crash or Ctrl-C continue with --resume
   savigp train big.csv --targets y --iterations 5000 --checkpoint-every 100 --out big.pt
   savigp train big.csv --targets y --iterations 5000 --checkpoint-every 100 --out big.pt --resume
@@ -193,7 +196,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-log-prob", type=float, metavar="L",
                    help="user function: replace -inf and values below L by L (for simulators whose density underflows)")
     g = t.add_argument_group("model")
-    g.add_argument("--kernel", choices=KERNELS, default="rbf", help="covariance (default rbf, ARD)")
+    g.add_argument("--kernel", default="rbf", metavar="EXPR",
+                   help="covariance: a family (" + ", ".join(KERNELS) + ") or an expression of them, e.g. "
+                        "\"rbf + periodic(time, period=1) * rbf(time) + white\": + adds, * multiplies, scale(...) "
+                        "learns a variance, a kernel reads the input columns it names (header names or 0-based "
+                        "indices among the inputs; all when it names none), options are in the units of your "
+                        "columns (docs/cli.md, Kernels); default rbf (ARD)")
+    g.add_argument("--fourier-features", type=int, metavar="F",
+                   help="inducing variables: the variational Fourier features of --kernel additive-matern (Hensman "
+                        "et al. 2018), F frequencies per input (M = D (2F + 1)); with --mean-basis-size G: ODVFF "
+                        "(Azzimonti et al. 2020)")
     g.add_argument("--shared-kernel", action="store_true",
                    help="one kernel and one set of inducing inputs for all latent functions (K_zz factorized once "
                         "per step instead of Q times; posterior full or diag)")

@@ -20,6 +20,7 @@ from ..user_likelihood import USER_KINDS
 from .checkpoint import Checkpointer, resume, training_options
 from .checks import check_device, check_plot_option, code_inputs, max_memory_bytes, output_path, parse_floats
 from .columns import validate_targets
+from .kernel_option import check_kernel_options, kernel_options
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
 from .ranks import join_ranks, launch_ranks
 from .run_lock import LOCK_ENV, lock_output
@@ -49,6 +50,7 @@ def _check_options(args) -> None:
     args.learn = parse_learn(args.learn)  # as recorded in the run's options (--resume compares them)
     check_warm_start_options(args)
     resolve_hypers(args)  # (its refusals, before ranks are started)
+    check_kernel_options(args)
 
 
 def _check_training_options(args) -> None:
@@ -257,6 +259,8 @@ def _train(args, out: str, ckpt: str, plot) -> int:
     quiet = args.quiet or rank != 0
     spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(args, table, icols, tcols, X, Y)
     model_options = _model_options(args)
+    # --kernel read against the input columns, in the model's units; --fourier-features
+    model_options.update(kernel_options(args, table, icols, standardize["inputs"], int(likelihood.num_latent)))
     if warm is not None and args.num_inducing is None and not args.dense:
         model_options["inducing_inputs"] = warm.model.inducing.detach()  # M is the source's; no k-means
     config = _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)

@@ -111,7 +111,8 @@ def _boundary_weights(p: int, lam: Tensor, var: Tensor) -> Tensor:
 
 
 class AdditiveMatern(Kernel):
-    """k(x, x') = sum_d s_d kappa_nu(abs(x_d - x'_d) / l_d) for Q latent functions (module docstring).
+    """k(x, x') = sum_d s_d kappa_nu(abs(x_d - x'_d) / l_d) for Q latent functions (module docstring);
+    the registered family ``additive-matern`` (``--kernel "additive-matern(nu=2.5)"``).
 
     Args:
         input_dim: D; num_latent: Q; nu: 0.5, 1.5 or 2.5.
@@ -120,11 +121,14 @@ class AdditiveMatern(Kernel):
         learn: learn the hyper-parameters.
     """
 
+    takes_lengthscale = True
+
     def __init__(self, input_dim: int, num_latent: int = 1, nu: float = 1.5, lengthscale=1.0, variance=1.0,
                  learn: bool = True):
         super().__init__()
         self.input_dim, self.num_latent = int(input_dim), int(num_latent)
         self.nu, self.order = float(nu), _check_nu(nu)
+        self.learn = bool(learn)
         shape = (self.num_latent, self.input_dim)
         vals = []
         for name, v in (("lengthscale", lengthscale), ("variance", variance)):
@@ -136,6 +140,13 @@ class AdditiveMatern(Kernel):
             vals.append(t.clone())
         self.lengthscales = PositiveParameter(vals[0], floor=1e-6, learnable=learn)
         self.variances = PositiveParameter(vals[1], floor=1e-8, learnable=learn)
+
+    def structure(self) -> dict:
+        return {"nu": self.nu, **({} if self.learn else {"learn": False})}
+
+    def initial_values(self) -> dict:
+        return {"lengthscale": self.lengthscales().detach().cpu().tolist(),
+                "variance": self.variances().detach().cpu().tolist()}
 
     def rates(self) -> Tensor:
         """lambda_d = sqrt(2 nu) / l_d, ``(Q, D)``."""
@@ -171,6 +182,10 @@ class FeatureIndices(Tensor):
 class FourierFeatureKernel(AdditiveMatern):
     """The additive Matern kernel with variational Fourier features on [a_d, b_d] (module docstring).
 
+    It is not a family of its own in :data:`~savigp._choices.KERNELS`: a model file records it as the
+    spec of its kernel (:meth:`prior_spec`, an ``additive-matern`` leaf) with ``num_frequencies``
+    beside it, and the interval in the state dict (``lower``, ``upper``).
+
     Args:
         lower, upper: the interval per input, ``(D,)`` each (a_d < b_d); inputs may lie outside.
         num_frequencies: F per input (M = D (2F + 1) features per latent function).
@@ -190,6 +205,20 @@ class FourierFeatureKernel(AdditiveMatern):
         self.num_frequencies = F
         self.register_buffer("lower", lo)
         self.register_buffer("upper", hi)
+
+    def prior_spec(self) -> dict:
+        """The spec (:mod:`savigp.kernels.spec`) of the additive Matern kernel whose features these are."""
+        from .._choices import KERNELS
+
+        return {"kernel": KERNELS.name_of(AdditiveMatern), **self.structure()}
+
+    def interval_problem(self):
+        """None when the interval is usable (finite, lower < upper per input), else what is wrong:
+        checked on a kernel whose buffers were loaded from a file."""
+        lo, hi = self.lower, self.upper
+        if not bool(torch.isfinite(lo).all() & torch.isfinite(hi).all() & (hi > lo).all()):
+            return f"the interval needs finite lower < upper per input, got lower={lo.tolist()[:8]}, upper={hi.tolist()[:8]}"
+        return None
 
     @property
     def num_features(self) -> int:
@@ -276,7 +305,7 @@ class FourierFeatureKernel(AdditiveMatern):
 
 def odvff_model(X, Y, likelihood, *, nu: float = 1.5, num_frequencies: int, mean_basis_size: int,
                 interval: Optional[Sequence] = None, margin: float = 0.5, lengthscale=None, variance=None,
-                **model_options):
+                learn: bool = True, **model_options):
     """ODVFF (Azzimonti et al. 2020): a :class:`savigp.SAVIGP` with Fourier features as the covariance basis and the
     orthogonally decoupled inducing-point mean basis of size G = ``mean_basis_size``.
 
@@ -286,7 +315,7 @@ def odvff_model(X, Y, likelihood, *, nu: float = 1.5, num_frequencies: int, mean
         interval: ``(lower, upper)``, each a float or ``(D,)``; default the range of X widened by
             ``margin`` times its width on each side.
         lengthscale, variance: initial values (default: the range of each input / 4, and
-            1 / D per term).
+            1 / D per term); learn: learn them (False fixes them).
         model_options: passed to :class:`savigp.SAVIGP` (``posterior``, ``dtype``, ``device``, ``seed``, ...).
     """
     from ..model import SAVIGP
@@ -306,6 +335,6 @@ def odvff_model(X, Y, likelihood, *, nu: float = 1.5, num_frequencies: int, mean
     Q = int(likelihood.num_latent)
     kernel = FourierFeatureKernel(D, Q, nu, lower=lo, upper=hi, num_frequencies=num_frequencies,
                                   lengthscale=(hi - lo) / 4 if lengthscale is None else lengthscale,
-                                  variance=1.0 / D if variance is None else variance)
+                                  variance=1.0 / D if variance is None else variance, learn=learn)
     return SAVIGP(X, Y, likelihood, kernel, inducing_inputs=kernel.placeholder(), learn_inducing=False,
                   mean_basis_size=mean_basis_size, **model_options)

@@ -1,7 +1,7 @@
 """Model files: save a trained :class:`~savigp.model.SAVIGP` and rebuild it without its data.
 
 The pieces: :mod:`.file_format` (writing and reading the file), :mod:`.migrations` (format versions and
-the upgrades of files written by earlier versions),
+the upgrades of files written by earlier versions), :mod:`.kernel_record` (the kernel as data),
 :mod:`.schema` (every configuration field checked), :mod:`.user_code` (importing user code with
 consent), :mod:`.likelihood_spec` (the likelihood a file describes), :mod:`.builder` (the model
 around the state dict), :mod:`.saved_model` (:class:`SavedModel`, :func:`save`, :func:`load`).
@@ -21,7 +21,8 @@ with ``torch.load(path, weights_only=True)``::
 * ``"model"``: SAVIGP's own ``config`` (input_dim D, num_data N, num_latent Q, num_inducing M,
   dense, learn_inducing, posterior, num_components, learn_prior_mean, mean_basis_size, mean_basis,
   entropy, entropy_samples);
-* ``"model_options"``: kernel name, kernel_ard (whether the kernel has one length-scale per input), inducing_init, seed, dtype name, prior_mean;
+* ``"model_options"``: kernel (its spec, data; format 5: :mod:`.kernel_record`), fourier_features (F, for
+  a model whose inducing variables are Fourier features, else absent), inducing_init, seed, dtype name, prior_mean;
 * ``"likelihood"``: ``{"name", "class", "kwargs"}`` for a class of :mod:`likelihoods`, or
   ``{"name": "callable" | "user-class", "class", "import_path", "sha256", "kwargs"}`` for a user
   function or ``Likelihood`` subclass (see :mod:`savigp.user_likelihood`): where it was and the

@@ -27,22 +27,21 @@ def _dtype(name: str) -> torch.dtype:
 def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
     """A new :class:`SAVIGP` on data ``X (N, D)``, ``Y (N, P)`` from command-line style options.
 
-    ``options`` keys (all optional): ``kernel``, ``kernel_ard`` (False: one length-scale per latent
-    function, as ``RBF(..., ard=False)``), ``shared_kernel``, ``num_inducing``, ``inducing_inputs``
-    (``(M, D)`` or ``(Q, M, D)``), ``inducing_init``, ``dense``,
+    ``options`` keys (all optional): ``kernel`` (a registered name, an expression with column
+    indices or a spec, :mod:`savigp.kernels.spec`; default ``"rbf"``), ``kernel_ard`` (False with a
+    name: one length-scale for all inputs), ``fourier_features`` (F: the inducing variables are the
+    variational Fourier features of the ``additive-matern`` kernel, F frequencies per input, as
+    :func:`~savigp.kernels.fourier_features.odvff_model`), ``shared_kernel``, ``num_inducing``,
+    ``inducing_inputs`` (``(M, D)`` or ``(Q, M, D)``), ``inducing_init``, ``dense``,
     ``learn_inducing``, ``posterior``, ``num_components``, ``prior_mean``, ``learn_prior_mean``,
     ``mean_basis_size``, ``mean_basis``, ``entropy``, ``entropy_samples``, ``dtype`` (a name: ``"float32"``/``"float64"``), ``device``, ``seed``.
     """
     o = dict(options)
     kernel = o.get("kernel") or "rbf"
-    if o.get("kernel_ard") is False:  # the registry's default is ARD; its values come from the state dict
-        Qk = 1 if o.get("shared_kernel") else int(likelihood.num_latent)
-        kernel = KERNELS[kernel](int(X.shape[-1]), Qk, ard=False)
-    return SAVIGP(
-        X, Y, likelihood, kernel, shared_kernel=bool(o.get("shared_kernel", False)),
-        num_inducing=o.get("num_inducing"), inducing_inputs=o.get("inducing_inputs"),
-        inducing_init=o.get("inducing_init") or "kmeans",
-        learn_inducing=bool(o.get("learn_inducing", True)), dense=bool(o.get("dense", False)),
+    if o.get("kernel_ard") is False and isinstance(kernel, str):  # the registry's default is ARD
+        kernel = {"kernel": KERNELS.canonical(kernel), "ard": False}
+    common = dict(
+        shared_kernel=bool(o.get("shared_kernel", False)),
         posterior=o.get("posterior") or "full", num_components=int(o.get("num_components") or 1),
         prior_mean=o["prior_mean"] if o.get("prior_mean") is not None else 0.0,
         learn_prior_mean=bool(o.get("learn_prior_mean", False)),
@@ -50,6 +49,28 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
         mean_basis_size=int(o.get("mean_basis_size") or 0), mean_basis=o.get("mean_basis") or "orthogonal", dtype=_dtype(o.get("dtype") or "float64"),
         device=o.get("device"), seed=int(o.get("seed") or 0),
     )
+    if o.get("fourier_features") is not None:
+        return _fourier_feature_model(X, Y, likelihood, kernel, int(o["fourier_features"]), common)
+    return SAVIGP(
+        X, Y, likelihood, kernel, num_inducing=o.get("num_inducing"), inducing_inputs=o.get("inducing_inputs"),
+        inducing_init=o.get("inducing_init") or "kmeans",
+        learn_inducing=bool(o.get("learn_inducing", True)), dense=bool(o.get("dense", False)), **common,
+    )
+
+
+def _fourier_feature_model(X, Y, likelihood, kernel, F: int, common: dict) -> SAVIGP:
+    """:func:`~savigp.kernels.fourier_features.odvff_model` with F frequencies per input for ``kernel``,
+    one ``additive-matern`` leaf (a name, an expression or a spec) whose options (``nu``,
+    ``lengthscale``, ``variance``, ``learn``) it takes; its mean basis is ``common``'s."""
+    from ..kernels.expression import parse_kernel
+    from ..kernels.fourier_features import AdditiveMatern, odvff_model
+
+    leaf = parse_kernel(kernel, input_dim=int(X.shape[-1])) if isinstance(kernel, str) else kernel
+    if not isinstance(leaf, dict) or KERNELS.get(leaf.get("kernel")) is not AdditiveMatern:
+        raise ValueError(f"Fourier features are those of the kernel {KERNELS.name_of(AdditiveMatern)!r} alone, "
+                         f"not of {kernel!r}")
+    options = {k: v for k, v in leaf.items() if k != "kernel"}
+    return odvff_model(X, Y, likelihood, num_frequencies=F, **options, **common)
 
 
 def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, likelihood=None) -> SAVIGP:
@@ -82,7 +103,8 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
         example = torch.as_tensor(config["example_target"], dtype=torch.float64).reshape(1, -1)
         Y = example.expand(n, example.shape[1]).clone()
     options = {
-        "kernel": mo.get("kernel"), "kernel_ard": mo.get("kernel_ard"), "inducing_init": mo.get("inducing_init"), "seed": mo.get("seed", 0),
+        "kernel": mo.get("kernel"), "fourier_features": mo.get("fourier_features"),
+        "inducing_init": mo.get("inducing_init"), "seed": mo.get("seed", 0),
         "dtype": mo.get("dtype", "float64"), "prior_mean": mo.get("prior_mean", 0.0),
         "dense": mc["dense"], "shared_kernel": bool(mc.get("shared_kernel", False)), "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
         "num_components": mc["num_components"], "learn_prior_mean": mc["learn_prior_mean"],
@@ -105,6 +127,9 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
         first = str(err).strip().splitlines()
         raise ModelFileError(f"the parameters do not fit the model the file describes: {' '.join(s.strip() for s in first[:3])}") from None
     upgrade_model(model)  # parameters of an earlier layout, converted with the loaded kernel and inducing inputs
+    interval = getattr(model.kernel, "interval_problem", None)  # Fourier features: their interval, as loaded
+    if interval is not None and interval() is not None:
+        raise ModelFileError(f"state_dict['kernel.lower'], ['kernel.upper']: {interval()}")
     try:
         check_infinities(model)
     except SchemaError as err:

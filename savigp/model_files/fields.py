@@ -186,6 +186,36 @@ class Dict(Field):
                 self.extra.check(v, f"{where}.{key}")
 
 
+class KernelSpec(Field):
+    """A kernel: a registered name (:data:`savigp._choices.KERNELS`, read when checked) or a spec
+    (:mod:`savigp.kernels.spec`) that :func:`~savigp.kernels.spec.check_spec` accepts from data alone
+    (bounded nodes and depth, known nodes, families and options); its sizes against the model's D
+    and Q are checked with them (:func:`savigp.model_files.kernel_record.check_kernel_record`)."""
+
+    def check(self, value, where):
+        from .._choices import KERNELS
+        from ..kernels.spec import check_spec
+
+        if isinstance(value, str):
+            if value not in KERNELS:
+                raise SchemaError(f"{where} must be one of {', '.join(map(repr, KERNELS))}, got {_short(value)}")
+            return
+        if not isinstance(value, dict):
+            raise SchemaError(f"{where} must be a kernel name or a kernel spec (a dict), got {type(value).__name__} "
+                              f"{_short(value)}")
+        try:
+            check_spec(value)
+        except ValueError as err:
+            raise spec_error(where, err) from None
+
+
+def spec_error(where: str, err: ValueError) -> SchemaError:
+    """:func:`~savigp.kernels.spec.check_spec`'s one line ("kernel spec at kernel.sum[1]: ...") naming
+    the field instead (``where.sum[1]: ...``)."""
+    text, head = str(err), "kernel spec at kernel"
+    return SchemaError(f"{where}{text[len(head):]}" if text.startswith(head) else f"{where}: {text}")
+
+
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

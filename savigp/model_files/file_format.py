@@ -34,9 +34,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .._choices import KERNELS
 from ..io.atomic_files import atomic_write
 from .errors import ModelFileError
+from .kernel_record import kernel_record
 from .likelihood_spec import likelihood_spec
 from .migrations import READABLE_VERSIONS, VERSION, upgrade_config
 from .schema import SchemaError, check_config, check_tensors
@@ -116,18 +116,16 @@ def save_model(path: str, model, config: dict, training_state: Optional[dict] = 
     # the K_zz jitter training settled on: a loaded or resumed model factorizes as it trained
     config["jitter_floor"] = float(getattr(model, "jitter_floor", 0.0))
     # what the module itself is, whatever the caller's config says
-    kernel = KERNELS.name_of(type(model.kernel))
-    if kernel is None:
-        raise TypeError(f"cannot save a model with kernel {type(model.kernel).__name__}: model files support "
-                        f"the registered kernels ({', '.join(KERNELS)}; savigp.kernels.KERNELS.register adds one)")
+    kernel = kernel_record(model.kernel)  # its spec (and Fourier features), or a TypeError naming an unregistered part
     options = dict(config.get("model_options") or {})
-    options.update(kernel=kernel, dtype=str(model.dtype).replace("torch.", ""))
-    if isinstance(getattr(model.kernel, "ard", None), bool):  # one length-scale per input, or one for all
-        options["kernel_ard"] = model.kernel.ard
+    for key in ("kernel_ard", "fourier_features"):  # (a format-4 record, or the caller's)
+        options.pop(key, None)
+    options.update(kernel, dtype=str(model.dtype).replace("torch.", ""))
     config["model_options"] = options
     payload = {
         "config": config,
-        "state_dict": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
+        # (plain tensors: Fourier features' inducing placeholder is a Tensor subclass, which weights_only refuses)
+        "state_dict": {k: v.detach().to("cpu", copy=True).as_subclass(torch.Tensor) for k, v in model.state_dict().items()},
         "training_state": _cpu(training_state) if training_state is not None else None,
     }
     payload["content_sha256"] = content_digest(payload)

@@ -26,7 +26,7 @@ import torch
 from likelihoods.parameters import inverse_softplus
 
 #: the format version this savigp writes
-VERSION = 4
+VERSION = 5
 
 
 # ---------------------------------------------------------------------- format steps (config)
@@ -81,8 +81,29 @@ def v3_to_v4(config: dict) -> None:
             part["posterior"] = V3_RENAMED[name]
 
 
+def v4_to_v5(config: dict) -> None:
+    """Version 4 -> 5: the kernel is recorded as its spec (:mod:`savigp.kernels.spec`, data: sums,
+    products, scales, lists and each leaf's family with the options that fix its shapes, e.g.
+    ``active_dims``), so that composite kernels, kernels on some of the inputs and
+    :class:`~savigp.kernels.KernelList` are saved (:mod:`savigp.model_files.kernel_record`). A
+    version-4 file named one registered family (``model_options.kernel``, absent: ``"rbf"``) and,
+    when it had one, its ``kernel_ard`` (absent: the family's default, ARD): here the spec of that
+    one leaf, ``{"kernel": name}`` with ``"ard"`` when recorded. Values of other types are left for
+    the schema to refuse."""
+    options = config.get("model_options")
+    if not isinstance(options, dict):
+        return
+    name, ard = options.get("kernel"), options.get("kernel_ard")
+    if name is None and ard is None:  # the default kernel, as in version 5
+        return
+    name = "rbf" if name is None else name
+    if isinstance(name, str) and (ard is None or isinstance(ard, bool)):
+        options.pop("kernel_ard", None)
+        options["kernel"] = {"kernel": name, **({} if ard is None else {"ard": ard})}
+
+
 #: ``CONFIG_STEPS[v]``: the step from version v to v + 1 (every version below :data:`VERSION`)
-CONFIG_STEPS: dict[int, Callable[[dict], None]] = {1: v1_to_v2, 2: v2_to_v3, 3: v3_to_v4}
+CONFIG_STEPS: dict[int, Callable[[dict], None]] = {1: v1_to_v2, 2: v2_to_v3, 3: v3_to_v4, 4: v4_to_v5}
 #: the versions this savigp reads
 READABLE_VERSIONS = tuple(sorted(CONFIG_STEPS)) + (VERSION,)
 

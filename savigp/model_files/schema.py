@@ -6,7 +6,8 @@ for the model. The checks are a table (:data:`CONFIG_SCHEMA`): a new configurati
 entry, e.g. ``"task": Str(choices=("regression", "classification"))`` in the likelihood section.
 The names of kernels, posterior families, mean heads, entropy estimates are those of the
 registries in :mod:`savigp._choices`, read when a file is checked (a kernel registered at run time
-is a valid name).
+is a valid name). The kernel is a spec, data checked node by node
+(:mod:`savigp.model_files.kernel_record`): an unknown node, family or option is refused in one line.
 
 The limits bound what a small file can make the loader allocate: the sizes D, Q, M, K, G must
 equal those of the tensors actually stored (so a 17 KB file cannot claim M = 10^6), a dense model's
@@ -21,11 +22,12 @@ from typing import Optional
 import torch
 from likelihoods.callable import CONSTRAINTS
 
-from ..cost import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, CostError, check_memory, memory_limit, model_cost  # noqa: F401
-from .._choices import DTYPES, ENTROPY_ESTIMATES, INDUCING_INITS, KERNELS, MEAN_HEADS, POSTERIORS
+from ..cost import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, Cost, CostError, check_memory, memory_limit, model_cost  # noqa: F401
+from .._choices import DTYPES, ENTROPY_ESTIMATES, INDUCING_INITS, MEAN_HEADS, POSTERIORS
 
-from .fields import (MAX_STRING, Absent, Bool, BoundedPlain, Dict, Float, Int, List, OneOf, Opt, Positive,
-                     SchemaError, Str)
+from .fields import (MAX_STRING, Absent, Bool, BoundedPlain, Dict, Float, Int, KernelSpec, List, OneOf, Opt,
+                     Positive, SchemaError, Str)
+from .kernel_record import check_kernel_record, kernel_parameter_bytes
 
 #: limits on sizes a model file may declare (each far above any model the engine can train)
 MAX_INPUT_DIM = 100_000
@@ -101,8 +103,11 @@ MODEL_FIELDS = {
     "entropy_samples": Opt(Int(2, 1_000_000)),
 }
 MODEL_OPTION_FIELDS = {
-    "kernel": Opt(Str(choices=KERNELS)),
-    "kernel_ard": Opt(Bool()),
+    # the kernel's spec (format 5; a registered name reads as one leaf) and, for a model whose inducing
+    # variables are Fourier features, their frequencies per input (savigp.model_files.kernel_record)
+    "kernel": Opt(KernelSpec()),
+    "kernel_ard": Absent("since format 5 the kernel's spec (config.model_options.kernel) records its ard"),
+    "fourier_features": Opt(Int(0, MAX_INDUCING)),
     "dtype": Opt(Str(choices=DTYPES)),
     "inducing_init": Opt(Str(choices=INDUCING_INITS)),
     "seed": Opt(Int(-2 ** 63, 2 ** 64 - 1)),
@@ -227,8 +232,10 @@ def build_cost(config: dict):
     mc = config["model"]
     item = 4 if (config.get("model_options") or {}).get("dtype") == "float32" else 8
     n = mc["num_data"] if mc["dense"] else max(2, mc.get("mean_basis_size") or 0)
-    return model_cost(D=mc["input_dim"], Q=mc["num_latent"], M=mc["num_inducing"], K=mc["num_components"],
+    cost = model_cost(D=mc["input_dim"], Q=mc["num_latent"], M=mc["num_inducing"], K=mc["num_components"],
                       posterior=mc["posterior"], rows=n, item=item)
+    kernel = kernel_parameter_bytes(config)  # allocated before the state dict is loaded into them
+    return Cost(cost.bytes + kernel, cost.step_flops, "the kernel's parameters" if kernel > cost.bytes else cost.main)
 
 
 def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> None:
@@ -280,6 +287,7 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
     labels = config.get("class_labels")
     if labels is not None and len(set(labels)) != len(labels):
         raise SchemaError(f"config.class_labels must be distinct, got {labels[:10]}")
+    check_kernel_record(config)
     floor = config.get("jitter_floor")
     if floor is not None and not 0.0 <= floor <= MAX_JITTER_FLOOR:
         raise SchemaError(f"config.jitter_floor must be between 0 and {MAX_JITTER_FLOOR}, got {floor}")

@@ -400,3 +400,99 @@ def test_a_truncated_generator_state_at_resume_is_one_line(tmp_path, capsys):
     code = main(["train", data, "--targets", "y", "--out", out, "--iterations", "6", "--resume", *fast])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.splitlines() == [err] and "training_state.generator is not a torch.Generator state" in err
+
+
+# ---------------------------------------------------------------------- kernel specs
+#: values and keys written into a file's kernel spec (config.model_options.kernel)
+SPEC_VALUES = [None, -1, 0, 1, 3, 2 ** 40, 1e300, float("nan"), "x", "", [], [0], [0, 0], [-1], [5], [0.5], {}, True,
+               "rbf", "os.system", "sum", {"kernel": "rbf"}, {"kernel": "nope"}, {"sum": []}, [{"kernel": "rbf"}],
+               {"scale": {"kernel": "white"}, "variance": -1.0}, {"list": [{"num_latent": 1, "kernel": {"kernel": "rbf"}}]},
+               {"kernel": "periodic", "active_dims": [1], "ard": False}, {"kernel": "additive-matern", "nu": 2.0},
+               [[1.0, 2.0]], [1.0] * 5000]
+SPEC_KEYS = ["kernel", "sum", "product", "scale", "list", "active_dims", "ard", "learn", "variance", "lengthscale",
+             "period", "nu", "num_latent", "offset", "alpha", "command"]
+
+
+def _spec_mutation(rng, payload: dict) -> tuple:
+    """``(description, bytes)`` of a file whose kernel spec (or Fourier-feature count) was edited, its
+    content digest recomputed (or dropped where it cannot encode the edit) so that the schema answers."""
+    from savigp.model_files.file_format import content_digest
+
+    p = copy.deepcopy(payload)
+    options = p["config"]["model_options"]
+    nodes = [q for q, v in _paths(options["kernel"])]
+    dicts = [q for q, v in _paths(options["kernel"]) if isinstance(v, dict)]
+    kind = int(rng.integers(4))
+    value = SPEC_VALUES[int(rng.integers(len(SPEC_VALUES)))]
+    if kind == 0:
+        path = nodes[int(rng.integers(len(nodes)))]
+        if path:
+            _set(options["kernel"], path, copy.deepcopy(value))
+        else:
+            options["kernel"] = copy.deepcopy(value)
+        what = f"kernel{list(path)} = {value!r:.60}"
+    elif kind == 1:
+        path, key = dicts[int(rng.integers(len(dicts)))], SPEC_KEYS[int(rng.integers(len(SPEC_KEYS)))]
+        _set(options["kernel"], path + (key,), copy.deepcopy(value)) if path else options["kernel"].update({key: value})
+        what = f"kernel{list(path)}[{key!r}] = {value!r:.60}"
+    elif kind == 2:
+        path = dicts[int(rng.integers(len(dicts)))]
+        node = options["kernel"]
+        for k in path:
+            node = node[k]
+        key = sorted(node)[int(rng.integers(len(node)))]
+        del node[key]
+        what = f"del kernel{list(path)}[{key!r}]"
+    else:
+        options["fourier_features"] = [None, -1, 0, 1, 2, 3, 10 ** 6, "2", 2.0][int(rng.integers(9))]
+        what = f"fourier_features = {options['fourier_features']!r}"
+    try:
+        p["content_sha256"] = content_digest(p)
+    except TypeError:
+        del p["content_sha256"]
+    buf = io.BytesIO()
+    torch.save(p, buf)
+    return what, buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def kernel_bases(tmp_path_factory):
+    """``{kind: (file bytes, test CSV path)}`` of models whose kernels are specs of every kind."""
+    from savigp.kernels import KernelList, Periodic, RBF
+    from savigp.kernels.fourier_features import odvff_model
+
+    d = tmp_path_factory.mktemp("fuzz-kernels")
+    X, Y = _data()
+    built = {
+        "composite": (savigp.SAVIGP(X, Y, likelihoods.Gaussian(), "scale(rbf(0) + periodic(1, period=2) * matern52(1)) + "
+                                    "linear(0) + white", num_inducing=4), Y),
+        "list": (savigp.SAVIGP(X, Y, likelihoods.Gaussian(), KernelList([RBF(2, 1) * Periodic(2, 1, active_dims=[0])]),
+                               num_inducing=4), Y),
+        "odvff": (odvff_model(X, Y, likelihoods.Gaussian(), num_frequencies=2, mean_basis_size=3), Y),
+    }
+    out = {}
+    for kind, (model, targets) in built.items():
+        path, csv = d / f"{kind}.pt", d / f"{kind}.csv"
+        save_model(str(path), model, {})
+        write_csv(str(csv), ["x1", "x2", "y"], np.column_stack([X, targets]))
+        out[kind] = (path.read_bytes(), str(csv))
+    return out
+
+
+def test_mutated_kernel_specs_give_one_line_errors_or_finite_predictions(kernel_bases, tmp_path):
+    """Edits of the kernel's spec (unknown nodes, families and options, wrong types, active_dims out of
+    range, lists that do not add up to Q, Fourier features that do not fit the model) are refused in
+    one line, or the file still builds and predicts finite values; never another exception."""
+    rng = np.random.default_rng(42)
+    outcomes: dict = {}
+    for kind, (raw, csv) in kernel_bases.items():
+        assert _use_bytes(tmp_path, raw, {}, csv) == "ok", kind
+        payload = torch.load(io.BytesIO(raw), weights_only=True)
+        for i in range(MUTATIONS_PER_FILE):
+            what, data = _spec_mutation(rng, payload)
+            try:
+                result = _use_bytes(tmp_path, data, {}, csv)
+            except Exception as err:  # noqa: BLE001 - the point: name the mutation that escaped
+                raise AssertionError(f"{kind} mutation {i} ({what}): {type(err).__name__}: {err}") from err
+            outcomes[result] = outcomes.get(result, 0) + 1
+    assert outcomes.get("ModelFileError", 0) > 100 and outcomes.get("ok", 0) > 5, outcomes

@@ -55,6 +55,12 @@ def _white(kernel, X1, X2):  # zero between two different sets of inputs
     return torch.zeros(kernel.num_latent, X1.shape[0], X2.shape[0], dtype=X1.dtype)
 
 
+def _additive_matern52(kernel, X1, X2):  # Hensman et al. 2018: sum_d s_d (1 + sqrt5 r_d + 5 r_d^2 / 3) exp(-sqrt5 r_d)
+    r = _pairwise(X1, X2).abs() / kernel.lengthscales()[:, None, None, :]
+    k = (1 + math.sqrt(5) * r + 5 * r * r / 3) * torch.exp(-math.sqrt(5) * r)
+    return (kernel.variances()[:, None, None, :] * k).sum(-1)
+
+
 LS, VAR = [[0.7, 1.3, 2.0], [1.1, 0.5, 0.9]], [1.5, 0.4]
 #: each registered family built with non-trivial hyper-parameters, and its closed form computed directly
 FAMILIES = {  # Rasmussen & Williams 2006, eq. (4.9), (4.14), (4.17), (4.19); MacKay 1998; Duvenaud et al. 2013
@@ -68,6 +74,7 @@ FAMILIES = {  # Rasmussen & Williams 2006, eq. (4.9), (4.14), (4.17), (4.19); Ma
     "linear": (dict(variance=VAR, offset=[[0.3, -0.5, 1.0], [0.0, 0.2, -0.7]]), _linear),
     "constant": (dict(variance=VAR), _constant),
     "white": (dict(variance=VAR), _white),
+    "additive-matern": (dict(nu=2.5, lengthscale=LS, variance=[[1.5, 0.3, 0.7], [0.4, 1.0, 0.2]]), _additive_matern52),
 }
 
 

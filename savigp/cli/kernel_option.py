@@ -1,0 +1,203 @@
+"""``savigp train --kernel EXPR`` and ``--fourier-features F``: the kernel expression read against the
+CSV file's columns, its options turned from the units of the user's columns into the model's, and
+the Fourier-feature models of Hensman et al. (2018) and Azzimonti et al. (2020, ODVFF).
+
+The expression is :func:`savigp.kernels.expression.parse_kernel`'s (``rbf + periodic(time,
+period=1) * rbf(time) + white``); a column is an input column's header name (quoted when it is not a
+plain word) or its 0-based index among the input columns (0 = the first input, in the order of
+``--inputs``, or of the file without the targets): the kernel's ``active_dims``. A wrong expression
+is one line naming ``--kernel`` and the bad part (exit status 2).
+
+**Units.** The numbers an expression gives are in the units of the file's columns. The model sees
+the inputs centred and scaled when ``--standardize-inputs`` asks for it, x' = (x - m) / s per column
+(or centred alone, s = 1, for float32 inputs far from zero; ``savigp/cli/train.py``), so each option
+that lives in the inputs' units is carried over by the same map:
+
+* a length-scale l (``rbf``, ``matern*``, ``rq``, ``additive-matern``): l / s, per column (a kernel
+  with one length-scale for several columns, ``ard=false``, needs columns of equal s);
+* a period p (``periodic``): p / s; a shift moves every input alike and leaves
+  sin^2(pi (x - x') / p) unchanged, so centring alone changes nothing; ``periodic``'s own
+  length-scale divides the sine and has no units;
+* an offset c (``linear``, k = v (x - c).(x' - c)): (c - m) / s, and its variance v: v s^2 (one
+  variance over several columns needs columns of equal s). An offset not given starts at 0 in the
+  model's units: the data's mean when the inputs are centred, the origin of the columns otherwise;
+* variances of the other families, ``alpha``, ``nu``: unchanged (they are in the targets' units or
+  have none).
+
+A family registered at run time whose options savigp cannot place is refused in one line when the
+inputs are transformed (its options other than ``variance``, ``ard``, ``learn``).
+
+``--kernel search`` is reserved for a search over kernel structures (:func:`_search`).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .._choices import KERNELS
+from .errors import CLIError
+
+#: the ``--kernel`` value reserved for a search over kernel structures
+SEARCH = "search"
+#: options of every family that do not depend on the inputs' units
+_UNITLESS = ("kernel", "active_dims", "ard", "learn", "alpha", "nu")
+
+
+def check_kernel_options(args) -> None:
+    """``--fourier-features`` against the options it replaces, before anything is read."""
+    F = getattr(args, "fourier_features", None)
+    if F is None:
+        return
+    if F < 0:
+        raise CLIError(f"--fourier-features must be >= 0, got {F}")
+    clash = [o for o, given in (("--num-inducing", args.num_inducing is not None), ("--dense", args.dense),
+                                ("--shared-kernel", args.shared_kernel), ("--warm-start", args.warm_start is not None))
+             if given]
+    if clash:
+        raise CLIError(f"--fourier-features F: the inducing variables are D (2F + 1) Fourier features of each latent "
+                       f"function's own kernel, not with {', '.join(clash)}")
+
+
+def kernel_options(args, table, icols, input_stats: Optional[dict], num_latent: int) -> dict:
+    """The model options of ``--kernel`` and ``--fourier-features``: ``{"kernel": spec}`` (in the
+    model's units, see the module docstring) and, with Fourier features, ``"fourier_features": F``
+    and ``"num_inducing": M`` (M = D (2F + 1), for the memory estimate).
+
+    Args:
+        table, icols: the CSV file (:class:`savigp.io.csv_data.Table`) and its input columns.
+        input_stats: ``{"mean": [D], "std": [D]}`` of the inputs' map to the model's, or None.
+        num_latent: Q.
+
+    Raises:
+        CLIError: one line naming ``--kernel`` (or ``--fourier-features``) and the bad part.
+    """
+    text = str(args.kernel)
+    if text.strip() == SEARCH:
+        return {"kernel": _search(args)}
+    spec = _parse(text, table, icols)
+    D, names = len(icols), table.names(icols)
+    _check_builds(spec, text, names, 1 if args.shared_kernel else int(num_latent))
+    if input_stats is not None:
+        spec = in_model_units(spec, input_stats, names)
+    out = {"kernel": spec}
+    F = getattr(args, "fourier_features", None)
+    if F is not None:
+        from ..kernels.fourier_features import AdditiveMatern
+
+        if KERNELS.get(spec.get("kernel")) is not AdditiveMatern:
+            raise CLIError(f"--fourier-features: Fourier features are those of the kernel "
+                           f"{KERNELS.name_of(AdditiveMatern)!r} alone (e.g. --kernel \"additive-matern(nu=2.5)\"), "
+                           f"not of --kernel {text!r}")
+        out.update(fourier_features=int(F), num_inducing=D * (2 * int(F) + 1))
+    return out
+
+
+def _search(args):
+    """``--kernel search``: the place for a search over kernel structures (Duvenaud et al. 2013),
+    returning the chosen spec; not in this version."""
+    raise CLIError("--kernel search: the search over kernel structures is not part of this savigp; give an "
+                   "expression such as \"rbf + periodic(time) * rbf(time)\" (docs/cli.md, Kernels)")
+
+
+def _parse(text: str, table, icols) -> dict:
+    """The spec of ``text``, its columns named by the input columns' header names or counted among
+    them (0 = the first input column)."""
+    from ..kernels.expression import parse_kernel
+
+    try:
+        return parse_kernel(text, columns=table.names(icols))
+    except ValueError as err:
+        raise CLIError(f"--kernel: {_one_line(err)}") from None
+
+
+def in_model_units(spec: dict, stats: dict, names) -> dict:
+    """``spec`` with each option given in the units of the file's columns carried into the model's,
+    whose inputs are x' = (x - mean) / std (module docstring).
+
+    Args:
+        spec: a spec whose ``active_dims`` count the model's D inputs.
+        stats: ``{"mean": [D], "std": [D]}``.
+        names: the D input columns' names, for messages.
+
+    Raises:
+        CLIError: an option with no value in the model's units (one value over columns of
+            different spreads, or an option of a family savigp does not know).
+    """
+    mean, std = [float(v) for v in stats["mean"]], [float(v) for v in stats["std"]]
+    if "sum" in spec or "product" in spec:
+        op = "sum" if "sum" in spec else "product"
+        return {op: [in_model_units(p, stats, names) for p in spec[op]]}
+    if "scale" in spec:
+        return {**spec, "scale": in_model_units(spec["scale"], stats, names)}
+    if "list" in spec:
+        return {"list": [{**p, "kernel": in_model_units(p["kernel"], stats, names)} for p in spec["list"]]}
+    dims = spec.get("active_dims") or list(range(len(mean)))
+    m, s = [mean[d] for d in dims], [std[d] for d in dims]
+    rules = _rules(KERNELS[spec["kernel"]])
+    out = dict(spec)
+    for key, value in spec.items():
+        if key in _UNITLESS or (key == "variance" and "variance" not in rules):
+            continue
+        rule = rules.get(key)
+        if rule == "none":
+            continue
+        if rule is None:
+            raise CLIError(f"--kernel: savigp does not know the units of {spec['kernel']}'s {key}=, so it cannot carry it "
+                           "into the standardized or centred inputs the model sees; drop it, or train without "
+                           "--standardize-inputs")
+        per_column = spec.get("ard", True) and rule != "variance"
+        if not per_column and max(s) > min(s) * (1 + 1e-12):
+            from ..kernels.expression import format_kernel
+
+            cols = ", ".join(str(names[d]) for d in dims[:6])
+            raise CLIError(f"--kernel: {format_kernel(spec, names)}: {key}={value} is one value for columns {cols} of different "
+                           f"spreads (std {', '.join(f'{v:.3g}' for v in s[:6])}): in the standardized inputs the model "
+                           f"sees it has no single value; give the columns their own {spec['kernel']} parts, or drop "
+                           f"{key}=")
+        out[key] = _carried(rule, float(value), m, s, per_column)
+    return out
+
+
+def _rules(cls) -> dict:
+    """How each option of a family moves with x' = (x - m) / s: ``"scale"`` (divided by s),
+    ``"offset"`` ((c - m) / s), ``"variance"`` (times s^2)."""
+    from ..kernels import Linear, Periodic, Stationary
+    from ..kernels.fourier_features import AdditiveMatern
+
+    if issubclass(cls, (Stationary, AdditiveMatern)):
+        return {"lengthscale": "scale"}
+    if issubclass(cls, Periodic):
+        return {"period": "scale", "lengthscale": "none"}
+    if issubclass(cls, Linear):
+        return {"offset": "offset", "variance": "variance"}
+    return {}  # Constant, White: a variance in the targets' units; a family savigp does not know: nothing
+
+
+def _carried(rule: str, value: float, m: list, s: list, per_column: bool):
+    if rule == "variance":
+        return value * s[0] ** 2
+    if rule == "offset":
+        out = [(value - a) / b for a, b in zip(m, s)]
+    else:
+        out = [value / b for b in s]
+    return out if per_column and len(out) > 1 else out[0]
+
+
+def _check_builds(spec: dict, text: str, names, Qk: int) -> None:
+    """Build each leaf of the kernel once (on no data: the values are the expression's or the
+    defaults), so that a value its family refuses (``nu=2``, a negative period) is one line naming
+    ``--kernel`` and the part now."""
+    from ..kernels.expression import format_kernel
+    from ..kernels.spec import build_kernel
+
+    if "kernel" not in spec:
+        for part in spec.get("sum") or spec.get("product") or [spec.get("scale")]:
+            _check_builds(part, text, names, Qk)
+        return
+    try:
+        build_kernel(spec, len(names), Qk)
+    except (ValueError, TypeError) as err:
+        raise CLIError(f"--kernel {text!r}: {format_kernel(spec, names)}: {_one_line(err)}") from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
