@@ -450,15 +450,21 @@ def _scatter_classes(ax, X: np.ndarray, y: np.ndarray, labels: list) -> None:
 
 
 def plot_elbo(elbo: Sequence[float], start: int = 0, title: str = "ELBO per step"):
-    """A Figure of the ELBO estimate after each optimizer step (steps ``start + 1, ...``)."""
+    """A Figure of the ELBO estimate after each optimizer step (steps ``start + 1, ...``) and, from
+    20 steps, its running median over a centred window of w steps (w odd, about a twentieth of the
+    run): it shows the trend under the Monte Carlo noise, and where the ELBO rises steeply (the
+    first steps) it follows the curve, since the median of a window over a monotone stretch is its
+    centre's value (a trailing mean there averages in the start and runs far below the curve)."""
     elbo = np.asarray(elbo, dtype=np.float64)
     fig, axes = _figure(1, 1, (7, 3.2))
     ax = axes[0, 0]
     ax.plot(np.arange(start + 1, start + 1 + elbo.size), elbo, color="C0", lw=1)
-    if elbo.size >= 20:  # a running mean shows the trend under the Monte Carlo noise
-        w = max(5, elbo.size // 20)
-        smooth = np.convolve(elbo, np.ones(w) / w, mode="valid")
-        ax.plot(np.arange(start + w, start + w + smooth.size), smooth, color="C3", lw=1.5, label=f"mean of {w} steps")
+    if elbo.size >= 20:
+        w = max(5, elbo.size // 20) | 1
+        smooth = np.median(np.lib.stride_tricks.sliding_window_view(elbo, w), axis=-1)
+        centre = start + 1 + w // 2  # (the step of the first window's centre)
+        ax.plot(np.arange(centre, centre + smooth.size), smooth, color="C3", lw=1.5,
+                label=f"median of {w} steps (centred)")
         ax.legend(loc="lower right", fontsize="small")
         lo = np.percentile(elbo, 5)
         ax.set_ylim(lo - 0.1 * (elbo.max() - lo), elbo.max() + 0.05 * (elbo.max() - lo) + 1e-12)

@@ -171,3 +171,22 @@ def test_the_density_grid_follows_the_support_and_the_data():
     model.likelihood.support = "positive"
     grid = density_grid(model, np.abs(Y))
     assert grid.min() > 0 and grid.max() > np.abs(Y).max()
+
+
+def test_the_elbo_plots_running_median_follows_the_steep_start_and_smooths_the_noise():
+    """An ELBO that rises from -1000 to about 0 within its first 60 steps, then Monte Carlo noise of
+    sd 5 for 940 steps: the smoothed line stays within 1% of the rise of the curve where it rises
+    (before, a trailing mean of 50 steps drawn at step 50 averaged in the start: -376 against a
+    curve at -86), and on the plateau its spread is a fraction of the noise's."""
+    from savigp.io.plotting import plot_elbo
+
+    steps = np.arange(1000)
+    curve = -1000 * np.exp(-steps / 20)
+    elbo = curve + 5 * np.random.default_rng(0).standard_normal(1000) * (steps >= 60)
+    line = plot_elbo(elbo, start=100).axes[0].lines[1]
+    x, y = np.asarray(line.get_xdata()), np.asarray(line.get_ydata())
+    at = x - 101  # the steps (0-based) the smoothed values are drawn at
+    rising = at < 50
+    assert rising.any() and np.abs(y[rising] - curve[at[rising]]).max() < 10
+    plateau = at > 200
+    assert y[plateau].std() < 0.5 * 5 and abs(y[plateau].mean()) < 1.5
