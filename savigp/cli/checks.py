@@ -42,15 +42,20 @@ def parse_lik_options(items) -> dict:
 
 
 def code_inputs(args) -> list:
-    """The files of the user code that ``--likelihood`` and ``--mean-function`` name, module names
-    included (found without running anything): inputs too, never an output."""
+    """The files of the user code the command may run, module names included (found without
+    running anything): inputs too, never an output. Those that ``--likelihood`` and
+    ``--mean-function`` name, and with ``--trust-code`` those the model file (``predict`` /
+    ``evaluate``'s model) records, which then run by the user's consent."""
     from likelihoods import registry
 
     from ..model_files.errors import LikelihoodImportError
     from ..model_files.user_code import source_file
 
+    specs = [getattr(args, "likelihood", None), getattr(args, "mean_function", None)]
+    if getattr(args, "trust_code", False) and getattr(args, "model", None):
+        specs += _recorded_code(args.model)
     files = []
-    for spec in (getattr(args, "likelihood", None), getattr(args, "mean_function", None)):
+    for spec in specs:
         target = str(spec or "").rpartition(":")[0] or str(spec or "")
         if not target or str(spec) in registry.names():
             continue  # a built-in likelihood's name
@@ -59,6 +64,19 @@ def code_inputs(args) -> list:
         except LikelihoodImportError:
             continue  # reported when it is imported
     return files
+
+
+def _recorded_code(model: str) -> list:
+    """The import paths of the user code a model file records (its likelihood and the further
+    functions of ``code_kwargs``); none when the file cannot be read (said when it is loaded)."""
+    from ..model_files import read_model_file
+
+    try:
+        spec = read_model_file(model)["config"]["likelihood"]
+    except (ValueError, TypeError, KeyError, OSError):
+        return []
+    refs = [spec] + list((spec.get("code_kwargs") or {}).values())
+    return [ref["import_path"] for ref in refs if isinstance(ref, dict) and isinstance(ref.get("import_path"), str)]
 
 
 def output_path(path: str, inputs: list, quiet: bool, allow_stdout: bool = False) -> str:
@@ -84,7 +102,20 @@ def check_plot_option(path: Optional[str], inputs: list, outputs: list) -> Optio
         require_matplotlib()
     except MissingExtra as err:
         raise CLIError(f"--plot: {err}") from None
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    fmt = os.path.splitext(target)[1].lstrip(".").lower() or "png"  # (the format savigp.io.plotting writes)
+    if fmt not in kinds:
+        raise CLIError(f"--plot {_short(path)}: matplotlib cannot write .{_short(fmt, 20)} pictures; give the file one "
+                       f"of the extensions {', '.join('.' + k for k in sorted(kinds))}")
     return target
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """``text`` for a one-line message: at most ``limit`` characters, then how many there are."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def check_device(device: Optional[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from ..io.csv_data import DataError, Table, columns_by_name, resolve_columns
+from ..io.csv_data import DataError, Table, columns_by_name, quote_names, resolve_columns
 from .errors import one_line
 
 
@@ -51,7 +51,7 @@ def select_inputs(table: Table, config: dict, inputs: Optional[str], exclude=(),
     elif cols.get("header") and not positional:
         icols = columns_by_name(table, trained, "input", "--inputs")
     elif cols and not cols.get("header") and table.header is not None and not positional:
-        raise DataError(f"{table.path}: has a header ({', '.join(map(repr, table.header))}) but the model was trained "
+        raise DataError(f"{table.path}: has a header ({quote_names(table.header)}) but the model was trained "
                         f"on a file without one (input columns {cols.get('input_indices')}); name the columns with "
                         "--inputs, or pass --positional to take them by position")
     elif cols and (positional or not cols.get("header")) and table.num_columns == cols.get("num_columns") \
@@ -61,11 +61,11 @@ def select_inputs(table: Table, config: dict, inputs: Optional[str], exclude=(),
         icols = [j for j in range(table.num_columns) if j not in exclude]
     else:
         raise DataError(f"{table.path}: cannot tell which of its {table.num_columns} column(s) are the model's "
-                        f"{D} input(s) ({'trained on columns ' + ', '.join(map(str, trained)) if trained else 'the model records no column names'}); "
+                        f"{D} input(s) ({'trained on columns ' + quote_names(trained) if trained else 'the model records no column names'}); "
                         "name them with --inputs, or pass --positional to take them by position")
     if len(icols) != D:
         raise DataError(f"{table.path}: {len(icols)} input column(s) selected but the model takes {D} "
-                        f"(trained on columns {', '.join(map(str, trained)) or '?'})")
+                        f"(trained on columns {quote_names(trained) or '?'})")
     return icols
 
 
@@ -79,13 +79,13 @@ def select_targets(table: Table, config: dict, targets: Optional[str], positiona
     elif cols.get("header") and not positional:
         tcols = columns_by_name(table, cols.get("targets") or [], "target", "--targets")
     elif cols and not cols.get("header") and table.header is not None and not positional:
-        raise DataError(f"{table.path}: has a header ({', '.join(map(repr, table.header))}) but the model was trained "
+        raise DataError(f"{table.path}: has a header ({quote_names(table.header)}) but the model was trained "
                         f"on a file without one (target columns {cols.get('target_indices')}); name them with "
                         "--targets, or pass --positional")
     elif cols and table.num_columns == cols.get("num_columns"):
         tcols = list(cols["target_indices"])
     else:
-        trained = ", ".join(map(str, cols.get("targets") or [])) or "no names recorded"
+        trained = quote_names(cols.get("targets") or []) or "no names recorded"
         raise DataError(f"{table.path}: give the target column(s) with --targets (the model was trained on {trained})")
     if len(tcols) != P:
         raise DataError(f"{table.path}: --targets selects {len(tcols)} column(s) but the model predicts {P}")

@@ -15,6 +15,17 @@ this machine, and joining the process group in each.
   source checkout run in place). A user likelihood named ``module:function`` is still looked up
   in the working folder after ``sys.path``: the user named it (and it is run by its SHA-256 rule,
   :func:`savigp.model_files.user_code.load_code`).
+* **No ``sitecustomize`` from the working folder either.** An empty ``PYTHONPATH`` entry (``a:``,
+  ``:a``) names the working folder, where Python's ``site`` would import a ``sitecustomize.py`` at
+  start-up, before ``BOOT`` runs; :func:`rank_environment` passes ``PYTHONPATH`` on without the
+  entries that name the working folder.
+* **Ranks die with their launcher.** A rank asks the kernel for SIGKILL when its launcher dies
+  (``prctl(PR_SET_PDEATHSIG)``, Linux; elsewhere a thread that polls its parent process and ends
+  the rank when the launcher is gone), and ends at once if the launcher died before it asked. The
+  launcher's lock on ``OUT.lock`` (:mod:`savigp.cli.run_lock`) is passed to the ranks as an open
+  descriptor, so it stays held until the last rank has ended: a ``kill -9`` of the launcher never
+  leaves ranks running that would later replace the model of a second run on the same ``--out``.
+  The other ranks then notice a dead peer at their next collective (a broken connection).
 * **Which rank failed.** The first rank to end with a non-zero status is named with its status
   or signal (``rank 1 of 2 killed by SIGKILL``) in one line; the others normally stop at once on
   the broken process group (rank 0's last checkpoint is intact) and are sent SIGTERM, then
@@ -31,17 +42,50 @@ import sys
 import time
 from typing import Optional
 
-#: what each rank runs (``python -c``): the working folder off ``sys.path`` before any import
-BOOT = ("import os, sys, importlib.util; here = os.path.realpath(os.getcwd()); "
-        "sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != here]; "
-        "importlib.util.find_spec('savigp') or sys.path.append({root!r}); "
-        "from savigp.cli import main; sys.exit(main())")
+#: what each rank runs (``python -c``): the working folder off ``sys.path`` before any import, then
+#: death with the launcher (process ``{launcher}``), then savigp
+BOOT = """\
+import os, sys, importlib.util
+here = os.path.realpath(os.getcwd())
+sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != here]
+import ctypes, signal, threading, time
+try:  # Linux: the kernel sends this process SIGKILL when the launcher ends, however it ends
+    if ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+        raise OSError(ctypes.get_errno(), "prctl")
+except (OSError, AttributeError):  # elsewhere: watch the launcher from a thread
+    def _watch():
+        while os.getppid() == {launcher}:
+            time.sleep(0.2)
+        os._exit(1)
+    threading.Thread(target=_watch, name="savigp-launcher-watch", daemon=True).start()
+if os.getppid() != {launcher}:  # the launcher ended before the kernel was asked
+    os._exit(1)
+importlib.util.find_spec('savigp') or sys.path.append({root!r})
+from savigp.cli import main
+sys.exit(main())
+"""
 
 
 def rank_command(argv: list) -> list:
-    """The command line of one rank of ``savigp`` with arguments ``argv`` (see the module docstring)."""
+    """The command line of one rank of ``savigp`` with arguments ``argv``, started by this process
+    (its launcher; see the module docstring)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return [sys.executable, "-c", BOOT.format(root=root), *argv]
+    return [sys.executable, "-c", BOOT.format(root=root, launcher=os.getpid()), *argv]
+
+
+def rank_environment(env: dict, cwd: Optional[str] = None) -> dict:
+    """``env`` for a rank: ``PYTHONPATH`` without its entries that name the working folder ``cwd``
+    (an empty entry, ``.``, the folder itself), where ``site`` would import a ``sitecustomize.py``
+    before anything else runs; other entries kept in order."""
+    env = dict(env)
+    if "PYTHONPATH" in env:
+        here = os.path.realpath(cwd or os.getcwd())
+        kept = [p for p in env["PYTHONPATH"].split(os.pathsep) if p and os.path.realpath(p) != here]
+        if kept:
+            env["PYTHONPATH"] = os.pathsep.join(kept)
+        else:
+            del env["PYTHONPATH"]
+    return env
 
 
 def describe_status(code: int) -> str:
@@ -118,8 +162,10 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
             rest.pop(0)
         elif not a.startswith("--nproc="):
             argv.append(a)
+    from .run_lock import LOCK_ENV, held_lock_descriptor
+
     port = free_loopback_port()
-    env = dict(os.environ)
+    env = rank_environment(os.environ)
     if args.threads is None and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc))
     if not getattr(args, "quiet", False):
@@ -131,6 +177,7 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
                 "MASTER_PORT": str(port), "GROUP_RANK": "0", **(extra_env or {})})
     before = _file_identity(out)
     cmd = rank_command(argv)
+    held = held_lock_descriptor(env.get(LOCK_ENV))  # the ranks hold the launcher's lock with it (module docstring)
     procs = []
     # A terminal's Ctrl-C reaches every rank (each checkpoints); a SIGTERM sent to this process is passed on.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -138,7 +185,8 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
                                                                          if p.poll() is None])
     try:
         for r in range(args.nproc):
-            procs.append(subprocess.Popen(cmd, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}))
+            procs.append(subprocess.Popen(cmd, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                                          **({} if held is None else {"pass_fds": (held,)})))
         codes, first = supervise(procs)
     finally:
         for p in procs:

@@ -9,6 +9,12 @@ run that finishes removes the file (while still holding it, and a run that locke
 already removed tries again, so that two runs never hold locks on two different files). Under
 ``--nproc`` the launcher holds the lock and tells its ranks so (:data:`LOCK_ENV`); under
 ``torchrun`` rank 0 takes it. Where ``fcntl`` does not exist (Windows) there is no lock.
+
+The ranks of ``--nproc`` inherit the launcher's open lock (:func:`held_lock_descriptor`, passed by
+:func:`savigp.cli.ranks.launch_ranks`): a ``flock`` belongs to the open file, so the lock stays
+held until the launcher and every rank have ended -- a killed launcher never frees it while its
+ranks still run. The lock file is written only when it is a regular file with one name (never
+through a symbolic link, never a hard link to another file, whose contents the run would replace).
 """
 from __future__ import annotations
 
@@ -21,7 +27,14 @@ from typing import Optional
 from ..settings import LOCK_ENV, train_lock_held
 from .errors import CLIError
 
-#: set by ``--nproc``'s launcher for its ranks: the lock file it holds for them
+#: the locks this process holds: lock file -> its open descriptor
+_HELD: dict = {}
+
+
+def held_lock_descriptor(path: Optional[str]) -> Optional[int]:
+    """The open descriptor of the lock on ``path`` that this process holds (what ``--nproc``'s
+    launcher passes to its ranks so that they hold it too), or None."""
+    return _HELD.get(path) if path else None
 
 
 class RunLock:
@@ -37,6 +50,8 @@ class RunLock:
             os.unlink(self.path)  # still holding it: no other run can have it
         except OSError:
             pass
+        if _HELD.get(self.path) == self.fd:
+            del _HELD[self.path]
         os.close(self.fd)
         self.fd = None
 
@@ -66,9 +81,14 @@ def lock_output(out: str, argv: Optional[list] = None) -> Optional[RunLock]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
         except OSError as err:
             raise CLIError(f"--out {out}: cannot create its lock file {path} ({err.strerror})") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise CLIError(f"--out {out}: its lock file {path} is not a regular file")
+        if st.st_nlink != 1:  # a hard link: writing the lock would replace another file's contents
+            os.close(fd)
+            raise CLIError(f"--out {out}: its lock file {path} has {st.st_nlink} names (a hard link to another file, "
+                           "whose contents the lock would replace); remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -86,5 +106,6 @@ def lock_output(out: str, argv: Optional[list] = None) -> Optional[RunLock]:
         command = " ".join(["savigp", *(argv if argv is not None else sys.argv[1:])])
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n".encode())
+        _HELD[path] = fd
         return RunLock(fd, path)
     raise CLIError(f"--out {out}: could not lock {path}")  # pragma: no cover

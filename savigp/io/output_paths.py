@@ -22,7 +22,16 @@ and the last component is kept. The check compares that path with the inputs by 
 (``st_dev``, ``st_ino``: a hard link to an input is the input) and by resolved path, and the
 write goes to exactly the path that was checked.
 
-:func:`remove_orphaned_temporaries` removes the temporary files that a killed writer left.
+**Checked once, written there.** The folder is found by path when the path is checked and again
+when the file is written, and a symbolic link swapped in between (for a folder of the path) would
+redirect the write, onto an input even. So the check records the folder's identity
+(``st_dev``, ``st_ino``) for the path it returns, and :func:`savigp.io.atomic_files.atomic_write`
+opens the folder once (``O_DIRECTORY``), refuses to write when that folder is not the one checked,
+and does everything else relative to the open folder (``dir_fd``: the temporary file, the rename,
+the fsync), so the file lands in the very folder that was checked or nowhere.
+
+:func:`remove_orphaned_temporaries` removes the temporary files that a killed writer left (never an
+input of the command that happens to be named like one, never a file with another name too).
 """
 from __future__ import annotations
 
@@ -35,6 +44,17 @@ from typing import Iterable, Optional
 
 class OutputPathError(ValueError):
     """An output path that the command will not write to; one line naming the option and path."""
+
+
+#: the paths :func:`check_output_path` returned: path -> (its folder's identity, the inputs' identities)
+_CHECKED: dict = {}
+
+
+def checked_folder(path: str) -> Optional[tuple]:
+    """The identity ``(st_dev, st_ino)`` of the folder that :func:`check_output_path` checked for
+    ``path`` (the path it returned), or None when ``path`` was not checked in this process."""
+    entry = _CHECKED.get(os.fspath(path))
+    return None if entry is None else entry[0]
 
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
@@ -135,13 +155,23 @@ def check_output_path(path: str, option: str = "--out", inputs: Iterable[str] = 
     folder = os.path.dirname(target)
     if not os.access(folder, os.W_OK):
         raise OutputPathError(f"{option} {path}: the folder {folder} is not writable")
+    folder_identity = _identity(folder)
+    if folder_identity is None:
+        raise OutputPathError(f"{option} {path}: the folder {folder} changed while it was checked")
+    _CHECKED[target] = (folder_identity, {i for i in map(_identity, (s for s in inputs if s and s != "-")) if i})
     return target
 
 
-def remove_orphaned_temporaries(path: str, min_age_s: float = 60.0) -> list:
+def remove_orphaned_temporaries(path: str, min_age_s: float = 60.0, inputs: Optional[Iterable[str]] = None) -> list:
     """Remove the temporary files that an atomic write of ``path`` leaves when it is killed
     (``.NAME.XXXXXXXX.tmp`` next to it) and that are at least ``min_age_s`` old (a younger one may
-    belong to a writer still running). Returns the removed paths."""
+    belong to a writer still running). A file that is one of ``inputs`` (by identity; default: the
+    inputs :func:`check_output_path` was given for ``path``) or that has another name too (a hard
+    link) is never removed, whatever its name. Returns the removed paths."""
+    if inputs is None:
+        keep = (_CHECKED.get(os.fspath(path)) or (None, set()))[1]
+    else:
+        keep = {i for i in map(_identity, (s for s in inputs if s and s != "-")) if i}
     folder, name = os.path.split(os.path.abspath(path))
     pattern = re.compile(r"\." + re.escape(name) + r"\.[A-Za-z0-9_]{8}\.tmp")
     removed = []
@@ -156,7 +186,8 @@ def remove_orphaned_temporaries(path: str, min_age_s: float = 60.0) -> list:
         full = os.path.join(folder, entry)
         try:
             st = os.lstat(full)
-            if stat.S_ISREG(st.st_mode) and now - st.st_mtime >= min_age_s:
+            if (stat.S_ISREG(st.st_mode) and now - st.st_mtime >= min_age_s and st.st_nlink == 1
+                    and (st.st_dev, st.st_ino) not in keep):
                 os.unlink(full)
                 removed.append(full)
         except OSError:

@@ -162,3 +162,133 @@ def test_ranks_that_hang_after_another_failed_are_stopped(tmp_path):
     codes, first = ranks.supervise(procs, grace_s=0.3)
     assert first == 1 and codes == [-15, 2, -9]
     assert ranks.describe_status(-9) == "killed by SIGKILL" and ranks.describe_status(3) == "exit status 3"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waiting for a parent that does not reap it has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _children(pid: int) -> list:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(c) for c in fh.read().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and os.path.exists("/proc/self/task")),
+                    reason="reads the process tree from /proc (Linux)")
+def test_a_killed_launcher_takes_its_ranks_and_lock_with_it(tmp_path):
+    """``kill -9`` of ``train --nproc 2``'s launcher: its ranks end within seconds (they would
+    otherwise train on and replace the model of a later run) and the lock is free, not held by
+    orphans. The launcher is the real one; the ranks are killed as soon as both have started."""
+    import signal
+    import time
+
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("torch.distributed with gloo is not available")
+    data = _data(tmp_path / "d.csv")
+    out = str(tmp_path / "m.pt")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    launcher = subprocess.Popen([sys.executable, "-m", "savigp", "train", data, "--targets", "y", "--out", out,
+                                 "--nproc", "2", "--iterations", "1000000", "--num-inducing", "4", "--samples", "3",
+                                 "--threads", "1", "--quiet"], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ranks_ = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(ranks_) < 2 and launcher.poll() is None and time.monotonic() < deadline:
+            ranks_ = _children(launcher.pid)
+            time.sleep(0.05)
+        assert len(ranks_) == 2, "the launcher did not start two ranks"
+        time.sleep(0.5)  # (the ranks are past their start-up code or in it: either way they must go)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in ranks_) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in ranks_), "ranks still run after their launcher was killed"
+        lock = lock_output(out, ["train"])  # free: no orphan holds it
+        assert lock is not None
+        lock.release()
+    finally:
+        for p in [launcher.pid, *ranks_]:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_ranks_hold_the_launchers_lock(tmp_path, monkeypatch, capsys):
+    """The lock is passed to the ranks: when the launcher's own descriptor is gone (as when it is
+    killed) while a rank still runs, no other run takes the lock until that rank has ended."""
+    import threading
+    import time
+
+    from savigp.cli.errors import CLIError
+    from savigp.cli.run_lock import LOCK_ENV
+
+    out = str(tmp_path / "m.pt")
+    lock = lock_output(out, ["train"])
+    pid_file = tmp_path / "rank.pid"
+    rank_code = f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    monkeypatch.setattr(ranks, "rank_command", lambda argv: [sys.executable, "-c", rank_code])
+    args = argparse.Namespace(argv=["train", "d.csv", "--nproc", "1", "--quiet"], nproc=1, threads=1, quiet=True)
+    seen = []
+
+    def another_run():  # while the launcher (this test's main thread) watches its rank
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        try:
+            fd, lock.fd = lock.fd, None  # the launcher's descriptor closes, as a killed launcher's does
+            os.close(fd)
+            try:
+                seen.append(lock_output(out, ["train"]))  # must fail: the running rank holds the lock
+            except CLIError as err:
+                seen.append(err)
+        finally:
+            if pid_file.exists() and pid_file.read_text():
+                os.kill(int(pid_file.read_text()), 9)
+
+    helper = threading.Thread(target=another_run)
+    helper.start()
+    ranks.launch_ranks(args, out, {LOCK_ENV: out + ".lock"})
+    helper.join(60)
+    capsys.readouterr()
+    assert len(seen) == 1 and isinstance(seen[0], CLIError), seen
+    assert "another savigp train is writing it" in str(seen[0])
+    again = lock_output(out, ["train"])  # the rank has ended: free
+    assert again is not None
+    again.release()
+
+
+def test_no_sitecustomize_from_the_working_folder(tmp_path, monkeypatch):
+    """An empty ``PYTHONPATH`` entry names the working folder, where ``site`` imports a
+    ``sitecustomize.py`` before any code of the rank runs: the ranks get ``PYTHONPATH`` without it."""
+    marker = tmp_path / "ran"
+    (tmp_path / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep + str(ROOT) + os.pathsep)
+    assert _launch(tmp_path, monkeypatch, "import os\nassert '' not in os.environ['PYTHONPATH'].split(os.pathsep)\n") == 0
+    assert not marker.exists()
+    # the same start without the cleaning runs it: the test can fail
+    subprocess.run([sys.executable, "-c", "pass"], env={**os.environ}, cwd=tmp_path, timeout=60)
+    assert marker.exists()
+
+
+def test_a_hard_linked_lock_file_is_refused(tmp_path):
+    """``OUT.lock`` made a hard link to another file: the lock would write its pid line into it."""
+    victim = tmp_path / "notes.txt"
+    victim.write_text("precious\n")
+    os.link(victim, tmp_path / "m.pt.lock")
+    from savigp.cli.errors import CLIError
+
+    with pytest.raises(CLIError, match="hard link"):
+        lock_output(str(tmp_path / "m.pt"))
+    assert victim.read_text() == "precious\n"

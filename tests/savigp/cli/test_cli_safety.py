@@ -186,3 +186,48 @@ def test_atomic_write_resolves_the_folder_as_the_kernel_does(tmp_path, monkeypat
         fh.write("new\n")
     assert (tmp_path / "keep.txt").read_text() == "input\n" and (tmp_path / "far" / "keep.txt").read_text() == "new\n"
     assert sorted(os.listdir(tmp_path)) == ["far", "keep.txt", "other"] and sorted(os.listdir("far")) == ["keep.txt", "sub"]
+
+
+def test_predict_never_replaces_the_code_it_runs_by_consent(tmp_path, capsys):
+    """``predict m.pt test.csv --trust-code --out mylik.py``: the file the model records (and
+    --trust-code runs) is an input of the command, as one named by --likelihood is."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-2, 2, (20, 1))
+    data = str(tmp_path / "d.csv")
+    write_csv(data, ["x", "y"], np.column_stack([X, np.sin(X[:, 0])]))
+    lik = tmp_path / "mylik.py"
+    lik.write_text("def log_lik(y, f):\n    return -0.5 * (y[:, 0] - f[..., 0]) ** 2\n")
+    model = str(tmp_path / "m.pt")
+    assert main(["train", data, "--targets", "y", "--likelihood", f"{lik}:log_lik", "--out", model, *FAST]) == 0
+    capsys.readouterr()
+    before = lik.read_bytes()
+    for consent in (["--trust-code"], ["--likelihood", str(lik)]):
+        assert main(["predict", model, data, *consent, "--out", str(lik), "--quiet"]) == 2
+        err = _err(capsys)
+        assert "is an input of this command" in err and str(lik) in err, err
+        assert lik.read_bytes() == before
+    assert main(["predict", model, data, "--trust-code", "--out", str(tmp_path / "p.csv"), "--quiet"]) == 0
+
+
+def test_a_plot_format_matplotlib_cannot_write_is_refused_before_training(trained, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    folder, data, model, X, y = trained
+    capsys.readouterr()
+    out = str(tmp_path / "m.pt")
+    assert main(["train", data, "--targets", "y", "--out", out, "--plot", str(tmp_path / "elbo.xyz"), *FAST]) == 2
+    err = _err(capsys)
+    assert "--plot" in err and "cannot write .xyz" in err and ".png" in err, err
+    assert not os.path.exists(out)  # refused before training: no model written
+
+
+def test_a_very_long_header_name_is_not_echoed_whole(tmp_path, capsys):
+    long = "x" * 100_000
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-2, 2, (10, 2))
+    data = str(tmp_path / "d.csv")
+    write_csv(data, [long, "x2", "y"], np.column_stack([X, X[:, 0]]))
+    for cmd in (["train", data, "--targets", "z", "--out", str(tmp_path / "m.pt")],
+                ["train", data, "--targets", "y", "--inputs", "nope", "--out", str(tmp_path / "m.pt")]):
+        assert main(cmd) == 2
+        err = _err(capsys)
+        assert len(err) < 1000 and "(100000 characters)" in err, err[:300]

@@ -51,20 +51,24 @@ def test_bad_mode_is_refused(tmp_path):
 def test_csvs_plots_model_files_and_experiment_tables_go_through_it(tmp_path, monkeypatch):
     """Each writer of the project makes its temporary file the one way (atomic_write's), and ends
     with the destination's ordinary mode and no temporary left."""
-    import tempfile
+    import re
 
     import experiments._common as common
+    import savigp.io.atomic_files as atomic_files
     from savigp.io.csv_data import write_csv
     from savigp.model_files import atomic_torch_save
 
     made = []
-    real = tempfile.mkstemp
+    real = atomic_files._create_temporary
+    here = os.stat(tmp_path)
 
-    def spy(*a, **k):
-        made.append((k.get("prefix"), k.get("suffix"), k.get("dir")))
-        return real(*a, **k)
+    def spy(name, dfd):
+        fd, tmp = real(name, dfd)
+        st = os.fstat(dfd)  # the temporary is made in the destination's folder, held open
+        made.append((re.sub(r"\.[0-9a-f]{8}\.tmp$", ".XXXXXXXX.tmp", tmp), (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)))
+        return fd, tmp
 
-    monkeypatch.setattr(tempfile, "mkstemp", spy)
+    monkeypatch.setattr(atomic_files, "_create_temporary", spy)
     write_csv(str(tmp_path / "p.csv"), ["a"], np.ones((2, 1)))
     common.write_text_atomic(tmp_path / "r.md", "# r\n")
     common.write_csv_atomic(tmp_path / "r.csv", [{"a": 1.0}])
@@ -79,6 +83,53 @@ def test_csvs_plots_model_files_and_experiment_tables_go_through_it(tmp_path, mo
 
         save_elbo_plot([1.0, 2.0, 3.0], str(tmp_path / "e.png"))
         names.append("e.png")
-    assert made == [("." + n + ".", ".tmp", str(tmp_path)) for n in names]
+    assert made == [("." + n + ".XXXXXXXX.tmp", True) for n in names]
     assert sorted(os.listdir(tmp_path)) == sorted(names)
     assert len({_mode(tmp_path / n) for n in names}) == 1
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_is_not_written(tmp_path):
+    """The output folder is checked, then replaced by a symbolic link to the folder of an input
+    before the write: the write would land on the input; it is refused and the input unchanged."""
+    from savigp.io.output_paths import OutputPathError, check_output_path
+
+    outdir, datadir = tmp_path / "out", tmp_path / "data"
+    outdir.mkdir()
+    datadir.mkdir()
+    data = datadir / "x.csv"
+    data.write_text("a,b\n1,2\n")
+    target = check_output_path(str(outdir / "x.csv"), "--out", inputs=[str(data)])
+    os.rename(outdir, tmp_path / "out_old")  # between the check and the write
+    os.symlink(datadir, outdir)
+    with pytest.raises(OutputPathError, match="is not the folder that was checked"):
+        with atomic_write(target, newline="") as fh:
+            fh.write("overwritten\n")
+    assert data.read_text() == "a,b\n1,2\n" and sorted(os.listdir(datadir)) == ["x.csv"]
+    # the folder as checked is written as ever
+    os.unlink(outdir)
+    os.rename(tmp_path / "out_old", outdir)
+    with atomic_write(target, newline="") as fh:
+        fh.write("new\n")
+    assert (outdir / "x.csv").read_text() == "new\n"
+
+
+def test_stale_temporary_cleanup_never_removes_an_input(tmp_path):
+    """An input named like an orphaned temporary of the output, or a hard link to one: kept."""
+    import time
+
+    from savigp.io.output_paths import check_output_path, remove_orphaned_temporaries
+
+    data = tmp_path / ".m.pt.abcdefgh.tmp"  # the data file, named like a temporary of m.pt
+    data.write_text("x,y\n1,2\n")
+    other = tmp_path / "notes.txt"
+    other.write_text("precious\n")
+    os.link(other, tmp_path / ".m.pt.ABCDEFGH.tmp")
+    stale = tmp_path / ".m.pt.zzzzzzzz.tmp"
+    stale.write_text("left by a killed writer")
+    old = time.time() - 3600
+    for p in (data, other, stale):
+        os.utime(p, (old, old))
+    out = check_output_path(str(tmp_path / "m.pt"), "--out", inputs=[str(data)])
+    removed = remove_orphaned_temporaries(out)
+    assert removed == [str(stale)] and data.exists() and other.read_text() == "precious\n"
+    assert (tmp_path / ".m.pt.ABCDEFGH.tmp").exists()  # a second name of another file: never removed

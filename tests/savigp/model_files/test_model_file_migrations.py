@@ -19,6 +19,7 @@ from savigp.posteriors import DiagonalMixture, UDiagonalMixture
 def _rewrite(path, edit):
     blob = torch.load(str(path), weights_only=True)
     edit(blob)
+    blob.pop("content_sha256", None)  # (edited: as a file written before the content digest)
     torch.save(blob, str(path))
 
 

@@ -38,6 +38,7 @@ def saved_file(tmp_path):
 def _edited(path, tmp_path, edit, name="bad.pt"):
     payload = torch.load(str(path), weights_only=True)
     edit(payload)
+    payload.pop("content_sha256", None)  # (edited: as a file written before the content digest)
     out = tmp_path / name
     torch.save(payload, str(out))
     return str(out)
