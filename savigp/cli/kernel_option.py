@@ -27,7 +27,8 @@ that lives in the inputs' units is carried over by the same map:
 A family registered at run time whose options savigp cannot place is refused in one line when the
 inputs are transformed (its options other than ``variance``, ``ard``, ``learn``).
 
-``--kernel search`` is reserved for a search over kernel structures (:func:`_search`).
+``--kernel search`` chooses the structure by the ELBO (:func:`_search`, :func:`savigp.search_kernels`):
+its spec is in the model's units already, and holds the search's fitted values as initial values.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def check_kernel_options(args) -> None:
                        f"function's own kernel, not with {', '.join(clash)}")
 
 
-def kernel_options(args, table, icols, input_stats: Optional[dict], num_latent: int) -> dict:
+def kernel_options(args, table, icols, input_stats: Optional[dict], num_latent: int, data=None, quiet: bool = True) -> dict:
     """The model options of ``--kernel`` and ``--fourier-features``: ``{"kernel": spec}`` (in the
     model's units, see the module docstring) and, with Fourier features, ``"fourier_features": F``
     and ``"num_inducing": M`` (M = D (2F + 1), for the memory estimate).
@@ -66,13 +67,16 @@ def kernel_options(args, table, icols, input_stats: Optional[dict], num_latent: 
         table, icols: the CSV file (:class:`savigp.io.csv_data.Table`) and its input columns.
         input_stats: ``{"mean": [D], "std": [D]}`` of the inputs' map to the model's, or None.
         num_latent: Q.
+        data: ``(Xm, Ym, likelihood)``, the inputs and targets in the model's units and the
+            likelihood, for ``--kernel search`` (which fits candidates on them).
+        quiet: the search prints its table to stderr unless quiet.
 
     Raises:
         CLIError: one line naming ``--kernel`` (or ``--fourier-features``) and the bad part.
     """
     text = str(args.kernel)
     if text.strip() == SEARCH:
-        return {"kernel": _search(args)}
+        return {"kernel": _search(args, data, table.names(icols), quiet)}
     spec = _parse(text, table, icols)
     D, names = len(icols), table.names(icols)
     _check_builds(spec, text, names, 1 if args.shared_kernel else int(num_latent))
@@ -91,11 +95,44 @@ def kernel_options(args, table, icols, input_stats: Optional[dict], num_latent: 
     return out
 
 
-def _search(args):
-    """``--kernel search``: the place for a search over kernel structures (Duvenaud et al. 2013),
-    returning the chosen spec; not in this version."""
-    raise CLIError("--kernel search: the search over kernel structures is not part of this savigp; give an "
-                   "expression such as \"rbf + periodic(time) * rbf(time)\" (docs/cli.md, Kernels)")
+def _search(args, data, names, quiet: bool) -> dict:
+    """``--kernel search``: the structure chosen by :func:`savigp.search_kernels` (Duvenaud et al.
+    2013; ranked by the full-data ELBO less a BIC penalty) on the training data in the model's units,
+    its table printed to stderr; the run then trains the chosen kernel from the search's fitted
+    values. On ``--resume`` nothing is searched: the model, kernel included, is the checkpoint's."""
+    if getattr(args, "resume", False):
+        return {"kernel": "rbf"}  # unused: the resumed model is rebuilt from its checkpoint
+    if getattr(args, "fourier_features", None) is not None:
+        raise CLIError("--kernel search: the search combines the kernel families; --fourier-features needs "
+                       "--kernel additive-matern")
+    if data is None:
+        raise CLIError("--kernel search needs the training data")
+    base = [b.strip() for b in str(args.search_base).split(",") if b.strip()]
+    unknown = [b for b in base if b not in KERNELS]
+    if not base or unknown:
+        raise CLIError(f"--search-base: expected comma-separated kernel families ({', '.join(KERNELS)}), "
+                       f"got {str(args.search_base)[:80]!r}")
+    if args.search_max_terms < 1 or args.search_budget < 0 or args.search_iterations < 1:
+        raise CLIError("--search-max-terms and --search-iterations must be >= 1, --search-budget >= 0")
+    import sys
+
+    from ..training.kernel_search import search_kernels
+
+    Xm, Ym, likelihood = data
+    fit_options = {"num_samples": args.samples, "estimator": args.estimator}
+    if args.batch_size:
+        fit_options["batch_size"] = args.batch_size
+    if not quiet:
+        print(f"savigp train: searching kernel structures over {', '.join(base)} (at most {args.search_max_terms} "
+              f"terms, {args.search_budget:.0f} s)", file=sys.stderr)
+    result = search_kernels(Xm, Ym, likelihood, base=base, columns=list(names), max_terms=args.search_max_terms,
+                            time_budget=args.search_budget, num_inducing=args.num_inducing,
+                            iterations=args.search_iterations, fit_options=fit_options, seed=args.seed,
+                            model_options={"shared_kernel": True} if args.shared_kernel else None,
+                            progress=not quiet)
+    if not quiet:
+        print(str(result), file=sys.stderr)
+    return result.spec
 
 
 def _parse(text: str, table, icols) -> dict:

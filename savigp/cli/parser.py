@@ -201,7 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "\"rbf + periodic(time, period=1) * rbf(time) + white\": + adds, * multiplies, scale(...) "
                         "learns a variance, a kernel reads the input columns it names (header names or 0-based "
                         "indices among the inputs; all when it names none), options are in the units of your "
-                        "columns (docs/cli.md, Kernels); default rbf (ARD)")
+                        "columns (docs/cli.md, Kernels); default rbf (ARD); search: the structure chosen by the "
+                        "ELBO (savigp.search_kernels, Duvenaud et al. 2013), then trained")
+    g.add_argument("--search-base", default="rbf,periodic,linear", metavar="NAMES",
+                   help="--kernel search: the base families it combines (default rbf,periodic,linear)")
+    g.add_argument("--search-max-terms", type=int, default=3, metavar="N",
+                   help="--kernel search: the most base kernels in an expression (default 3)")
+    g.add_argument("--search-budget", type=float, default=600.0, metavar="SECONDS",
+                   help="--kernel search: no candidate is started after this many seconds (default 600)")
+    g.add_argument("--search-iterations", type=int, default=500, metavar="STEPS",
+                   help="--kernel search: Adam steps per candidate, extended while its ELBO rises (default 500)")
     g.add_argument("--fourier-features", type=int, metavar="F",
                    help="inducing variables: the variational Fourier features of --kernel additive-matern (Hensman "
                         "et al. 2018), F frequencies per input (M = D (2F + 1)); with --mean-basis-size G: ODVFF "

@@ -260,7 +260,8 @@ def _train(args, out: str, ckpt: str, plot) -> int:
     spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(args, table, icols, tcols, X, Y)
     model_options = _model_options(args)
     # --kernel read against the input columns, in the model's units; --fourier-features
-    model_options.update(kernel_options(args, table, icols, standardize["inputs"], int(likelihood.num_latent)))
+    model_options.update(kernel_options(args, table, icols, standardize["inputs"], int(likelihood.num_latent),
+                                        data=(Xm, Ym, likelihood), quiet=quiet))
     if warm is not None and args.num_inducing is None and not args.dense:
         model_options["inducing_inputs"] = warm.model.inducing.detach()  # M is the source's; no k-means
     config = _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)

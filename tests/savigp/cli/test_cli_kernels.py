@@ -142,7 +142,6 @@ def test_a_shift_leaves_a_period_and_moves_an_offset():
     ("rbf(time) * (matern32(x)", "expected ), got 'the end'"),
     ("rbf + scale(periodic(time, period=-1))", "periodic(time, period=-1): PositiveParameter"),
     ("additive-matern(nu=2)", "additive-matern(nu=2): nu must be one of [0.5, 1.5, 2.5]"),
-    ("search", "--kernel search: the search over kernel structures is not part of this savigp"),
 ])
 def test_a_wrong_expression_is_one_line_naming_the_bad_part(data, capsys, expr, needle):
     out = data["dir"] / "bad.pt"
@@ -169,3 +168,30 @@ def test_help_lists_the_families(capsys):
     assert main(["train", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert all(name in text for name in KERNELS) and "--fourier-features F" in text
+
+
+def test_kernel_search_chooses_trains_and_saves_the_structure(data, capsys):
+    """``--kernel search``: the candidates' table on stderr, the chosen structure trained and saved
+    (a spec the model file rebuilds); ``--resume`` takes the checkpoint's kernel without searching."""
+    out = data["dir"] / "searched.pt"
+    capsys.readouterr()
+    args = [data["csv"], "--targets", "y", "--kernel", "search", "--search-base", "rbf,periodic", "--search-max-terms", "1",
+            "--search-iterations", "30", "--num-inducing", "10", "--iterations", "6", "--checkpoint-every", "3",
+            "--threads", "1", "--out", out]
+    assert main(["train", *map(str, args)]) == 0
+    err = capsys.readouterr().err
+    assert "| level | expression |" in err and "chosen:" in err
+    tried = [line.split("|")[2].strip() for line in err.splitlines() if line.startswith("| 1 |")]
+    assert sorted(tried) == ["periodic(time)", "periodic(x)", "rbf(time)", "rbf(x)"]
+    chosen = err.split("chosen: ")[1].split(" (")[0]
+    saved = load_model(str(out))[0]
+    from savigp.kernels import format_kernel, kernel_spec
+    assert format_kernel(kernel_spec(saved.model.kernel), ["time", "x"]).split("(")[0] == chosen.split("(")[0]
+    assert main(["train", *map(str, args[:-1]), str(out), "--iterations", "9", "--resume"]) == 0
+    assert "searching" not in capsys.readouterr().err
+
+
+def test_kernel_search_options_are_checked(data, capsys):
+    err = _refused(capsys, data["csv"], "--targets", "y", "--kernel", "search", "--search-base", "rbf,periodc",
+                   "--iterations", "1", "--out", data["dir"] / "bad.pt")
+    assert "--search-base: expected comma-separated kernel families" in err
