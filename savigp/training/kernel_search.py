@@ -220,11 +220,18 @@ def _proposals(terms, bases) -> list:
         return [[[b]] for b in bases]
     out = [terms + [[b]] for b in bases]  # S + B
     for i, t in enumerate(terms):  # T_i -> T_i * B
-        out += [terms[:i] + [t + [b]] + terms[i + 1:] for b in bases if _leaf_key(b) not in {_leaf_key(x) for x in t}]
+        out += [terms[:i] + [t + [b]] + terms[i + 1:] for b in bases]
     for i, t in enumerate(terms):  # B_j -> B'
         for j, leaf in enumerate(t):
             out += [terms[:i] + [t[:j] + [b] + t[j + 1:]] + terms[i + 1:] for b in bases if _leaf_key(b) != _leaf_key(leaf)]
-    return out
+    return [t for t in out if not any(_repeats_rbf(term) for term in t)]
+
+
+def _repeats_rbf(term) -> bool:
+    """A product with two RBFs on the same columns: an RBF again (the length-scales combine), so it
+    adds hyper-parameters and nothing else (Duvenaud et al. 2013 leave SE x SE out too)."""
+    keys = [_leaf_key(x) for x in term if x["kernel"] == "rbf"]
+    return len(keys) != len(set(keys))
 
 
 def _plain(spec: dict) -> dict:
