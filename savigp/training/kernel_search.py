@@ -10,7 +10,8 @@ all of them). From the current expression S = T_1 + ... + T_n the search propose
 
 fits each candidate with :func:`savigp.fit` (its kernel's shared parts started at the parent's
 fitted hyper-parameters, its new parts at data-driven values: a periodic part at the strongest
-peaks of the Lomb-Scargle periodogram of the targets), and moves to the best one while it improves
+peaks of the Lomb-Scargle periodogram of the targets, or of their residuals from the parent's
+predictive mean once there is a parent), and moves to the best one while it improves
 the score by more than twice the standard error of the difference. Duvenaud et al. rank by the BIC of
 the marginal likelihood; for a likelihood without one, the score here is the full-data ELBO (its
 Monte Carlo estimate, with its standard error) less (1/2) p log N for p kernel hyper-parameters
@@ -165,6 +166,8 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                 fresh.append(terms)
         if not fresh:
             break
+        if current is not None and "periodic" in base:  # new seasons start at what the parent leaves unexplained
+            periods = _residual_peaks(current[2], X, Yarr, groups) or periods
         if current is not None and not over_budget():
             # the parent trains as many more steps as its children get (they start at its values), so
             # that a child wins by its structure, not by a longer optimisation (Duvenaud et al. 2013
@@ -280,6 +283,20 @@ def _terms_of(spec: dict) -> list:
     """A sum-of-products spec as a list of lists of leaves."""
     terms = spec["sum"] if "sum" in spec else [spec]
     return [t["product"] if "product" in t else [t] for t in terms]
+
+
+def _residual_peaks(model, X: np.ndarray, Y: np.ndarray, groups) -> dict:
+    """The periodogram peaks of the targets less the model's predictive mean (an empty dict when the
+    likelihood has no predictive mean), per group of input columns: a season the current expression
+    already explains (or its harmonics) is not proposed again."""
+    import torch
+
+    with torch.no_grad():
+        mean = model.predict(X).mean
+    if mean is None:
+        return {}
+    residual = Y - mean.detach().cpu().numpy().reshape(Y.shape)
+    return {tuple(g or []): _periodogram_peaks(X, residual, g) for g in groups}
 
 
 def _periodogram_peaks(X: np.ndarray, Y: np.ndarray, dims, count: int = 2) -> list:
