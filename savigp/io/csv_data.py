@@ -413,18 +413,22 @@ class _Rows:
         if self.n + k > self.values.shape[0]:
             self.reserve(max(self.n + k, self.values.shape[0] + self.values.shape[0] // 4))
         self.values[self.n:self.n + k] = values
-        self.lines[self.n:self.n + k] = lines
+        if isinstance(lines, range):  # (no int64 array of them first)
+            np.add(np.arange(k, dtype=self.lines.dtype), lines.start, out=self.lines[self.n:self.n + k])
+        else:
+            self.lines[self.n:self.n + k] = lines
         self.n += k
 
 
 def _block_rows(path: str, data: bytes, line: int, newlines: int, names: Optional[list], width: int, ref: str,
-                delimiter: str) -> tuple:
+                delimiter: str, ascii_only: bool) -> tuple:
     """The values ``(rows, width)`` and line numbers of the rows of ``data``, lines of the file from
-    ``line`` on with ``newlines`` line ends: parsed by :func:`_plain_block` or, when it refuses them,
-    by the careful reader, which raises a DataError naming the line and column of the first problem."""
-    values = _plain_block(data, newlines, width, delimiter) if data.isascii() else None
+    ``line`` on with ``newlines`` line ends (``ascii_only``: all its bytes are): parsed by
+    :func:`_plain_block` or, when it refuses them, by the careful reader, which raises a DataError
+    naming the line and column of the first problem."""
+    values = _plain_block(data, newlines, width, delimiter) if ascii_only else None
     if values is not None:
-        return values, np.arange(line, line + values.shape[0])
+        return values, range(line, line + values.shape[0])
     text = data.decode("utf-8")
     del data
     rows, lines = _parse_rows(path, text, line, delimiter)
@@ -447,7 +451,8 @@ def _read_blocks(path: str, fh, header: Optional[bool], delimiter: str, progress
         if b'"' in block or (b"\r" in block and block.count(b"\r") != block.count(b"\r\n")):
             raise _WholeFile
         pos = 3 if offset == 0 and block.startswith(b"\xef\xbb\xbf") else 0
-        if not block.isascii():
+        ascii_only = block.isascii()
+        if not ascii_only:
             _decode(path, block, offset, line, pos)  # names a byte that is not UTF-8
         while width is None and pos < len(block):  # the first non-blank row: a header or data
             end = block.find(b"\n", pos) + 1 or len(block)
@@ -462,8 +467,10 @@ def _read_blocks(path: str, fh, header: Optional[bool], delimiter: str, progress
             pos, line = end, line + 1
         if width is None or pos >= len(block):
             continue
-        values, lines = _block_rows(path, block[pos:] if pos else block, line, newlines - (line - first_line), names,
-                                    width, ref, delimiter)
+        data = block[pos:] if pos else block
+        values, lines = _block_rows(path, data, line, newlines - (line - first_line), names, width, ref, delimiter,
+                                    ascii_only or data.isascii())
+        data = None
         progress.done, progress.width, progress.rows = offset + len(block), width, out.n + values.shape[0]
         block = None
         if out.n == 0 and values.shape[0]:  # room for the rows the file's size suggests
