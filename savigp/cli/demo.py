@@ -45,25 +45,31 @@ def _demo(args, folder: str) -> int:
                                                        for a in ev]))
 
     t0 = time.perf_counter()
-    # 1-D regression, Gaussian likelihood
+    # 1-D regression, Gaussian likelihood: its ELBO is in closed form, a smooth deterministic function
+    # of all 200 points, so full-batch L-BFGS (Bonilla et al. 2019, §9.2) takes it to its optimum: 12
+    # steps end within 0.011 nats of 60 (12.398 against 12.409), where 250 Adam steps at lr 0.05 in
+    # the same time ended 1.08 nats below, still rising (savigp demo before)
     x = rng.uniform(-3, 3, 300)
     y = np.sin(2 * x) + 0.3 * x + 0.2 * rng.standard_normal(300)
     data = np.stack([x, y], 1)
     code = run("1-D regression, Gaussian likelihood (200 training / 100 test points)",
                write("regression_train.csv", ["x", "y"], data[:200]),
                write("regression_test.csv", ["x", "y"], data[200:]), "regression.pt",
-               ["--likelihood", "gaussian", "--num-inducing", "15", "--iterations", "250", "--lr", "0.05"], "y")
+               ["--likelihood", "gaussian", "--num-inducing", "15", "--optimizer", "lbfgs", "--iterations", "12"], "y")
     if code != EXIT_OK:
         return code
-    # 2-D binary classification, logistic likelihood
+    # 2-D binary classification, logistic likelihood: Monte Carlo gradients (20 draws a point) with
+    # Adam. Labels of P(y = 1) = sigmoid(2 g(x)): a latent function of finite scale, which 250 steps
+    # at lr 0.1 reach (0.6 nats below 1500 steps at lr 0.05, data seeds 0 and 1); with
+    # sigmoid(4 g(x)) the optimum's kernel variance grows without bound and the ELBO was still rising
     X = rng.standard_normal((300, 2))
-    p = 1 / (1 + np.exp(-4 * (np.sin(2 * X[:, 0]) + X[:, 1])))
+    p = 1 / (1 + np.exp(-2 * (np.sin(2 * X[:, 0]) + X[:, 1])))
     lab = (rng.uniform(size=300) < p).astype(float)
     data = np.column_stack([X, lab])
     code = run("2-D binary classification, logistic likelihood (200 training / 100 test points)",
                write("classification_train.csv", ["x1", "x2", "label"], data[:200]),
                write("classification_test.csv", ["x1", "x2", "label"], data[200:]), "classification.pt",
-               ["--likelihood", "logistic", "--num-inducing", "15", "--iterations", "250", "--lr", "0.05",
+               ["--likelihood", "logistic", "--num-inducing", "15", "--iterations", "250", "--lr", "0.1",
                 "--samples", "20"], "label")
     if code != EXIT_OK:
         return code

@@ -529,8 +529,11 @@ def test_model_whose_user_likelihood_is_gone(tmp_path, capsys):
 
 # ---------------------------------------------------------------------------- demo
 def test_demo_runs_and_prints_the_papers_metrics():
+    """... and both of its fits converge: no "still rising" note (before, the regression's 250 Adam
+    steps at lr 0.05 ended 1.08 nats below its optimum, still rising; now 12 L-BFGS steps, 0.011)."""
     r = run_cli("demo", "--quiet")
     assert r.returncode == 0, r.stderr
+    assert "still rising" not in r.stderr, r.stderr
     for needle in ("SSE", "NLPD", "error rate", "NLP", "savigp train", "savigp evaluate", "demo finished"):
         assert needle in r.stdout, needle
     sse = float(r.stdout.split("SSE")[1].split()[0])
