@@ -37,7 +37,7 @@ def nb_errors(rng) -> list:
         lik = CallableLikelihood(nb_numpy, backend="numpy", params={"r": r}, constraints={"r": "positive"})
         (lik.log_prob(torch.as_tensor(y), f) * w).sum().backward()
         raw = lik.raw_params["r"]
-        rr = float(lik.parameter_values()["r"].detach())
+        rr = lik.parameter_values()["r"]
         exact = float((w.numpy() * nb_dlogp_dr(y, f.numpy(), rr)).sum()) * float(torch.sigmoid(raw.detach()))
         out.append((r, abs(raw.grad.item() - exact) / abs(exact)))
     return out

@@ -195,6 +195,26 @@ class Likelihood(nn.Module):
     def initialize_from_data(self, y: Tensor) -> None:
         """Optional data-dependent initialization of likelihood parameters (no-op by default)."""
 
+    def parameter_tensors(self) -> dict:
+        """The likelihood's parameters by name, as tensors in their constrained units and
+        differentiable (for code that needs their gradients): each child
+        :class:`~likelihoods.parameters.PositiveParameter` (its value) and each parameter of the
+        module itself. Subclasses with other parameters override it."""
+        from .parameters import PositiveParameter
+
+        out = {name: child() for name, child in self.named_children() if isinstance(child, PositiveParameter)}
+        out.update(self.named_parameters(recurse=False))
+        return out
+
+    def parameter_values(self) -> dict:
+        """The likelihood's parameters by name as plain values (:meth:`parameter_tensors`, detached):
+        a float for a parameter of one value, else a numpy array of its shape (float64)."""
+        out = {}
+        for name, t in self.parameter_tensors().items():
+            t = t.detach().to("cpu", torch.float64)
+            out[name] = float(t.reshape(())) if t.numel() == 1 else t.numpy().copy()
+        return out
+
     def extra_repr(self) -> str:
         return f"num_latent={self.num_latent}, output_dim={self.output_dim}"
 

@@ -282,8 +282,9 @@ class CallableLikelihood(Likelihood):
             raise ValueError(f"CallableLikelihood: {err}") from None
 
     # ------------------------------------------------------------------ parameters
-    def parameter_values(self) -> dict:
-        """The current parameter values: name -> tensor (constrained, differentiable)."""
+    def parameter_tensors(self) -> dict:
+        """The current parameter values: name -> tensor (constrained, differentiable);
+        :meth:`parameter_values` gives them as plain values."""
         out = {}
         for name, raw in self.raw_params.items():
             kind = self.constraints[name]
@@ -445,7 +446,7 @@ class CallableLikelihood(Likelihood):
         gen = torch.Generator().manual_seed(0)
         f = (0.3 * torch.randn(2, y.shape[0], self.num_latent, generator=gen, dtype=torch.float64))
         f = f.to(device=y.device, dtype=y.dtype).requires_grad_(True)
-        params = {k: v.detach() for k, v in self.parameter_values().items()}
+        params = {k: v.detach() for k, v in self.parameter_tensors().items()}
         with torch.enable_grad(), warnings.catch_warnings():  # numpy code given tensors may warn before failing
             warnings.simplefilter("ignore")
             try:
@@ -463,7 +464,7 @@ class CallableLikelihood(Likelihood):
 
     # ------------------------------------------------------------------ the protocol
     def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
-        out = self._call(self.fn, y, f, params=self.parameter_values())  # shape checked by Likelihood.log_prob
+        out = self._call(self.fn, y, f, params=self.parameter_tensors())  # shape checked by Likelihood.log_prob
         if not self._checked_gradient and torch.is_grad_enabled() and f.requires_grad:
             if not out.requires_grad:
                 raise ValueError(f"{self.describe()}: declared differentiable=True but its result has no gradient "
@@ -484,7 +485,7 @@ class CallableLikelihood(Likelihood):
                 mean = (p * c).sum(-1, keepdim=True)
                 return mean, (p * (c - mean) ** 2).sum(-1, keepdim=True)
             raise NotImplementedError(f"user likelihood {self._name!r} has no mean_fn")
-        params = self.parameter_values()
+        params = self.parameter_tensors()
         if params and not self._check_accepts(self.mean_fn, "mean_fn"):
             params = {}
         out = self._call(self.mean_fn, f, params=params, what="mean_fn")
