@@ -41,7 +41,7 @@ import math
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
@@ -59,7 +59,9 @@ class Problem:
     """A two-mode (or unimodal) problem: ``build(K, seed, entropy)`` returns a model, ``modes(model)``
     the per-component coordinate whose sign says which mode a component sits on ``(K,)``, and
     ``scale`` the coordinate's magnitude at a mode (a component within half of it of zero is at
-    neither mode)."""
+    neither mode). The problems that know their modes (:func:`many_modes_problems`) have
+    ``modes_of(model)``: per component, the index of the mode it sits on, None for none, of
+    ``num_modes``; and the settings of their fits (``iterations``, ``fit_options``)."""
 
     name: str
     build: Callable[..., savigp.SAVIGP]
@@ -67,6 +69,10 @@ class Problem:
     scale: float
     batch_size: Optional[int] = None
     bimodal: bool = True
+    modes_of: Optional[Callable[[savigp.SAVIGP], list]] = None
+    num_modes: int = 2
+    iterations: Optional[int] = None
+    fit_options: dict = field(default_factory=dict)
 
 
 def _abs_lik(y, f):
@@ -164,6 +170,111 @@ def _unimodal_problem(n=20):
     return Problem("unimodal", build, lambda m: _fmean(m)[..., 0].mean(-1), 1.0, bimodal=False)
 
 
+# ---------------------------------------------------------------- many modes, and problems at scale
+#
+# These problems know their modes: ``modes_of(model)`` gives, per component, the index of the mode
+# its mean sits on (None: on none), from the distance between the component's mean of f at the
+# training inputs and each mode's function (relative root mean square, within ``tolerance``).
+
+
+def _mode_index(f: torch.Tensor, modes: torch.Tensor, tolerance: float) -> list:
+    """Per component of ``f`` ``(K, N, Q)``: the index of the mode ``(J, N, Q)`` within ``tolerance``
+    (relative root mean square distance), else None."""
+    scale = modes.pow(2).mean((1, 2)).sqrt()  # (J,)
+    d = (f.unsqueeze(1) - modes.unsqueeze(0)).pow(2).mean((2, 3)).sqrt() / scale  # (K, J)
+    best = d.argmin(1)
+    return [int(j) if float(d[k, j]) <= tolerance else None for k, j in enumerate(best)]
+
+
+def _known_modes(name, build, modes, tolerance, batch_size=None, iterations=None, fit_options=None):
+    """A :class:`Problem` whose ``modes_of`` names the mode of each component (see above)."""
+    return Problem(name, build, lambda m: torch.zeros(m.posterior.num_components), 1.0, batch_size,
+                   modes_of=lambda m: _mode_index(_fmean(m), modes, tolerance), num_modes=modes.shape[0],
+                   iterations=iterations, fit_options=dict(fit_options or {}))
+
+
+def _scale_problem(name, X, Y, g, lik, num_inducing_grid, lengthscale, batch_size):
+    """y = |g| or g^2 + noise at many inputs, a sparse model with fixed inducing inputs, mini-batches,
+    fit's defaults (lr 0.01, S = 100): modes f ~ +-g."""
+    D = X.shape[1]
+    axes = [torch.linspace(float(X[:, d].min()), float(X[:, d].max()), num_inducing_grid, dtype=torch.float64)
+            for d in range(D)]
+    Z = torch.cartesian_prod(*axes).reshape(-1, D)
+
+    def build(K, seed, entropy=None, **kw):
+        kw.update({} if entropy is None else {"entropy": entropy})
+        kernel = savigp.RBF(D, 1, lengthscale=lengthscale, variance=1.0, learn=False)
+        like = CallableLikelihood(lik, backend="torch", differentiable=True)
+        return savigp.SAVIGP(X, Y, like, kernel, inducing_inputs=Z, learn_inducing=False, num_components=K,
+                             seed=seed, **kw)
+
+    return _known_modes(name, build, torch.stack([g, -g]), 0.3, batch_size, 2000, {"lr": 0.01, "num_samples": 100})
+
+
+def _abs300():
+    """y = |g(x)| + noise (variance 0.1), g = 1.6 + 0.5 sin(1.3 x) at 300 inputs on [0, 10], RBF
+    length-scale 1, M = 20 fixed inducing inputs, mini-batches of 30."""
+    X = torch.linspace(0, 10, 300, dtype=torch.float64)[:, None]
+    g = 1.6 + 0.5 * torch.sin(1.3 * X)
+    Y = (g + math.sqrt(NOISE) * torch.randn(300, 1, generator=torch.Generator().manual_seed(1300),
+                                            dtype=torch.float64)).abs()
+    return _scale_problem("abs300", X, Y, g, _abs_lik, 20, 1.0, 30)
+
+
+def _square2d():
+    """y = g(x)^2 + noise (variance 0.1), g = 1.5 + 0.4 sin(x_1) cos(0.8 x_2) at 400 random inputs in
+    [0, 5]^2, RBF length-scale 1.2, M = 25 fixed inducing inputs on a grid, mini-batches of 40."""
+    gen = torch.Generator().manual_seed(2400)
+    X = 5 * torch.rand(400, 2, generator=gen, dtype=torch.float64)
+    g = 1.5 + 0.4 * torch.sin(X[:, :1]) * torch.cos(0.8 * X[:, 1:])
+    Y = g ** 2 + math.sqrt(NOISE) * torch.randn(400, 1, generator=gen, dtype=torch.float64)
+    return _scale_problem("square2d", X, Y, g, _square_lik, 5, 1.2, 40)
+
+
+ROT_NOISE = 0.1  # the noise variance of each output of the rotation problems
+
+
+def _rotation_problem(power: int, n: int = 10):
+    """Q = 2, y = (f_1 + i f_2)^power + noise (its real and imaginary parts, variance 0.1 each) at n
+    inputs on [0, 2], the same RBF kernel (length-scale 1) for both latent functions, dense: the
+    likelihood and the prior are invariant under the rotations of (f_1, f_2) by 2 pi / power, so
+    the posterior has ``power`` modes, z ~ z_true exp(2 pi i j / power), j = 0, ..., power - 1."""
+    X = torch.linspace(0, 2, n, dtype=torch.float64)[:, None]
+    z = (1.3 + 0.2 * torch.sin(2 * X[:, 0])) * torch.exp(1j * (0.3 + 0.6 * torch.sin(1.5 * X[:, 0])))
+    w = z ** power
+    gen = torch.Generator().manual_seed(5000 + power)
+    Y = torch.stack([w.real, w.imag], -1) + math.sqrt(ROT_NOISE) * torch.randn(n, 2, generator=gen, dtype=torch.float64)
+
+    def lik(y, f):  # f (..., B, 2) -> (..., B)
+        p = torch.complex(f[..., 0], f[..., 1]) ** power
+        return gaussian_log_density(y[:, 0], p.real, ROT_NOISE) + gaussian_log_density(y[:, 1], p.imag, ROT_NOISE)
+
+    def build(K, seed, entropy=None, **kw):
+        kw.update({} if entropy is None else {"entropy": entropy})
+        kernel = savigp.RBF(1, 2, lengthscale=1.0, variance=1.0, learn=False)
+        like = CallableLikelihood(lik, backend="torch", differentiable=True, num_latent=2, output_dim=2)
+        return savigp.SAVIGP(X, Y, like, kernel, dense=True, num_components=K, seed=seed, **kw)
+
+    rotations = torch.stack([z * complex(math.cos(2 * math.pi * j / power), math.sin(2 * math.pi * j / power))
+                             for j in range(power)])
+    modes = torch.stack([rotations.real, rotations.imag], -1)  # (J, N, 2)
+    return _known_modes(f"rot{power}", build, modes, 0.5, None, 1000, {"lr": 0.05, "num_samples": 50})
+
+
+def keeps_modes(problem: Problem, model, low: float = 0.6, high: float = 1.4) -> bool:
+    """Every component on a mode (``problem.modes_of``), no two on the same one (K <= the modes), and
+    every weight in [low / K, high / K] ([0.3, 0.7] for K = 2). K = 1: on a mode."""
+    idx = problem.modes_of(model)
+    K = len(idx)
+    w = model.posterior.weights().detach()
+    distinct = len(set(idx)) == min(K, problem.num_modes)
+    return None not in idx and distinct and bool((w >= low / K).all() and (w <= high / K).all())
+
+
+def many_modes_problems() -> dict:
+    return {p.name: p for p in [_abs300(), _square2d(), _rotation_problem(3), _rotation_problem(4)]}
+
+
 def problems() -> dict:
     return {p.name: p for p in [
         _sign_problem("abs5", 5, _abs_lik, 1.6, 1.0, 2.0),
@@ -239,6 +350,40 @@ def run_cell(problem: Problem, estimator: str, seed: int, iterations: int, entro
             "modes": [round(float(c), 2) for c in problem.modes(m2)]}
 
 
+def run_known(problem: Problem, estimator: str, seed: int, K: int, options: Optional[dict] = None) -> dict:
+    """One ``savigp.fit`` with fit's defaults at the problem's settings (its ``iterations``, ``lr``, S,
+    mini-batches; only q(u) learned): whether it keeps the modes (:func:`keeps_modes`), the mode of
+    each component, the weights, the full-data ELBO, the seconds, and whether fit warned that it
+    ended below a start or a move of its own."""
+    import warnings
+
+    model = problem.build(K, seed)
+    t0 = time.time()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        h = savigp.fit(model, iterations=problem.iterations, batch_size=problem.batch_size, estimator=estimator,
+                       groups=("posterior",), seed=seed, progress=False, **dict(problem.fit_options, **(options or {})))
+    below = any("below" in str(w.message) and "start" in str(w.message) for w in caught)
+    return {"keeps": keeps_modes(problem, model), "modes": problem.modes_of(model),
+            "weights": [round(float(w), 2) for w in model.posterior.weights().detach()],
+            "elbo": round(float(h.final_elbo), 2), "seconds": round(time.time() - t0, 1), "warned": below}
+
+
+def run_search(problem: Problem, estimator: str, seed: int, max_components: int, restarts: int) -> dict:
+    """:func:`savigp.choose_components` from K = 1 (fit's settings as :func:`run_known`): the chosen K,
+    whether it keeps the modes (for a problem that knows them), its seconds and its table."""
+    model = problem.build(1, seed)
+    options = dict(iterations=problem.iterations or 1500, lr=0.05, num_samples=50)
+    options.update(problem.fit_options)
+    t0 = time.time()
+    found = savigp.choose_components(model, max_components=max_components, restarts=restarts, verbose=False,
+                                     batch_size=problem.batch_size, estimator=estimator, groups=("posterior",),
+                                     seed=seed, **options)
+    keeps = keeps_modes(problem, found.model) if problem.modes_of is not None else None
+    return {"K": found.num_components, "keeps": keeps, "seconds": round(time.time() - t0, 1),
+            "table": found.format()}
+
+
 def _options(text: str) -> dict:
     """``"starts=1,reflect=0"`` -> ``{"starts": 1, "reflect": False}`` (ints; 0/1 for the flags)."""
     flags = {"reflect", "anneal"}
@@ -266,8 +411,15 @@ def main(argv=None):
     ap.add_argument("--posterior", default="full", choices=families, type=families.resolve,
                     help="the family of every fit (default full; diag: diagonal in whitened coordinates; diag-u: the "
                          "paper's diagonal over u)")
+    ap.add_argument("--ks", default="1,2", help="the problems that know their modes (abs300, square2d, rot3, rot4): "
+                    "the K of the fits, e.g. 3")
+    ap.add_argument("--search", type=int, default=0, metavar="MAX_K",
+                    help="run savigp.choose_components up to MAX_K on each problem and seed instead")
+    ap.add_argument("--search-restarts", type=int, default=2, help="the search's restarts per K (default 2)")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if args.search or any(n in many_modes_problems() for n in args.problems.split(",")):
+        return _main_known(args)
     table = []
     probs = problems()
     for name in args.problems.split(","):
@@ -302,6 +454,44 @@ def main(argv=None):
         kept = "(unimodal)" if count is None else f"{count}/{n}"
         kept2 = "" if best is None else f"{best}/{n}"
         print(f"| {name} | {est} | {kept} | {kept2} | {med:+.2f} [{lo:+.2f}, {hi:+.2f}] |")
+
+
+def _main_known(args) -> None:
+    """``--search`` or the problems that know their modes: one line per cell (and per seed with
+    ``--verbose``)."""
+    probs = dict(problems(), **many_modes_problems())
+    for name in args.problems.split(","):
+        p = probs[name]
+        for est in args.estimators.split(","):
+            ks = [0] if args.search else [int(k) for k in args.ks.split(",")]
+            for K in ks:
+                t0, rows = time.time(), []
+                for s in range(args.first_seed, args.first_seed + args.seeds):
+                    if args.search:
+                        r = run_search(p, est, s, args.search, args.search_restarts)
+                    else:
+                        r = run_known(p, est, s, K, _options(args.options))
+                    rows.append(r)
+                    if args.verbose:
+                        print(f"  {name} {est} {'search' if args.search else f'K={K}'} seed {s}: "
+                              f"{ {k: v for k, v in r.items() if k != 'table'} }", flush=True)
+                        if args.search:
+                            print(r["table"], flush=True)
+                n, secs = len(rows), [r["seconds"] for r in rows]
+                if args.search:
+                    Ks = [r["K"] for r in rows]
+                    kept = sum(bool(r["keeps"]) for r in rows) if rows[0]["keeps"] is not None else None
+                    print(f"{name:9s} {est:8s} search up to K = {args.search}: chose "
+                          + ", ".join(f"K = {k} in {Ks.count(k)}/{n}" for k in sorted(set(Ks)))
+                          + ("" if kept is None else f"; the chosen fit holds every mode with balanced weights in {kept}/{n}")
+                          + f"; {statistics.median(secs):.0f} s per search (median; {min(secs):.0f}-{max(secs):.0f})",
+                          flush=True)
+                else:
+                    kept = sum(r["keeps"] for r in rows)
+                    warned = sum(r["warned"] for r in rows)
+                    print(f"{name:9s} {est:8s} K = {K}: {'on one mode' if K == 1 else 'keeps the modes'} in {kept}/{n}; "
+                          f"warned below a start or move in {warned}/{n}; {statistics.median(secs):.0f} s per fit "
+                          f"(median); {time.time() - t0:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ Monte Carlo estimate of the exact entropy (``entropy="mc"``).
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Callable, Optional
 
@@ -33,6 +34,10 @@ from .entropy import (DEFAULT_ENTROPY, ENTROPY_ESTIMATES, entropy_bound, entropy
                       spread_means)
 from .moments import check_moments, diagonal_variances, raw_scale
 from .natural import NaturalPoint, natural_update
+
+
+#: a split (:meth:`MixturePosterior.split`) puts the halves at m +- SPLIT_SHIFT sqrt(lambda) v
+SPLIT_SHIFT = 0.5
 
 
 class MixturePosterior(ScaledPosterior):
@@ -192,6 +197,80 @@ class MixturePosterior(ScaledPosterior):
         self.mean.copy_(c + new - (self.weights().view(K, 1, 1) * new).sum(0))
 
     @torch.no_grad()
+    def spread_along(self, directions: Tensor, generator: torch.Generator | None = None) -> None:
+        """A start whose component means lie along given directions: with ``directions`` d_1, d_2, ...
+        ``(R, Q, M)`` in the coordinates the means are held in (whitened, u - mu = L_zz m) and each
+        as long as a component should lie from the centre,
+
+            K = 1:   m <- c + sigma d_1                      (sigma = +-1 from ``generator``),
+            K = 2:   m_k <- c +- d_1,
+            K >= 3:  m_k <- c + cos(a_k) d_1 + sin(a_k) d_2,  a_k = alpha + 2 pi k / K
+
+        (a regular K-gon in the plane of d_1, d_2, at a rotation alpha from ``generator``), the offsets
+        then centred by the weights (K > 1) so that the weighted centre c = sum_k pi_k m_k stays;
+        covariances and weights are kept. Used by :func:`savigp.fit`'s starts with the directions
+        along which the prior moves f at the data most (:func:`savigp.training.starts.leading_directions`):
+        for a sign-, rotation- or permutation-symmetric likelihood the components then start on
+        smooth functions related by the symmetry, each on one side of the prior mean at every input,
+        instead of at a stationary point (m = c = 0 under a likelihood symmetric about the prior
+        mean) or on a random draw that changes sign between inputs.
+
+        Args:
+            directions: ``(R, Q, M)``, R >= 1 (R >= 2 for K >= 3).
+        """
+        K, Q, M = self.num_components, self.num_latent, self.num_inducing
+        if directions.dim() != 3 or tuple(directions.shape[1:]) != (Q, M) or directions.shape[0] < (2 if K >= 3 else 1):
+            raise ValueError(f"directions must have shape (R, {Q}, {M}) with R >= {2 if K >= 3 else 1}, got "
+                             f"{tuple(directions.shape)}")
+        d = directions.to(self.mean)
+        u = float(torch.rand((), generator=generator, dtype=torch.float64))
+        w = self.weights().detach().view(K, 1, 1)
+        c = (w * self.mean).sum(0)  # (Q, M)
+        if K == 1:
+            self.mean.copy_(c + (1.0 if u < 0.5 else -1.0) * d[:1])
+            return
+        if K == 2:
+            off = torch.stack([d[0], -d[0]])
+        else:
+            a = 2 * math.pi * (u + torch.arange(K, dtype=torch.float64) / K)
+            off = a.cos().view(K, 1, 1).to(d) * d[0] + a.sin().view(K, 1, 1).to(d) * d[1]
+        self.mean.copy_(c + off - (w * off).sum(0))
+
+    @torch.no_grad()
+    def fold(self, component: int, prior_factor: Callable[[], Tensor], smoothing: float = 0.1) -> Tensor:
+        """Make component ``component``'s mean of one sign at every inducing input, per latent function
+        (a sign flip on part of the inputs): u = L_zz m_kj (u_kj - mu_j) is multiplied by -1 at the
+        inducing inputs where its sign is the minority's (the sign of the smaller sum of |u_m|), then
+        smoothed as a GP regression of those values with a nugget of ``smoothing`` times the mean
+        prior variance, u <- K_zz (K_zz + s I)^-1 u (the fold leaves a kink where the mean crossed
+        zero, which the whitened coordinates m_kj = L_zz^-1 u, and the prior term -||m_kj||^2 / 2,
+        would otherwise charge as a rough function), and held as m_kj = L_zz^T (K_zz + s I)^-1 u.
+        Latent functions of one sign already are left as they are; covariances and weights are
+        kept. Under a likelihood symmetric about the prior mean (y = |f|, y = f^2) a component that
+        changes sign between inputs -- half on each mode, a local optimum that no step size leaves --
+        is then on one mode. Returns the mask of the flipped inducing values ``(Q, M)``.
+
+        Args:
+            prior_factor: returns the prior's Cholesky factor ``(Q, M, M)`` (or ``(1, M, M)``).
+            smoothing: s relative to the mean of diag(K_zz), > 0.
+        """
+        k = self._component(component)
+        if not smoothing > 0:
+            raise ValueError(f"smoothing must be > 0, got {smoothing}")
+        Q, M = self.num_latent, self.num_inducing
+        L = prior_factor().detach().to(self.mean).expand(Q, M, M)
+        u = (L @ self.mean[k].unsqueeze(-1)).squeeze(-1)  # (Q, M)
+        pos, neg = u.clamp_min(0).sum(-1, keepdim=True), (-u).clamp_min(0).sum(-1, keepdim=True)
+        mask = torch.sign(u) == torch.where(pos >= neg, -1.0, 1.0).to(u)
+        for j in range(Q):
+            if bool(mask[j].any()):
+                Kzz = L[j] @ L[j].transpose(-1, -2)
+                nugget = float(smoothing) * float(Kzz.diagonal().mean()) * torch.eye(M, dtype=u.dtype, device=u.device)
+                flipped = torch.where(mask[j], -u[j], u[j])
+                self.mean[k, j] = L[j].transpose(-1, -2) @ torch.linalg.solve(Kzz + nugget, flipped)
+        return mask
+
+    @torch.no_grad()
     def reflect(self, source: int, target: int) -> None:
         """Replace component ``target`` by the reflection of component ``source`` through the prior
         mean: m_target <- -m_source and S_target <- S_source (in the coordinates the parameters are
@@ -201,13 +280,36 @@ class MixturePosterior(ScaledPosterior):
         The prior is symmetric about its mean, so the reflection is exactly as probable a priori;
         when the likelihood is invariant to f -> -f (a sign ambiguity: ``y = |f|``, ``y = f^2``, ...) it is
         the posterior's mirror mode of the source's, otherwise usually a poor component. Used by
-        :func:`savigp.training.starts.reflection_move`, which keeps it only if it raises the ELBO.
+        :func:`savigp.training.starts.move`, whose moved copy is kept only if it raises the ELBO.
         """
-        K = self.num_components
+        self.transform(source, target, -torch.eye(self.num_latent, dtype=torch.float64), lambda: None)
+
+    @torch.no_grad()
+    def transform(self, source: int, target: int, matrix: Tensor, prior_factor: Callable[[], Tensor]) -> None:
+        """Replace component ``target`` by the image of component ``source`` under a linear map of
+        the latent functions, the same at every input: u - mu -> A (u - mu) with A = ``matrix``
+        ``(Q, Q)`` acting across the latent functions at each inducing input (A = -I: the
+        reflection through the prior mean, :meth:`reflect`; a permutation matrix: a label switch; a
+        rotation of two latent functions), m_target <- L_zz^-1 A (L_zz m_source) per inducing input,
+        S_target <- S_source, the two weights shared equally, the others kept. When A maps the
+        prior to itself (an orthogonal A over latent functions with the same kernel) and the
+        likelihood is invariant to it, the image of a mode is a mode of the posterior: the moves of
+        :func:`savigp.training.starts.move` try such maps. ``prior_factor()``: the prior's Cholesky
+        factor ``(Q, M, M)`` or ``(1, M, M)`` (not called for a multiple of the identity)."""
+        K, Q, M = self.num_components, self.num_latent, self.num_inducing
         k, l = int(source), int(target)
         if not (0 <= k < K and 0 <= l < K and k != l):
             raise ValueError(f"source and target must be two different components in [0, {K}), got {source}, {target}")
-        self.mean[l] = -self.mean[k]
+        A = torch.as_tensor(matrix, dtype=torch.float64)
+        if tuple(A.shape) != (Q, Q):
+            raise ValueError(f"matrix must have shape ({Q}, {Q}), got {tuple(A.shape)}")
+        A = A.to(self.mean)
+        if bool((A == A[0, 0] * torch.eye(Q, dtype=A.dtype, device=A.device)).all()):
+            self.mean[l] = A[0, 0] * self.mean[k]  # (whitened coordinates are linear in u - mu)
+        else:
+            L = prior_factor().detach().to(self.mean).expand(Q, M, M)
+            u = (L @ self.mean[k].unsqueeze(-1)).squeeze(-1)  # (Q, M)
+            self.mean[l] = torch.linalg.solve_triangular(L, (A @ u).unsqueeze(-1), upper=False).squeeze(-1)
         self.raw_scale[l] = self.raw_scale[k]
         log_pi = self.log_weights()
         shared = torch.logsumexp(log_pi[[k, l]], 0) - math.log(2.0)
@@ -215,6 +317,79 @@ class MixturePosterior(ScaledPosterior):
         logits = log_pi.clone()
         logits[k] = logits[l] = shared
         self.logits.copy_(logits)
+
+    # ------------------------------------------------------------------ births (choosing K)
+    @torch.no_grad()
+    def split_shift(self, component: int) -> Tensor:
+        """a = :data:`SPLIT_SHIFT` sqrt(lambda) v ``(Q, M)`` for component k: v the leading eigenvector
+        of its covariance over all Q M coordinates (block diagonal over the latent functions), lambda
+        its eigenvalue; for diagonal covariances the coordinate of the largest variance. In the
+        coordinates the parameters hold (whitened v; the relative scales of the diagonal mixture over u)."""
+        k = self._component(component)
+        Q, M = self.num_latent, self.num_inducing
+        L = self.scale()[k]
+        out = torch.zeros(Q, M, dtype=L.dtype, device=L.device)
+        if self.diagonal:
+            flat = (L * L).flatten()
+            i = int(flat.argmax())
+            out.view(-1)[i] = flat[i].sqrt()
+        else:
+            evals, evecs = torch.linalg.eigh(L @ L.transpose(-1, -2))  # (Q, M), (Q, M, M), ascending
+            j = int(evals[:, -1].argmax())
+            out[j] = evecs[j, :, -1] * evals[j, -1].clamp_min(0).sqrt()
+        return SPLIT_SHIFT * out
+
+    @torch.no_grad()
+    def split(self, component: int, shift: Tensor | None = None) -> "MixturePosterior":
+        """A copy of this mixture with component k (weight pi_k, N(m, S)) split in two (a birth):
+
+            N(m + a, S - a a^T) and N(m - a, S - a a^T), each with weight pi_k / 2,
+
+        a moment-preserving split (Richardson & Green 1997, §3.2; Ueda et al. 2000): the pair has the
+        parent's mean and covariance, so the cross-entropy term (eq. (19), which depends on the first
+        two moments only) is unchanged and the other terms move little. The new component is the
+        last (index K); the other components, the entropy term and every other attribute are
+        copied. ``shift``: a ``(Q, M)`` in the coordinates the means are held in (default
+        :meth:`split_shift`, along the component's widest direction); it must leave S - a a^T
+        positive definite (diagonal covariances: a within the standard deviations)."""
+        k = self._component(component)
+        K, Q, M = self.num_components, self.num_latent, self.num_inducing
+        a = (self.split_shift(k) if shift is None else shift).to(self.mean)
+        if tuple(a.shape) != (Q, M):
+            raise ValueError(f"shift must have shape ({Q}, {M}), got {tuple(a.shape)}")
+        L = self.scale()[k]  # (Q, M, M) lower factors, or (Q, M) standard deviations
+        if self.diagonal:
+            var = L * L - a * a
+            if bool((var <= 0).any()):
+                raise ValueError("shift must be smaller than the component's standard deviations")
+            raw_k = raw_scale(var.sqrt())
+        else:
+            C, info = torch.linalg.cholesky_ex(L @ L.transpose(-1, -2) - a.unsqueeze(-1) * a.unsqueeze(-2))
+            if bool((info != 0).any()):
+                raise ValueError("shift must leave the split covariance S - a a^T positive definite")
+            raw_k = torch.tril(C, -1)
+            raw_k.diagonal(dim1=-2, dim2=-1).copy_(raw_scale(C.diagonal(dim1=-2, dim2=-1)))
+        new = copy.deepcopy(self)
+        mean, raw, logits = self.mean.detach().clone(), self.raw_scale.detach().clone(), self.log_weights().detach().clone()
+        raw[k] = raw_k
+        half = logits[k] - math.log(2.0)
+        logits[k] = half
+        grads = {name: p.requires_grad for name, p in (("mean", self.mean), ("raw_scale", self.raw_scale),
+                                                        ("logits", self.logits))}
+        means = torch.cat([mean, mean[k:k + 1]])
+        means[k] += a
+        means[K] -= a
+        new.mean = nn.Parameter(means, requires_grad=grads["mean"])
+        new.raw_scale = nn.Parameter(torch.cat([raw, raw[k:k + 1]]), requires_grad=grads["raw_scale"])
+        new.logits = nn.Parameter(torch.cat([logits, half.view(1)]), requires_grad=grads["logits"])
+        new.num_components = K + 1
+        return new
+
+    def _component(self, component: int) -> int:
+        k = int(component)
+        if not 0 <= k < self.num_components:
+            raise ValueError(f"component must be in [0, {self.num_components}), got {component}")
+        return k
 
     # ------------------------------------------------------------------ marginals
     def marginal_quadratic(self, V: Tensor) -> Tensor:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import copy
 import math
+import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -27,8 +29,7 @@ import torch
 from ..model import SAVIGP
 from ..posteriors import FullGaussian, make_posterior
 from ..posteriors.mixture import MixturePosterior
-from ..posteriors.moments import raw_scale
-from .convergence import full_data_elbo
+from .convergence import ConvergenceWarning, full_data_elbo
 
 
 def _check_growable(model: SAVIGP) -> MixturePosterior:
@@ -70,44 +71,34 @@ def _set_posterior(model: SAVIGP, posterior: MixturePosterior) -> None:
                         entropy_samples=int(posterior.entropy_samples))
 
 
-def split_direction(post: MixturePosterior, k: int) -> torch.Tensor:
-    """sqrt(lambda) v ``(Q, M)`` for component k: v the leading eigenvector of its covariance over all
-    Q M coordinates (block diagonal over the latent functions), lambda its eigenvalue; for diagonal
-    covariances the coordinate of the largest variance. In the coordinates the parameters hold
-    (whitened v; the relative scales of :class:`~savigp.posteriors.UDiagonalMixture`)."""
-    Q, M = post.num_latent, post.num_inducing
+def disagreement(model: SAVIGP, *, num_samples: int = 32, max_points: int = 1000, seed: int = 0) -> torch.Tensor:
+    """How much the data disagree with each component, ``(K,)``: sum_n Var_{f ~ q_k(f_n)}[log p(y_n | f)],
+    the spread of the log-likelihood of each data point over the component's own marginal q_k(f_n)
+    (Bonilla et al. 2019, eq. (22)-(23)), from ``num_samples`` draws per point shared by the
+    components, on at most ``max_points`` training points (a seeded subset, scaled to N). A
+    component that sits on one mode of the posterior has values of f that the data judge alike; one
+    that straddles two modes, or a saddle between them, covers values the data judge very
+    differently: the data disagree with it, and it is the one a birth (:func:`grow`) splits."""
+    N = int(model.num_data)
+    gen = torch.Generator().manual_seed(int(seed))
+    idx = torch.arange(N) if N <= max_points else torch.randperm(N, generator=gen)[:int(max_points)]
+    idx = idx.to(model.device)
     with torch.no_grad():
-        L = post.scale()[k]
-        out = torch.zeros(Q, M, dtype=L.dtype, device=L.device)
-        if post.diagonal:
-            flat = (L * L).flatten()
-            i = int(flat.argmax())
-            out.view(-1)[i] = flat[i].sqrt()
-            return out
-        evals, evecs = torch.linalg.eigh(L @ L.transpose(-1, -2))  # (Q, M), (Q, M, M), ascending
-        j = int(evals[:, -1].argmax())
-        out[j] = evecs[j, :, -1] * evals[j, -1].clamp_min(0).sqrt()
-        return out
-
-
-#: a split puts the halves at m +- SPLIT_SHIFT sqrt(lambda) v
-SPLIT_SHIFT = 0.5
+        mean, var, _ = model.predict_latent(model.train_x[idx])  # (K, n, Q)
+        eps = torch.randn((int(num_samples), 1) + tuple(mean.shape[1:]), generator=gen, dtype=torch.float64)
+        f = mean + var.clamp_min(0).sqrt() * eps.to(mean)  # (S, K, n, Q)
+        logp = model.likelihood.log_prob(model.train_y[idx], f)  # (S, K, n)
+        return logp.var(0).sum(-1) * (N / idx.numel())
 
 
 @torch.no_grad()
 def grow(model: SAVIGP, component: Optional[int] = None, *, entropy: Optional[str] = None) -> SAVIGP:
-    """Add a component to ``model``'s mixture in place by splitting one (a birth): component k
-    (default: the heaviest), N(m, S) with weight pi_k, becomes the two halves
-
-        N(m + a, S - a a^T) and N(m - a, S - a a^T), each with weight pi_k / 2,
-        a = :data:`SPLIT_SHIFT` sqrt(lambda) v  (v, lambda: :func:`split_direction`),
-
-    a moment-preserving split (Richardson & Green 1997, §3.2; Ueda et al. 2000): the pair has the
-    parent's mean and covariance, so the cross-entropy term (eq. (19), which depends on the first
-    two moments only) is unchanged and the other terms move little, while the halves sit on either
-    side of the parent along its widest direction, where a second mode would pull them apart.
-    In the coordinates the parameters hold (whitened v, or (w, d) of the diagonal mixture over u).
-    Returns ``model``.
+    """Add a component to ``model``'s mixture in place by splitting one (a birth,
+    :meth:`savigp.posteriors.MixturePosterior.split`): component k (default: the one the data
+    disagree with most, :func:`disagreement`) becomes two halves at m +- a along its widest
+    direction, each with half its weight, with the pair's mean and covariance the parent's (Richardson
+    & Green 1997; Ueda et al. 2000's split-and-merge EM): the grown mixture starts next to where the
+    K-component fit ended. Returns ``model``.
 
     ``entropy``: the grown mixture's entropy term (``"bound"``, ``"mc"``, ...; None: the model's
     mixture's, or the library's default when the model has a single full Gaussian). Raises
@@ -115,29 +106,12 @@ def grow(model: SAVIGP, component: Optional[int] = None, *, entropy: Optional[st
     """
     post = _check_growable(model)
     K = post.num_components
-    k = int(post.weights().argmax()) if component is None else int(component)
+    k = int(disagreement(model).argmax()) if component is None else int(component)
     if not 0 <= k < K:
         raise ValueError(f"component must be in [0, {K}), got {component}")
-    a = SPLIT_SHIFT * split_direction(post, k)  # (Q, M)
-    L = post.scale()[k]  # (Q, M, M) lower factors, or (Q, M) standard deviations
-    if post.diagonal:
-        sd = (L * L - a * a).clamp_min(0).sqrt()
-        raw_k = raw_scale(sd)
-    else:
-        S = L @ L.transpose(-1, -2) - a.unsqueeze(-1) * a.unsqueeze(-2)
-        C = torch.linalg.cholesky(S)  # (positive definite: a a^T is a quarter of S's top eigenvalue)
-        raw_k = torch.tril(C, -1)
-        raw_k.diagonal(dim1=-2, dim2=-1).copy_(raw_scale(C.diagonal(dim1=-2, dim2=-1)))
-    mean, raw, logits = post.mean.detach().clone(), post.raw_scale.detach().clone(), post.log_weights().detach()
-    new = _replace_posterior(model, K + 1, None, entropy)
-    raw[k] = raw_k
-    new.mean.copy_(torch.cat([mean, mean[k:k + 1]]))
-    new.mean[k].add_(a)
-    new.mean[K].sub_(a)
-    new.raw_scale.copy_(torch.cat([raw, raw[k:k + 1]]))
-    half = logits[k] - math.log(2.0)
-    new.logits.copy_(torch.cat([logits, half.view(1)]))
-    new.logits[k] = half
+    grown = post.split(k)
+    fresh = _replace_posterior(model, K + 1, None, entropy)  # (the class and entropy term of a K + 1 mixture)
+    fresh.load_state_dict(grown.state_dict())
     return model
 
 
@@ -182,9 +156,14 @@ class ComponentSearch:
     Attributes:
         model: the chosen model (K = ``num_components``), fitted.
         num_components: the chosen K.
-        table: per K tried, ``{"elbo", "se", "gain", "gain_se", "start", "starts"}``: the kept fit's
-            full-data ELBO and standard error, its gain over K - 1 and the gain's standard error,
-            which start it came from (``"split"`` or ``"restart i"``) and every start's ELBO.
+        table: per K tried, ``{"elbo", "se", "gain", "gain_se", "start", "starts", "converged", "fits",
+            "seconds"}``: the kept fit's full-data ELBO and standard error, its gain over K - 1 and the
+            gain's standard error, which start it came from (``"given"``, ``"split"``, ``"restart i"``,
+            ``"continued"``: the K - 1 ... fit continued for the budget K + 1's candidates had) and every
+            start's ELBO, whether the kept fit's ELBO had stopped rising
+            (:func:`savigp.training.convergence.still_rising`), the fits of fit's ``iterations`` it took
+            (extensions included) and the seconds spent on K's candidates.
+        seconds: the whole search's wall time.
     """
 
     model: SAVIGP
@@ -192,6 +171,7 @@ class ComponentSearch:
     table: dict = field(default_factory=dict)
     #: the chosen fit's :class:`savigp.TrainingHistory`
     history: Optional[object] = None
+    seconds: float = 0.0
 
     def format(self) -> str:
         return format_table(self.table, self.num_components)
@@ -199,26 +179,51 @@ class ComponentSearch:
 
 def format_table(table: dict, chosen: int) -> str:
     """:attr:`ComponentSearch.table` as text, one row per K, the chosen K marked."""
-    lines = ["  K      ELBO    s.e.      gain  (s.e.)  kept start  [ELBO of every start]"]
+    lines = ["  K      ELBO    s.e.      gain  (s.e.)  converged  fits  kept start  seconds  [ELBO of every start]"]
     for K, r in table.items():
         gain = "" if r["gain"] is None else f"{r['gain']:+9.2f}  ({r['gain_se']:.2f})"
         starts = ", ".join(f"{n} {v:.2f}" for n, v in r["starts"].items())
         mark = " <- chosen" if K == chosen else ""
-        lines.append(f"{K:3d} {r['elbo']:9.2f} {r['se']:7.2f} {gain:>19s}  {r['start']:>10s}  [{starts}]{mark}")
+        lines.append(f"{K:3d} {r['elbo']:9.2f} {r['se']:7.2f} {gain:>19s}  {'yes' if r['converged'] else 'no':>9s}  "
+                     f"{r['fits']:4d}  {r['start']:>10s}  {r['seconds']:7.1f}  [{starts}]{mark}")
     return "\n".join(lines)
 
 
+@dataclass
+class _Fitted:
+    """One candidate of the search, fitted: the model, its full-data ELBO and standard error, whether
+    its ELBO stopped rising, the fits it took, its last history."""
+
+    model: SAVIGP
+    elbo: float
+    se: float
+    converged: bool
+    fits: int
+    history: object
+
+
 def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, restarts: int = 2, min_gain_se: float = 2.0,
-                      min_gain: float = 0.1,
+                      min_gain: float = 0.1, max_extensions: int = 2,
                       eval_samples: int = 1000, eval_repeats: int = 4, entropy: Optional[str] = None,
                       verbose: bool = True, **fit_kwargs) -> ComponentSearch:
-    """Choose the number of mixture components K by the full-data ELBO.
+    """Choose the number of mixture components K by the full-data ELBO, comparing fits of equal budgets.
 
     Fits ``model`` as it is (``fit(model, **fit_kwargs)``, :func:`savigp.fit` when called as
-    :func:`savigp.choose_components`; normally K = 1), then for
-    K + 1: a birth (:func:`grow`) of the kept K fit and ``restarts`` fresh starts (:func:`restart`,
-    seeds ``fit_kwargs['seed'] + 1, 2, ...``), each fitted with ``fit_kwargs``; the start with the
-    highest full-data ELBO (:func:`elbo_estimate`) is kept. K + 1 is accepted while its ELBO exceeds
+    :func:`savigp.choose_components`; normally K = 1). Then, for K + 1, three kinds of candidate,
+    each fitted with ``fit_kwargs``:
+
+    * a birth (:func:`grow`) of the kept K fit, splitting the component the data disagree with most
+      (:func:`disagreement`);
+    * ``restarts`` fresh starts (:func:`restart`, seeds from ``fit_kwargs['seed']``);
+    * the kept K fit itself, continued: the birth starts where the K fit ended and so has had twice
+      its steps, and a K fit that had not converged would otherwise lose to its own continuation
+      and make K + 1 look better by what the extra steps gave. The K fit compared is the better of
+      the two (its row of the table says so).
+
+    Every fit is extended (``fit`` again without starts or move, up to ``max_extensions`` times)
+    while its ELBO is still rising at its end (:func:`savigp.training.convergence.still_rising`),
+    so that fits are compared where their ELBO stopped rising. The kept candidate of K + 1 is the one
+    with the highest full-data ELBO (:func:`elbo_estimate`). K + 1 is accepted while its ELBO exceeds
     K's by more than ``min_gain_se`` standard errors of the difference and by more than ``min_gain``
     nats (a K + 1 that only repeats K's fit, e.g. two coinciding components under an entropy that is
     exact for them, gains about 0, and an ELBO without Monte Carlo error has no standard error to
@@ -236,6 +241,7 @@ def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, 
         restarts: fresh starts per K > the model's K, besides the birth.
         min_gain_se: the gain, in standard errors, that K + 1 must show.
         min_gain: the gain, in nats, that K + 1 must show.
+        max_extensions: the most times a fit whose ELBO is still rising is fitted on (0: never).
         eval_samples, eval_repeats: :func:`elbo_estimate`'s ``num_samples`` and ``repeats``.
         entropy: the entropy term of the mixtures with K > 1 (see :func:`grow`; None: the model's,
             or the library's default).
@@ -244,7 +250,7 @@ def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, 
             ``num_samples``, ``estimator``, ``batch_size``, ``groups``, ``seed``).
 
     Returns:
-        :class:`ComponentSearch`: the chosen, fitted model, its K, and the ELBO per K.
+        :class:`ComponentSearch`: the chosen, fitted model, its K, the table per K and the time taken.
     """
     post = _check_growable(model)
     K0 = post.num_components
@@ -252,41 +258,61 @@ def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, 
         raise ValueError(f"max_components must be >= the model's K={K0}, got {max_components}")
     if int(restarts) < 0:
         raise ValueError(f"restarts must be >= 0, got {restarts}")
+    if int(max_extensions) < 0:
+        raise ValueError(f"max_extensions must be >= 0, got {max_extensions}")
+    t_start = time.perf_counter()
     fit_kwargs.setdefault("progress", False)
     # every K's fit ends with fit's annealing phase (a mixture's does by default): K = 1 at the
     # noise floor of its learning rate against an annealed K = 2 would favour K = 2 by that floor
     if fit_kwargs.get("anneal") is None:
         fit_kwargs["anneal"] = True
+    extend_kwargs = dict(fit_kwargs, starts=1, reflect=False)
     estimator = fit_kwargs.get("estimator", "auto")
     eval_estimator = "auto" if estimator in ("score", "score-nocv") else estimator
     seed = int(fit_kwargs.get("seed", 0))
 
-    def fitted(m):
-        histories[id(m)] = fit(m, **fit_kwargs)
-        return m, *elbo_estimate(m, num_samples=eval_samples, repeats=eval_repeats, estimator=eval_estimator,
-                                 seed=seed)
+    def fitted(m) -> _Fitted:
+        with warnings.catch_warnings():  # (the search reports convergence in its table)
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            h, fits = fit(m, **fit_kwargs), 1
+            while h.still_rising and fits <= int(max_extensions):
+                h, fits = fit(m, **extend_kwargs), fits + 1
+        e, s_e = elbo_estimate(m, num_samples=eval_samples, repeats=eval_repeats, estimator=eval_estimator, seed=seed)
+        return _Fitted(m, e, s_e, h.still_rising is None, fits, h)
 
-    histories = {}
-    best, elbo, se = fitted(model)
-    search = ComponentSearch(best, K0, {K0: {"elbo": elbo, "se": se, "gain": None, "gain_se": None, "start": "given",
-                                             "starts": {"given": elbo}}})
+    def row(c: _Fitted, start: str, starts: dict, seconds: float, gain=None, gain_se=None) -> dict:
+        return {"elbo": c.elbo, "se": c.se, "gain": gain, "gain_se": gain_se, "start": start, "starts": starts,
+                "converged": c.converged, "fits": c.fits, "seconds": seconds}
+
+    t0 = time.perf_counter()
+    best = fitted(model)
+    search = ComponentSearch(model, K0, {K0: row(best, "given", {"given": best.elbo}, time.perf_counter() - t0)})
     for K in range(K0 + 1, int(max_components) + 1):
-        starts = {"split": grow(copy.deepcopy(best), entropy=entropy)}
+        t0 = time.perf_counter()
+        starts = {"split": grow(copy.deepcopy(best.model), entropy=entropy)}
         for r in range(int(restarts)):
             starts[f"restart {r + 1}"] = restart(model, K, seed + 1000 * K + r + 1, entropy=entropy)
         results = {name: fitted(m) for name, m in starts.items()}
-        name = max(results, key=lambda n: results[n][1])
-        cand, c_elbo, c_se = results[name]
-        gain, gain_se = c_elbo - elbo, math.hypot(c_se, se)
-        search.table[K] = {"elbo": c_elbo, "se": c_se, "gain": gain, "gain_se": gain_se, "start": name,
-                           "starts": {n: v[1] for n, v in results.items()}}
+        continued = fitted(copy.deepcopy(best.model))
+        previous = search.table[K - 1]
+        previous["starts"]["continued"] = continued.elbo
+        if continued.elbo > best.elbo:  # (the K - 1 fit compared is the better of the two)
+            best = continued
+            previous.update(row(best, "continued", previous["starts"], previous["seconds"], previous["gain"],
+                                previous["gain_se"]))
+            search.model = best.model
+        name = max(results, key=lambda n: results[n].elbo)
+        cand = results[name]
+        gain, gain_se = cand.elbo - best.elbo, math.hypot(cand.se, best.se)
+        search.table[K] = row(cand, name, {n: v.elbo for n, v in results.items()}, time.perf_counter() - t0,
+                              gain, gain_se)
         if not (gain > float(min_gain_se) * gain_se and gain > float(min_gain)):
             break
-        best, elbo, se = cand, c_elbo, c_se
-        search.model, search.num_components = cand, K
-    search.history = histories[id(search.model)]
+        best = cand
+        search.model, search.num_components = cand.model, K
+    search.history = best.history  # (best is the chosen fit: K's, continued or not, or the last accepted K)
+    search.seconds = time.perf_counter() - t_start
     if verbose:
         print(f"savigp.choose_components: K = {search.num_components} (K + 1 needs a gain > {min_gain_se:g} s.e. "
-              f"and > {min_gain:g} nats)\n"
-              + search.format())
+              f"and > {min_gain:g} nats; {search.seconds:.1f} s)\n" + search.format())
     return search

@@ -417,6 +417,11 @@ def _run(model, state: dict, done: int, rates: dict, common: dict, report, callb
     segment = run_phases[int(schedule.get("segment", 0)):]
     explored = [p for p in path if run_phases[p]["kind"] in ("start", "before", "branch")]
     history.starts = _starts.record(segment, memo, [v for p in explored for v in traces[p].elbo])
+    if history.starts is not None and int(schedule["finished"]) == len(run_phases):  # (a fit below its own exploration says so)
+        below = _starts.verdict(model, history.starts, num_samples, estimator, int(run_phases[-1]["fit_seed"]),
+                                *distributed.evaluation_shard(model.device))
+        if below and distributed.rank() == 0:
+            warnings.warn(f"savigp.fit: {below}", _starts.LocalOptimumWarning, stacklevel=3)
     # (the verdict of the phase at the full rate: annealing's lower rate steps the ELBO up by design)
     judged = [p for p in path if run_phases[p]["kind"] == "main"] or path[-1:]
     if judged:

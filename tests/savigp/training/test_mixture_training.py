@@ -235,13 +235,15 @@ def test_mixture_fit_records_its_search_and_is_deterministic():
 
 
 def test_single_gaussian_and_lbfgs_fits_do_not_explore():
-    """K = 1 (Adam) and L-BFGS (K = 2) explore no starts and try no move; K = 1 under Adam anneals
-    by default (its trace is that of ``anneal=True`` and not that of ``anneal=False``), L-BFGS
-    takes its steps as before (its trace is that of starts=1, reflect=False, anneal=False)."""
-    p = PROBLEMS["abs5"]
-    for K, kw, same, other in [(1, dict(iterations=300, lr=0.05), dict(anneal=True), dict(anneal=False)),
-                               (2, dict(iterations=2, optimizer="lbfgs", lbfgs_max_iter=5),
-                                dict(starts=1, reflect=False, anneal=False), None)]:
+    """K = 1 (Adam) away from a stationary point (a Gaussian likelihood at m = 0) and L-BFGS (K = 2)
+    explore no starts and try no move; K = 1 under Adam anneals by default (its trace is that of
+    ``anneal=True`` and not that of ``anneal=False``), L-BFGS takes its steps as before (its trace
+    is that of starts=1, reflect=False, anneal=False). (K = 1 at a stationary start explores:
+    tests/savigp/training/test_starts_and_search.py.)"""
+    for K, p, kw, same, other in [(1, PROBLEMS["unimodal"], dict(iterations=300, lr=0.05), dict(anneal=True),
+                                   dict(anneal=False)),
+                                  (2, PROBLEMS["abs5"], dict(iterations=2, optimizer="lbfgs", lbfgs_max_iter=5),
+                                   dict(starts=1, reflect=False, anneal=False), None)]:
         traces = []
         for extra in ({}, same) + ((other,) if other else ()):
             h = savigp.fit(p.build(K, 0), num_samples=10, groups=("posterior",), progress=False, **kw, **extra)
