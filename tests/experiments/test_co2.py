@@ -1,0 +1,65 @@
+"""experiments/co2.py: the composite kernel is the same function in savigp and scikit-learn, and a
+tiny run of the script writes its tables and figure, with savigp at M = N matching the exact GP."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("statsmodels")
+pytest.importorskip("sklearn")
+
+from conftest import load_experiment  # noqa: E402
+
+co2 = load_experiment("co2")
+
+#: hyper-parameters away from the starting values (standardized units), every one distinct
+H = {"long_var": 3.1, "long_ls": 37.0, "seas_var": 0.07, "seas_decay": 61.0, "seas_ls": 0.8, "period": 1.3,
+     "rq_var": 0.02, "rq_ls": 0.6, "rq_alpha": 2.5, "noise": 0.01}
+
+
+def test_composite_kernel_is_sklearns():
+    import savigp
+    from likelihoods import Gaussian
+
+    t = np.array([[1960.0], [1960.3], [1961.1], [1967.45], [1975.0], [1990.9]])
+    model = savigp.SAVIGP(t, np.zeros((6, 1)), Gaussian(variance=H["noise"]), kernel=co2.kernel_expression(H),
+                          num_inducing=3)
+    assert co2.savigp_hypers(model) == pytest.approx(H, rel=1e-12)
+    X = torch.as_tensor(t)
+    ours = model.kernel(X, X)[0].detach().numpy() + H["noise"] * np.eye(6)  # sklearn's WhiteKernel is the noise
+    theirs = co2.sklearn_kernel(H, learn_period=True)(t)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
+    assert co2.sklearn_hypers(co2.sklearn_kernel(H, learn_period=False)) == pytest.approx(H, rel=1e-12)
+    # the period held: no longer a parameter, its value kept
+    n = sum(p.numel() for p in model.kernel.parameters())
+    co2.hold_period(model.kernel)
+    assert sum(p.numel() for p in model.kernel.parameters()) == n - 1
+    assert co2.savigp_hypers(model)["period"] == pytest.approx(1.3, rel=1e-12)
+
+
+def test_tiny_run(tmp_path):
+    res = co2.main(["--quick", "--every", "32", "--num-inducing", "8", "--steps", "15", "--exact-max-iter", "8",
+                    "--out", str(tmp_path)])
+    for name in ("co2.csv", "co2.md", "co2_hypers.csv", "co2.png", "co2_results.json", "co2_exact.json"):
+        assert (tmp_path / name).is_file(), name
+    rows = {r["method"]: r for r in res["rows"]}
+    assert list(rows) == list(co2.METHODS)
+    assert all(math.isfinite(r["test_nlpd"]) and math.isfinite(r["test_rmse"]) for r in rows.values())
+    # savigp with Z = X at the exact GP's hyper-parameters is the exact GP: ELBO = log marginal
+    # likelihood and the same predictions (up to savigp's jitter on K_zz)
+    exact, dense = rows["exact-gp"], rows["savigp-dense@exact"]
+    assert dense["objective_per_point"] == pytest.approx(exact["objective_per_point"], abs=1e-3)
+    assert dense["test_nlpd"] == pytest.approx(exact["test_nlpd"], abs=1e-3)
+    assert dense["test_rmse"] == pytest.approx(exact["test_rmse"], rel=1e-3)
+    # a bound: the sparse model's ELBO at the same hyper-parameters is below the exact evidence
+    assert rows["savigp@exact"]["objective_per_point"] < exact["objective_per_point"]
+    # the exact GP's fit is cached and reused
+    saved = json.loads((tmp_path / "co2_exact.json").read_text())
+    again = co2.cached_exact(tmp_path / "co2_exact.json", saved["key"], None, None, None, co2.parse(["--quick"]))
+    assert again["cached"] and again["hypers"] == saved["hypers"]
+    assert {r["method"] for r in csv.DictReader(open(tmp_path / "co2.csv"))} == set(co2.METHODS)
