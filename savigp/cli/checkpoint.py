@@ -231,9 +231,12 @@ class Checkpointer:
                 signal.signal(signal.SIGTERM, previous_term)
 
     # ------------------------------------------------------------ endings
-    def user_code_exit(self, err: BaseException, name: str) -> UserCodeExit:
-        """The error for user code that called ``sys.exit`` or raised ``KeyboardInterrupt`` during a
-        step: a checkpoint at the last finished step is written first (and named)."""
+    def user_code_exit(self, err: BaseException, name: str, where: Optional[str] = None) -> UserCodeExit:
+        """The error for user code that failed during training -- raised ``err``, called
+        ``sys.exit`` or raised ``KeyboardInterrupt`` -- naming the step (``where``: the user code's
+        file and line): a checkpoint at the last finished step is written first (and named)."""
+        from .errors import one_line
+
         done = int(self.state.get("step", 0))
         kept = ""
         if "optimizer" in self.state:
@@ -241,9 +244,16 @@ class Checkpointer:
         if self.written is not None or os.path.exists(self.path):
             kept = f"; checkpoint {self.path} at step {self.written if self.written is not None else '?'} " \
                    "(continue with --resume once it is fixed)"
-        what = f"called sys.exit({err.code!r})" if isinstance(err, SystemExit) else "raised KeyboardInterrupt"
-        return UserCodeExit(f"the likelihood {name} {what} during step {done + 1} of {self.total}; no model "
-                            f"written{kept}")
+        if isinstance(err, SystemExit):
+            what = f"called sys.exit({err.code!r})"
+        elif isinstance(err, KeyboardInterrupt):
+            what = "raised KeyboardInterrupt"
+        else:
+            what = f"raised {type(err).__name__}: {one_line(err)}"
+        when = f"during step {done + 1} of {self.total}" if done < self.total else \
+            "after the last step (estimating the full-data ELBO)"
+        at = f" ({where})" if where else ""
+        return UserCodeExit(f"the likelihood {name} {what}{at} {when}; no model written{kept}")
 
     def finish(self, out: str, step: int, elbo: Optional[float]) -> None:
         """The finished model to ``out``; the checkpoint is removed."""

@@ -16,8 +16,9 @@ class CLIError(ValueError):
 
 
 class UserCodeExit(RuntimeError):
-    """User code (a likelihood function) called ``sys.exit`` or raised ``KeyboardInterrupt`` itself:
-    a failure of that function (exit status 1), not the end of the command."""
+    """User code (a likelihood or mean function) failed during training: it raised, called
+    ``sys.exit`` or raised ``KeyboardInterrupt`` itself. A failure while running (exit status 1),
+    not bad input and not the end of the command; the message names the step."""
 
 
 def one_line(err: BaseException) -> str:

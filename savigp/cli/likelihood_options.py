@@ -51,8 +51,12 @@ def likelihood_spec(args, Y: np.ndarray) -> dict:
     is_callable = not is_builtin(name)
     kind = "callable" if is_callable else name
     if is_callable and ":" not in name:
+        import difflib
+
+        close = difflib.get_close_matches(name.lower(), available_likelihoods(), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
         raise CLIError(f"--likelihood {name!r}: not a built-in likelihood ({', '.join(available_likelihoods())}) "
-                       "nor a user function 'package.module:function' or 'path/to/file.py:function'")
+                       f"nor a user function 'package.module:function' or 'path/to/file.py:function'{hint}")
     for opt, applies in registry.options().items():
         value = getattr(args, opt, None)
         if value not in (None, False) and kind not in applies:

@@ -26,7 +26,7 @@ from .ranks import join_ranks, launch_ranks
 from .run_lock import LOCK_ENV, lock_output
 from .two_stage import STAGE_TWO_GROUPS, describe, fit_full_gaussian, mean_field_warning, resolve_hypers
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
-from .user_options import file_lines_in_errors, probe_callable, warn_unused_latents
+from .user_options import file_lines_in_errors, probe_callable, user_code_failure, warn_unused_latents
 from .warm_start import (check_groups, check_warm_start_options, parse_learn, read_source, start_from,
                          warn_joint_factorized)
 
@@ -439,6 +439,13 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups)
                 raise  # Ctrl-C pressed twice: stop at once
             # raised by user code (our handler turns a first Ctrl-C into a flag): a failure of that code
             raise ckp.user_code_exit(err, spec.get("import_path") or spec["name"]) from None
+        except Exception as err:  # raised in user code during training: a failure while running (exit 1)
+            from ..estimators.nonfinite import NonFiniteLogProb
+
+            failure = None if isinstance(err, (NonFiniteLogProb, CLIError)) else user_code_failure(err)
+            if failure is None:
+                raise
+            raise ckp.user_code_exit(failure[0], spec.get("import_path") or spec["name"], failure[1]) from None
 
 
 def _search_text(search) -> str:

@@ -6,8 +6,10 @@ one line, and data-file lines in the error for non-finite likelihood values."""
 from __future__ import annotations
 
 import contextlib
+import difflib
 import inspect
 import sys
+from typing import Optional
 
 import numpy as np
 
@@ -36,9 +38,7 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
     The function or class and the ``--mean-function`` are recorded with the SHA-256 of their
     files' bytes that ran (:func:`savigp.model_files.user_code.load_code`), checked before a later run.
     """
-    from ..model_files.user_code import import_with_reference
-
-    obj, ref = import_with_reference(path)
+    obj, ref = import_user_code(path)
     if is_likelihood_class(obj):
         given = [o for o in FUNCTION_OPTIONS if getattr(args, o, None) not in (None, False, [])]
         if given:
@@ -80,6 +80,7 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
         params, constraints = parse_lik_params(args.lik_param)
     except ValueError as err:
         raise CLIError(str(err)) from None
+    _check_parameters_given(obj, path, params)
     if params:
         kwargs.update(params=params, constraints=constraints)
     if args.min_log_prob is not None:
@@ -87,8 +88,48 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
     kwargs.update(extra)
     spec = {"name": "callable", "class": "CallableLikelihood", **ref, "kwargs": kwargs}
     if args.mean_function:  # code: recorded with its SHA-256 under code_kwargs, never among kwargs
-        spec["code_kwargs"] = {"mean_fn": import_with_reference(args.mean_function)[1]}  # a missing one: one line now
+        spec["code_kwargs"] = {"mean_fn": import_user_code(args.mean_function, "--mean-function")[1]}  # a missing one: one line now
     return spec
+
+
+def import_user_code(path: str, option: str = "--likelihood") -> tuple:
+    """:func:`savigp.model_files.user_code.import_with_reference` of ``path`` (``file.py:name`` or
+    ``module:name``); a name the file does not define is one line that names the functions it
+    does define closest to it ("did you mean ...?")."""
+    from ..model_files import LikelihoodImportError
+    from ..model_files.user_code import import_with_reference, load_code, split_spec
+
+    try:
+        return import_with_reference(path)
+    except LikelihoodImportError as err:
+        target, name = split_spec(path)
+        if "has no attribute" not in str(err):
+            raise
+        module = load_code(target, spec=path)[0]  # (the same bytes: the module that just ran)
+        defined = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                         and getattr(v, "__module__", None) == module.__name__)
+        close = difflib.get_close_matches(name, defined, n=3, cutoff=0.6)
+        hint = (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "") + \
+            (f" (it defines {', '.join(defined[:12])}{', ...' if len(defined) > 12 else ''})" if defined else "")
+        raise CLIError(f"{option} {path}: {target} defines no function {name!r}{hint}") from None
+
+
+def _check_parameters_given(fn, path: str, params: dict) -> None:
+    """A user function's keyword parameters after ``(y, f)`` that have no default must be given by
+    ``--lik-param``: else one line that says how (before the function is first called)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins and some callables: the first call says
+        return
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p for p in sig.parameters.values() if p.kind in positional + (inspect.Parameter.KEYWORD_ONLY,)]
+    extra = [p.name for i, p in enumerate(names) if (i >= 2 or p.kind is inspect.Parameter.KEYWORD_ONLY)
+             and p.default is inspect.Parameter.empty and p.name not in params]
+    if extra:
+        name = extra[0]
+        raise CLIError(f"--likelihood {path}: its parameter {name!r} has no value: give it with --lik-param "
+                       f"{name}=VALUE (learned; {name}=VALUE:positive keeps it above 0, {name}=VALUE:unit_interval in "
+                       f"(0, 1), {name}=VALUE:fixed holds it{'' if len(extra) == 1 else '; also ' + ', '.join(extra[1:])})")
 
 
 def _probe_input(likelihood, Y, scale: float, seed: int) -> tuple:
@@ -102,12 +143,17 @@ def _probe_input(likelihood, Y, scale: float, seed: int) -> tuple:
 
 
 def probe_callable(likelihood, Y, spec: dict) -> None:
-    """Call a user likelihood once on 3 rows and 2 samples; a failure or wrong shape -> CLIError."""
+    """Call a user likelihood once on 3 rows and 2 samples; a failure or wrong shape -> CLIError.
+    Declared ``differentiable``, it is called as training calls it, with f that requires grad (a
+    numpy function so declared is refused here, as bad input, not at the first step)."""
     import torch
 
     y, f = _probe_input(likelihood, Y, 0.1, 0)
+    if getattr(likelihood, "differentiable", False):
+        f = f.detach().requires_grad_(True)
     try:
-        out = likelihood.log_prob(y, f)
+        with torch.enable_grad():
+            out = likelihood.log_prob(y, f).detach()
     except ValueError as err:
         raise CLIError(f"--likelihood {spec['import_path']}: {one_line(err)}") from None
     except (Exception, SystemExit) as err:  # (sys.exit in the function is its failure too)
@@ -117,7 +163,7 @@ def probe_callable(likelihood, Y, spec: dict) -> None:
     if not bool(torch.isfinite(out).all()):  # exit 3 with the rows and f values
         from ..estimators.nonfinite import non_finite_error
 
-        raise non_finite_error(likelihood, y, f, out)
+        raise non_finite_error(likelihood, y, f.detach(), out)
 
 
 def warn_unused_latents(likelihood, Y, spec: dict) -> None:
@@ -135,6 +181,24 @@ def warn_unused_latents(likelihood, Y, spec: dict) -> None:
         print(f"savigp train: warning: latent function(s) {unused} of Q = {Q} do not change the values of "
               f"--likelihood {spec['import_path']}: it reads fewer latent functions than --num-latent gives it, and "
               "the unused ones are fitted for nothing", file=sys.stderr)
+
+
+def user_code_failure(err: BaseException) -> Optional[tuple]:
+    """``(error, "file, line N")`` when ``err`` came from user code (a likelihood or mean function
+    run from its file: :func:`savigp.model_files.user_code.load_code`): the exception raised there
+    (``err`` or one of its causes) and the line of the innermost user-code frame; else None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        tb, where = err.__traceback__, None
+        while tb is not None:
+            if tb.tb_frame.f_globals.get("__savigp_sha256__") is not None:  # (a module load_code ran)
+                where = f"{tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno}"
+            tb = tb.tb_next
+        if where is not None:
+            return err, where
+        err = err.__cause__ or err.__context__
+    return None
 
 
 @contextlib.contextmanager

@@ -244,7 +244,8 @@ def test_train_predict_evaluate_end_to_end(tmp_path, capsys):
     assert cfg["step"] == 30 and cfg["complete"] and cfg["likelihood"]["name"] == "gaussian"
     assert cfg["columns"]["inputs"] == ["x1", "x2"] and cfg["columns"]["targets"] == ["y"]
     assert np.allclose(cfg["standardize"]["targets"]["mean"], Y.mean(0))
-    assert set(payload["training_state"]) == {"optimizer", "generator", "perm", "pos"}
+    assert set(payload["training_state"]) == {"optimizer", "generator", "perm", "pos", "schedule"}
+    assert [p["kind"] for p in payload["training_state"]["schedule"]["phases"]] == ["main"]  # (30 steps: no annealing)
     assert "train_x" not in payload["state_dict"]  # no training data in the file
 
     pred, test = tmp_path / "pred.csv", tmp_path / "test.csv"
@@ -472,7 +473,7 @@ def test_bad_inputs_exit_2_with_one_clear_line(tmp_path, capsys):
          ["labels.csv, line 5, column 'label'", "not class indices in {0, ..., 2}"]),
         (train + [good, "--targets", "y", "--num-inducing", "20"], ["good.csv: has 12 data row(s), fewer than --num-inducing 20"]),
         (train + [good, "--targets", "y", "--likelihood", "nowhere.py:log_lik"], ["no such file", "nowhere.py"]),
-        (train + [good, "--targets", "y", "--likelihood", f"{t / 'wrong_shape.py'}:nope"], ["has no attribute 'nope'"]),
+        (train + [good, "--targets", "y", "--likelihood", f"{t / 'wrong_shape.py'}:nope"], ["defines no function 'nope'"]),
         (train + [good, "--targets", "y", "--likelihood", "no_such_pkg.mod:fn"], ["cannot import module 'no_such_pkg.mod'"]),
         (train + [good, "--targets", "y", "--likelihood", f"{t / 'syntax.py'}:log_lik"], ["syntax.py failed (line 1)", "SyntaxError"]),
         (train + [good, "--targets", "y", "--likelihood", f"{t / 'wrong_shape.py'}:log_lik"],

@@ -255,7 +255,7 @@ def test_user_likelihood_option_errors(files, capsys):
         (["--likelihood", d / "clf.py:one_latent", "--lik-param", "r=x"], "'x' is not a number"),
         (["--likelihood", "gaussian", "--task", "classification"], "--task does not apply to --likelihood gaussian"),
         (["--likelihood", d / "sub.py:Laplace", "--lik-param", "r=1"], "--lik-param does not apply"),
-        (["--likelihood", d / "clf.py:one_latent", "--mean-function", d / "nb.py:nope"], "has no attribute 'nope'"),
+        (["--likelihood", d / "clf.py:one_latent", "--mean-function", d / "nb.py:nope"], "defines no function 'nope'"),
         (["--likelihood", d / "clf.py:one_latent", "--num-classes", "3"], "--num-classes applies to a user function "
                                                                           "with --task classification"),
         (["--likelihood", d / "clf.py:one_latent", "--lik-param", "r=1"], "does not accept the parameter(s) ['r']"),
