@@ -75,8 +75,9 @@ def _raised(module: str, name: str) -> type:
 
 
 def _out_of_memory(err: MemoryError) -> str:
-    """The advice for a MemoryError, by where it happened: reading a CSV file names the file, its
-    size and its rows (:class:`savigp.io.csv_data.TableMemoryError`); later, the run's own sizes."""
+    """The advice for a MemoryError, by where it happened: reading a CSV file, or predicting or
+    evaluating on its rows, names the file, its size or its rows (:class:`savigp.io.csv_data.TableMemoryError`);
+    elsewhere (training), the run's own sizes."""
     from ..io.csv_data import TableMemoryError  # (imported by every command that reads a file)
 
     if isinstance(err, TableMemoryError):

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..io.csv_data import read_csv, write_csv
+from ..io.csv_data import TableMemoryError, read_csv, write_csv
 from .checks import check_device, check_plot_option, check_samples, code_inputs, max_memory_bytes, output_path
 from .columns import select_inputs, select_targets, targets_if_present, validate_targets
 from .errors import EXIT_OK, CLIError, one_line
@@ -101,15 +101,17 @@ def cmd_predict(args) -> int:
     icols = select_inputs(table, saved.config, args.inputs, positional=args.positional)
     if not saved.likelihood_loaded and not args.quiet:
         print(f"savigp predict: note: latent predictions only ({saved.model.likelihood.note})", file=sys.stderr)
-    with file_lines_in_errors(table), model_problems(args.model):
-        pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed).numpy()
-    if saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None and not args.quiet:
-        print(f"savigp predict: note: latent predictions only: the likelihood gives no predictive mean; pass "
-              f"--mean-function FILE.py:FN (E[y | f], or the pair E[y | f], Var[y | f]) for mean_ columns",
-              file=sys.stderr)
-    header, values = prediction_table(saved, pred, latent=args.latent)
-    check_finite_predictions(values, header, table, args.model)
-    write_csv(out, header, values)
+    with rows_out_of_memory(table, "predicting"):
+        with file_lines_in_errors(table), model_problems(args.model):
+            pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed).numpy()
+        if saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None and not args.quiet:
+            print(f"savigp predict: note: latent predictions only: the likelihood gives no predictive mean; pass "
+                  f"--mean-function FILE.py:FN (E[y | f], or the pair E[y | f], Var[y | f]) for mean_ columns",
+                  file=sys.stderr)
+        header, values = prediction_table(saved, pred, latent=args.latent)
+        del pred
+        check_finite_predictions(values, header, table, args.model)
+        write_csv(out, header, values)
     if out != "-" and not args.quiet:
         print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {out}", file=sys.stderr)
     if plot:
@@ -127,6 +129,22 @@ def cmd_predict(args) -> int:
                       "the plot shows the latent functions only: DATA has no targets to place a grid of y by and the "
                       "likelihood declares no bounded support (CallableLikelihood(support=...))"), file=sys.stderr)
     return EXIT_OK
+
+
+@contextmanager
+def rows_out_of_memory(table, doing: str):
+    """A MemoryError while a model works on the file's rows names the file and its rows: every row's
+    results are held at once (the Monte Carlo draws are chunked to
+    :data:`savigp.model.PREDICT_MEMORY_BUDGET`, so fewer ``--samples`` would not help); the way out
+    is fewer rows at a time."""
+    try:
+        yield
+    except TableMemoryError:
+        raise
+    except MemoryError:
+        raise TableMemoryError(f"{table.path}: out of memory {doing} its {table.num_rows} rows (the results of every "
+                               "row are held at once; fewer --samples would not help): split the file and run on "
+                               "its parts") from None
 
 
 @contextmanager
@@ -201,9 +219,10 @@ def cmd_evaluate(args) -> int:
     X, Y = table.values[:, icols], table.values[:, tcols]
     import torch
 
-    validate_targets(saved.model.likelihood, torch.as_tensor(saved.transform_targets(Y)), table, tcols)
-    with file_lines_in_errors(table), model_problems(args.model):
-        metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
+    with rows_out_of_memory(table, "evaluating the model on"):
+        validate_targets(saved.model.likelihood, torch.as_tensor(saved.transform_targets(Y)), table, tcols)
+        with file_lines_in_errors(table), model_problems(args.model):
+            metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
     check_finite_metrics(metrics, args.model)
     if args.json:
         print(json.dumps(metrics))

@@ -57,8 +57,8 @@ class DataError(ValueError):
 
 
 class TableMemoryError(MemoryError):
-    """A CSV file's table did not fit in the memory left; ``str(err)`` is one line naming the file,
-    its size and the rows it holds (counted or estimated), the table's size as float64, and what to do."""
+    """A CSV file's table, or what a command computes for its rows, did not fit in the memory left;
+    ``str(err)`` is one line naming the file and its rows (counted or estimated), and what to do."""
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The command line with large files and at start-up: running out of memory while a CSV file is
-read names the file (its size, its rows), not --samples; ``predict`` and ``evaluate`` import no
+read, or while a model predicts on its rows, names the file (its size, its rows), not --samples; ``predict`` and ``evaluate`` import no
 training code and, for a small model and file, take one thread without measuring the idle cores.
 
 (Start-up and reading times are measured by ``experiments/csv_read.py``, never asserted here.)"""
@@ -52,9 +52,17 @@ def test_out_of_memory_while_reading_names_the_file(trained, tmp_path, monkeypat
             err = _err(capsys)
             assert f"error: {data}: out of memory reading this " in err and "about 40 rows" in err, err
             assert "--samples" not in err and "--batch-size" not in err
-    with monkeypatch.context() as m:  # later (here while predicting): the run's own sizes
+    with monkeypatch.context() as m:  # predicting or evaluating: the file's rows, all held at once
         m.setattr("savigp.model_files.saved_model.SavedModel.predict", no_memory)
-        assert main(["predict", model, data, "--out", "-", "--quiet"]) == 1
+        m.setattr("savigp.model_files.saved_model.SavedModel.evaluate", no_memory)
+        for cmd, doing in ((["predict", model, data, "--out", "-", "--quiet"], "predicting"),
+                           (["evaluate", model, data], "evaluating the model on")):
+            assert main(cmd) == 1
+            err = _err(capsys)
+            assert f"error: {data}: out of memory {doing} its 40 rows" in err and "split the file" in err, err
+    with monkeypatch.context() as m:  # training: the run's own sizes
+        m.setattr("savigp.cli.train._fit", no_memory)
+        assert main(["train", data, "--targets", "y", "--out", str(tmp_path / "m3.pt"), "--quiet"]) == 1
         assert "out of memory (fewer --samples" in _err(capsys)
 
 
