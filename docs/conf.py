@@ -3,8 +3,8 @@
     python -m sphinx -W -b html docs docs/_build/html
 
 (the test suite builds it with warnings as errors: tests/docs/test_api_reference.py). The guides
-beside it (cli.md, custom_likelihood.md, ...) are Markdown, read as they are; Sphinx reads the
-reStructuredText pages only."""
+beside it (cli.md, custom_likelihood.md, ...) are Markdown, read by MyST (``myst_parser``, in the
+``docs`` and ``test`` extras) into the same site: the index lists them before the reference."""
 import os
 import sys
 
@@ -15,8 +15,9 @@ author = "the savigp authors"
 copyright = "the savigp authors"
 release = "0.1.0"
 
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon"]
-source_suffix = {".rst": "restructuredtext"}
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_parser"]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+myst_heading_anchors = 3  # (the guides link to each other's sections: cli.md#model-files-are-data)
 root_doc = "index"
 exclude_patterns = ["_build"]
 

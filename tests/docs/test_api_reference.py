@@ -1,6 +1,7 @@
 """The API reference (docs/conf.py, docs/index.rst, docs/api/) builds from the docstrings with
-Sphinx, warnings as errors: a docstring that breaks the markup fails here. Skipped only where
-Sphinx is not installed (it is in the ``test`` extra)."""
+Sphinx, warnings as errors: a docstring that breaks the markup fails here, and so does a guide
+(docs/*.md, read by MyST) whose link points at no page or section. Skipped only where Sphinx is not
+installed (it and myst-parser are in the ``test`` extra)."""
 from __future__ import annotations
 
 import os
@@ -26,3 +27,9 @@ def test_the_api_reference_builds_without_warnings(tmp_path):
                          ("likelihoods", "likelihoods.CallableLikelihood"), ("likelihoods", "likelihoods.Likelihood.sample"),
                          ("testing", "savigp.testing.check_likelihood")):
         assert f'id="{anchor}"' in pages[name], f"{anchor} is missing from docs/api/{name}"
+    # the guides are part of the site (MyST reads the Markdown), linked from the index
+    index = (out / "index.html").read_text()
+    for guide, heading in (("cli", "Threads"), ("custom_likelihood", "check_likelihood")):
+        page = out / f"{guide}.html"
+        assert page.exists() and heading in page.read_text(), f"docs/{guide}.md is missing from the site"
+        assert f'href="{guide}.html"' in index, f"the index does not link docs/{guide}.md"
