@@ -158,7 +158,9 @@ class SyncFreeStep:
         return self.runner.run(batch)
 
     def due(self, step: int, last: int) -> bool:
-        return self.since >= self.window or step + 1 >= last
+        # (at the multiples of the window counted from step 0, whichever phase or resumed piece of a
+        # run this is: the checks, and the callbacks that checkpoint, fall on the same steps)
+        return (step + 1) % self.window == 0 or self.since >= self.window or step + 1 >= last
 
     def check(self) -> Check:
         self.since = 0

@@ -15,6 +15,8 @@ from likelihoods import Gaussian
 from savigp.training import schedule as sched
 from savigp.training import starts
 
+pytestmark = pytest.mark.filterwarnings("ignore::savigp.training.convergence.ConvergenceWarning")  # (short fits)
+
 TOTAL = 200  # a mixture's phases (start_fraction 0.4): 4 starts of 20 steps, 20 before the move, 2 branches of 30,
 #              20 of fit's own, 20 annealed
 
@@ -144,3 +146,17 @@ def test_a_state_from_before_the_schedule_resumes_as_one_phase():
               "perm": state["perm"], "pos": state["pos"], "step": state["step"]}
     _fit(model, 30, state=legacy)
     assert torch.equal(_params(model), _params(ref))
+
+
+def test_checks_fall_on_the_multiples_of_log_every_in_every_phase_and_resumed_piece():
+    """The callback (which checkpoints ``savigp train``) runs every ``log_every`` steps counted from
+    step 0 -- not from the start of a phase (the annealing of a 200-step run starts at step 180) or
+    of a resumed piece -- and after each phase's last step."""
+    seen = []
+    _fit(_model(K=1), 200, log_every=16, callback=lambda step, terms: seen.append(step + 1))
+    assert [s for s in seen if s % 16] == [180, 200], seen  # (the last steps of the two phases)
+    assert [s for s in seen if s % 16 == 0] == list(range(16, 200, 16))
+    model, state, resumed = _model(K=1), {}, []
+    _fit(model, 200, log_every=16, state=state, callback=lambda step, terms: step + 1 == 64)
+    _fit(model, 136, log_every=16, state=state, callback=lambda step, terms: resumed.append(step + 1))
+    assert resumed == [s for s in seen if s > 64]
