@@ -19,7 +19,8 @@ removed. See docs/cli.md.
 The pieces: :mod:`.parser` (options and help), :mod:`.train` with :mod:`.checkpoint`
 (:class:`~savigp.cli.checkpoint.Checkpointer`) and :mod:`.ranks`, :mod:`.predict` (``predict`` and ``evaluate``),
 :mod:`.warm_start` (``train --warm-start`` and ``--learn``), :mod:`.two_stage` (``train --hypers``: a factorized
-posterior's two-stage fit, the default), :mod:`.demo`, :mod:`.likelihood_options`
+posterior's two-stage fit, the default), :mod:`.kernel_option` (``train --kernel`` expressions and
+``--fourier-features``), :mod:`.demo`, :mod:`.likelihood_options`
 and :mod:`.user_options` (``--likelihood`` and its options), :mod:`.checks` and :mod:`.columns`
 (options and columns checked), :mod:`.errors`.
 """
