@@ -240,13 +240,13 @@ class MixturePosterior(ScaledPosterior):
     def fold(self, component: int, prior_factor: Callable[[], Tensor], smoothing: float = 0.1) -> Tensor:
         """Make component ``component``'s mean of one sign at every inducing input, per latent function
         (a sign flip on part of the inputs): u = L_zz m_kj (u_kj - mu_j) is multiplied by -1 at the
-        inducing inputs where its sign is the minority's (the sign of the smaller sum of |u_m|), then
+        inducing inputs where its sign is the minority's (the sign of the smaller sum of the absolute values), then
         smoothed as a GP regression of those values with a nugget of ``smoothing`` times the mean
         prior variance, u <- K_zz (K_zz + s I)^-1 u (the fold leaves a kink where the mean crossed
         zero, which the whitened coordinates m_kj = L_zz^-1 u, and the prior term -||m_kj||^2 / 2,
         would otherwise charge as a rough function), and held as m_kj = L_zz^T (K_zz + s I)^-1 u.
         Latent functions of one sign already are left as they are; covariances and weights are
-        kept. Under a likelihood symmetric about the prior mean (y = |f|, y = f^2) a component that
+        kept. Under a likelihood symmetric about the prior mean (``y = |f|``, ``y = f^2``) a component that
         changes sign between inputs -- half on each mode, a local optimum that no step size leaves --
         is then on one mode. Returns the mask of the flipped inducing values ``(Q, M)``.
 
