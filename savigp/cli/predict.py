@@ -109,6 +109,7 @@ def cmd_predict(args) -> int:
                   f"--mean-function FILE.py:FN (E[y | f], or the pair E[y | f], Var[y | f]) for mean_ columns",
                   file=sys.stderr)
         header, values = prediction_table(saved, pred, latent=args.latent)
+        no_mean = saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None
         del pred
         check_finite_predictions(values, header, table, args.model)
         write_csv(out, header, values)
@@ -123,7 +124,7 @@ def cmd_predict(args) -> int:
                           num_samples=args.samples, seed=args.seed, input_names=table.names(icols))
         if not args.quiet:
             print(f"wrote {plot}", file=sys.stderr)
-            if saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None and len(icols) == 1:
+            if no_mean and len(icols) == 1:
                 print("savigp predict: note: " + ("the plot draws y's predictive median and 95% interval read off the "
                       "density exp(log p(y | f)) on a grid of y" if density_grid(saved, targets) is not None else
                       "the plot shows the latent functions only: DATA has no targets to place a grid of y by and the "
