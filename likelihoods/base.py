@@ -69,6 +69,9 @@ class Likelihood(nn.Module):
     differentiable: bool = True
     #: "regression" or "classification": which of the paper's metrics apply.
     task: str = "regression"
+    #: True when log p(y | f) is concave in f for every y: with a Gaussian prior the posterior then has
+    #: one mode, so a single Gaussian's start is no saddle (savigp.training.starts skips its test)
+    log_concave: bool = False
     #: classification: True when the labels are ordered (ordinal), so that the mean and variance of
     #: the label are summaries worth reporting (``savigp predict`` writes them only then; for
     #: unordered classes the class probabilities say everything).

@@ -26,6 +26,8 @@ class Gaussian(Likelihood):
         learn_variance: learn sigma^2 with its own gradient (Bonilla et al. 2019, App. D.2).
     """
 
+    log_concave = True  # log p(y | f) is concave in f for every y
+
     cli_name = "gaussian"
     cli_options = ("noise_variance",)
     standardizable = True

@@ -78,6 +78,8 @@ class Logistic(Likelihood):
     "mean" of a point is the probability of the positive class.
     """
 
+    log_concave = True  # log p(y | f) is concave in f for every y
+
     cli_name = "logistic"
     cli_options = ()
 

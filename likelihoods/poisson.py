@@ -31,6 +31,8 @@ class Poisson(Likelihood):
             then sets it to log(mean count / w).
     """
 
+    log_concave = True  # log p(y | f) is concave in f for every y
+
     cli_name = "poisson"
     cli_options = ("bin_width",)
 

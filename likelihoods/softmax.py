@@ -27,6 +27,8 @@ class Softmax(Likelihood):
         one_hot: targets are one-hot rows ``(N, C)`` instead of class indices ``(N, 1)``.
     """
 
+    log_concave = True  # log p(y | f) is concave in f for every y
+
     cli_name = "softmax"
     cli_options = ("num_classes", "one_hot")
 
