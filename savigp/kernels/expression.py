@@ -177,28 +177,20 @@ def parse_kernel(text: str, columns: Optional[Sequence[str]] = None, input_dim: 
                     t.fail(p, str(err).split(": ", 1)[-1])
         return node
 
-    def combine(op: str, parts: list) -> dict:
-        return parts[0] if len(parts) == 1 else {op: parts}
+    def chain(symbol: str, op: str, part) -> dict:
+        """``part (symbol part)*`` as one flat ``{op: [...]}`` node (or the lone part)."""
+        parts = [part()]
+        while t.peek()[1] == symbol:
+            t.take()
+            parts.append(part())
+        flat = [q for p in parts for q in (p[op] if op in p else [p])]
+        return flat[0] if len(flat) == 1 else {op: flat}
 
     def term():
-        parts = [factor()]
-        while t.peek()[1] == "*":
-            t.take()
-            parts.append(factor())
-        flat = []
-        for p in parts:
-            flat.extend(p["product"] if "product" in p else [p])
-        return combine("product", flat)
+        return chain("*", "product", factor)
 
     def expr():
-        parts = [term()]
-        while t.peek()[1] == "+":
-            t.take()
-            parts.append(term())
-        flat = []
-        for p in parts:
-            flat.extend(p["sum"] if "sum" in p else [p])
-        return combine("sum", flat)
+        return chain("+", "sum", term)
 
     spec = expr()
     tok = t.peek()

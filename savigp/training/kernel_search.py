@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .._choices import KERNELS
 from ..kernels.expression import format_kernel
+from ..kernels.spec import kernel_spec
 
 #: the base families the search combines by default
 DEFAULT_BASE = ("rbf", "periodic", "linear")
@@ -112,7 +115,6 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         raise ValueError(f"search_kernels: columns names {len(columns)} columns but X has D={D}")
     if penalty not in ("bic", None):
         raise ValueError(f"search_kernels: penalty must be 'bic' or None, got {penalty!r}")
-    from .._choices import KERNELS
     base = [KERNELS.canonical(name) for name in base]
     per_column = (1 < D <= 8) if per_column is None else per_column
     groups = [[d] for d in range(D)] if per_column and D > 1 else [None]
@@ -140,14 +142,12 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         if elbo is None:
             elbo, se = full_data_elbo(model, seed=seed)
         hypers = sum(p.numel() for p in model.kernel.parameters() if p.requires_grad)
-        from ..kernels.spec import kernel_spec
         row = {"expression": format_kernel(_plain(kernel_spec(model.kernel)), columns), "level": level, "elbo": float(elbo),
                "elbo_stderr": float(se or 0.0), "num_hypers": int(hypers),
                "score": float(elbo) - (0.5 * hypers * math.log(N) if penalty == "bic" else 0.0),
                "seconds": time.perf_counter() - t0, "converged": converged, "chosen": False}
         table.append(row)
         if progress:
-            import sys
             print(f"search_kernels: {row['expression']}: ELBO {row['elbo']:.2f} +- {row['elbo_stderr']:.2f}, "
                   f"score {row['score']:.2f} ({row['seconds']:.1f} s)", file=sys.stderr)
         return row, model
@@ -175,7 +175,6 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             row, model = run(None, current[1]["level"], model=current[2])
             row["expression"] += " (continued)"
             row["chosen"] = True
-            from ..kernels.spec import kernel_spec
             current = (current[0], row, model, kernel_spec(model.kernel, values=True))
         results = []
         for terms in fresh:
@@ -193,7 +192,6 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             if gain <= 2.0 * math.hypot(row["elbo_stderr"], current[1]["elbo_stderr"]):
                 break
         row["chosen"] = True
-        from ..kernels.spec import kernel_spec
         current = (terms, row, model, kernel_spec(model.kernel, values=True))
         if not complete:
             break
