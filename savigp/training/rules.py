@@ -104,7 +104,8 @@ class GradientStep(CheckedStep):
                 return loss
 
             opt.step(closure)
-            terms = self._elbo(None, step, torch.Generator().manual_seed(draw_seed), backward=False)
+            with torch.no_grad():  # the values at the new parameters, for the check: no graph kept until the next step
+                terms = self._elbo(None, step, torch.Generator().manual_seed(draw_seed), backward=False)
         else:
             opt.zero_grad()
             terms = self._elbo(batch, step, self.generator)
