@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from dataclasses import dataclass, field, fields
+from typing import ClassVar, Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
@@ -48,9 +48,13 @@ class ELBOTerms:
     entropy: Union[Tensor, float]
     cross_entropy: Union[Tensor, float]
     mean_head_kl: Union[Tensor, float]
-    ell_stderr: Union[Tensor, float]
+    #: a diagnostic (infinite for one sample): not a term a good training step needs finite
+    ell_stderr: Union[Tensor, float] = field(metadata={"diagnostic": True})
 
-    NAMES = ("elbo", "ell", "entropy", "cross_entropy", "mean_head_kl", "ell_stderr")
+    #: the field names, in order; CHECKED: those a good training step has finite (both set from the
+    #: fields below the class, the one place the terms are named)
+    NAMES: ClassVar[tuple] = ()
+    CHECKED: ClassVar[tuple] = ()
 
     def stacked(self) -> Tensor:
         """The six values (in :data:`NAMES` order) as one detached tensor ``(6,)`` on the device."""
@@ -65,6 +69,10 @@ class ELBOTerms:
     def as_dict(self) -> dict:
         """The values as Python floats (one host read)."""
         return dict(zip(self.NAMES, self.stacked().tolist()))
+
+
+ELBOTerms.NAMES = tuple(f.name for f in fields(ELBOTerms))
+ELBOTerms.CHECKED = tuple(f.name for f in fields(ELBOTerms) if not f.metadata.get("diagnostic"))
 
 
 @dataclass

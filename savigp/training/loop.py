@@ -31,6 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..linalg.cholesky import base_jitter, robust_cholesky
+from ..model import ELBOTerms
 from .convergence import still_rising, window_stats
 
 
@@ -227,7 +228,7 @@ def diverged_error(model, bad: BadStep) -> Exception:
             "log-density must be finite; score-function gradients are undefined at -inf). The model holds the "
             "parameters of the last good step; model.elbo(batch) on them names the rows if the values are "
             "reproducible")
-    terms = [n for n, v in bad.terms.items() if n != "ell_stderr" and not math.isfinite(v)]
+    terms = [n for n, v in bad.terms.items() if n in ELBOTerms.CHECKED and not math.isfinite(v)]
     names = [n for n, _ in model.named_parameters()]
     params = [names[i] for i, ok in enumerate(bad.params_ok) if not ok]
     problems = [f"{n}={bad.terms[n]}" for n in terms] + [f"parameter {n} has non-finite entries" for n in params]

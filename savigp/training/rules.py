@@ -21,15 +21,13 @@ from typing import Optional
 import torch
 
 from ..estimators.nonfinite import NonFiniteLogProb
+from ..model import ELBOTerms
 from . import step as _runner
 from .loop import BadStep, Check, LastGood
 
-#: the terms whose finiteness a per-step check reads (the ELBO is their combination)
-CHECKED_TERMS = ("ell", "entropy", "cross_entropy", "mean_head_kl")
-
 
 class CheckedStep:
-    """A step rule that checks after every step on the host: the terms of :data:`CHECKED_TERMS` and
+    """A step rule that checks after every step on the host: the terms of :data:`savigp.ELBOTerms.CHECKED` and
     every parameter finite, else the last good parameters come back (:class:`LastGood`, taken when
     the rule is made and after every good step)."""
 
@@ -50,7 +48,7 @@ class CheckedStep:
 
     def check(self) -> Check:
         terms = self.terms
-        values = {n: getattr(terms, n) for n in CHECKED_TERMS}
+        values = {n: getattr(terms, n) for n in ELBOTerms.CHECKED}
         # one host read for all parameters (a bool() per parameter would wait for the device P times)
         params_ok = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).tolist()
         if not all(math.isfinite(v) for v in values.values()) or not all(params_ok):

@@ -48,6 +48,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from ..model import ELBOTerms
 from ..runtime import compilation
 from ..runtime import sync_free
 from .loop import LastGood
@@ -129,7 +130,7 @@ class StepRunner:
         window: steps between checks (the length of the on-device ELBO buffer).
     """
 
-    TERMS = ("elbo", "ell", "entropy", "cross_entropy", "mean_head_kl", "ell_stderr")
+    TERMS = ELBOTerms.NAMES
 
     def __init__(self, model, opt, *, num_samples: int, estimator: str, generator: torch.Generator, window: int,
                  graphs: bool = False):
@@ -148,6 +149,8 @@ class StepRunner:
         self.bad_terms = torch.zeros(len(self.TERMS), dtype=dt, device=dev)
         self.bad_params = torch.ones(P, dtype=torch.bool, device=dev)
         self.bad_flags = torch.zeros(len(self.flags.NAMES), dtype=torch.bool, device=dev)
+        #: the terms a good step may have non-finite (:data:`savigp.ELBOTerms.CHECKED` are the others)
+        self.unchecked = torch.tensor([n not in ELBOTerms.CHECKED for n in self.TERMS], dtype=torch.bool, device=dev)
         self.values = torch.zeros(max(1, int(window)), len(self.TERMS), dtype=dt, device=dev)
         self.filled = 0
         self.graph: Optional[_Graph] = None
@@ -162,7 +165,7 @@ class StepRunner:
             (-terms.elbo).backward()
         precondition(self.model)
         vals = terms.stacked()
-        elbo_ok = vals[:5].isfinite().all()
+        elbo_ok = (vals.isfinite() | self.unchecked).all()
         self.opt.step()  # (a bad step's non-finite optimizer state is cleaned in :meth:`recover`)
         with torch.no_grad():  # (the parameters were finite before the step if the previous step was good)
             params_ok = torch.stack(torch._foreach_norm([p.detach() for p in self.params], float("inf"))).isfinite()
