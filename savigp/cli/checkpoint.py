@@ -20,23 +20,8 @@ from typing import Optional
 
 from ..settings import TEST_SIGINT_ENV, test_sigint_after  # noqa: F401 (savigp.cli exports TEST_SIGINT_ENV)
 from .errors import CLIError, UserCodeExit
+from .plan import RESUME_KEYS, TrainPlan
 
-#: options of ``train`` that a resumed run must repeat unchanged (iterations/epochs may grow)
-RESUME_KEYS = (
-    "likelihood", "num_latent", "num_classes", "one_hot", "num_outputs", "num_nodes",
-    "num_layers", "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "task", "mean_function",
-    "lik_param", "min_log_prob", "kernel", "fourier_features", "shared_kernel", "num_inducing",
-    "inducing_init", "dense", "fixed_inducing", "posterior", "components", "entropy", "prior_mean", "learn_prior_mean",
-    "mean_basis_size", "mean_basis", "standardize_inputs", "standardize_targets", "dtype", "seed", "batch_size", "optimizer",
-    "lr", "samples", "estimator", "learn",
-)
-#: environment variable (tests only): after this many completed steps, ``train`` sends itself
-#: SIGINT, exactly as a Ctrl-C would.
-
-
-def training_options(args) -> dict:
-    """The options of ``args`` a resumed run must repeat (:data:`RESUME_KEYS`), as plain values."""
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items() if k in RESUME_KEYS}
 
 
 @lru_cache(maxsize=1)
@@ -51,7 +36,7 @@ def _train_parser():
 
 
 def _train_default(key: str):
-    """The parser's default of ``train``'s option ``key`` (as :func:`training_options` records it)."""
+    """The parser's default of ``train``'s option ``key`` (as :meth:`TrainPlan.resume_options` records it)."""
     value = _train_parser().get_default(key)
     return list(value) if isinstance(value, tuple) else value
 
@@ -68,7 +53,7 @@ def _describe_code(spec: dict) -> str:
     return f"{text} (--mean-function {mean})" if mean else str(text)
 
 
-def resume(args, config: dict, out: str, ckpt: str, Xm, Ym, user_code: bool):
+def resume(plan: TrainPlan, config: dict, out: str, ckpt: str, Xm, Ym, user_code: bool):
     """``--resume``: the model and training state of ``OUT.ckpt`` (else ``OUT``), after checking
     that the likelihood code, the data and every option of :data:`RESUME_KEYS` are those it was
     trained with; ``config["step"]`` and ``config["elbo"]`` are set from the file.
@@ -83,19 +68,19 @@ def resume(args, config: dict, out: str, ckpt: str, Xm, Ym, user_code: bool):
         raise CLIError(f"--resume: there is no checkpoint {ckpt} nor model {out} to resume from")
     # the user's own --likelihood and --mean-function are the consent to run them (never the
     # file's record of them); a file changed since the checkpoint is refused without --trust-code
-    code = {"mean_fn": args.mean_function} if user_code and args.mean_function else None
+    code = {"mean_fn": plan.mean_function} if user_code and plan.mean_function else None
     from .checks import max_memory_bytes
 
-    saved, tstate = load_model(source, device=args.device, X=Xm, Y=Ym, trust_code=args.trust_code,
-                               likelihood=args.likelihood if user_code else None, code=code,
-                               max_bytes=max_memory_bytes(args))
+    saved, tstate = load_model(source, device=plan.device, X=Xm, Y=Ym, trust_code=plan.trust_code,
+                               likelihood=plan.likelihood if user_code else None, code=code,
+                               max_bytes=max_memory_bytes(plan.max_memory))
     old, spec = saved.config, config["likelihood"]
     if _code_paths(old["likelihood"]) != _code_paths(spec):
         raise CLIError(f"--resume: {source} was trained with likelihood {_describe_code(old['likelihood'])}, not "
                        f"--likelihood {_describe_code(spec)}")
     ot = old.get("training", {})
     if ot.get("data_checksum") != config["training"]["data_checksum"]:
-        raise CLIError(f"--resume: {args.data} is not the data {source} was trained on "
+        raise CLIError(f"--resume: {plan.data} is not the data {source} was trained on "
                        f"({ot.get('data_rows')} rows from {ot.get('data')}; the contents differ)")
     recorded = ot.get("options", {})
     for key in RESUME_KEYS:

@@ -41,19 +41,19 @@ def parse_lik_options(items) -> dict:
     return out
 
 
-def code_inputs(args) -> list:
+def code_inputs(likelihood: Optional[str], mean_function: Optional[str], trusted_model: Optional[str] = None) -> list:
     """The files of the user code the command may run, module names included (found without
     running anything): inputs too, never an output. Those that ``--likelihood`` and
-    ``--mean-function`` name, and with ``--trust-code`` those the model file (``predict`` /
-    ``evaluate``'s model) records, which then run by the user's consent."""
+    ``--mean-function`` name, and those the model file ``trusted_model`` records (``predict`` /
+    ``evaluate``'s model under ``--trust-code``), which then run by the user's consent."""
     from likelihoods import registry
 
     from ..model_files.errors import LikelihoodImportError
     from ..model_files.user_code import source_file
 
-    specs = [getattr(args, "likelihood", None), getattr(args, "mean_function", None)]
-    if getattr(args, "trust_code", False) and getattr(args, "model", None):
-        specs += _recorded_code(args.model)
+    specs = [likelihood, mean_function]
+    if trusted_model:
+        specs += _recorded_code(trusted_model)
     files = []
     for spec in specs:
         target = str(spec or "").rpartition(":")[0] or str(spec or "")
@@ -137,9 +137,8 @@ def check_samples(samples: int) -> None:
         raise CLIError(f"--samples must be >= 1, got {samples}")
 
 
-def max_memory_bytes(args) -> Optional[int]:
+def max_memory_bytes(gib: Optional[float]) -> Optional[int]:
     """``--max-memory GIB`` in bytes (None: the default limit of :func:`savigp.cost.memory_limit`)."""
-    gib = getattr(args, "max_memory", None)
     if gib is None:
         return None
     if not (math.isfinite(gib) and gib > 0):

@@ -36,6 +36,7 @@ from typing import Optional
 
 from .._choices import KERNELS
 from .errors import CLIError
+from .plan import TrainPlan
 
 #: the ``--kernel`` value reserved for a search over kernel structures
 SEARCH = "search"
@@ -43,22 +44,22 @@ SEARCH = "search"
 _UNITLESS = ("kernel", "active_dims", "ard", "learn", "alpha", "nu")
 
 
-def check_kernel_options(args) -> None:
+def check_kernel_options(plan: TrainPlan) -> None:
     """``--fourier-features`` against the options it replaces, before anything is read."""
-    F = getattr(args, "fourier_features", None)
+    F = plan.fourier_features
     if F is None:
         return
     if F < 0:
         raise CLIError(f"--fourier-features must be >= 0, got {F}")
-    clash = [o for o, given in (("--num-inducing", args.num_inducing is not None), ("--dense", args.dense),
-                                ("--shared-kernel", args.shared_kernel), ("--warm-start", args.warm_start is not None))
+    clash = [o for o, given in (("--num-inducing", plan.num_inducing is not None), ("--dense", plan.dense),
+                                ("--shared-kernel", plan.shared_kernel), ("--warm-start", plan.warm_start is not None))
              if given]
     if clash:
         raise CLIError(f"--fourier-features F: the inducing variables are D (2F + 1) Fourier features of each latent "
                        f"function's own kernel, not with {', '.join(clash)}")
 
 
-def kernel_options(args, table, icols, input_stats: Optional[dict], num_latent: int, data=None, quiet: bool = True) -> dict:
+def kernel_options(plan: TrainPlan, table, icols, input_stats: Optional[dict], num_latent: int, data=None, quiet: bool = True) -> dict:
     """The model options of ``--kernel`` and ``--fourier-features``: ``{"kernel": spec}`` (in the
     model's units, see the module docstring) and, with Fourier features, ``"fourier_features": F``
     and ``"num_inducing": M`` (M = D (2F + 1), for the memory estimate).
@@ -74,16 +75,16 @@ def kernel_options(args, table, icols, input_stats: Optional[dict], num_latent: 
     Raises:
         CLIError: one line naming ``--kernel`` (or ``--fourier-features``) and the bad part.
     """
-    text = str(args.kernel)
+    text = str(plan.kernel)
     if text.strip() == SEARCH:
-        return {"kernel": _search(args, data, table.names(icols), quiet)}
+        return {"kernel": _search(plan, data, table.names(icols), quiet)}
     spec = _parse(text, table, icols)
     D, names = len(icols), table.names(icols)
-    _check_builds(spec, text, names, 1 if args.shared_kernel else int(num_latent))
+    _check_builds(spec, text, names, 1 if plan.shared_kernel else int(num_latent))
     if input_stats is not None:
         spec = in_model_units(spec, input_stats, names)
     out = {"kernel": spec}
-    F = getattr(args, "fourier_features", None)
+    F = plan.fourier_features
     if F is not None:
         from ..kernels.fourier_features import AdditiveMatern
 
@@ -95,40 +96,40 @@ def kernel_options(args, table, icols, input_stats: Optional[dict], num_latent: 
     return out
 
 
-def _search(args, data, names, quiet: bool) -> dict:
+def _search(plan: TrainPlan, data, names, quiet: bool) -> dict:
     """``--kernel search``: the structure chosen by :func:`savigp.search_kernels` (Duvenaud et al.
     2013; ranked by the full-data ELBO less a BIC penalty) on the training data in the model's units,
     its table printed to stderr; the run then trains the chosen kernel from the search's fitted
     values. On ``--resume`` nothing is searched: the model, kernel included, is the checkpoint's."""
-    if getattr(args, "resume", False):
+    if plan.resume:
         return {"kernel": "rbf"}  # unused: the resumed model is rebuilt from its checkpoint
-    if getattr(args, "fourier_features", None) is not None:
+    if plan.fourier_features is not None:
         raise CLIError("--kernel search: the search combines the kernel families; --fourier-features needs "
                        "--kernel additive-matern")
     if data is None:
         raise CLIError("--kernel search needs the training data")
-    base = [b.strip() for b in str(args.search_base).split(",") if b.strip()]
+    base = [b.strip() for b in str(plan.search_base).split(",") if b.strip()]
     unknown = [b for b in base if b not in KERNELS]
     if not base or unknown:
         raise CLIError(f"--search-base: expected comma-separated kernel families ({', '.join(KERNELS)}), "
-                       f"got {str(args.search_base)[:80]!r}")
-    if args.search_max_terms < 1 or args.search_budget < 0 or args.search_iterations < 1:
+                       f"got {str(plan.search_base)[:80]!r}")
+    if plan.search_max_terms < 1 or plan.search_budget < 0 or plan.search_iterations < 1:
         raise CLIError("--search-max-terms and --search-iterations must be >= 1, --search-budget >= 0")
     import sys
 
     from ..training.kernel_search import search_kernels
 
     Xm, Ym, likelihood = data
-    fit_options = {"num_samples": args.samples, "estimator": args.estimator}
-    if args.batch_size:
-        fit_options["batch_size"] = args.batch_size
+    fit_options = {"num_samples": plan.samples, "estimator": plan.estimator}
+    if plan.batch_size:
+        fit_options["batch_size"] = plan.batch_size
     if not quiet:
-        print(f"savigp train: searching kernel structures over {', '.join(base)} (at most {args.search_max_terms} "
-              f"terms, {args.search_budget:.0f} s)", file=sys.stderr)
-    result = search_kernels(Xm, Ym, likelihood, base=base, columns=list(names), max_terms=args.search_max_terms,
-                            time_budget=args.search_budget, num_inducing=args.num_inducing,
-                            iterations=args.search_iterations, fit_options=fit_options, seed=args.seed,
-                            model_options={"shared_kernel": True} if args.shared_kernel else None,
+        print(f"savigp train: searching kernel structures over {', '.join(base)} (at most {plan.search_max_terms} "
+              f"terms, {plan.search_budget:.0f} s)", file=sys.stderr)
+    result = search_kernels(Xm, Ym, likelihood, base=base, columns=list(names), max_terms=plan.search_max_terms,
+                            time_budget=plan.search_budget, num_inducing=plan.num_inducing,
+                            iterations=plan.search_iterations, fit_options=fit_options, seed=plan.seed,
+                            model_options={"shared_kernel": True} if plan.shared_kernel else None,
                             progress=not quiet)
     if not quiet:
         print(str(result), file=sys.stderr)

@@ -8,6 +8,7 @@ from likelihoods import Logistic, registry
 
 from .checks import parse_lik_options
 from .errors import CLIError, one_line
+from .plan import TrainPlan
 
 #: a likelihood option whose constructor argument has another name
 ARGUMENT_OF_OPTION = {"noise_variance": "variance"}
@@ -22,14 +23,14 @@ def is_builtin(name: str) -> bool:
     return name in registry.names()
 
 
-def _data_default(option: str, args, Y: np.ndarray):
+def _data_default(option: str, plan: TrainPlan, Y: np.ndarray):
     """The value of a likelihood option not given on the command line that the data decide, or
     None (the constructor's own default): one output or layer per target column, and softmax's
     classes (the one-hot columns, else the largest integer label + 1)."""
     if option in ("num_outputs", "num_layers"):
         return Y.shape[1]
     if option == "num_classes":
-        if args.one_hot:
+        if plan.one_hot:
             return Y.shape[1]
         labels = Y[:, 0]
         ints = labels[(labels >= 0) & (labels == np.round(labels))]
@@ -37,7 +38,7 @@ def _data_default(option: str, args, Y: np.ndarray):
     return None
 
 
-def likelihood_spec(args, Y: np.ndarray) -> dict:
+def likelihood_spec(plan: TrainPlan, Y: np.ndarray) -> dict:
     """The ``config["likelihood"]`` entry for ``--likelihood`` and its options (plain values).
 
     A likelihood class takes the options its ``cli_options`` declare (see
@@ -47,7 +48,7 @@ def likelihood_spec(args, Y: np.ndarray) -> dict:
     """
     from ..model_files import canonical_import_path
 
-    name = args.likelihood
+    name = plan.likelihood
     is_callable = not is_builtin(name)
     kind = "callable" if is_callable else name
     if is_callable and ":" not in name:
@@ -58,20 +59,20 @@ def likelihood_spec(args, Y: np.ndarray) -> dict:
         raise CLIError(f"--likelihood {name!r}: not a built-in likelihood ({', '.join(available_likelihoods())}) "
                        f"nor a user function 'package.module:function' or 'path/to/file.py:function'{hint}")
     for opt, applies in registry.options().items():
-        value = getattr(args, opt, None)
+        value = getattr(plan, opt, None)
         if value not in (None, False) and kind not in applies:
             raise CLIError(f"--{opt.replace('_', '-')} does not apply to --likelihood {name} "
                            f"(it is for: {', '.join(applies)})")
-    extra = parse_lik_options(args.lik_option)
+    extra = parse_lik_options(plan.lik_option)
     if is_callable:
         from .user_options import user_likelihood_spec
 
-        return user_likelihood_spec(args, Y, canonical_import_path(name), extra)
+        return user_likelihood_spec(plan, Y, canonical_import_path(name), extra)
     cls = registry.get(name)
     kwargs: dict = {}
     for opt in cls.cli_options:
-        value = getattr(args, opt, None)
-        value = _data_default(opt, args, Y) if value is None else value
+        value = getattr(plan, opt, None)
+        value = _data_default(opt, plan, Y) if value is None else value
         if value is not None:
             kwargs[ARGUMENT_OF_OPTION.get(opt, opt)] = value
     kwargs.update(extra)

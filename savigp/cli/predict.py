@@ -71,7 +71,7 @@ def _model_and_table(args):
     check_device(args.device)
     code = {"mean_fn": args.mean_function} if args.mean_function else None
     saved, _ = load_model(args.model, device=args.device, likelihood=args.likelihood, trust_code=args.trust_code,
-                          code=code, max_bytes=max_memory_bytes(args))
+                          code=code, max_bytes=max_memory_bytes(args.max_memory))
     if args.threads is None:
         _choose_threads(saved, table.num_rows, args.samples)
     return table, saved
@@ -92,7 +92,8 @@ def _choose_threads(saved, rows: int, num_samples: int) -> None:
 def cmd_predict(args) -> int:
     """``savigp predict``: predictive means/variances (and class probabilities) per row."""
     check_samples(args.samples)
-    inputs = [args.model, args.data, *code_inputs(args)]
+    inputs = [args.model, args.data, *code_inputs(args.likelihood, args.mean_function,
+                                                  args.model if args.trust_code else None)]
     out = output_path(args.out, inputs, args.quiet, allow_stdout=True)
     plot = check_plot_option(args.plot, inputs, [out])
     table, saved = _model_and_table(args)

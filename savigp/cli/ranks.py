@@ -42,6 +42,8 @@ import sys
 import time
 from typing import Optional
 
+from .plan import TrainPlan
+
 #: what each rank runs (``python -c``): the working folder off ``sys.path`` before any import, then
 #: death with the launcher (process ``{launcher}``), then savigp
 BOOT = """\
@@ -146,7 +148,7 @@ def _complete_model(path: str) -> Optional[int]:
     return int(config.get("step", 0)) if config.get("complete") is True else None
 
 
-def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = None) -> int:
+def launch_ranks(plan: TrainPlan, out: Optional[str] = None, extra_env: Optional[dict] = None) -> int:
     """``train --nproc N``: run this same command as N ranks on this machine (module docstring)
     and return the exit status: 0 when every rank succeeded (or a rank failed after the complete
     model was written to ``out``), else the first failed rank's status (1 for a signal)."""
@@ -155,7 +157,7 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
     from ..training.distributed import free_loopback_port
     from .errors import EXIT_FAILURE, EXIT_OK
 
-    argv, rest = [], list(args.argv)
+    argv, rest = [], list(plan.argv)
     while rest:
         a = rest.pop(0)
         if a == "--nproc":
@@ -166,14 +168,14 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
 
     port = free_loopback_port()
     env = rank_environment(os.environ)
-    if args.threads is None and "OMP_NUM_THREADS" not in env:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc))
-    if not getattr(args, "quiet", False):
-        threads = args.threads if args.threads is not None else env["OMP_NUM_THREADS"]
-        backend = "nccl" if (getattr(args, "device", None) or "cpu").startswith("cuda") else "gloo"
-        print(f"savigp train: starting {args.nproc} data-parallel processes on this machine (ranks 0-{args.nproc - 1}, "
+    if plan.threads is None and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // plan.nproc))
+    if not plan.quiet:
+        threads = plan.threads if plan.threads is not None else env["OMP_NUM_THREADS"]
+        backend = "nccl" if (plan.device or "cpu").startswith("cuda") else "gloo"
+        print(f"savigp train: starting {plan.nproc} data-parallel processes on this machine (ranks 0-{plan.nproc - 1}, "
               f"{backend} backend, {threads} thread(s) per rank); rank 0 reports", file=sys.stderr, flush=True)
-    env.update({"WORLD_SIZE": str(args.nproc), "LOCAL_WORLD_SIZE": str(args.nproc), "MASTER_ADDR": "127.0.0.1",
+    env.update({"WORLD_SIZE": str(plan.nproc), "LOCAL_WORLD_SIZE": str(plan.nproc), "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port), "GROUP_RANK": "0", **(extra_env or {})})
     before = _file_identity(out)
     cmd = rank_command(argv)
@@ -184,7 +186,7 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
     previous_term = signal.signal(signal.SIGTERM, lambda signum, frame: [p.send_signal(signal.SIGTERM) for p in procs
                                                                          if p.poll() is None])
     try:
-        for r in range(args.nproc):
+        for r in range(plan.nproc):
             procs.append(subprocess.Popen(cmd, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
                                           **({} if held is None else {"pass_fds": (held,)})))
         codes, first = supervise(procs)
@@ -198,7 +200,7 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
     if first is None:
         return EXIT_OK
     code = codes[first]
-    what = f"savigp train: rank {first} of {args.nproc} {describe_status(code)}"
+    what = f"savigp train: rank {first} of {plan.nproc} {describe_status(code)}"
     others = [f"rank {r}: {describe_status(c)}" for r, c in enumerate(codes) if r != first and c != 0]
     what += f" ({'; '.join(others)})" if others else ""
     step = _complete_model(out) if out and _file_identity(out) != before else None
@@ -212,14 +214,15 @@ def launch_ranks(args, out: Optional[str] = None, extra_env: Optional[dict] = No
     return code if code > 0 else EXIT_FAILURE
 
 
-def join_ranks(args) -> int:
+def join_ranks(plan: TrainPlan) -> tuple:
     """Under ``torchrun`` (or ``--nproc``): join the process group (gloo, or NCCL for ``--device cuda``,
-    which then means ``cuda:LOCAL_RANK``) and return this rank; 0 in one process."""
+    which then means ``cuda:LOCAL_RANK``). Returns ``(rank, plan)``: this rank (0 in one process) and
+    the :class:`~savigp.cli.plan.TrainPlan` on its device."""
     from ..training import distributed
 
     if not distributed.launched():
-        return 0
-    if args.device and args.device == "cuda":
-        args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-    distributed.init_from_env(args.device or "cpu", timeout=args.dist_timeout)
-    return distributed.rank()
+        return 0, plan
+    if plan.device and plan.device == "cuda":
+        plan = plan.on_device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
+    distributed.init_from_env(plan.device or "cpu", timeout=plan.dist_timeout)
+    return distributed.rank(), plan

@@ -17,20 +17,19 @@ from likelihoods import registry
 from ..io.csv_data import DataError, data_checksum, read_csv, split_columns
 from ..io.output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
-from .checkpoint import Checkpointer, resume, training_options
+from .checkpoint import Checkpointer, resume
 from .checks import check_device, check_plot_option, code_inputs, max_memory_bytes, output_path, parse_floats
 from .columns import validate_targets
 from .kernel_option import check_kernel_options, kernel_options
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
+from .plan import TrainPlan
 from .ranks import join_ranks, launch_ranks
 from .run_lock import LOCK_ENV, lock_output
 from .two_stage import STAGE_TWO_GROUPS, describe, fit_full_gaussian, mean_field_warning, resolve_hypers
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, user_code_failure, warn_unused_latents
-from .warm_start import (check_groups, check_warm_start_options, parse_learn, read_source, start_from,
-                         warn_joint_factorized)
+from .warm_start import check_groups, check_warm_start_options, read_source, start_from, warn_joint_factorized
 
-DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
 #: why ``train`` used an estimator (printed with its name)
 ESTIMATOR_WHY = {
     "closed-form": "the likelihood's exact expected log-likelihood",
@@ -41,68 +40,63 @@ ESTIMATOR_WHY = {
 }
 
 
-def _check_options(args) -> None:
-    """The numeric options, before anything is read."""
-    if args.nproc is not None and args.nproc < 1:
-        raise CLIError(f"--nproc must be >= 1, got {args.nproc}")
-    if args.dist_timeout is not None and not args.dist_timeout > 0:
-        raise CLIError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
-    args.learn = parse_learn(args.learn)  # as recorded in the run's options (--resume compares them)
-    check_warm_start_options(args)
-    resolve_hypers(args)  # (its refusals, before ranks are started)
-    check_kernel_options(args)
+def _check_options(plan: TrainPlan) -> None:
+    """The combinations of options, before anything is read."""
+    check_warm_start_options(plan)
+    resolve_hypers(plan)  # (its refusals, before ranks are started)
+    check_kernel_options(plan)
 
 
-def _check_training_options(args) -> None:
-    if args.iterations is not None and args.epochs is not None:
+def _check_training_options(plan: TrainPlan) -> None:
+    if plan.iterations is not None and plan.epochs is not None:
         raise CLIError("give --iterations or --epochs, not both")
     for opt in ("iterations", "checkpoint_every", "samples", "batch_size", "num_inducing", "components"):
-        v = getattr(args, opt)
+        v = getattr(plan, opt)
         if v is not None and v < (0 if opt == "iterations" else 1):
             raise CLIError(f"--{opt.replace('_', '-')} must be {'>= 0' if opt == 'iterations' else '>= 1'}, got {v}")
-    if args.epochs is not None and not args.epochs > 0:
-        raise CLIError(f"--epochs must be > 0, got {args.epochs}")
-    if args.max_components is not None:
-        if args.max_components < args.components:
-            raise CLIError(f"--max-components must be >= --components ({args.components}), got {args.max_components}")
-        clash = [o for o, v in (("--resume", args.resume), ("--checkpoint-every", args.checkpoint_every),
-                                ("--nproc", args.nproc)) if v]
+    if plan.epochs is not None and not plan.epochs > 0:
+        raise CLIError(f"--epochs must be > 0, got {plan.epochs}")
+    if plan.max_components is not None:
+        if plan.max_components < plan.components:
+            raise CLIError(f"--max-components must be >= --components ({plan.components}), got {plan.max_components}")
+        clash = [o for o, v in (("--resume", plan.resume), ("--checkpoint-every", plan.checkpoint_every),
+                                ("--nproc", plan.nproc)) if v]
         if clash:
             raise CLIError(f"--max-components fits several models and keeps one: not with {', '.join(clash)}")
-        if args.posterior == "joint":
+        if plan.posterior == "joint":
             raise CLIError("--max-components needs a mixture posterior (full, diag, diag-u), not joint")
-    if args.lr is not None and not args.lr > 0:
-        raise CLIError(f"--lr must be > 0, got {args.lr}")
+    if plan.lr is not None and not plan.lr > 0:
+        raise CLIError(f"--lr must be > 0, got {plan.lr}")
 
 
-def _output_files(args) -> tuple:
+def _output_files(plan: TrainPlan) -> tuple:
     """``(OUT, OUT.ckpt, --plot)`` checked; orphaned temporaries of earlier runs removed."""
-    inputs = [args.data] + ([args.warm_start] if args.warm_start else []) + code_inputs(args)
-    out = output_path(args.out, inputs, args.quiet)
+    inputs = [plan.data] + ([plan.warm_start] if plan.warm_start else []) + code_inputs(plan.likelihood, plan.mean_function)
+    out = output_path(plan.out, inputs, plan.quiet)
     ckpt = check_output_path(out + ".ckpt", "--out (its checkpoint)", inputs=inputs)
     check_output_path(out + ".lock", "--out (its lock file)", inputs=inputs)
-    plot = check_plot_option(args.plot, inputs, [out, ckpt])
+    plot = check_plot_option(plan.plot, inputs, [out, ckpt])
     for stale in remove_orphaned_temporaries(out) + remove_orphaned_temporaries(ckpt):
-        if not args.quiet:
+        if not plan.quiet:
             print(f"removed {stale}, a temporary file left by an interrupted write", file=sys.stderr)
     return out, ckpt, plot
 
 
-def _read_data(args) -> tuple:
+def _read_data(plan: TrainPlan) -> tuple:
     """``(table, icols, tcols, X (N, D), Y (N, P))`` of ``DATA.csv`` (numpy only)."""
-    table = read_csv(args.data, header=args.header, delimiter=args.delimiter)
-    icols, tcols = split_columns(table, args.targets, args.inputs)
+    table = read_csv(plan.data, header=plan.header, delimiter=plan.delimiter)
+    icols, tcols = split_columns(table, plan.targets, plan.inputs)
     X, Y = table.values[:, icols], table.values[:, tcols]
     N = X.shape[0]
-    if not args.dense and args.num_inducing is not None and args.num_inducing > N:
-        raise DataError(f"{table.path}: has {N} data row(s), fewer than --num-inducing {args.num_inducing} "
+    if not plan.dense and plan.num_inducing is not None and plan.num_inducing > N:
+        raise DataError(f"{table.path}: has {N} data row(s), fewer than --num-inducing {plan.num_inducing} "
                         "(the number of inducing points cannot exceed the number of rows)")
-    if args.batch_size is not None and args.batch_size > N:
-        raise DataError(f"{table.path}: has {N} data row(s), fewer than --batch-size {args.batch_size}")
+    if plan.batch_size is not None and plan.batch_size > N:
+        raise DataError(f"{table.path}: has {N} data row(s), fewer than --batch-size {plan.batch_size}")
     return table, icols, tcols, X, Y
 
 
-def _likelihood_and_targets(args, table, icols, tcols, X, Y) -> tuple:
+def _likelihood_and_targets(plan: TrainPlan, table, icols, tcols, X, Y) -> tuple:
     """``(spec, likelihood, standardize, Xm, Ym, source)``: the likelihood checked against the
     targets, the ``--warm-start`` model file checked against them (``source``, or None), and the
     data in the model's units (standardized when asked: by the source's statistics when it has
@@ -111,25 +105,25 @@ def _likelihood_and_targets(args, table, icols, tcols, X, Y) -> tuple:
 
     from ..model_files import standardization_stats
 
-    spec = likelihood_spec(args, Y)
+    spec = likelihood_spec(plan, Y)
     likelihood = make_likelihood(spec)
     if likelihood.output_dim != Y.shape[1]:
         raise DataError(f"{table.where(None, tcols)}: --targets selects {Y.shape[1]} column(s) but the "
-                        f"{args.likelihood} likelihood takes {likelihood.output_dim}")
-    if args.standardize_targets and spec["name"] in USER_KINDS:
-        raise CLIError(f"--standardize-targets does not apply to a user likelihood ({args.likelihood}): it "
+                        f"{plan.likelihood} likelihood takes {likelihood.output_dim}")
+    if plan.standardize_targets and spec["name"] in USER_KINDS:
+        raise CLIError(f"--standardize-targets does not apply to a user likelihood ({plan.likelihood}): it "
                        "receives y in the file's units and its f means what it says in those units (standardized "
                        "targets would leave every latent function in standardized units); scale inside the "
                        "function, or set --prior-mean")
-    if args.standardize_targets and spec["name"] not in registry.standardizable():
+    if plan.standardize_targets and spec["name"] not in registry.standardizable():
         raise CLIError(f"--standardize-targets applies to real-valued targets ({', '.join(registry.standardizable())}), "
-                       f"not to --likelihood {args.likelihood}")
-    source = read_source(args, spec, table.names(icols), table.names(tcols)) if args.warm_start else None
+                       f"not to --likelihood {plan.likelihood}")
+    source = read_source(plan, spec, table.names(icols), table.names(tcols)) if plan.warm_start else None
     recorded = (source.config.get("standardize") or {}) if source is not None else {}
-    in_stats = (recorded.get("inputs") or standardization_stats(X)) if args.standardize_inputs else None
-    out_stats = (recorded.get("targets") or standardization_stats(Y)) if args.standardize_targets else None
-    if in_stats is None and source is None and args.dtype == "float32":
-        in_stats = _centred_for_float32(X, args.quiet)
+    in_stats = (recorded.get("inputs") or standardization_stats(X)) if plan.standardize_inputs else None
+    out_stats = (recorded.get("targets") or standardization_stats(Y)) if plan.standardize_targets else None
+    if in_stats is None and source is None and plan.dtype == "float32":
+        in_stats = _centred_for_float32(X, plan.quiet)
     Xm = X if in_stats is None else (X - np.asarray(in_stats["mean"])) / np.asarray(in_stats["std"])
     Ym = Y if out_stats is None else (Y - np.asarray(out_stats["mean"])) / np.asarray(out_stats["std"])
     Yt = torch.as_tensor(Ym, dtype=torch.float64)
@@ -161,27 +155,27 @@ def _centred_for_float32(X: np.ndarray, quiet: bool):
     return {"mean": [float(v) for v in X.mean(axis=0)], "std": [1.0] * X.shape[1]}
 
 
-def _model_options(args) -> dict:
+def _model_options(plan: TrainPlan) -> dict:
     """The options of :func:`savigp.model_files.build_model`."""
     return {
-        "kernel": args.kernel, "shared_kernel": args.shared_kernel, "num_inducing": args.num_inducing, "inducing_init": args.inducing_init,
-        "dense": args.dense, "learn_inducing": not args.fixed_inducing, "posterior": args.posterior,
-        "num_components": args.components, "entropy": args.entropy,
-        "prior_mean": parse_floats(args.prior_mean, "--prior-mean"),
-        "learn_prior_mean": args.learn_prior_mean, "mean_basis_size": args.mean_basis_size or 0,
-        "mean_basis": args.mean_basis, "dtype": args.dtype, "device": args.device, "seed": args.seed,
+        "kernel": plan.kernel, "shared_kernel": plan.shared_kernel, "num_inducing": plan.num_inducing, "inducing_init": plan.inducing_init,
+        "dense": plan.dense, "learn_inducing": not plan.fixed_inducing, "posterior": plan.posterior,
+        "num_components": plan.components, "entropy": plan.entropy,
+        "prior_mean": parse_floats(plan.prior_mean, "--prior-mean"),
+        "learn_prior_mean": plan.learn_prior_mean, "mean_basis_size": plan.mean_basis_size or 0,
+        "mean_basis": plan.mean_basis, "dtype": plan.dtype, "device": plan.device, "seed": plan.seed,
     }
 
 
-def _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options) -> dict:
+def _config(plan: TrainPlan, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options) -> dict:
     """The model file's configuration (see :mod:`savigp.model_files`) at step 0."""
     N = X.shape[0]
-    optimizer = args.optimizer
-    B = N if (args.batch_size is None or optimizer == "lbfgs") else int(args.batch_size)
-    if args.iterations is not None:
-        total = int(args.iterations)
-    elif args.epochs is not None:
-        total = max(1, int(math.ceil(args.epochs * N / B)))
+    optimizer = plan.optimizer
+    B = N if (plan.batch_size is None or optimizer == "lbfgs") else int(plan.batch_size)
+    if plan.iterations is not None:
+        total = int(plan.iterations)
+    elif plan.epochs is not None:
+        total = max(1, int(math.ceil(plan.epochs * N / B)))
     else:
         total = 500
     return {
@@ -193,16 +187,16 @@ def _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, 
         "columns": {"header": table.header is not None, "num_columns": table.num_columns,
                     "inputs": table.names(icols), "targets": table.names(tcols),
                     "input_indices": list(icols), "target_indices": list(tcols)},
-        "training": {"data": os.path.abspath(args.data), "data_rows": N, "data_checksum": data_checksum(X, Y),
-                     "options": training_options(args), "iterations": total, "optimizer": optimizer,
-                     "lr": args.lr if args.lr is not None else DEFAULT_LR[optimizer],
-                     "batch_size": B, "num_samples": args.samples, "estimator": args.estimator, "seed": args.seed,
-                     "warm_start": os.path.abspath(args.warm_start) if args.warm_start else None},
+        "training": {"data": os.path.abspath(plan.data), "data_rows": N, "data_checksum": data_checksum(X, Y),
+                     "options": plan.resume_options(), "iterations": total, "optimizer": optimizer,
+                     "lr": plan.learning_rate,
+                     "batch_size": B, "num_samples": plan.samples, "estimator": plan.estimator, "seed": plan.seed,
+                     "warm_start": os.path.abspath(plan.warm_start) if plan.warm_start else None},
         "step": 0, "complete": False, "elbo": None,
     }
 
 
-def _check_cost(args, shape: tuple, P: int, Q: int, options: dict, config: dict, quiet: bool) -> None:
+def _check_cost(plan: TrainPlan, shape: tuple, P: int, Q: int, options: dict, config: dict, quiet: bool) -> None:
     """The memory the run needs (:func:`savigp.cost.model_cost`), checked against ``--max-memory``
     before the model is built (a CostError names the estimate and the option); a note of the work
     per step when it is large."""
@@ -216,10 +210,10 @@ def _check_cost(args, shape: tuple, P: int, Q: int, options: dict, config: dict,
     else:
         M = int(options.get("num_inducing") or min(N, 100))
     K, posterior = int(options.get("num_components") or 1), options.get("posterior") or "full"
-    B, S = int(config["training"]["batch_size"]), int(args.samples)
-    cost = model_cost(D=D, Q=Q, M=M, K=K, posterior=posterior, P=P, N=N, item=4 if args.dtype == "float32" else 8,
+    B, S = int(config["training"]["batch_size"]), int(plan.samples)
+    cost = model_cost(D=D, Q=Q, M=M, K=K, posterior=posterior, P=P, N=N, item=4 if plan.dtype == "float32" else 8,
                       batch=B, samples=S, training=True)
-    check_memory(cost, memory_limit(max_memory_bytes(args)),
+    check_memory(cost, memory_limit(max_memory_bytes(plan.max_memory)),
                  f"training (N={N}, D={D}, Q={Q}, M={M}, K={K}, posterior {posterior!r}, batch {B}, {S} samples)",
                  "--max-memory GIB")
     if cost.step_flops > 1e11 and not quiet:
@@ -230,52 +224,54 @@ def _check_cost(args, shape: tuple, P: int, Q: int, options: dict, config: dict,
 def cmd_train(args) -> int:
     """``savigp train``: read, validate, build, fit (with checkpoints), write the model atomically.
     Under ``torchrun`` every rank trains its share of each mini-batch and rank 0 alone prints and
-    writes checkpoints and the model."""
-    _check_options(args)
+    writes checkpoints and the model. ``args``: the parsed command line, read once into a
+    :class:`~savigp.cli.plan.TrainPlan` that the rest takes."""
+    plan = TrainPlan.from_args(args)
+    _check_options(plan)
     from ..training.distributed import launched
 
-    _check_training_options(args)
-    out, ckpt, plot = _output_files(args)
-    lock = lock_output(out, getattr(args, "argv", None))  # one run per --out (None: a rank whose launcher holds it)
+    _check_training_options(plan)
+    out, ckpt, plot = _output_files(plan)
+    lock = lock_output(out, plan.argv)  # one run per --out (None: a rank whose launcher holds it)
     try:
-        if args.nproc is not None and args.nproc > 1 and not launched():
-            return launch_ranks(args, out, {LOCK_ENV: out + ".lock"} if lock is not None else {})
-        return _train(args, out, ckpt, plot)
+        if plan.nproc is not None and plan.nproc > 1 and not launched():
+            return launch_ranks(plan, out, {LOCK_ENV: out + ".lock"} if lock is not None else {})
+        return _train(plan, out, ckpt, plot)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _train(args, out: str, ckpt: str, plot) -> int:
+def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
     """``cmd_train`` in one process (or one rank), its output paths checked and locked."""
     from ..training.distributed import finish
 
-    table, icols, tcols, X, Y = _read_data(args)
+    table, icols, tcols, X, Y = _read_data(plan)
 
     from ..model_files import SavedModel, build_model
 
-    check_device(args.device)
-    rank = join_ranks(args)
-    quiet = args.quiet or rank != 0
-    spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(args, table, icols, tcols, X, Y)
-    model_options = _model_options(args)
+    check_device(plan.device)
+    rank, plan = join_ranks(plan)
+    quiet = plan.quiet or rank != 0
+    spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(plan, table, icols, tcols, X, Y)
+    model_options = _model_options(plan)
     # --kernel read against the input columns, in the model's units; --fourier-features
-    model_options.update(kernel_options(args, table, icols, standardize["inputs"], int(likelihood.num_latent),
+    model_options.update(kernel_options(plan, table, icols, standardize["inputs"], int(likelihood.num_latent),
                                         data=(Xm, Ym, likelihood), quiet=quiet))
-    if warm is not None and args.num_inducing is None and not args.dense:
+    if warm is not None and plan.num_inducing is None and not plan.dense:
         model_options["inducing_inputs"] = warm.model.inducing.detach()  # M is the source's; no k-means
-    config = _config(args, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)
+    config = _config(plan, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)
     total = config["training"]["iterations"]
-    hypers = config["training"]["hypers"] = resolve_hypers(args)
-    groups = STAGE_TWO_GROUPS if hypers == "two-stage" else args.learn  # what this run's fit learns
-    _check_cost(args, X.shape, Y.shape[1], int(likelihood.num_latent), model_options, config, quiet)
+    hypers = config["training"]["hypers"] = resolve_hypers(plan)
+    groups = STAGE_TWO_GROUPS if hypers == "two-stage" else plan.learn  # what this run's fit learns
+    _check_cost(plan, X.shape, Y.shape[1], int(likelihood.num_latent), model_options, config, quiet)
     if hypers == "two-stage":  # stage 1's full Gaussian too
-        _check_cost(args, X.shape, Y.shape[1], int(likelihood.num_latent),
+        _check_cost(plan, X.shape, Y.shape[1], int(likelihood.num_latent),
                     dict(model_options, posterior="full", num_components=1), config, True)
 
     state: dict = {}
-    if args.resume:
-        source, model, state = resume(args, config, out, ckpt, Xm, Ym, user_code=spec["name"] in USER_KINDS)
+    if plan.resume:
+        source, model, state = resume(plan, config, out, ckpt, Xm, Ym, user_code=spec["name"] in USER_KINDS)
         step = config["step"]
         if step >= total:
             if source == out and step == total:
@@ -289,35 +285,35 @@ def _train(args, out: str, ckpt: str, plot) -> int:
     else:
         if hypers == "two-stage":
             if not quiet:
-                print(describe(hypers, args), file=sys.stderr)
-            warm_model, config["training"]["stage1"] = fit_full_gaussian(args, Xm, Ym, spec, model_options, config,
+                print(describe(hypers, plan), file=sys.stderr)
+            warm_model, config["training"]["stage1"] = fit_full_gaussian(plan, Xm, Ym, spec, model_options, config,
                                                                          quiet, rank)
         model = build_model(Xm, Ym, likelihood, model_options)  # SAVIGP calls likelihood.initialize_from_data
         if hypers == "two-stage":
-            start_from(args, model, types.SimpleNamespace(model=warm_model))
+            start_from(plan, model, types.SimpleNamespace(model=warm_model))
         if warm is not None:
-            start_from(args, model, warm)
+            start_from(plan, model, warm)
             if not quiet:
-                print(f"warm start from {args.warm_start}: its kernel, likelihood, inducing inputs and prior mean; "
+                print(f"warm start from {plan.warm_start}: its kernel, likelihood, inducing inputs and prior mean; "
                       f"q(u) from its moments", file=sys.stderr)
-    check_groups(args, model)
-    warn_joint_factorized(args, model, rank, groups)
-    narrow = mean_field_warning(args, model, groups)
+    check_groups(plan, model)
+    warn_joint_factorized(plan, model, rank, groups)
+    narrow = mean_field_warning(plan, model, groups)
     if narrow and rank == 0:
         print(narrow, file=sys.stderr)
     if groups is not None and not quiet:
         print(f"learning only: {', '.join(groups)}", file=sys.stderr)
-    ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, args.checkpoint_every, rank, state,
+    ckp = Checkpointer(SavedModel(model, config), config, ckpt, total, plan.checkpoint_every, rank, state,
                        keep_generator=spec["name"] == "callable")
     t0 = time.perf_counter()
     begun = int(state.get("step", 0))
-    history = _fit(args, model, ckp, table, spec, quiet, groups)
+    history = _fit(plan, model, ckp, table, spec, quiet, groups)
     done = int(state.get("step", 0))
     if done < total:  # interrupted here or on another rank (interrupted after the last step: just finish)
         ckp.checkpoint(done)  # unless Ctrl-C came before the last callback, which wrote it
         if rank == 0:
             print(f"savigp train: interrupted at step {done} of {total}; checkpoint written to {ckpt}; "
-                  f"run the same command with --resume{' (without --warm-start)' if args.warm_start else ''} to "
+                  f"run the same command with --resume{' (without --warm-start)' if plan.warm_start else ''} to "
                   "continue", file=sys.stderr)
         return EXIT_INTERRUPTED
     elbo = history.final_elbo if history.final_elbo is not None else config.get("elbo")
@@ -389,7 +385,7 @@ def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer)
             signal.signal(signal.SIGTERM, previous)
 
 
-def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups):
+def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups):
     """:func:`savigp.training.fit` of the parameter ``groups`` (None: all) for the remaining steps,
     under ``ckp``'s signal handlers."""
     from ..training.distributed import launched
@@ -398,10 +394,10 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups)
 
     remaining = ckp.total - int(ckp.state.get("step", 0))
     with ckp.signals(sigterm=launched()) as handled:
-        estimator = model.resolved_estimator(args.estimator)  # an impossible choice: one line, exit 2
+        estimator = model.resolved_estimator(plan.estimator)  # an impossible choice: one line, exit 2
         if not quiet:
             print(f"estimator: {estimator} ({ESTIMATOR_WHY[estimator]})", file=sys.stderr)
-        if args.estimator == "auto" and estimator in ("score", "score-nocv") and not quiet:
+        if plan.estimator == "auto" and estimator in ("score", "score-nocv") and not quiet:
             hint = getattr(model.likelihood, "suggest_differentiable", None)  # (once: fit then says nothing)
             if hint is not None and hint(model.train_y):
                 print(f"savigp train: note: --likelihood {spec.get('import_path') or spec['name']} is differentiable "
@@ -410,30 +406,25 @@ def _fit(args, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups)
                       file=sys.stderr)
         # fit calls back at its reads of the device: at every checkpoint step at least
         log_every = default_log_every(model.device)
-        if args.checkpoint_every:
-            log_every = math.gcd(int(args.checkpoint_every), log_every)
+        if plan.checkpoint_every:
+            log_every = math.gcd(int(plan.checkpoint_every), log_every)
         try:
             with file_lines_in_errors(table), warnings.catch_warnings():
                 warnings.simplefilter("ignore", FactorizedHyperparameterWarning)  # said in one line already
                 warnings.simplefilter("ignore", ConvergenceWarning)  # (the still-rising note follows the summary)
                 warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
-                if args.max_components is not None:  # the search (no checkpoints: refused with it), then done
-                    history = fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
-                                  lr=ckp.config["training"]["lr"], num_samples=args.samples,
-                                  estimator=args.estimator, groups=groups, seed=args.seed, progress=False,
-                                  log_every=log_every, threads=args.threads,
-                                  max_components=args.max_components)
+                if plan.max_components is not None:  # the search (no checkpoints: refused with it), then done
+                    history = fit(model, iterations=remaining, groups=groups, progress=False, log_every=log_every,
+                                  max_components=plan.max_components, **plan.fit_options())
                     ckp.state["step"] = ckp.total
                     from ..training.components import format_table
 
                     K = model.posterior.num_components
-                    print(f"savigp train: K = {K} of {args.components}..{args.max_components} by the full-data ELBO "
+                    print(f"savigp train: K = {K} of {plan.components}..{plan.max_components} by the full-data ELBO "
                           f"(K + 1 needs a gain > 2 s.e. and > 0.1 nats):\n{format_table(history.components, K)}")
                     return history
-                return fit(model, iterations=remaining, batch_size=args.batch_size, optimizer=args.optimizer,
-                           lr=ckp.config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
-                           groups=groups, seed=args.seed, progress=not quiet, callback=ckp.callback, state=ckp.state,
-                           log_every=log_every, threads=args.threads)
+                return fit(model, iterations=remaining, groups=groups, progress=not quiet, callback=ckp.callback,
+                           state=ckp.state, log_every=log_every, **plan.fit_options())
         except (SystemExit, KeyboardInterrupt) as err:
             if isinstance(err, KeyboardInterrupt) and (ckp.interrupted or not handled):
                 raise  # Ctrl-C pressed twice: stop at once

@@ -27,6 +27,7 @@ import sys
 from typing import Optional
 
 from .errors import CLIError
+from .plan import TrainPlan
 
 #: the factorized families, whose hyper-parameters are taken from a full Gaussian by default
 FACTORIZED = ("diag", "diag-u")
@@ -34,37 +35,37 @@ FACTORIZED = ("diag", "diag-u")
 STAGE_TWO_GROUPS = ["posterior"]
 
 
-def resolve_hypers(args) -> Optional[str]:
+def resolve_hypers(plan: TrainPlan) -> Optional[str]:
     """How this run learns its hyper-parameters: ``"two-stage"``, ``"joint"``, or None when the
     question does not arise (not a factorized posterior, kernel and likelihood not learned, q(u) not
     learned, or ``--warm-start``, which is the two-stage recipe by hand); ``--hypers`` where it does
     not apply, or with an option two stages cannot take, is an error naming both."""
-    chosen = getattr(args, "hypers", None)
-    learn = None if args.learn is None else set(args.learn)
+    chosen = plan.hypers
+    learn = None if plan.learn is None else set(plan.learn)
     learns_hypers = learn is None or bool(learn & {"kernel", "likelihood"})
     learns_q = learn is None or "posterior" in learn
-    if args.posterior not in FACTORIZED or not (learns_hypers and learns_q):
+    if plan.posterior not in FACTORIZED or not (learns_hypers and learns_q):
         if chosen is not None:
-            why = (f"--posterior {args.posterior} has no factorization bias (its hyper-parameters are learned with it)"
-                   if args.posterior not in FACTORIZED else
-                   f"--learn {','.join(args.learn)} does not learn q(u) together with the kernel or likelihood")
+            why = (f"--posterior {plan.posterior} has no factorization bias (its hyper-parameters are learned with it)"
+                   if plan.posterior not in FACTORIZED else
+                   f"--learn {','.join(plan.learn)} does not learn q(u) together with the kernel or likelihood")
             raise CLIError(f"--hypers {chosen} applies to a factorized posterior (diag, diag-u) that learns "
                            f"q(u) with the kernel or likelihood: {why}")
         return None
-    if args.warm_start:
+    if plan.warm_start:
         if chosen == "two-stage":
-            raise CLIError(f"--hypers two-stage with --warm-start {args.warm_start}: the two-stage fit starts from a "
+            raise CLIError(f"--hypers two-stage with --warm-start {plan.warm_start}: the two-stage fit starts from a "
                            "full Gaussian it fits itself; with a source of your own, give --learn posterior")
         return "joint"
     hypers = chosen or "two-stage"
-    if hypers == "two-stage" and args.nproc is not None and args.nproc > 1:
-        raise CLIError(f"--nproc with the two-stage fit of --posterior {args.posterior} (the default): run the stages "
+    if hypers == "two-stage" and plan.nproc is not None and plan.nproc > 1:
+        raise CLIError(f"--nproc with the two-stage fit of --posterior {plan.posterior} (the default): run the stages "
                        "as two commands (--posterior full --out fg.pt, then --warm-start fg.pt --learn posterior), or "
                        "give --hypers joint")
     return hypers
 
 
-def mean_field_warning(args, model, groups=None) -> str:
+def mean_field_warning(plan: TrainPlan, model, groups=None) -> str:
     """One stderr line when ``--posterior diag-u`` (the diagonal family over u) learns q(u) on a
     dense model with a Gaussian likelihood, else ''. Its optimum at given hyper-parameters has the
     mean-field variances 1 / diag(C^-1) of the exact posterior covariance C, never above diag(C)
@@ -79,22 +80,22 @@ def mean_field_warning(args, model, groups=None) -> str:
     if not (learns_q and model.dense and isinstance(model.posterior, UDiagonalMixture)
             and isinstance(model.likelihood, Gaussian)):
         return ""
-    return (f"savigp train: warning: --posterior {args.posterior} (diagonal over u) on a dense model with a Gaussian "
+    return (f"savigp train: warning: --posterior {plan.posterior} (diagonal over u) on a dense model with a Gaussian "
             "likelihood has the mean-field optimum, whose 90% intervals are narrower than the full Gaussian's "
             "(docs/mixtures.md); --posterior diag (diagonal in whitened coordinates) covers as the full Gaussian does")
 
 
-def describe(hypers: Optional[str], args) -> str:
+def describe(hypers: Optional[str], plan: TrainPlan) -> str:
     """One stderr line on what the run fits (two-stage or joint), or ''."""
     if hypers == "two-stage":
-        return (f"savigp train: two-stage fit (--hypers two-stage, the default for --posterior {args.posterior}): "
+        return (f"savigp train: two-stage fit (--hypers two-stage, the default for --posterior {plan.posterior}): "
                 f"stage 1 fits a full Gaussian (--posterior full, K = 1) with these options, stage 2 the "
-                f"{args.posterior} posterior (K = {args.components}) at its kernel, likelihood and inducing inputs, "
+                f"{plan.posterior} posterior (K = {plan.components}) at its kernel, likelihood and inducing inputs, "
                 f"learning q(u) only (--hypers joint: everything on the factorized ELBO, as the paper)")
     return ""
 
 
-def fit_full_gaussian(args, Xm, Ym, spec: dict, model_options: dict, config: dict, quiet: bool, rank: int = 0):
+def fit_full_gaussian(plan: TrainPlan, Xm, Ym, spec: dict, model_options: dict, config: dict, quiet: bool, rank: int = 0):
     """Stage 1: the full Gaussian of this run's options (``posterior="full"``, K = 1), trained as
     ``savigp train --posterior full`` trains it (same seed, steps, optimizer, batches and groups).
 
@@ -113,16 +114,15 @@ def fit_full_gaussian(args, Xm, Ym, spec: dict, model_options: dict, config: dic
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
-        history = fit(model, iterations=total, batch_size=args.batch_size, optimizer=args.optimizer,
-                      lr=config["training"]["lr"], num_samples=args.samples, estimator=args.estimator,
-                      groups=args.learn, seed=args.seed, progress=not quiet, log_every=default_log_every(model.device),
-                      threads=args.threads)  # (the schedule of the command's --posterior full: it anneals)
+        history = fit(model, iterations=total, groups=plan.learn, progress=not quiet,
+                      log_every=default_log_every(model.device), **plan.fit_options())
+        # (the schedule of the command's --posterior full: it anneals)
     record = {"posterior": "full", "components": 1, "steps": int(history.steps), "estimator": history.estimator,
               "elbo": history.final_elbo, "elbo_stderr": history.final_elbo_stderr}
     if rank == 0:  # (also with --quiet, as the summary line: what was fitted)
         se = f" +- {history.final_elbo_stderr:.2g}" if history.final_elbo_stderr else ""
         elbo = "n/a" if history.final_elbo is None else f"{history.final_elbo:.6g}{se}"
         print(f"savigp train: stage 1 of 2: full Gaussian, {history.steps} step(s), final ELBO {elbo} (on all "
-              f"{Xm.shape[0]} rows); stage 2: {args.posterior}, K = {args.components}, learning q(u) only",
+              f"{Xm.shape[0]} rows); stage 2: {plan.posterior}, K = {plan.components}, learning q(u) only",
               file=sys.stderr)
     return model, record

@@ -19,6 +19,7 @@ from ..model_files.schema import USER_CODE_ARGUMENTS
 from ..estimators.nonfinite import NonFiniteLogProb
 from ..user_likelihood import is_likelihood_class, parse_lik_params, unused_latents
 from .errors import CLIError, one_line
+from .plan import TrainPlan
 
 #: options that only a user *function* takes
 FUNCTION_OPTIONS = ("num_latent", "task", "num_classes", "mean_function", "lik_param", "min_log_prob")
@@ -28,11 +29,11 @@ def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
+def user_likelihood_spec(plan: TrainPlan, Y: np.ndarray, path: str, extra: dict) -> dict:
     """The ``config["likelihood"]`` spec of ``--likelihood path`` (a function or a class).
 
     Args:
-        args: the parsed ``train`` options; Y: the targets ``(N, P)`` as read (file units);
+        plan: the parsed ``train`` options; Y: the targets ``(N, P)`` as read (file units);
         path: the canonical ``file.py:name``; extra: the ``--lik-option`` values.
 
     The function or class and the ``--mean-function`` are recorded with the SHA-256 of their
@@ -40,7 +41,7 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
     """
     obj, ref = import_user_code(path)
     if is_likelihood_class(obj):
-        given = [o for o in FUNCTION_OPTIONS if getattr(args, o, None) not in (None, False, [])]
+        given = [o for o in FUNCTION_OPTIONS if getattr(plan, o, None) not in (None, False, [])]
         if given:
             raise CLIError(f"{_option(given[0])} does not apply to --likelihood {path}: it is a Likelihood subclass, "
                              "whose constructor sets it; pass constructor arguments as --lik-option KEY=VALUE")
@@ -60,9 +61,9 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
         raise CLIError(f"--lik-option {name}=...: not an option of a user function (options: "
                          f"{', '.join(sorted(accepted))}); to give the function a keyword parameter use "
                          f"--lik-param {name}=VALUE (learned) or --lik-param {name}=VALUE:fixed")
-    task = extra.pop("task", None) or args.task or "regression"
-    num_classes = extra.pop("num_classes", None) if args.num_classes is None else args.num_classes
-    num_latent = int(extra.pop("num_latent", None) or args.num_latent or 1)
+    task = extra.pop("task", None) or plan.task or "regression"
+    num_classes = extra.pop("num_classes", None) if plan.num_classes is None else plan.num_classes
+    num_latent = int(extra.pop("num_latent", None) or plan.num_latent or 1)
     if num_latent < 1:
         raise CLIError(f"--num-latent must be >= 1, got {num_latent}")
     kwargs = {"num_latent": num_latent, "output_dim": int(Y.shape[1]), "backend": "auto", "task": task}
@@ -77,18 +78,18 @@ def user_likelihood_spec(args, Y: np.ndarray, path: str, extra: dict) -> dict:
     elif num_classes is not None:
         raise CLIError("--num-classes applies to a user function with --task classification")
     try:
-        params, constraints = parse_lik_params(args.lik_param)
+        params, constraints = parse_lik_params(plan.lik_param)
     except ValueError as err:
         raise CLIError(str(err)) from None
     _check_parameters_given(obj, path, params)
     if params:
         kwargs.update(params=params, constraints=constraints)
-    if args.min_log_prob is not None:
-        kwargs["min_log_prob"] = float(args.min_log_prob)
+    if plan.min_log_prob is not None:
+        kwargs["min_log_prob"] = float(plan.min_log_prob)
     kwargs.update(extra)
     spec = {"name": "callable", "class": "CallableLikelihood", **ref, "kwargs": kwargs}
-    if args.mean_function:  # code: recorded with its SHA-256 under code_kwargs, never among kwargs
-        spec["code_kwargs"] = {"mean_fn": import_user_code(args.mean_function, "--mean-function")[1]}  # a missing one: one line now
+    if plan.mean_function:  # code: recorded with its SHA-256 under code_kwargs, never among kwargs
+        spec["code_kwargs"] = {"mean_fn": import_user_code(plan.mean_function, "--mean-function")[1]}  # a missing one: one line now
     return spec
 
 

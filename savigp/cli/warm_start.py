@@ -25,6 +25,7 @@ import sys
 from typing import Optional
 
 from .errors import CLIError, one_line
+from .plan import TrainPlan
 
 
 def parse_learn(text: Optional[str]) -> Optional[list]:
@@ -44,12 +45,12 @@ def parse_learn(text: Optional[str]) -> Optional[list]:
     return [g for g in PARAMETER_GROUPS if g in names]
 
 
-def check_warm_start_options(args) -> None:
+def check_warm_start_options(plan: TrainPlan) -> None:
     """The option combinations ``--warm-start`` cannot take, before anything is read."""
-    if not args.warm_start:
+    if not plan.warm_start:
         return
-    if args.resume:
-        raise CLIError(f"--warm-start {args.warm_start} with --resume: a resumed run continues from its checkpoint, "
+    if plan.resume:
+        raise CLIError(f"--warm-start {plan.warm_start} with --resume: a resumed run continues from its checkpoint, "
                        "which already holds the warm-started model (and its --learn groups); drop --warm-start")
 
 
@@ -64,7 +65,7 @@ def _compare(path: str, what: str, ours, theirs, hint: str = "") -> None:
         raise CLIError(f"--warm-start {path}: {what} {ours} here but {theirs} in the source{hint}")
 
 
-def read_source(args, spec: dict, input_names: list, target_names: list):
+def read_source(plan: TrainPlan, spec: dict, input_names: list, target_names: list):
     """The ``--warm-start`` file, checked against this run.
 
     Args:
@@ -77,7 +78,7 @@ def read_source(args, spec: dict, input_names: list, target_names: list):
     from ..model_files import LikelihoodImportError, ModelFileError, load_model, read_model_file
     from ..user_likelihood import USER_KINDS
 
-    path = args.warm_start
+    path = plan.warm_start
     try:
         config = read_model_file(path)["config"]  # checked, nothing imported
     except ModelFileError as err:
@@ -90,41 +91,41 @@ def read_source(args, spec: dict, input_names: list, target_names: list):
         _compare(path, "the target columns are", target_names, columns.get("targets"))
     recorded = config.get("standardize") or {}
     for side in ("inputs", "targets"):
-        _compare(path, f"--standardize-{side} is", bool(getattr(args, f"standardize_{side}")),
+        _compare(path, f"--standardize-{side} is", bool(getattr(plan, f"standardize_{side}")),
                  recorded.get(side) is not None,
                  "; the copied hyper-parameters are in the units the source was trained in")
     user = theirs.get("name") in USER_KINDS
-    code = {"mean_fn": args.mean_function} if user and args.mean_function else None
+    code = {"mean_fn": plan.mean_function} if user and plan.mean_function else None
     try:
-        saved, _ = load_model(path, device=args.device, likelihood=args.likelihood if user else None,
-                              trust_code=args.trust_code, code=code)
+        saved, _ = load_model(path, device=plan.device, likelihood=plan.likelihood if user else None,
+                              trust_code=plan.trust_code, code=code)
     except (ModelFileError, LikelihoodImportError) as err:
         raise CLIError(f"--warm-start: {one_line(err)}") from None
     return saved
 
 
-def start_from(args, model, saved) -> None:
+def start_from(plan: TrainPlan, model, saved) -> None:
     """:func:`savigp.warm_start` ``model`` from the source (seeded by ``--seed``); its refusals
     (K != 1, the shapes (Q, M, D), the kernel's class, ...) as one-line errors."""
     from ..training.warm_start import warm_start
 
     try:
-        warm_start(model, saved.model, seed=args.seed)
+        warm_start(model, saved.model, seed=plan.seed)
     except (TypeError, ValueError) as err:
         text = one_line(err)
-        raise CLIError(f"--warm-start {args.warm_start}: {text.removeprefix('warm_start: ')}") from None
+        raise CLIError(f"--warm-start {plan.warm_start}: {text.removeprefix('warm_start: ')}") from None
 
 
-def check_groups(args, model) -> None:
+def check_groups(plan: TrainPlan, model) -> None:
     """``--learn``: the groups must hold a trainable parameter of this model."""
     from ..training import parameter_groups
 
-    if args.learn is not None and not parameter_groups(model, args.learn):
-        raise CLIError(f"--learn {','.join(args.learn)}: the model has no trainable parameters in these groups "
+    if plan.learn is not None and not parameter_groups(model, plan.learn):
+        raise CLIError(f"--learn {','.join(plan.learn)}: the model has no trainable parameters in these groups "
                        "(e.g. inducing with --dense or --fixed-inducing, mean_head without --mean-basis-size)")
 
 
-def warn_joint_factorized(args, model, rank: int, groups=None) -> None:
+def warn_joint_factorized(plan: TrainPlan, model, rank: int, groups=None) -> None:
     """One stderr line (rank 0, also with ``--quiet``) when the run learns a dense model's kernel or
     likelihood jointly with a factorized q(u) (:func:`savigp.training.warm_start.joint_factorized_fit`),
     naming the two-stage recipe; :func:`savigp.fit`'s own Python warning is then silenced by the

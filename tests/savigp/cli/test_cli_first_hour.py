@@ -124,6 +124,7 @@ def test_nproc_says_it_starts_the_ranks(tmp_path, monkeypatch, capsys):
     import subprocess as sp
 
     from savigp.cli import build_parser, ranks
+    from savigp.cli.plan import TrainPlan
 
     started = {}
 
@@ -141,7 +142,7 @@ def test_nproc_says_it_starts_the_ranks(tmp_path, monkeypatch, capsys):
     argv = ["train", "d.csv", "--targets", "y", "--out", "m.pt", "--nproc", "2"]
     args = build_parser().parse_args(argv)
     args.argv = argv
-    assert ranks.launch_ranks(args) == 0
+    assert ranks.launch_ranks(TrainPlan.from_args(args)) == 0
     err = capsys.readouterr().err
     threads = max(1, (os.cpu_count() or 1) // 2)
     assert err.strip() == (f"savigp train: starting 2 data-parallel processes on this machine (ranks 0-1, "
@@ -149,5 +150,5 @@ def test_nproc_says_it_starts_the_ranks(tmp_path, monkeypatch, capsys):
     assert started["env"]["OMP_NUM_THREADS"] == str(threads) and "--nproc" not in started["cmd"]
     args = build_parser().parse_args(argv + ["--threads", "1", "--device", "cuda"])
     args.argv = argv
-    assert ranks.launch_ranks(args) == 0
+    assert ranks.launch_ranks(TrainPlan.from_args(args)) == 0
     assert "nccl backend, 1 thread(s) per rank" in capsys.readouterr().err

@@ -79,6 +79,7 @@ def test_builtin_options_become_the_same_constructor_arguments_as_before(tmp_pat
     records), including the options whose default the data decide."""
     from savigp.cli.likelihood_options import likelihood_spec
     from savigp.cli.parser import build_parser
+    from savigp.cli.plan import TrainPlan
 
     Y2 = np.column_stack([np.zeros(5), np.ones(5)])
     labels = np.array([[0.0], [2.0], [1.0], [2.0], [0.0]])
@@ -97,7 +98,7 @@ def test_builtin_options_become_the_same_constructor_arguments_as_before(tmp_pat
     ]
     for argv, Y, kwargs in cases:
         args = build_parser().parse_args(["train", "d.csv", "--targets", "y", "--out", "m.pt", *argv])
-        spec = likelihood_spec(args, Y)
+        spec = likelihood_spec(TrainPlan.from_args(args), Y)
         assert spec["kwargs"] == kwargs, argv
         assert spec == {"name": argv[1], "class": registry.get(argv[1]).__name__, "kwargs": kwargs}
 

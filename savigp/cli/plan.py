@@ -1,0 +1,150 @@
+"""``savigp train``'s options as one typed object: the plan the command builds once from its
+command line (:meth:`TrainPlan.from_args`) and that ``train`` and its helpers (the likelihood's
+options, the kernel, the two-stage fit, the warm start, the checkpoints, the ranks) take instead
+of the argparse namespace.
+
+Its fields are the options of ``savigp train`` (:mod:`savigp.cli.parser` declares them with their
+defaults and help; a test keeps the two sets equal), typed, with ``--learn`` already read into its
+groups and the repeatable options as tuples. The options a resumed run must repeat unchanged are
+marked where they are declared (:func:`_resumed`); :data:`RESUME_KEYS` is read from those marks and
+:meth:`TrainPlan.resume_options` is what a model file records of them (``config["training"]
+["options"]``), so ``--resume`` compares every such option and no list of their names is kept by
+hand. The plan imports nothing heavy (the parser may import it before torch).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Optional
+
+#: the learning rate of each optimizer when ``--lr`` is not given
+DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
+
+
+def _resumed():
+    """A field a resumed run must repeat unchanged (``--iterations``/``--epochs`` may grow, so they are not)."""
+    return field(metadata={"resume": True})
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainPlan:
+    """The options of one ``savigp train`` run (see the module docstring and docs/cli.md)."""
+
+    # ---------------------------------------------------------------- data and files
+    data: str
+    targets: str
+    inputs: Optional[str]
+    header: Optional[bool]
+    delimiter: str
+    out: str
+    # ---------------------------------------------------------------- likelihood
+    likelihood: str = _resumed()
+    num_latent: Optional[int] = _resumed()
+    num_classes: Optional[int] = _resumed()
+    one_hot: bool = _resumed()
+    num_outputs: Optional[int] = _resumed()
+    num_nodes: Optional[int] = _resumed()
+    num_layers: Optional[int] = _resumed()
+    num_tanh: Optional[int] = _resumed()
+    df: Optional[float] = _resumed()
+    bin_width: Optional[float] = _resumed()
+    noise_variance: Optional[float] = _resumed()
+    lik_option: Optional[tuple] = _resumed()
+    task: Optional[str] = _resumed()
+    mean_function: Optional[str] = _resumed()
+    lik_param: Optional[tuple] = _resumed()
+    min_log_prob: Optional[float] = _resumed()
+    # ---------------------------------------------------------------- model
+    kernel: str = _resumed()
+    search_base: str
+    search_max_terms: int
+    search_budget: float
+    search_iterations: int
+    fourier_features: Optional[int] = _resumed()
+    shared_kernel: bool = _resumed()
+    num_inducing: Optional[int] = _resumed()
+    inducing_init: str = _resumed()
+    dense: bool = _resumed()
+    fixed_inducing: bool = _resumed()
+    posterior: str = _resumed()
+    components: int = _resumed()
+    hypers: Optional[str]
+    max_components: Optional[int]
+    entropy: str = _resumed()
+    prior_mean: Optional[str] = _resumed()
+    learn_prior_mean: bool = _resumed()
+    mean_basis_size: int = _resumed()
+    mean_basis: str = _resumed()
+    standardize_inputs: bool = _resumed()
+    standardize_targets: bool = _resumed()
+    dtype: str = _resumed()
+    device: Optional[str]
+    seed: int = _resumed()
+    # ---------------------------------------------------------------- training
+    iterations: Optional[int]
+    epochs: Optional[float]
+    batch_size: Optional[int] = _resumed()
+    optimizer: str = _resumed()
+    lr: Optional[float] = _resumed()
+    samples: int = _resumed()
+    estimator: str = _resumed()
+    warm_start: Optional[str]
+    #: ``--learn`` read into its parameter groups (None: every group)
+    learn: Optional[tuple] = _resumed()
+    checkpoint_every: Optional[int]
+    resume: bool
+    trust_code: bool
+    quiet: bool
+    plot: Optional[str]
+    nproc: Optional[int]
+    dist_timeout: Optional[float]
+    max_memory: Optional[float]
+    threads: Optional[int]
+    #: the command line as given (``--nproc`` starts the ranks with it; the run lock records it), or
+    #: None (a caller that parsed a list of its own: the process's command line is recorded)
+    argv: Optional[tuple] = None
+
+    @classmethod
+    def from_args(cls, args) -> "TrainPlan":
+        """The plan of ``savigp train``'s parsed arguments (an argparse namespace): ``--nproc`` and
+        ``--dist-timeout`` checked, then ``--learn`` read into its groups
+        (:func:`savigp.cli.warm_start.parse_learn`); each failure a one-line :class:`CLIError`."""
+        from .errors import CLIError
+        from .warm_start import parse_learn
+
+        given = vars(args)
+        if given["nproc"] is not None and given["nproc"] < 1:
+            raise CLIError(f"--nproc must be >= 1, got {given['nproc']}")
+        if given["dist_timeout"] is not None and not given["dist_timeout"] > 0:
+            raise CLIError(f"--dist-timeout must be > 0 seconds, got {given['dist_timeout']}")
+        values = {f.name: given[f.name] for f in fields(cls) if f.name in given}
+        for name in ("lik_option", "lik_param"):
+            values[name] = None if values[name] is None else tuple(values[name])
+        learn = parse_learn(values["learn"])
+        values["learn"] = None if learn is None else tuple(learn)
+        values["argv"] = None if given.get("argv") is None else tuple(given["argv"])
+        return cls(**values)
+
+    def on_device(self, device: Optional[str]) -> "TrainPlan":
+        """The same plan on ``device`` (a rank's own GPU)."""
+        return replace(self, device=device)
+
+    def resume_options(self) -> dict:
+        """The options of :data:`RESUME_KEYS` as plain values (tuples as lists): what a model file
+        records and ``--resume`` compares."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k in RESUME_KEYS for v in (getattr(self, k),)}
+
+    @property
+    def learning_rate(self) -> float:
+        """``--lr``, else the optimizer's default (:data:`DEFAULT_LR`)."""
+        return self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
+
+    def fit_options(self) -> dict:
+        """The keyword arguments of :func:`savigp.fit` that every fit of this run shares (the run
+        itself, the two-stage fit's first stage, the search over K)."""
+        return {"batch_size": self.batch_size, "optimizer": self.optimizer, "lr": self.learning_rate,
+                "num_samples": self.samples, "estimator": self.estimator, "seed": self.seed, "threads": self.threads}
+
+
+#: the options of ``train`` that a resumed run must repeat unchanged (iterations/epochs may grow),
+#: read from the marks on :class:`TrainPlan`'s fields
+RESUME_KEYS = tuple(f.name for f in fields(TrainPlan) if f.metadata.get("resume"))

@@ -1,0 +1,64 @@
+"""``savigp train``'s typed plan (:class:`savigp.cli.plan.TrainPlan`): built once from the command
+line, with the options a resumed run must repeat marked on its fields (``RESUME_KEYS`` is read
+from the marks, no hand list)."""
+import argparse
+import dataclasses
+
+import pytest
+
+from savigp.cli.errors import CLIError
+from savigp.cli.parser import build_parser
+from savigp.cli.plan import RESUME_KEYS, TrainPlan
+
+ARGV = ["train", "d.csv", "--targets", "y", "--out", "m.pt"]
+
+#: the options model files of savigp 0.x record for --resume (config["training"]["options"])
+RECORDED = ("likelihood", "num_latent", "num_classes", "one_hot", "num_outputs", "num_nodes", "num_layers",
+            "num_tanh", "df", "bin_width", "noise_variance", "lik_option", "task", "mean_function", "lik_param",
+            "min_log_prob", "kernel", "fourier_features", "shared_kernel", "num_inducing", "inducing_init", "dense",
+            "fixed_inducing", "posterior", "components", "entropy", "prior_mean", "learn_prior_mean",
+            "mean_basis_size", "mean_basis", "standardize_inputs", "standardize_targets", "dtype", "seed",
+            "batch_size", "optimizer", "lr", "samples", "estimator", "learn")
+
+
+def _train_parser():
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["train"]
+
+
+def test_every_option_of_train_is_a_field_of_the_plan():
+    dests = {a.dest for a in _train_parser()._actions if a.dest != "help"}
+    assert dests == {f.name for f in dataclasses.fields(TrainPlan)} - {"argv"}
+
+
+def test_resume_keys_are_the_marked_fields_in_the_order_files_record_them():
+    assert RESUME_KEYS == RECORDED
+    assert "iterations" not in RESUME_KEYS and "epochs" not in RESUME_KEYS  # a resumed run may train longer
+
+
+def test_the_plan_reads_the_command_line_once():
+    args = build_parser().parse_args(ARGV + ["--learn", "kernel,posterior", "--lik-option", "a=1", "--lr", "0.5"])
+    args.argv = ARGV
+    plan = TrainPlan.from_args(args)
+    assert plan.learn == ("posterior", "kernel")  # in PARAMETER_GROUPS order, as recorded
+    assert plan.lik_option == ("a=1",) and plan.argv == tuple(ARGV)
+    options = plan.resume_options()
+    assert list(options) == list(RESUME_KEYS)
+    assert options["learn"] == ["posterior", "kernel"] and options["lik_option"] == ["a=1"]
+    assert plan.learning_rate == 0.5 and plan.fit_options()["lr"] == 0.5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.device = "cuda"
+    assert plan.on_device("cuda:1").device == "cuda:1" and plan.device is None
+    default = TrainPlan.from_args(build_parser().parse_args(ARGV + ["--optimizer", "adadelta"]))
+    assert default.learning_rate == 1.0 and default.argv is None
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--nproc", "0"], "--nproc must be >= 1, got 0"),
+    (["--dist-timeout", "0"], "--dist-timeout must be > 0 seconds, got 0.0"),
+    (["--learn", "kernels"], "--learn: unknown parameter group(s) 'kernels'"),
+    (["--nproc", "0", "--learn", "kernels"], "--nproc must be >= 1"),  # (checked in the order of before)
+])
+def test_bad_options_are_one_line_errors_when_the_plan_is_built(extra, message):
+    with pytest.raises(CLIError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TrainPlan.from_args(build_parser().parse_args(ARGV + extra))
