@@ -1,6 +1,5 @@
-"""The paper's experiment scripts, each run as ``python experiments/<name>.py ...`` (see
-docs/experiments.md). Importing one as ``experiments.<name>`` (the tests, ``python -m
-experiments.<name>``) first imports the shared runner, :mod:`experiments._common`, which makes the
-scripts' own imports (``import _common``, ``import _flagship_io as io``) resolve as they do when a
-script is run as a file."""
-from . import _common  # noqa: F401
+"""The paper's experiments and the measurements of docs/performance.md, one script each, run from
+the repository root as ``python -m experiments.<name> ...`` (see docs/experiments.md). They share
+one helper library, :mod:`experiments._common` (options taken from the ``savigp`` command line's
+parser, data, metrics, results and figures written atomically), and import it and each other by
+their package names."""

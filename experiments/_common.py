@@ -1,57 +1,42 @@
-"""The experiments' shared runner: where the scripts import from, their common options
-(``--data-dir``, ``--out``, ``--threads``, ``--seed`` / ``--seeds``, ``--device`` / ``--dtype``),
-locating and reading the CSV splits of ``../shared/data``, standardizing with training statistics
-(the statistics ``savigp train`` uses), the paper's metrics (Gaussian NLPD, SSE) written once,
-writing CSV / Markdown / JSON results atomically, printing tables, summarizing over splits, and a
-box-plot helper in the style of the paper's figures.
+"""The experiments' helper library: their options (the model and training options taken from the
+``savigp`` command line's own parser, :func:`add_cli_options`), locating and reading the CSV splits
+of ``../shared/data``, standardizing with training statistics (the statistics ``savigp train``
+uses), the paper's metrics (Gaussian NLPD, SSE) written once, results (CSV / Markdown tables, a JSON
+record with the environment, PNG figures) each written atomically, printing and summarizing tables,
+a box-plot helper in the style of the paper's figures, and a clock of training time alone.
 
-A script is run as a file, ``python experiments/<name>.py ...``: Python puts ``experiments/`` first
-on ``sys.path``, so the script imports this module as ``_common`` (and ``_flagship_io``,
-``seismic_model``, ... the same way); another script it imports by its package name
-(``from experiments import mnist``: a name such as ``mnist`` may also be an installed package).
-Importing this module puts the repository root on ``sys.path`` (a checkout without
-``pip install -e .``); importing a script as ``experiments.<name>`` (the tests, ``python -m
-experiments.<name>``) goes through ``experiments/__init__.py``, which imports this module first.
-:func:`_importable` is the one place that edits ``sys.path`` for the experiments.
+The scripts form the package ``experiments``: each is run from the repository root as ``python -m
+experiments.<name> ...`` and imports this module and its siblings by their package names
+(``from experiments import _common``, ``from experiments import mnist``); nothing edits
+``sys.path``.
 
 Nothing here knows about a particular experiment; every function takes plain numpy arrays or
 tensors, lists of dicts, paths or an ``argparse`` parser.
 """
 from __future__ import annotations
 
+import argparse
 import csv
+import inspect
 import io
 import json
 import math
 import os
+import platform
 import re
 import sys
+import time
+from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
+from savigp.io.atomic_files import atomic_write
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENTS_DIR = REPO_ROOT / "experiments"
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
-
-
-def _importable() -> None:
-    """Make ``savigp`` / ``likelihoods`` (the repository root) and the scripts' own modules
-    (``experiments/``) importable, and give this module one identity under both of its names
-    (``_common`` and ``experiments._common``), so its classes are the same objects whichever way a
-    script was reached."""
-    if str(REPO_ROOT) not in sys.path:  # this checkout's savigp before any installed one
-        sys.path.insert(0, str(REPO_ROOT))
-    if str(EXPERIMENTS_DIR) not in sys.path:  # after the installed packages: a script's name shadows none
-        sys.path.append(str(EXPERIMENTS_DIR))
-    other = "_common" if __name__ == "experiments._common" else "experiments._common"
-    sys.modules.setdefault(other, sys.modules[__name__])
-
-
-_importable()
-
-from savigp.io.atomic_files import atomic_write  # noqa: E402  (after the repository is importable)
 
 
 # ---------------------------------------------------------------------------------- data
@@ -301,6 +286,58 @@ def grouped_boxplot(ax, data: dict, groups: Sequence, members: Sequence, *, ylab
 
 
 # ---------------------------------------------------------------------------------- options
+@lru_cache(maxsize=None)
+def _cli_actions(command: str) -> dict:
+    """``{option string: argparse action}`` of ``savigp <command>`` (built once per process)."""
+    from savigp.cli.parser import build_parser
+
+    cli = build_parser()
+    commands = next(a for a in cli._actions if isinstance(a, argparse._SubParsersAction)).choices
+    if command not in commands:
+        raise ValueError(f"command: savigp has no command {command!r} (it has {', '.join(commands)})")
+    return {flag: a for a in commands[command]._actions for flag in a.option_strings}
+
+
+#: the constructor arguments an argparse action is rebuilt from (those its class takes)
+_ACTION_FIELDS = ("dest", "nargs", "const", "default", "type", "choices", "required", "help", "metavar")
+#: a "(default ...)" note in the CLI's help (one level of nested parentheses, as in "min(N, 100)")
+_DEFAULT_NOTE = re.compile(r"\s*\(default[^()]*(?:\([^()]*\)[^()]*)*\)")
+
+
+def add_cli_options(parser, *flags: str, command: str = "train", defaults: Optional[dict] = None,
+                    default_help: Optional[dict] = None, helps: Optional[dict] = None) -> None:
+    """Add the options ``flags`` (e.g. ``"--lr"``, ``"--samples"``) of ``savigp <command>`` to
+    ``parser`` (or an argument group), with the command line's own action, type, choices, metavar
+    and help (:func:`savigp.cli.parser.build_parser`): a training or model option is typed once, in
+    the CLI, and an experiment takes it from there.
+
+    ``defaults`` maps an option to this script's default (the CLI's otherwise); the help then drops
+    the CLI's "(default ...)" note and states ``default_help[option]`` (e.g. ``"100; 50 with
+    --quick"``) or the default. ``helps`` replaces an option's help text entirely.
+
+    Raises ValueError naming an option the command does not have.
+    """
+    actions = _cli_actions(command)
+    defaults, default_help, helps = dict(defaults or {}), dict(default_help or {}), dict(helps or {})
+    unknown = sorted((set(defaults) | set(default_help) | set(helps)) - set(flags))
+    if unknown:
+        raise ValueError(f"defaults/default_help/helps name {unknown}, which are not among the flags {list(flags)}")
+    for flag in flags:
+        if flag not in actions:
+            raise ValueError(f"flags: savigp {command} has no option {flag!r} "
+                             f"(it has {', '.join(sorted(f for f in actions if f.startswith('--')))})")
+        action = actions[flag]
+        taken = inspect.signature(type(action).__init__).parameters
+        kwargs = {f: getattr(action, f) for f in _ACTION_FIELDS if f in taken and hasattr(action, f)}
+        if flag in defaults or flag in default_help:
+            kwargs["default"] = defaults.get(flag, action.default)
+            note = default_help.get(flag, kwargs["default"])
+            kwargs["help"] = f"{_DEFAULT_NOTE.sub('', action.help or '')} (default {note})".replace("%", "%%").lstrip()
+        if flag in helps:
+            kwargs["help"] = helps[flag]
+        parser.add_argument(*action.option_strings, action=type(action), **kwargs)
+
+
 def add_data_argument(parser, folder: Optional[str] = None) -> None:
     """``--data-dir`` (default ``../shared/data``); read it with :func:`resolve_data_dir`."""
     what = f"folder holding {folder}/" if folder else "folder with the datasets"
@@ -313,13 +350,17 @@ def add_out_argument(parser, default: Optional[str] = None, help: Optional[str] 
 
 
 def add_threads_argument(parser, default: Optional[int] = None, help: Optional[str] = None) -> None:
-    """``--threads``: torch's intra-op CPU threads (the script calls ``torch.set_num_threads``)."""
-    parser.add_argument("--threads", type=int, default=default, help=help)
+    """``savigp train``'s ``--threads`` (torch's intra-op CPU threads; the script calls
+    ``torch.set_num_threads``, or :func:`set_threads` when ``default`` is None); ``help`` replaces
+    the CLI's help."""
+    note = default if default is not None else "1 with --quick, else the cores up to 4 (set_threads)"
+    add_cli_options(parser, "--threads", defaults={"--threads": default}, default_help={"--threads": note},
+                    helps={"--threads": help} if help else None)
 
 
 def add_seed_argument(parser, default: int = 0, help: Optional[str] = None) -> None:
-    """``--seed``: one integer seed."""
-    parser.add_argument("--seed", type=int, default=default, help=help)
+    """``savigp train``'s ``--seed`` (one integer), default ``default``; ``help`` replaces the CLI's help."""
+    add_cli_options(parser, "--seed", defaults={"--seed": default}, helps={"--seed": help} if help else None)
 
 
 def add_seeds_argument(parser, default: str = "0", help: Optional[str] = None) -> None:
@@ -389,17 +430,12 @@ def print_table(rows: Sequence[dict], columns: Sequence[str], headers: Optional[
 
 
 # ---------------------------------------------------------------------------------------- device and dtype
-DTYPES = ("float64", "float32")
-
-
 def add_device_arguments(parser, *, default_dtype: Optional[str] = "float64") -> None:
-    """``--device`` (default cpu) and ``--dtype`` (float64 or float32) for the script's models;
-    ``default_dtype=None``: float64 on the CPU, float32 on an accelerator."""
-    parser.add_argument("--device", default="cpu",
-                        help="torch device of the models: cpu (default), cuda, cuda:1, ...")
-    parser.add_argument("--dtype", default=default_dtype, choices=DTYPES,
-                        help="floating-point type of the models (default "
-                             + (default_dtype or "float64 on the CPU, float32 on CUDA") + ")")
+    """``savigp train``'s ``--device`` (default cpu) and ``--dtype`` (its choices) for the script's
+    models; ``default_dtype=None``: float64 on the CPU, float32 on an accelerator."""
+    add_cli_options(parser, "--device", "--dtype", defaults={"--device": "cpu", "--dtype": default_dtype},
+                    helps={"--dtype": "floating-point type of the models (default "
+                                      + (default_dtype or "float64 on the CPU, float32 on CUDA") + ")"})
 
 
 def device_and_dtype(args):
@@ -415,3 +451,203 @@ def device_and_dtype(args):
         raise SystemExit(f"--device {args.device}: no CUDA device here (torch {torch.__version__})")
     name = args.dtype or ("float64" if device.type == "cpu" else "float32")
     return device, getattr(torch, name)
+
+
+# ---------------------------------------------------------------------------------- result folders and figures
+def out_dir(arg: Optional[str], name: str) -> Path:
+    """The output folder (created): ``arg`` if given, else ``results/<name>`` under the current folder."""
+    path = Path(arg) if arg else Path("results") / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def set_threads(quick: bool, threads: Optional[int]) -> int:
+    """Limit torch's intra-op threads (1 in quick mode: the test machines are shared)."""
+    import torch
+
+    n = threads if threads else (1 if quick else max(1, min(4, os.cpu_count() or 1)))
+    torch.set_num_threads(int(n))
+    return int(n)
+
+
+def write_table(rows: Sequence[dict], stem: Path, columns: Optional[Sequence[str]] = None,
+                title: Optional[str] = None, notes: Iterable[str] = ()) -> tuple[Path, Path]:
+    """Write ``rows`` (a list of dicts) to ``stem.csv`` (full precision) and ``stem.md`` (rounded),
+    each atomically. Returns the two paths."""
+    stem = Path(stem)
+    if columns is None:
+        columns = []
+        for r in rows:
+            columns += [k for k in r if k not in columns]
+    csv_path, md_path = stem.with_suffix(".csv"), stem.with_suffix(".md")
+    write_csv_atomic(csv_path, rows, columns)
+    lines = [f"# {title}", ""] if title else []
+    lines.append(markdown_table(rows, columns).rstrip("\n"))
+    notes = list(notes)
+    if notes:
+        lines.append("")
+        lines += [f"- {n}" for n in notes]
+    write_text_atomic(md_path, "\n".join(lines) + "\n")
+    return csv_path, md_path
+
+
+def write_result(path: Path, argv: Optional[Sequence[str]], **fields) -> dict:
+    """An experiment's result record: ``fields`` plus the environment, the command-line arguments
+    and the output folder, written as JSON to ``path``; returns the record."""
+    result = dict(fields)
+    result.update(environment=environment(), argv=list(argv) if argv is not None else sys.argv[1:],
+                  out=str(Path(path).parent))
+    write_json_atomic(path, result)
+    return result
+
+
+def environment() -> dict:
+    """What the numbers were measured on (written next to every results table)."""
+    import numpy
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "machine": platform.machine(),
+            "cuda": bool(torch.cuda.is_available()), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def pyplot():
+    """matplotlib.pyplot with the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def script_parser(doc: str, name: str, *, quick_help: Optional[str] = None, data_folder: Optional[str] = None,
+           epilog: bool = False) -> argparse.ArgumentParser:
+    """The flagship scripts' common options: ``--quick`` (when ``quick_help`` is given), ``--out``
+    (default ``results/<name>``) and ``--data-dir`` (when the script reads ``data_folder``)."""
+    parts = doc.split("\n\n", 1)
+    p = argparse.ArgumentParser(description=parts[0], epilog=parts[1] if epilog and len(parts) > 1 else None,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    if quick_help is not None:
+        p.add_argument("--quick", action="store_true", help=quick_help)
+    add_out_argument(p, None, help=f"output folder (default results/{name})")
+    if data_folder is not None:
+        add_data_argument(p, data_folder)
+    return p
+
+
+def save_figure(fig, path: Path, title: Optional[str] = None, dpi: int = 120) -> Path:
+    """Optional suptitle, tight layout, the figure at ``path`` (PNG at ``dpi``; written atomically,
+    its folder created), and the figure closed."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if title is not None:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    with atomic_write(path, "wb") as fh:
+        fig.savefig(fh, dpi=dpi, format=Path(path).suffix.lstrip(".") or None)
+    pyplot().close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------- baselines
+def gpytorch_kernel(kernel: str, D: int, ard: bool, batch_shape, lengthscale):
+    """GPyTorch's ``ScaleKernel(RBFKernel())``, or for ``"composite"``
+    ``ScaleKernel(RBFKernel()) + ScaleKernel(PeriodicKernel() * RBFKernel())``, with the length-scales,
+    period and variances of ``experiments.benchmark.savigp_kernel`` (GPyTorch's periodic length-scale is savigp's l^2)."""
+    import gpytorch.kernels as gk
+
+    dims = D if ard else None
+    first = gk.ScaleKernel(gk.RBFKernel(ard_num_dims=dims, batch_shape=batch_shape), batch_shape=batch_shape)
+    first.base_kernel.lengthscale, first.outputscale = lengthscale, 1.0
+    if kernel == "rbf":
+        return first
+    periodic = gk.PeriodicKernel(ard_num_dims=dims, batch_shape=batch_shape)
+    periodic.lengthscale, periodic.period_length = lengthscale ** 2, 1.0
+    rbf = gk.RBFKernel(ard_num_dims=dims, batch_shape=batch_shape)
+    rbf.lengthscale = lengthscale
+    second = gk.ScaleKernel(periodic * rbf, batch_shape=batch_shape)
+    second.outputscale = 1.0
+    return first + second
+
+
+def gpytorch_svgp(Z, num_tasks: int = 0, *, ard: bool = True, learn_inducing: bool = True,
+                  shared: bool = False, diagonal: bool = False, kernel: str = "rbf", lengthscale: float = 1.0):
+    """The GPyTorch baseline of benchmark.py, mnist.py and airline.py (Hensman et al. 2015's SVGP in
+    GPyTorch, Gardner et al. 2018), with inducing inputs ``Z (M, D)``: a whitened full-Cholesky q(u)
+    (``CholeskyVariationalDistribution`` in a ``VariationalStrategy``; ``diagonal``: its mean-field
+    ``MeanFieldVariationalDistribution``), zero mean, a scaled RBF kernel (ARD or one length-scale);
+    with ``num_tasks`` = Q > 0, Q independent GPs sharing the initial Z
+    (``IndependentMultitaskVariationalStrategy``, batch shape ``(Q,)``), each with its own kernel and
+    inducing inputs, or with ``shared`` one kernel and one set of inducing inputs for all Q (only
+    q(u) is batched: savigp's ``shared_kernel``). ``lengthscale``: a float, or ``(D,)`` with ``ard``."""
+    import gpytorch
+    import torch
+    from gpytorch.variational import (CholeskyVariationalDistribution, IndependentMultitaskVariationalStrategy,
+                                      VariationalStrategy)
+
+    M, D = Z.shape
+    batch_shape = torch.Size([num_tasks]) if num_tasks else torch.Size([])
+    prior_batch = torch.Size([]) if shared else batch_shape  # of the kernel, the mean and Z
+    family = (gpytorch.variational.MeanFieldVariationalDistribution if diagonal
+              else CholeskyVariationalDistribution)
+
+    class SVGP(gpytorch.models.ApproximateGP):
+        def __init__(self, Zb):
+            vd = family(M, batch_shape=batch_shape)
+            vs = VariationalStrategy(self, Zb, vd, learn_inducing_locations=learn_inducing)
+            if num_tasks:
+                vs = IndependentMultitaskVariationalStrategy(vs, num_tasks=num_tasks)
+            super().__init__(vs)
+            self.mean_module = gpytorch.means.ZeroMean(batch_shape=prior_batch)
+            self.covar_module = gpytorch_kernel(kernel, D, ard, prior_batch, lengthscale)
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+    return SVGP(Z.unsqueeze(0).expand(num_tasks, M, D).clone() if num_tasks and not shared else Z.clone())
+
+
+# ---------------------------------------------------------------------------------- clocks
+def device_name(device) -> str:
+    """A readable name of the device (the GPU model for CUDA)."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+
+
+class TrainingClock:
+    """Wall time of training alone: evaluations made inside :meth:`pause` do not count.
+
+    On CUDA the device is synchronized before every reading, so the clock sees finished work.
+    """
+
+    def __init__(self, device=None, offset: float = 0.0):
+        self.device = device
+        self.paused = 0.0
+        self.offset = float(offset)  # training seconds already spent (a resumed run)
+        self._sync()
+        self.t0 = time.perf_counter()
+
+    def _sync(self) -> None:
+        if self.device is not None and getattr(self.device, "type", "cpu") == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def seconds(self) -> float:
+        """Training seconds so far (including ``offset``)."""
+        self._sync()
+        return self.offset + time.perf_counter() - self.t0 - self.paused
+
+    @contextmanager
+    def pause(self):
+        """Context manager: time spent inside is excluded from :meth:`seconds`."""
+        self._sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._sync()
+            self.paused += time.perf_counter() - start

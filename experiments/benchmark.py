@@ -57,11 +57,11 @@ stream/event synchronizations per step (the host waiting for the device).
 
 Usage::
 
-    python experiments/benchmark.py --quick                 # a few configurations, < ~1 min
-    python experiments/benchmark.py                         # full sweep over M, B, S, K and Q
-    python experiments/benchmark.py --device cuda --dtype float32 --out results/benchmark_gpu
-    python experiments/benchmark.py --composite             # rbf + periodic * rbf against GPyTorch's, beside the RBF
-    python experiments/benchmark.py --kernel-parts          # the composite's kernel work against its parts'
+    python -m experiments.benchmark --quick                 # a few configurations, < ~1 min
+    python -m experiments.benchmark                         # full sweep over M, B, S, K and Q
+    python -m experiments.benchmark --device cuda --dtype float32 --out results/benchmark_gpu
+    python -m experiments.benchmark --composite             # rbf + periodic * rbf against GPyTorch's, beside the RBF
+    python -m experiments.benchmark --kernel-parts          # the composite's kernel work against its parts'
 
 Outputs in ``--out`` (default ``results/benchmark``): ``benchmark.csv``, ``benchmark.md`` and
 ``benchmark.png`` (time against M, B, S, K and Q).
@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import math
 import os
 import platform
@@ -84,8 +83,9 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from _common import (REPO_ROOT as ROOT, add_device_arguments, add_out_argument, add_seed_argument,
-                     add_threads_argument)
+from experiments._common import (add_device_arguments, add_out_argument, add_seed_argument,
+                                 add_threads_argument, gpytorch_svgp, pyplot, save_figure,
+                                 write_csv_atomic, write_text_atomic)
 from savigp import SAVIGP
 from savigp.kernels import RBF, Periodic
 from savigp.training import WARMUP_STEPS, StepRunner, default_log_every, graph_decision, make_adam
@@ -319,7 +319,7 @@ class SavigpStep:
 def savigp_kernel(cfg: Config, D: int, lengthscale: float):
     """The step's kernel: an RBF (ARD or isotropic), or with ``cfg.kernel == "composite"``
     rbf + periodic * rbf (period 1, the periodic length-scale ``lengthscale``, every part over all D
-    columns), initialized as :func:`gpytorch_kernel`'s."""
+    columns), initialized as :func:`experiments._common.gpytorch_kernel`'s."""
     Q = 1 if cfg.shared else cfg.Q
     kernel = RBF(D, Q, lengthscale=lengthscale, variance=1.0, ard=cfg.ard)
     if cfg.kernel == "composite":
@@ -328,26 +328,6 @@ def savigp_kernel(cfg: Config, D: int, lengthscale: float):
     elif cfg.kernel != "rbf":
         raise ValueError(f"unknown benchmark kernel {cfg.kernel!r}")
     return kernel
-
-
-def gpytorch_kernel(kernel: str, D: int, ard: bool, batch_shape: torch.Size, lengthscale: float):
-    """GPyTorch's ``ScaleKernel(RBFKernel())``, or for ``"composite"``
-    ``ScaleKernel(RBFKernel()) + ScaleKernel(PeriodicKernel() * RBFKernel())``, with the length-scales,
-    period and variances of :func:`savigp_kernel` (GPyTorch's periodic length-scale is savigp's l^2)."""
-    import gpytorch.kernels as gk
-
-    dims = D if ard else None
-    first = gk.ScaleKernel(gk.RBFKernel(ard_num_dims=dims, batch_shape=batch_shape), batch_shape=batch_shape)
-    first.base_kernel.lengthscale, first.outputscale = lengthscale, 1.0
-    if kernel == "rbf":
-        return first
-    periodic = gk.PeriodicKernel(ard_num_dims=dims, batch_shape=batch_shape)
-    periodic.lengthscale, periodic.period_length = lengthscale ** 2, 1.0
-    rbf = gk.RBFKernel(ard_num_dims=dims, batch_shape=batch_shape)
-    rbf.lengthscale = lengthscale
-    second = gk.ScaleKernel(periodic * rbf, batch_shape=batch_shape)
-    second.outputscale = 1.0
-    return first + second
 
 
 def _logistic_mc_likelihood():
@@ -374,41 +354,6 @@ def _softmax_likelihood(Q: int):
         return torch.gather(torch.log_softmax(f, -1), -1, idx).squeeze(-1)
 
     return L.CallableLikelihood(log_softmax_lik, num_latent=Q, backend="torch", task="classification")
-
-
-def gpytorch_svgp(Z: torch.Tensor, num_tasks: int = 0, *, ard: bool = True, learn_inducing: bool = True,
-                  shared: bool = False, diagonal: bool = False, kernel: str = "rbf", lengthscale: float = 1.0):
-    """GPyTorch's SVGP with inducing inputs ``Z (M, D)``: a whitened full-Cholesky q(u)
-    (``CholeskyVariationalDistribution`` in a ``VariationalStrategy``; ``diagonal``: its mean-field
-    ``MeanFieldVariationalDistribution``), zero mean, a scaled RBF kernel (ARD or one length-scale);
-    with ``num_tasks`` = Q > 0, Q independent GPs sharing the initial Z
-    (``IndependentMultitaskVariationalStrategy``, batch shape ``(Q,)``), each with its own kernel and
-    inducing inputs, or with ``shared`` one kernel and one set of inducing inputs for all Q (only
-    q(u) is batched: savigp's ``shared_kernel``)."""
-    import gpytorch
-    from gpytorch.variational import (CholeskyVariationalDistribution, IndependentMultitaskVariationalStrategy,
-                                      VariationalStrategy)
-
-    M, D = Z.shape
-    batch_shape = torch.Size([num_tasks]) if num_tasks else torch.Size([])
-    prior_batch = torch.Size([]) if shared else batch_shape  # of the kernel, the mean and Z
-    family = (gpytorch.variational.MeanFieldVariationalDistribution if diagonal
-              else CholeskyVariationalDistribution)
-
-    class SVGP(gpytorch.models.ApproximateGP):
-        def __init__(self, Zb):
-            vd = family(M, batch_shape=batch_shape)
-            vs = VariationalStrategy(self, Zb, vd, learn_inducing_locations=learn_inducing)
-            if num_tasks:
-                vs = IndependentMultitaskVariationalStrategy(vs, num_tasks=num_tasks)
-            super().__init__(vs)
-            self.mean_module = gpytorch.means.ZeroMean(batch_shape=prior_batch)
-            self.covar_module = gpytorch_kernel(kernel, D, ard, prior_batch, lengthscale)
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-    return SVGP(Z.unsqueeze(0).expand(num_tasks, M, D).clone() if num_tasks and not shared else Z.clone())
 
 
 class GPyTorchStep:
@@ -1006,12 +951,7 @@ def environment(args, peak: float) -> dict:
 
 
 def write_outputs(out: Path, rows: list[dict], env: dict, command: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "benchmark.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: r.get(c, "") for c in COLUMNS})
+    write_csv_atomic(out / "benchmark.csv", rows, COLUMNS)
     md = ["# savigp vs GPyTorch: milliseconds per training step", "",
           f"Command: `{command}`", "",
           "Environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), "",
@@ -1035,7 +975,7 @@ def write_outputs(out: Path, rows: list[dict], env: dict, command: str) -> None:
     notes = [r for r in rows if r.get("note")]
     if notes:
         md += ["Notes:", ""] + [f"- {r['likelihood']} M={r['M']} B={r['B']}: {r['note']}" for r in notes] + [""]
-    (out / "benchmark.md").write_text("\n".join(md))
+    write_text_atomic(out / "benchmark.md", "\n".join(md))
     try:
         plot(rows, out / "benchmark.png")
     except Exception as exc:  # matplotlib missing or headless trouble: the tables still stand
@@ -1043,10 +983,7 @@ def write_outputs(out: Path, rows: list[dict], env: dict, command: str) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     def num(x):
         return float(x) if x not in ("", None) else float("nan")
@@ -1093,9 +1030,7 @@ def plot(rows: list[dict], path: Path) -> None:
             ax.set_yscale("log")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------- main
@@ -1232,7 +1167,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
     print(format_table(rows))
     print(f"\nmatmul peak {peak:.1f} GFLOP/s ({args.dtype}); total {time.perf_counter() - t0:.0f} s")
     env = environment(args, peak)
-    command = "python " + " ".join([os.path.relpath(__file__, ROOT)] + (argv if argv is not None else sys.argv[1:]))
+    command = " ".join(["python -m experiments.benchmark"] + (argv if argv is not None else sys.argv[1:]))
     write_outputs(Path(args.out), rows, env, command)
     print(f"wrote {args.out}/benchmark.csv, benchmark.md, benchmark.png")
     return rows

@@ -1,7 +1,7 @@
 """Every mixture the command line offers, with its default handling of the hyper-parameters,
 against the full Gaussian, on the paper's small-scale sets (Bonilla et al. 2019, §9.3).
 
-    python experiments/cli_mixtures.py DATASET [--splits 1,2,3,4,5] [--sparsity 0.5,1]
+    python -m experiments.cli_mixtures DATASET [--splits 1,2,3,4,5] [--sparsity 0.5,1]
         [--rows fg,fmog2,mog1,mog2,wmog1,wmog2] [--hypers default|joint] [--out results/cli_mixtures]
 
 Each row is one ``savigp train`` command (run in this process through :func:`savigp.cli.main`) on
@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (  # the shared runner (it makes savigp and the experiments package importable)
+from experiments._common import (
     add_data_argument, add_out_argument, parse_ints, read_csv_matrix, read_csv_rows, resolve_data_dir, summarize,
     write_csv_atomic, write_text_atomic,
 )

@@ -45,8 +45,8 @@ Rows of the results table:
 ``objective_per_point`` is the exact log marginal likelihood (exact GP) or the ELBO (savigp) divided
 by N, on the standardized targets.
 
-    python experiments/co2.py --quick                  # every 16th week, M = 15: seconds
-    python experiments/co2.py                          # weekly, M = 200 (the exact GP: minutes, cached)
+    python -m experiments.co2 --quick                  # every 16th week, M = 15: seconds
+    python -m experiments.co2                          # weekly, M = 200 (the exact GP: minutes, cached)
 
 Outputs in ``--out`` (default ``results/co2``): ``co2.csv`` / ``co2.md`` (the table), ``co2.png``
 (data, forecasts and 95% bands), ``co2_results.json`` (rows, hyper-parameters, settings) and the
@@ -59,10 +59,8 @@ import time
 
 import numpy as np
 
-import _flagship_io as io
-from _common import Standardizer, gaussian_nlpd, parse_ints
-
-#: where the runs start, in ppm (scikit-learn's CO2 example), before standardization
+from experiments import _common as common
+from experiments._common import Standardizer, gaussian_nlpd, parse_ints
 INITIAL = {"long_var": 50.0 ** 2, "long_ls": 50.0, "seas_var": 2.0 ** 2, "seas_decay": 100.0, "seas_ls": 1.0,
            "period": 1.0, "rq_var": 0.5 ** 2, "rq_ls": 1.0, "rq_alpha": 1.0, "noise": 0.1 ** 2}
 #: the hyper-parameters that are variances (divided by the training variance of y)
@@ -204,7 +202,7 @@ def cached_exact(path, key: dict, X, y, h0: dict, args) -> dict:
           "cached afterwards) ...", flush=True)
     _, h, lml, seconds, evaluations = exact_gp(X, y, h0, args.learn_period, args.exact_max_iter)
     record = {"key": key, "hypers": h, "log_marginal_likelihood": lml, "seconds": seconds, "evaluations": evaluations}
-    io.write_json(record, path)
+    common.write_json_atomic(path, record)
     record["cached"] = False
     return record
 
@@ -269,10 +267,10 @@ def metrics(y, mean, var, scale: Standardizer) -> dict:
 
 # ---------------------------------------------------------------------------------- script
 def parse(argv=None):
-    p = io.parser(__doc__, "co2", quick_help="every 16th week, M = 15, 40 steps, the exact GP <= 30 iterations (seconds)")
-    p.add_argument("--num-inducing", type=int, default=None, help="M (default 200; 15 quick)")
+    p = common.script_parser(__doc__, "co2", quick_help="every 16th week, M = 15, 40 steps, the exact GP <= 30 iterations (seconds)")
+    common.add_cli_options(p, "--num-inducing", "--lr", defaults={"--num-inducing": None, "--lr": 0.1},
+                           default_help={"--num-inducing": "200; 15 quick", "--lr": "0.1, Adam's for the hyper-parameters"})
     p.add_argument("--steps", type=int, default=None, help="training steps of each savigp model (default 500; 40 quick)")
-    p.add_argument("--lr", type=float, default=0.1, help="Adam's learning rate for the hyper-parameters")
     p.add_argument("--every", type=int, default=None, help="keep every k-th week (default 1; 16 quick)")
     p.add_argument("--sweep-inducing", default=None,
                    help="more M (comma-separated) for savigp at the exact GP's hyper-parameters (default 400,800; none quick)")
@@ -280,8 +278,8 @@ def parse(argv=None):
     p.add_argument("--learn-period", action="store_true", help="learn the period in every method (default: 1 year)")
     p.add_argument("--exact-max-iter", type=int, default=None, help="L-BFGS-B iterations of the exact GP (default 200; 30 quick)")
     p.add_argument("--refit-exact", action="store_true", help="fit the exact GP even if co2_exact.json matches")
-    io.add_seed_argument(p, help="seeds the k-means of the inducing inputs")
-    io.add_threads_argument(p, help="torch threads (default 1: the steps are small)")
+    common.add_seed_argument(p, help="seeds the k-means of the inducing inputs")
+    common.add_threads_argument(p, help="torch threads (default 1: the steps are small)")
     args = p.parse_args(argv)
     q = args.quick
     args.num_inducing = args.num_inducing or (15 if q else 200)
@@ -295,8 +293,8 @@ def parse(argv=None):
 
 def main(argv=None) -> dict:
     args = parse(argv)
-    threads = io.set_threads(True, args.threads)  # 1 unless --threads: a small problem (docs/cli.md, "Threads")
-    out = io.out_dir(args.out, "co2")
+    threads = common.set_threads(True, args.threads)  # 1 unless --threads: a small problem (docs/cli.md, "Threads")
+    out = common.out_dir(args.out, "co2")
     t_all, y_all, missing = load_co2()
     Xtr, ytr, Xte, yte = split(t_all, y_all, args.every)
     scale = Standardizer(ytr[:, None])
@@ -373,15 +371,15 @@ def main(argv=None) -> dict:
              f"savigp: M = {args.num_inducing} k-means inducing inputs ({'learned' if args.learn_inducing else 'fixed'}), "
              f"{args.steps} fit_orthnat steps (natural step 1 on q(u), Adam lr {args.lr} on the hyper-parameters); "
              f"period {'learned' if args.learn_period else 'held at 1 year'}; {threads} torch thread(s)."]
-    io.write_table(rows, out / "co2", columns, title="Mauna Loa CO2 (weekly): forecast 1991-2001", notes=notes)
-    io.write_table(hyper_rows, out / "co2_hypers", title="CO2: hyper-parameters (variances in ppm^2, lengths in years)")
+    common.write_table(rows, out / "co2", columns, title="Mauna Loa CO2 (weekly): forecast 1991-2001", notes=notes)
+    common.write_table(hyper_rows, out / "co2_hypers", title="CO2: hyper-parameters (variances in ppm^2, lengths in years)")
     plot(out / "co2.png", (Xtr[:, 0], ytr), (Xte[:, 0], yte), curves, scale, args)
-    return io.write_result(out / "co2_results.json", argv, rows=rows, hypers=hypers, y_mean=float(scale.mean[0]),
+    return common.write_result(out / "co2_results.json", argv, rows=rows, hypers=hypers, y_mean=float(scale.mean[0]),
                            y_std=float(scale.std[0]), settings=vars(args))
 
 
 def plot(path, train, test, curves, scale, args):
-    plt = io.pyplot()
+    plt = common.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1.3, 1]})
     styles = {"exact-gp": ("tab:blue", "exact GP"), "savigp": ("tab:orange", f"savigp, M = {args.num_inducing}"),
               "savigp-rbf": ("tab:green", "savigp, RBF alone")}
@@ -407,7 +405,7 @@ def plot(path, train, test, curves, scale, args):
             ax.set_title("the test years (bands: 95% of y)", fontsize=9)
         else:
             ax.legend(fontsize="small", loc="upper left")
-    io.save_figure(fig, path, title="Mauna Loa CO2, weekly: trained to 1990, forecast 1991-2001")
+    common.save_figure(fig, path, title="Mauna Loa CO2, weekly: trained to 1990, forecast 1991-2001")
 
 
 if __name__ == "__main__":

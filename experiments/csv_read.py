@@ -20,10 +20,10 @@ interleaved; each row: the median wall and CPU seconds (user + system) and their
 ``--checkout DIR`` adds the same runs with the ``savigp`` package of another checkout (e.g. the
 version before a change: ``git archive HEAD~1 savigp | tar -x -C DIR``), through ``PYTHONPATH``.
 
-    python experiments/csv_read.py --rows 1000000 --repeats 5
-    python experiments/csv_read.py --rows 10000000 --repeats 2
-    python experiments/csv_read.py --rows 1000000 --block-sizes 18 20 22 24
-    python experiments/csv_read.py --startup --repeats 7
+    python -m experiments.csv_read --rows 1000000 --repeats 5
+    python -m experiments.csv_read --rows 10000000 --repeats 2
+    python -m experiments.csv_read --rows 1000000 --block-sizes 18 20 22 24
+    python -m experiments.csv_read --startup --repeats 7
 """
 from __future__ import annotations
 
@@ -42,9 +42,7 @@ from typing import Optional
 
 import numpy as np
 
-from _common import REPO_ROOT, add_out_argument, markdown_table, print_table, write_csv_atomic, write_text_atomic
-
-#: run in a child process: read the file with one reader, print seconds, memory and a digest as JSON
+from experiments._common import REPO_ROOT, add_out_argument, markdown_table, print_table, write_csv_atomic, write_text_atomic
 _CHILD = r"""
 import hashlib, json, sys, time
 import numpy as np

@@ -1,7 +1,7 @@
 """The bases of Salimbeni et al. (2018)'s table 1 (and Azzimonti et al. (2020)'s ODVFF) at equal M: COUPLED, COUPLEDNAT, ORTH,
 ORTHNAT, HYBRID, DECOUPLED (Salimbeni et al. 2018, §4; Cheng & Boots 2017; issues 5 and 20).
 
-    python experiments/decoupled_comparison.py [--quick] [--out results/decoupled]
+    python -m experiments.decoupled_comparison [--quick] [--out results/decoupled]
         [--data-dir ../shared/data] [--configs coupled,orth,...] [--datasets boston,creep,...]
         [--seeds 0,1] [--threads 1] [--no-timing]
 
@@ -72,8 +72,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import (  # the shared runner (it makes savigp importable)
+from experiments._common import (
     Standardizer,
+    add_cli_options,
     add_data_argument,
     add_device_arguments,
     add_out_argument,
@@ -94,7 +95,8 @@ from _common import (  # the shared runner (it makes savigp importable)
 )
 from likelihoods import Gaussian
 from savigp import SAVIGP, TrainingDiverged, TrainingHistory, fit
-from savigp.kernels.fourier_features import AdditiveMatern, odvff_model
+from savigp.kernels.fourier_features import AdditiveMatern
+from savigp.odvff import odvff_model
 from savigp.training.natural_gradients import fit_orthnat
 
 CONFIGS = ("coupled", "coupled-nat", "orth", "orthnat", "hybrid", "decoupled", "odvff", "orthnat-gn", "orthnat-eq16")
@@ -237,7 +239,7 @@ def train(model: SAVIGP, config: str, iters: int, batch, lr: float, eq16_step: f
     if config == "orthnat-gn":
         return fit_orthnat(model, iters, gamma_update="precond", gamma_precond="gauss-newton", gamma_step=1.0, **common)
     if config == "orthnat-eq16":
-        return fit_orthnat(model, iters, gamma_update="precond", gamma_precond="seed", gamma_step=eq16_step, **common)
+        return fit_orthnat(model, iters, gamma_update="precond", gamma_precond="eq16", gamma_step=eq16_step, **common)
     raise ValueError(f"unknown configuration {config!r}; choose from {CONFIGS}")
 
 
@@ -422,7 +424,7 @@ def prediction_cache_table(quick: bool, seed: int) -> list[dict]:
 def report(out: Path, rows, summary, ranks, matern_ranks, timing, cache, args, seconds: float) -> None:
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("n/a",)
     lines = ["# Bases of the decoupled GP papers in SAVIGP (Salimbeni et al. 2018 table 1, Azzimonti et al. 2020)", "",
-             f"Command: `python experiments/decoupled_comparison.py {' '.join(sys.argv[1:])}`  ",
+             f"Command: `python -m experiments.decoupled_comparison {' '.join(sys.argv[1:])}`  ",
              f"Machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
              f"{torch.get_num_threads()} thread(s), CPU only (no GPU available for this run); "
              f"load average at the end {tuple(round(x, 1) for x in load)}; total {seconds / 60:.1f} min.", "",
@@ -480,7 +482,7 @@ def main(argv=None) -> int:
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=f"comma-separated, from {CONFIGS}")
     p.add_argument("--datasets", default=",".join(DATASETS), help=f"comma-separated, from {DATASETS}")
     add_seeds_argument(p, "0,1", help="comma-separated seeds (one run per seed and configuration)")
-    p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (all Adam groups)")
+    add_cli_options(p, "--lr", defaults={"--lr": 0.01}, default_help={"--lr": "0.01, every Adam group's"})
     p.add_argument("--eq16-step", type=float, default=1e-3, help="step of Salimbeni et al. 2018 eq. (16) for orthnat-eq16")
     add_threads_argument(p, 1, help="torch CPU threads (1: reproducible CPU ms)")
     p.add_argument("--no-timing", action="store_true", help="skip the timing and prediction-cache tables")

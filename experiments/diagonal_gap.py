@@ -18,8 +18,8 @@ is the exact posterior mean K (K + sigma^2 I)^-1 y and s_m^2 = 1 / [K^-1 + I / s
 (Bonilla et al. 2019, §3, the diagonal family's stationary point); the row ``closed-form diag@fg``
 evaluates it, a check on ``mog1@fg``'s optimization.
 
-    python experiments/diagonal_gap.py boston --splits 1,2,3,4,5 [--sf 1.0] [--out FILE.csv]
-    python experiments/diagonal_gap.py abalone --splits 5 --sf 0.5   # warped Gaussian, slopes bounded
+    python -m experiments.diagonal_gap boston --splits 1,2,3,4,5 [--sf 1.0] [--out FILE.csv]
+    python -m experiments.diagonal_gap abalone --splits 5 --sf 0.5   # warped Gaussian, slopes bounded
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import (  # the shared runner (it makes savigp and the experiments package importable)
+from experiments._common import (
     Identity, Standardizer, add_data_argument, add_threads_argument, gaussian_log_density, nested_subsets, read_split,
     resolve_data_dir, sse, write_csv_atomic,
 )

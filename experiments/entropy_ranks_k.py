@@ -14,7 +14,7 @@ the true gain (about log 2 for equal separate modes) is printed beside each boun
 
 A unimodal control (``y = f + noise``, Gaussian likelihood, same inputs): K = 2 against K = 1.
 
-    python experiments/entropy_ranks_k.py [--seeds 10] [--entropies pairwise,bound]
+    python -m experiments.entropy_ranks_k [--seeds 10] [--entropies pairwise,bound]
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ import math
 
 import torch
 
-import _common  # noqa: F401  (the shared runner: savigp importable from a checkout)
 import savigp
 from likelihoods import CallableLikelihood, Gaussian
 from likelihoods.densities import gaussian_log_density

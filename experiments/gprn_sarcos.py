@@ -15,8 +15,8 @@ its mean over joints 4 and 7) and NLPD in the original torque units, next to ind
 regression per output (savigp with a Gaussian likelihood, closed-form expected log-likelihood,
 same M, same split, same optimizer).
 
-    python experiments/gprn_sarcos.py --quick        # about a minute
-    python experiments/gprn_sarcos.py                # full (tens of minutes on 2 CPU cores)
+    python -m experiments.gprn_sarcos --quick        # about a minute
+    python -m experiments.gprn_sarcos                # full (tens of minutes on 2 CPU cores)
 """
 from __future__ import annotations
 
@@ -26,10 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-import _flagship_io as io
-from _common import Standardizer, add_device_arguments, device_and_dtype, sse
-
-# The paper's numbers (text of §9.4, 44,484 training rows, SF = 0.04, i.e. M ~ 1780, fg posterior):
+from experiments import _common as common
+from experiments._common import Standardizer, add_device_arguments, device_and_dtype, sse
 PAPER = {
     "sarcos-2": "paper (44k train, M~1780): MSSE 0.0033 (joint 4), 0.0065 (joint 7); "
                 "Nguyen & Bonilla 2014b: 0.2631, 0.0127",
@@ -149,7 +147,7 @@ def run_problem(problem, data, args, settings, out):
 
 
 def figure(problem, joints, g, ind, path):
-    plt = io.pyplot()
+    plt = common.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     x = np.arange(len(joints))
     for ax, key in zip(axes, ("sse", "nlpd")):
@@ -161,26 +159,25 @@ def figure(problem, joints, g, ind, path):
         if key == "sse":
             ax.set_yscale("log")
     axes[0].legend()
-    io.save_figure(fig, path, f"{problem}: 4449-row SARCOS file, 80/20 split")
+    common.save_figure(fig, path, f"{problem}: 4449-row SARCOS file, 80/20 split")
 
 
 def parse(argv=None):
-    p = io.parser(__doc__, "gprn_sarcos", quick_help="a one-minute smoke run (sarcos-2, small M, few steps)",
+    p = common.script_parser(__doc__, "gprn_sarcos", quick_help="a one-minute smoke run (sarcos-2, small M, few steps)",
                   data_folder="sarcos")
     p.add_argument("--problems", nargs="+", default=None, choices=sorted(PROBLEMS),
                    help="default: both (sarcos-2 only with --quick)")
-    p.add_argument("--num-inducing", type=int, default=None, help="M (default 150; 20 with --quick)")
-    p.add_argument("--iterations", type=int, default=None, help="Adam steps (default 3000; 150 with --quick)")
-    p.add_argument("--batch-size", type=int, default=None, help="mini-batch size (default 256)")
-    p.add_argument("--samples", type=int, default=None, help="Monte Carlo samples S (default 100; 20 quick)")
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--estimator", default="auto", choices=["auto", "reparam", "score"],
-                   help="GPRN's estimator (auto = reparam: the GPRN likelihood is differentiable)")
+    common.add_cli_options(
+        p, "--num-inducing", "--iterations", "--batch-size", "--samples", "--lr", "--estimator",
+        defaults={"--num-inducing": None, "--iterations": None, "--batch-size": None, "--samples": None, "--lr": 0.01},
+        default_help={"--num-inducing": "150; 20 with --quick", "--iterations": "3000; 150 with --quick",
+                      "--batch-size": 256, "--samples": "100; 20 quick",
+                      "--estimator": "auto = reparam: the GPRN likelihood is differentiable"})
     p.add_argument("--max-train", type=int, default=None, help="use only the first rows of the training split")
     p.add_argument("--max-test", type=int, default=None)
     p.add_argument("--split-seed", type=int, default=0)
-    io.add_seed_argument(p)
-    io.add_threads_argument(p)
+    common.add_seed_argument(p)
+    common.add_threads_argument(p)
     p.add_argument("--progress", action="store_true")
     add_device_arguments(p)
     return p.parse_args(argv)
@@ -189,9 +186,9 @@ def parse(argv=None):
 def main(argv=None) -> dict:
     args = parse(argv)
     device_and_dtype(args)  # a clear error for a device that is not here, before any work
-    io.set_threads(args.quick, args.threads)
-    out = io.out_dir(args.out, "gprn_sarcos")
-    data = io.resolve_data_dir(args.data_dir)
+    common.set_threads(args.quick, args.threads)
+    out = common.out_dir(args.out, "gprn_sarcos")
+    data = common.resolve_data_dir(args.data_dir)
     q = args.quick
     settings = {"M": args.num_inducing or (20 if q else 150), "iterations": args.iterations or (150 if q else 3000),
                 "batch": args.batch_size or (128 if q else 256), "samples": args.samples or (20 if q else 100),
@@ -209,11 +206,11 @@ def main(argv=None) -> dict:
         f"with seed {args.split_seed}; inputs and targets standardized with training statistics.",
         "SSE = test MSE / variance of the test targets, per joint; NLPD per joint in the original torque units.",
         f"M = {settings['M']} inducing inputs (k-means, learned), Adam lr {settings['lr']}, batch {settings['batch']}, "
-        f"{settings['iterations']} steps, S = {settings['samples']}; torch threads = {io.environment()['threads']}; "
+        f"{settings['iterations']} steps, S = {settings['samples']}; torch threads = {common.environment()['threads']}; "
         "CPU only (no GPU).",
     ]
-    io.write_table(rows, out / "gprn_sarcos", title="GPRN on SARCOS (Bonilla et al. 2019, §9.4) vs independent GPs", notes=notes)
-    return io.write_result(out / "gprn_results.json", argv, rows=rows, settings=settings,
+    common.write_table(rows, out / "gprn_sarcos", title="GPRN on SARCOS (Bonilla et al. 2019, §9.4) vs independent GPs", notes=notes)
+    return common.write_result(out / "gprn_results.json", argv, rows=rows, settings=settings,
                            seconds_total=time.perf_counter() - t0)
 
 

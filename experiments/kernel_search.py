@@ -14,7 +14,7 @@ seed counts as *recovered* when the chosen structure equals the generating one u
 sums and products. Printed: per likelihood the recovered count, the median search time and the
 structures chosen; written to ``--out``: ``kernel_search.json`` and ``kernel_search.md``.
 
-    OMP_NUM_THREADS=1 python experiments/kernel_search.py --seeds 0,1,2,3,4,5,6,7,8,9
+    OMP_NUM_THREADS=1 python -m experiments.kernel_search --seeds 0,1,2,3,4,5,6,7,8,9
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import add_out_argument, add_seeds_argument, markdown_table, parse_ints, print_table, write_json_atomic, \
-    write_text_atomic  # the shared runner (it makes savigp and the experiments importable)
+from experiments._common import add_cli_options, add_out_argument, add_seeds_argument, markdown_table, parse_ints, print_table, write_json_atomic, \
+    write_text_atomic
 import savigp
 from likelihoods import Gaussian, Poisson
 from savigp.kernels import build_kernel, parse_kernel
@@ -62,8 +62,8 @@ def main(argv=None) -> int:
     add_out_argument(parser, default="results/kernel_search")
     parser.add_argument("--likelihoods", default="gaussian,poisson", help="comma-separated: gaussian, poisson")
     parser.add_argument("--n", type=int, default=150, help="training inputs per seed (default 150)")
-    parser.add_argument("--num-inducing", type=int, default=50, help="M of every candidate (default 50)")
-    parser.add_argument("--iterations", type=int, default=300, help="Adam steps per candidate (default 300)")
+    add_cli_options(parser, "--num-inducing", "--iterations", defaults={"--num-inducing": 50, "--iterations": 300},
+                    default_help={"--num-inducing": "50, every candidate's", "--iterations": "300 per candidate"})
     parser.add_argument("--max-terms", type=int, default=3, help="the most base kernels in an expression (default 3)")
     parser.add_argument("--time-budget", type=float, default=None, help="seconds per search (default none)")
     args = parser.parse_args(argv)

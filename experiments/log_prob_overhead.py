@@ -12,7 +12,7 @@ process (median of the rounds) three ways of computing the same values:
 
 for a likelihood that returns a precomputed tensor (the Python overhead alone) and for Logistic.
 
-    OMP_NUM_THREADS=1 python experiments/log_prob_overhead.py     # about 20 s
+    OMP_NUM_THREADS=1 python -m experiments.log_prob_overhead     # about 20 s
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import time
 import torch
 from torch import Tensor
 
-import _common  # noqa: F401  (the shared runner: savigp importable from a checkout)
+from experiments._common import add_cli_options
 from likelihoods import Likelihood, Logistic
 from likelihoods.base import log_prob_checked
 
@@ -57,7 +57,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--batch", type=int, default=256, help="B")
-    p.add_argument("--samples", type=int, default=10, help="S")
+    add_cli_options(p, "--samples", defaults={"--samples": 10})
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     B, S = args.batch, args.samples

@@ -25,7 +25,7 @@ Problems (all float64, CPU):
 * ``unimodal``: y = sin(2x) + noise, a Gaussian likelihood, 20 inputs (control; its ELBOs are also
   compared in closed form, without Monte Carlo error).
 
-    OMP_NUM_THREADS=1 python experiments/mixture_modes.py --seeds 20
+    OMP_NUM_THREADS=1 python -m experiments.mixture_modes --seeds 20
 
 ``savigp.fit`` explores starts, tries a reflection move and anneals for K > 1 by default
 (docs/mixtures.md, "One fit that finds both modes"); ``--options starts=1,reflect=0,anneal=0``
@@ -46,7 +46,7 @@ from typing import Callable, Optional
 
 import torch
 
-from _common import gaussian_log_density  # the shared runner (it makes savigp and the experiments importable)
+from experiments._common import add_cli_options, gaussian_log_density
 import savigp
 from likelihoods import CallableLikelihood, Gaussian
 
@@ -400,17 +400,15 @@ def main(argv=None):
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--problems", default=",".join(problems()))
     ap.add_argument("--estimators", default="reparam,score")
-    ap.add_argument("--iterations", type=int, default=1500)
+    add_cli_options(ap, "--iterations", "--posterior", defaults={"--iterations": 1500, "--posterior": "full"},
+                    helps={"--posterior": "the family of every fit (default full; diag: diagonal in whitened "
+                                          "coordinates; diag-u: the paper's diagonal over u)"})
     ap.add_argument("--entropy", default=None, help="the K = 2 fits' entropy term (default: the library's)")
     ap.add_argument("--verbose", action="store_true", help="one line per seed")
     ap.add_argument("--no-restart", action="store_true", help="no second K = 2 fit (no best-of-2 column)")
     ap.add_argument("--no-gain", action="store_true", help="no K = 1 fit for the two-mode problems (no gain column)")
     ap.add_argument("--options", default="", help="more arguments of the K = 2 fits, e.g. starts=1,reflect=0,anneal=0")
     ap.add_argument("--k1-options", default="", help="more arguments of the K = 1 fits, e.g. anneal=1")
-    families = savigp.posteriors.POSTERIORS
-    ap.add_argument("--posterior", default="full", choices=families, type=families.resolve,
-                    help="the family of every fit (default full; diag: diagonal in whitened coordinates; diag-u: the "
-                         "paper's diagonal over u)")
     ap.add_argument("--ks", default="1,2", help="the problems that know their modes (abs300, square2d, rot3, rot4): "
                     "the K of the fits, e.g. 3")
     ap.add_argument("--search", type=int, default=0, metavar="MAX_K",

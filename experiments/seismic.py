@@ -61,7 +61,7 @@ values (``savigp.joint_posterior``), so q(f_n) correlates depths and velocities.
 posterior (x in km, reparam estimator, L-BFGS, 68 s on 1 thread) it reaches mean errors of
 0.010-0.019 exact stds and std ratios of 0.98-0.99 for all 8 functions: the issue's target, met
 against the exact posterior of the stated model
-(``python experiments/seismic.py --posteriors joint --estimators reparam --out results/seismic_joint``).
+(``python -m experiments.seismic --posteriors joint --estimators reparam --out results/seismic_joint``).
 As a pure black box (``--estimators score``: values of log p(y | f) only, Adam, 3000 steps of
 S = 2000; 1764 s on 1 thread) it reaches mean errors of 0.011-0.023 and std ratios of 0.99. The default x unit stays 1000 (km), the paper's "unit
 length-scale" read on the scale of the site spacing; ``--x-unit 1`` is the Stan model's.
@@ -71,21 +71,22 @@ black-box estimator: only values of log p(y | f) are used) and the reparameteriz
 (what ``estimator="auto"`` picks, since the seismic likelihood is a torch expression). Optionally
 diagonal mixtures ("mog1", "mog2").
 
-    python experiments/seismic.py --quick            # 13-26 s here, the smoke test
-    python experiments/seismic.py                    # full: reparam (L-BFGS) and score (Adam)
-    python experiments/seismic.py --estimators reparam --x-unit 1 --out results/seismic_x_metres
-    python experiments/seismic.py --posteriors full mog1 mog2 --reference none
+    python -m experiments.seismic --quick            # 13-26 s here, the smoke test
+    python -m experiments.seismic                    # full: reparam (L-BFGS) and score (Adam)
+    python -m experiments.seismic --estimators reparam --x-unit 1 --out results/seismic_x_metres
+    python -m experiments.seismic --posteriors full mog1 mog2 --reference none
 """
 from __future__ import annotations
 
 import time
+from io import StringIO
 from pathlib import Path
 
 import numpy as np
 
-import _flagship_io as io
-from _common import add_device_arguments, device_and_dtype
-from seismic_model import LATENT_NAMES, NOISE_STD, SCALE, agreement, load, prior
+from experiments import _common as common
+from experiments._common import add_device_arguments, device_and_dtype
+from experiments.seismic_model import LATENT_NAMES, NOISE_STD, SCALE, agreement, load, prior
 
 # (estimator, optimizer, samples, iterations, lr) per mode. L-BFGS iterations are outer steps of
 # `lbfgs_max_iter` inner iterations with fixed draws; Adam iterations are full-batch steps.
@@ -180,7 +181,7 @@ def figure(x, m, s, mcmc_mean, mcmc_std, path: Path, title: str, exact=None):
     """Figure 12 of the paper: layer boundaries (left) and velocities (right), each with its mean and
     +-1 std: SAVIGP solid with a band, the shipped MCMC reference dashed, and the exact posterior
     (HMC, ``exact`` = (mean, std) ``(N, 8)`` each) dotted if given."""
-    plt = io.pyplot()
+    plt = common.pyplot()
     from matplotlib.lines import Line2D
 
     xk = x[:, 0] / 1000.0
@@ -210,18 +211,18 @@ def figure(x, m, s, mcmc_mean, mcmc_std, path: Path, title: str, exact=None):
             ax.set_title("layer boundaries")
         else:
             ax.set_title("velocities")
-    io.save_figure(fig, path, title)
+    common.save_figure(fig, path, title)
 
 
 def parse(argv=None):
-    p = io.parser(__doc__, "seismic", quick_help="a smoke run of well under a minute (few samples and steps)", data_folder="seismic")
+    p = common.script_parser(__doc__, "seismic", quick_help="a smoke run of well under a minute (few samples and steps)", data_folder="seismic")
     p.add_argument("--estimators", nargs="+", default=["reparam", "score"], choices=["reparam", "score"])
     p.add_argument("--posteriors", nargs="+", default=["full"], choices=sorted(POSTERIORS),
                    help="full = full Gaussian (the paper's); mog1 / mog2 = diagonal mixtures of 1 / 2 components; fg2 = mixture of 2 full Gaussians; joint = one Gaussian coupled across the 8 latent functions")
     p.add_argument("--x-unit", type=float, default=1000.0,
                    help="metres per unit of the GP input, for the unit length-scale (default 1000: x in km)")
-    p.add_argument("--samples", type=int, default=None, help="Monte Carlo samples S (default per estimator)")
-    p.add_argument("--iterations", type=int, default=None, help="optimizer steps (default per estimator)")
+    common.add_cli_options(p, "--samples", "--iterations", defaults={"--samples": None, "--iterations": None},
+                           default_help={"--samples": "per estimator", "--iterations": "per estimator"})
     p.add_argument("--reference", choices=["hmc", "none"], default="hmc",
                    help="hmc (default): also compare with the exact posterior of the same model by HMC "
                         "(seismic_reference.py; cached in the output folder); none: MCMC only")
@@ -229,8 +230,8 @@ def parse(argv=None):
     p.add_argument("--ref-draws", type=int, default=None, help="HMC draws per chain (default 2000; 150 with --quick)")
     p.add_argument("--ref-warmup", type=int, default=None,
                    help="HMC warm-up iterations (default 1000; 150 with --quick)")
-    io.add_seed_argument(p)
-    io.add_threads_argument(p, help="torch threads (default 1 with --quick)")
+    common.add_seed_argument(p)
+    common.add_threads_argument(p, help="torch threads (default 1 with --quick)")
     p.add_argument("--progress", action="store_true", help="show progress bars")
     add_device_arguments(p)
     return p.parse_args(argv)
@@ -240,7 +241,7 @@ def exact_reference(args, Y, X, out: Path, mcmc_mean, mcmc_std):
     """The HMC reference for ``args.x_unit`` (loaded from ``out`` when its settings match, computed
     and written there otherwise) and its row of ``seismic_reference_vs_mcmc``: the metrics of the
     exact posterior against the shipped MCMC reference, the HMC diagnostics and wall time."""
-    import seismic_reference as sref
+    from experiments import seismic_reference as sref
 
     base = sref.QUICK if args.quick else sref.FULL
     given = {"chains": args.ref_chains, "draws": args.ref_draws, "warmup": args.ref_warmup}
@@ -270,9 +271,9 @@ def exact_reference(args, Y, X, out: Path, mcmc_mean, mcmc_std):
 def main(argv=None) -> dict:
     args = parse(argv)
     device, dtype = device_and_dtype(args)
-    io.set_threads(args.quick, args.threads)
-    out = io.out_dir(args.out, "seismic")
-    Y, X, mcmc_mean, mcmc_std = load(io.resolve_data_dir(args.data_dir))
+    common.set_threads(args.quick, args.threads)
+    out = common.out_dir(args.out, "seismic")
+    Y, X, mcmc_mean, mcmc_std = load(common.resolve_data_dir(args.data_dir))
     settings = QUICK if args.quick else FULL
     rows = []
     t_all = time.perf_counter()
@@ -294,9 +295,11 @@ def main(argv=None) -> dict:
                    f"SAVIGP ({posterior}, {est} estimator, {optimizer}, S={S}, {row['iterations']} steps, "
                    f"{row['seconds']:.0f} s) vs MCMC" + (" and the exact posterior (HMC)" if exact else "")
                    + f"; x in units of {args.x_unit:g} m", exact=exact)
-            np.savetxt(out / f"posterior_{tag}.csv", np.hstack([X, m, s]), delimiter=",",
+            buf = StringIO()
+            np.savetxt(buf, np.hstack([X, m, s]), delimiter=",",
                        header="x," + ",".join(f"mean_{n}" for n in LATENT_NAMES) + "," +
                        ",".join(f"std_{n}" for n in LATENT_NAMES), comments="")
+            common.write_text_atomic(out / f"posterior_{tag}.csv", buf.getvalue())
             print(f"[seismic] {tag}: max mean error {row['max_err']:.3f} MCMC stds, std ratios "
                   f"[{row['min_ratio']:.2f}, {row['max_ratio']:.2f}]"
                   + (f"; vs exact: max mean error {row['max_xerr']:.3f}, std ratios [{row['min_xratio']:.2f}, "
@@ -315,7 +318,7 @@ def main(argv=None) -> dict:
         "median over sites of std / MCMC std. Target: err <= 0.25 and 0.8 <= ratio <= 1.25 for all 8 functions.",
         f"x divided by {args.x_unit:g} m before the unit-length-scale SE kernel"
         + (" (sites a-priori independent)" if args.x_unit < 100 else "") + ".",
-        f"{'quick' if args.quick else 'full'} mode; torch threads = {io.environment()['threads']}; CPU only.",
+        f"{'quick' if args.quick else 'full'} mode; torch threads = {common.environment()['threads']}; CPU only.",
     ]
     if ref_row:
         notes += [
@@ -333,15 +336,15 @@ def main(argv=None) -> dict:
             f"{ref_row['min_ratio']:.2f}-{ref_row['max_ratio']:.2f} x MCMC's (seismic_reference_vs_mcmc), so the "
             "MCMC target is out of reach of any correct inference; see the docstring of experiments/seismic.py.",
         ]
-    io.write_table(rows, out / "seismic_summary", title="Seismic inversion: SAVIGP vs MCMC (Bonilla et al. 2019, §9.8)"
+    common.write_table(rows, out / "seismic_summary", title="Seismic inversion: SAVIGP vs MCMC (Bonilla et al. 2019, §9.8)"
                    + (" and vs the exact posterior (HMC)" if ref_row else ""), notes=notes)
-    io.write_table(long_rows, out / "seismic_per_latent", title="Seismic inversion, per latent function",
+    common.write_table(long_rows, out / "seismic_per_latent", title="Seismic inversion, per latent function",
                    notes=notes[:2] + notes[3:5])
     if ref_row:
-        io.write_table([ref_row], out / "seismic_reference_vs_mcmc",
+        common.write_table([ref_row], out / "seismic_reference_vs_mcmc",
                        title="Seismic inversion: the exact posterior (HMC) vs the shipped MCMC reference",
                        notes=notes[:2] + notes[3:])
-    return io.write_result(out / "seismic_results.json", argv, rows=rows, reference=ref_row,
+    return common.write_result(out / "seismic_results.json", argv, rows=rows, reference=ref_row,
                            seconds_total=time.perf_counter() - t_all)
 
 

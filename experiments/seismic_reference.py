@@ -49,8 +49,8 @@ units, their MC standard errors, ESS and R-hat per site; and ``reference_x<unit>
 diagnostics and the comparison with the shipped MCMC reference; non-default chains, draws, warm-up
 or seed add ``_c<C>_d<S>_w<W>_s<seed>`` to the name)::
 
-    python experiments/seismic_reference.py --x-unit 1000 --out results/seismic
-    python experiments/seismic_reference.py --x-unit 1 --out results/seismic_x_metres
+    python -m experiments.seismic_reference --x-unit 1000 --out results/seismic
+    python -m experiments.seismic_reference --x-unit 1 --out results/seismic_x_metres
 
 ``seismic.py`` loads that file from its output folder when the settings (x unit, chains, draws,
 warm-up, seed and a checksum of the data) match, and computes it otherwise.
@@ -69,9 +69,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
-import _flagship_io as io
-from _common import write_text_atomic
-import seismic_model  # (the model's definition: prior, noise, latent names, data loader)
+from experiments import _common as common
+from experiments._common import write_text_atomic
+from experiments import seismic_model  # (the model's definition: prior, noise, latent names, data loader)
 
 LogLik = Callable[["torch.Tensor"], "torch.Tensor"]  # noqa: F821
 
@@ -481,7 +481,7 @@ def write_reference(res: HMCResult, X, out: Path) -> Path:
     np.savetxt(buf, np.hstack([np.reshape(X, (-1, 1))] + [getattr(res, k) for k in SUMMARIES]),
                delimiter=",", header="x," + ",".join(cols), comments="")
     write_text_atomic(stem.with_suffix(".csv"), buf.getvalue())
-    io.write_json(res.diagnostics, stem.with_suffix(".json"))
+    common.write_json_atomic(stem.with_suffix(".json"), res.diagnostics)
     return stem.with_suffix(".csv")
 
 
@@ -506,13 +506,13 @@ def load_reference(out: Path, x_unit: float, settings: dict) -> Optional[HMCResu
 
 # ------------------------------------------------------------------------------ CLI
 def parse(argv=None):
-    p = io.parser(__doc__, "seismic", data_folder="seismic", epilog=True)
+    p = common.script_parser(__doc__, "seismic", data_folder="seismic", epilog=True)
     p.add_argument("--x-unit", type=float, default=1000.0, help="metres per unit of the GP input (default 1000: km)")
     p.add_argument("--chains", type=int, default=FULL["chains"])
     p.add_argument("--draws", type=int, default=FULL["draws"], help="kept draws per chain")
     p.add_argument("--warmup", type=int, default=FULL["warmup"])
-    io.add_seed_argument(p)
-    io.add_threads_argument(p, 1, help="torch threads (default 1)")
+    common.add_seed_argument(p)
+    common.add_threads_argument(p, 1, help="torch threads (default 1)")
     p.add_argument("--progress", action="store_true")
     return p.parse_args(argv)
 
@@ -522,8 +522,8 @@ def main(argv=None) -> HMCResult:
 
     args = parse(argv)
     torch.set_num_threads(args.threads)
-    out = io.out_dir(args.out, "seismic")
-    Y, X, mcmc_mean, mcmc_std = seismic_model.load(io.resolve_data_dir(args.data_dir))
+    out = common.out_dir(args.out, "seismic")
+    Y, X, mcmc_mean, mcmc_std = seismic_model.load(common.resolve_data_dir(args.data_dir))
     res = hmc_reference(Y, X, x_unit=args.x_unit, chains=args.chains, draws=args.draws, warmup=args.warmup,
                         seed=args.seed, progress=args.progress)
     err, ratio = seismic_model.agreement(res.mean, res.std, mcmc_mean, mcmc_std)

@@ -2,7 +2,7 @@
 
 One command per dataset::
 
-    python experiments/small_scale.py DATASET [--quick] [--splits 1,2] [--posteriors fg,mog1,mog2]
+    python -m experiments.small_scale DATASET [--quick] [--splits 1,2] [--posteriors fg,mog1,mog2]
         [--sparsity 0.1,0.2,0.5,1.0] [--out results/small_scale] [--data-dir ../shared/data]
         [--iterations N] [--lr LR] [--resume]
 
@@ -83,11 +83,11 @@ from typing import Optional
 import numpy as np
 import torch
 
-from _common import (  # the shared runner (it makes savigp and the experiments package importable)
-    Identity, Standardizer, add_data_argument, add_device_arguments, add_out_argument, add_threads_argument,
-    available_splits, device_and_dtype, gaussian_log_density, grouped_boxplot, markdown_table, nested_subsets,
-    read_csv_matrix, read_csv_rows, read_split, resolve_data_dir, sse as standardized_squared_error, summarize,
-    write_csv_atomic, write_text_atomic,
+from experiments._common import (
+    Identity, Standardizer, add_cli_options, add_data_argument, add_device_arguments, add_out_argument, add_threads_argument,
+    available_splits, device_and_dtype, gaussian_log_density, grouped_boxplot, markdown_table, nested_subsets, pyplot,
+    read_csv_matrix, read_csv_rows, read_split, resolve_data_dir, save_figure, sse as standardized_squared_error,
+    summarize, write_csv_atomic, write_text_atomic,
 )
 import likelihoods as L
 import savigp
@@ -744,10 +744,7 @@ def per_split_table(rows: list[dict], keys: list[str], metrics: tuple[str, str])
 
 
 def plot_grid(spec: Dataset, rows: list[dict], out_dir: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     m1, m2 = regression_or_classification_metrics(spec)
     sav = [r for r in rows if r.get("method") == "savigp"]
@@ -771,18 +768,11 @@ def plot_grid(spec: Dataset, rows: list[dict], out_dir: Path) -> Path:
             grouped_boxplot(ax, data, sfs, posts, ylabel=metric.upper().replace("_", " "), xlabel="sparsity factor SF",
                             baselines=baselines, group_label=lambda s: f"{s:g}")
             ax.set_title(f"{spec.name}: {lik} likelihood, estimator {est}", fontsize="medium")
-    fig.tight_layout()
-    path = out_dir / "figure.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out_dir / "figure.png", dpi=110)
 
 
 def plot_mining(rows: list[dict], extra: dict, out_dir: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     X, Y, bands = extra["X"][:, 0], extra["Y"][:, 0], extra["bands"]
     posts = [p for p in POSTERIORS if any(k[0] == p for k in bands)]
@@ -804,11 +794,7 @@ def plot_mining(rows: list[dict], extra: dict, out_dir: Path) -> Path:
         ax.set_title(f"posterior intensity, {post}: mean and 95% band", fontsize="medium")
         ax.legend(fontsize="small", ncol=4)
     axes[-1].set_xlabel("year")
-    fig.tight_layout()
-    path = out_dir / "figure.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out_dir / "figure.png", dpi=110)
 
 
 # ======================================================================================= CLI
@@ -839,9 +825,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--estimators", type=_names, default=None, help="ELL estimators (default: auto; wisconsin: auto,score)")
     p.add_argument("--optimizer", choices=("lbfgs", "adam"), default=None,
                    help="default: lbfgs for closed-form likelihoods (boston, abalone, creep, mining), adam otherwise")
-    p.add_argument("--iterations", type=int, default=None,
-                   help=f"maximum Adam steps, or L-BFGS outer steps of {LBFGS_INNER} iterations (default per dataset)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default per dataset; L-BFGS: 1.0)")
+    add_cli_options(p, "--iterations", "--lr", helps={
+        "--iterations": f"maximum Adam steps, or L-BFGS outer steps of {LBFGS_INNER} iterations (default per dataset)",
+        "--lr": "learning rate (default per dataset; L-BFGS: 1.0)"})
     p.add_argument("--q-warmup", type=int, default=0, metavar="N",
                    help="L-BFGS: a mixture (mog2) first fits q and the likelihood for N outer steps at the initial "
                         "kernel (default 0: off; 5 avoids creep SF 1 mog2's pure-noise fit, see Q_WARMUP_GROUPS)")
@@ -907,7 +893,7 @@ def main(argv=None) -> dict:
     spec = DATASETS[args.dataset]
     out_dir = Path(args.out) / args.dataset
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = "python experiments/small_scale.py " + " ".join(sys.argv[1:] if argv is None else list(argv))
+    command = "python -m experiments.small_scale " + " ".join(sys.argv[1:] if argv is None else list(argv))
     t0 = time.perf_counter()
     if spec.task == "lgcp":
         rows, extra = run_mining(spec, args, out_dir)

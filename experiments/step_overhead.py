@@ -16,8 +16,8 @@ wall-clock and process-CPU ms per step of each (CPU time, all threads, is less
 sensitive to other processes on a shared machine), the fastest round's, and their ratios over
 ``--rounds`` rounds.
 
-    python experiments/step_overhead.py                  # M = 500, B = 1000, S = 100, Bernoulli, score
-    python experiments/step_overhead.py --M 1000 --rounds 11
+    python -m experiments.step_overhead                  # M = 500, B = 1000, S = 100, Bernoulli, score
+    python -m experiments.step_overhead --M 1000 --rounds 11
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from _common import add_threads_argument  # the shared runner (it makes savigp importable)
+from experiments._common import add_threads_argument
 from experiments import benchmark as bm
 from savigp.training import GradientStep
 

@@ -26,8 +26,8 @@ each seed's and their mean and standard deviation per kernel. The forecast figur
 first seed, the predictive median and the central 90% interval of the counts: f* from q(f*), then
 y* ~ NB(r, exp(f*)), so the bands are quantiles of integers (integer and non-negative).
 
-    python experiments/sunspots.py --quick             # M = 20, 150 steps, 2 seeds: seconds
-    python experiments/sunspots.py                     # M = 50, 1000 steps, seeds 0-4
+    python -m experiments.sunspots --quick             # M = 20, 150 steps, 2 seeds: seconds
+    python -m experiments.sunspots                     # M = 50, 1000 steps, seeds 0-4
 
 Outputs in ``--out`` (default ``results/sunspots``): ``sunspots.csv`` / ``.md`` (one row per kernel
 and seed), ``sunspots_summary.csv`` / ``.md`` (mean and spread over seeds), ``sunspots_forecast.png``,
@@ -40,10 +40,8 @@ import time
 
 import numpy as np
 
-import _flagship_io as io
-from _common import add_seeds_argument, parse_ints, summarize
-
-#: the held-out years at the end of the series
+from experiments import _common as common
+from experiments._common import add_seeds_argument, parse_ints, summarize
 TEST_YEARS = 50
 #: kernel expressions (time in years), the same starting values for every seed
 KERNELS = {
@@ -143,15 +141,15 @@ def run(kernel: str, seed: int, data, args) -> tuple[dict, object]:
 
 # ---------------------------------------------------------------------------------- script
 def parse(argv=None):
-    p = io.parser(__doc__, "sunspots", quick_help="M = 20, 150 steps, seeds 0,1 (seconds)")
-    p.add_argument("--num-inducing", type=int, default=None, help="M (default 50; 20 quick)")
+    p = common.script_parser(__doc__, "sunspots", quick_help="M = 20, 150 steps, seeds 0,1 (seconds)")
+    common.add_cli_options(p, "--num-inducing", "--lr", "--samples",
+                           defaults={"--num-inducing": None, "--lr": 0.02, "--samples": None},
+                           default_help={"--num-inducing": "50; 20 quick", "--samples": "10; 5 quick"})
     p.add_argument("--steps", type=int, default=None, help="Adam steps per fit (default 1000; 150 quick)")
-    p.add_argument("--lr", type=float, default=0.02)
-    p.add_argument("--samples", type=int, default=None, help="S, draws per point in the ELBO (default 10; 5 quick)")
     p.add_argument("--eval-samples", type=int, default=None, help="draws per test point (default 4000; 500 quick)")
     p.add_argument("--r0", type=float, default=5.0, help="initial dispersion r")
     add_seeds_argument(p, default=None, help="comma-separated seeds (default 0,1,2,3,4; 0,1 quick)")
-    io.add_threads_argument(p, help="torch threads (default 1: the steps are small)")
+    common.add_threads_argument(p, help="torch threads (default 1: the steps are small)")
     args = p.parse_args(argv)
     q = args.quick
     args.num_inducing = args.num_inducing or (20 if q else 50)
@@ -164,8 +162,8 @@ def parse(argv=None):
 
 def main(argv=None) -> dict:
     args = parse(argv)
-    threads = io.set_threads(True, args.threads)  # 1 unless --threads: a small problem (docs/cli.md, "Threads")
-    out = io.out_dir(args.out, "sunspots")
+    threads = common.set_threads(True, args.threads)  # 1 unless --threads: a small problem (docs/cli.md, "Threads")
+    out = common.out_dir(args.out, "sunspots")
     years, counts = load_sunspots()
     data = split(years, counts)
     Xtr, Ytr, Xte, Yte = data
@@ -191,17 +189,17 @@ def main(argv=None) -> dict:
              f"{args.samples}; test NLPD by {args.eval_samples} draws per year; std: population std over the "
              f"{len(args.seed_list)} seeds; {threads} torch thread(s).",
              "composite minus rbf, per seed: " + ", ".join(f"{d:+.3f}" for d in diffs)]
-    io.write_table(rows, out / "sunspots", ["kernel", "seed", "M", "test_nlpd", "test_mae", "train_nlpd", "elbo", "r",
+    common.write_table(rows, out / "sunspots", ["kernel", "seed", "M", "test_nlpd", "test_mae", "train_nlpd", "elbo", "r",
                                             "period", "prior_mean", "train_seconds", "still_rising"],
                    title="Sunspots: test NLPD per seed (1959-2008 held out)")
-    io.write_table(summary, out / "sunspots_summary", ["kernel", "n", "test_nlpd_mean", "test_nlpd_std", "test_nlpd_min",
+    common.write_table(summary, out / "sunspots_summary", ["kernel", "n", "test_nlpd_mean", "test_nlpd_std", "test_nlpd_min",
                                                        "test_nlpd_max", "test_mae_mean", "train_nlpd_mean", "r_mean",
                                                        "train_seconds_mean"],
                    title="Sunspots: test NLPD over seeds", notes=notes)
     bands = {k: count_bands(m, np.concatenate([Xtr, Xte]), seed=args.seed_list[0]) for k, m in first.items()}
     plot_forecast(out / "sunspots_forecast.png", data, bands, rows, args)
     plot_nlpd(out / "sunspots_nlpd.png", rows)
-    return io.write_result(out / "sunspots_results.json", argv, rows=rows, summary=summary,
+    return common.write_result(out / "sunspots_results.json", argv, rows=rows, summary=summary,
                            nlpd_difference_per_seed=diffs, settings={k: v for k, v in vars(args).items()},
                            bands={k: {"median": b[0], "low": b[1], "high": b[2]} for k, b in
                                   ((k, tuple(a.tolist() for a in v)) for k, v in bands.items())},
@@ -209,7 +207,7 @@ def main(argv=None) -> dict:
 
 
 def plot_forecast(path, data, bands, rows, args):
-    plt = io.pyplot()
+    plt = common.pyplot()
     Xtr, Ytr, Xte, Yte = data
     x = np.concatenate([Xtr, Xte])[:, 0]
     fig, axes = plt.subplots(len(bands), 1, figsize=(12, 3.3 * len(bands)), sharex=True, sharey=True)
@@ -228,12 +226,12 @@ def plot_forecast(path, data, bands, rows, args):
         ax.set_ylim(bottom=0)
     np.atleast_1d(axes)[0].legend(fontsize="small", loc="upper left", ncol=2)
     np.atleast_1d(axes)[-1].set_xlabel("year")
-    io.save_figure(fig, path, title=f"Sunspots, negative binomial: trained to {Xtr[-1, 0]:.0f}, "
+    common.save_figure(fig, path, title=f"Sunspots, negative binomial: trained to {Xtr[-1, 0]:.0f}, "
                                     f"forecast {Xte[0, 0]:.0f}-{Xte[-1, 0]:.0f}")
 
 
 def plot_nlpd(path, rows):
-    plt = io.pyplot()
+    plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     for i, kernel in enumerate(KERNELS):
         vals = [r["test_nlpd"] for r in rows if r["kernel"] == kernel]
@@ -244,7 +242,7 @@ def plot_nlpd(path, rows):
     ax.set_xlim(-0.5, len(KERNELS) - 0.5)
     ax.set_ylabel("test NLPD per year (nats)")
     ax.grid(axis="y", alpha=0.3)
-    io.save_figure(fig, path, title="Sunspots 1959-2008: every seed, mean +- std")
+    common.save_figure(fig, path, title="Sunspots 1959-2008: every seed, mean +- std")
 
 
 if __name__ == "__main__":

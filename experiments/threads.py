@@ -10,8 +10,8 @@ picked, the machine's load average, and the time of one full-data ELBO pass
 (:func:`savigp.training.full_data_elbo`). ``OMP_NUM_THREADS`` is removed from the environment so
 that the rule decides. docs/cli.md ("Threads") has the figures:
 
-    python experiments/threads.py readme --steps 200 --repeats 3
-    python experiments/threads.py large --steps 10 --repeats 2
+    python -m experiments.threads readme --steps 200 --repeats 3
+    python -m experiments.threads large --steps 10 --repeats 2
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ os.environ.pop("OMP_NUM_THREADS", None)  # before torch is imported: the rule de
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import _common  # noqa: E402, F401  (the shared runner: savigp importable from a checkout)
 import savigp  # noqa: E402
 from likelihoods import CallableLikelihood, Gaussian  # noqa: E402
 from savigp.runtime.threads import torch_threads  # noqa: E402

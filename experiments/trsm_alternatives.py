@@ -13,8 +13,8 @@ synchronized) and checked against a float64 solve of the same problem:
 Accuracy: ``rel_err`` = max |V - V_64| / max |V_64|, with V_64 the float64 solve; K_zz is an RBF
 matrix of M points with relative jitter 1e-5 (float32) or 1e-8 (float64), as the model factorizes.
 
-    python experiments/trsm_alternatives.py                                   # CPU, float64
-    python experiments/trsm_alternatives.py --device cuda --dtype float32     # the GPU question
+    python -m experiments.trsm_alternatives                                   # CPU, float64
+    python -m experiments.trsm_alternatives --device cuda --dtype float32     # the GPU question
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from _common import DTYPES, add_threads_argument  # the shared runner (it makes savigp importable)
+from experiments._common import add_device_arguments, add_threads_argument
 from savigp.linalg import triangular as T
 from savigp.linalg.cholesky import base_jitter
 from savigp.kernels.stationary import RBF
@@ -94,8 +94,7 @@ def run(M: int, B: int, dtype, device, repeats: int) -> list[dict]:
 
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float64", choices=DTYPES)
+    add_device_arguments(p)
     p.add_argument("--sizes", default="500x1000,1000x1000,500x10000,1000x10000", help="MxB,... (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=7)
     add_threads_argument(p, 2)

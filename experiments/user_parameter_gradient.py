@@ -11,7 +11,7 @@ parameter). This prints
 3. the time of one ``fit`` step with r learned against r fixed (the cost of the two extra calls
    per parameter), alternating the two in one process.
 
-    python experiments/user_parameter_gradient.py            # about 20 s on one thread
+    python -m experiments.user_parameter_gradient            # about 20 s on one thread
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from _common import add_threads_argument  # the shared runner (it makes savigp importable)
+from experiments._common import add_threads_argument
 import savigp
 from likelihoods import CallableLikelihood
 from savigp.testing.examples import nb_dlogp_dr, nb_numpy, ordinal_numpy, ordinal_torch

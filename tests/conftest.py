@@ -119,13 +119,8 @@ def moved_posterior_model(posterior, K, seed=0, M=4, N=30, D=2):
 
 
 def load_experiment(name: str):
-    """The script ``experiments/<name>.py`` as a module (not on ``sys.path``)."""
-    import importlib.util
+    """The script ``experiments/<name>.py`` as the module ``experiments.<name>`` (the repository root
+    is on the import path: setup.cfg's pytest ``pythonpath``)."""
+    import importlib
 
-    import experiments  # noqa: F401  (the scripts' own imports, `import _common`, resolve as in a run)
-
-    path = ROOT / "experiments" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_experiment_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"experiments.{name}")

@@ -5,24 +5,12 @@ Speed itself is measured by the benchmark, never asserted here.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
-import sys
 
 import pytest
 import torch
 
-from conftest import ROOT  # noqa: E402  (the repository root)
-
-
-def _load_benchmark():
-    import experiments  # noqa: F401  (the script's own `import _common` resolves as in a run)
-
-    spec = importlib.util.spec_from_file_location("savigp_experiments_benchmark", ROOT / "experiments" / "benchmark.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from experiments import _common
 
 
 def _positive(x) -> bool:
@@ -31,7 +19,9 @@ def _positive(x) -> bool:
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load_benchmark()
+    from experiments import benchmark
+
+    return benchmark
 
 
 def test_smallest_configuration_savigp_only(bench, tmp_path):
@@ -207,7 +197,7 @@ def test_the_composite_rows_compare_the_same_kernel_in_both_libraries(bench, tmp
     assert "composite" in cfg.label and any(c.kernel == "composite" for c in bench.composite_configs())
     x = torch.randn(9, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     ours = bench.savigp_kernel(cfg, 3, 1.7)
-    theirs = bench.gpytorch_kernel("composite", 3, True, torch.Size([]), 1.7).double()
+    theirs = _common.gpytorch_kernel("composite", 3, True, torch.Size([]), 1.7).double()
     with gpytorch.settings.lazily_evaluate_kernels(False), torch.no_grad():
         torch.testing.assert_close(ours(x, x[:4])[0], theirs(x, x[:4]).to_dense(), rtol=0, atol=1e-10)
     data = bench.Data(200, 3, 10, 0, torch.float64, "cpu")

@@ -1,10 +1,5 @@
 """experiments/cli_mixtures.py: the commands it runs for each row and its verdict against fg's spread."""
-import sys
-
-from conftest import ROOT  # noqa: E402  (the repository root)
-sys.path.insert(0, str(ROOT))
-
-from experiments import cli_mixtures  # noqa: E402
+from experiments import cli_mixtures
 
 
 def test_rows_use_the_commands_defaults_or_the_fg_rows_file(tmp_path):

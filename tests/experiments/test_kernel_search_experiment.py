@@ -3,8 +3,6 @@ import json
 
 import pytest
 
-import experiments  # noqa: F401  (puts experiments/ on sys.path, as a run of a script does)
-
 pytestmark = pytest.mark.experiments
 
 

@@ -1,7 +1,9 @@
-"""The experiments' shared runner (experiments/_common.py): the data-folder error, atomic results,
+"""The experiments' helper library (experiments/_common.py): the data-folder error, atomic results,
 the metrics written once (against savigp.metrics, likelihoods.densities and closed forms), the
-standardization ``savigp train`` uses, the option helpers, and that the ported scripts neither edit
-``sys.path`` nor retype the Gaussian log-density."""
+standardization ``savigp train`` uses, the options taken from the CLI's parser, and that the scripts
+are a package (run as ``python -m experiments.<name>``): no ``sys.path`` edit or ``sys.modules``
+alias in them or in the tests, no sibling imported by a bare name, no retyped CLI option, Gaussian
+log-density or SSE."""
 from __future__ import annotations
 
 import argparse
@@ -11,21 +13,20 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT  # noqa: E402  (the repository root)
-
-import experiments  # noqa: F401,E402  (puts experiments/ on sys.path, as a run of a script does)
-from experiments import _common as runner  # noqa: E402
+from conftest import ROOT
+from experiments import _common as runner
 
 EXPERIMENTS = ROOT / "experiments"
 
-#: scripts on the shared runner: no sys.path edits, no retyped Gaussian log-density or SSE
+#: scripts on the helper library: no sys.path edits, no retyped Gaussian log-density or SSE
 PORTED = [
-    "_flagship_io.py", "airline.py", "allocator_effect.py", "benchmark.py", "cli_mixtures.py", "co2.py", "csv_read.py",
+    "airline.py", "allocator_effect.py", "benchmark.py", "cli_mixtures.py", "co2.py", "csv_read.py",
     "decoupled_comparison.py", "diagonal_gap.py", "entropy_ranks_k.py", "gprn_sarcos.py", "kernel_search.py", "log_prob_overhead.py",
     "mixture_modes.py", "mnist.py", "mnist8m.py", "predict_memory.py", "scaling.py", "score_cv_tails.py",
     "seismic.py", "seismic_model.py", "seismic_reference.py", "small_scale.py", "step_overhead.py", "sunspots.py", "threads.py",
@@ -34,9 +35,19 @@ PORTED = [
 #: not yet ported (issue 29, item 6): none left; a script listed here is exempt from the grep test
 NOT_YET_PORTED: list[str] = []
 
-# sys.path edits; -1/2 log(2 pi ...) typed out; SSE typed out as a squared error over a variance
+#: the options of ``savigp train`` a script takes from the CLI (add_cli_options), never retypes
+CLI_OPTIONS = ("--samples", "--lr", "--num-inducing", "--iterations", "--batch-size", "--epochs", "--estimator",
+               "--seed", "--threads", "--device", "--dtype", "--components")
+#: the scripts' sibling modules, imported by their package name (experiments.<name>)
+_SIBLINGS = "|".join(sorted(p.stem for p in EXPERIMENTS.glob("*.py") if p.stem != "__init__") + ["_flagship_io"])
+
+# sys.path edits and sys.modules aliases; a sibling imported by a bare name (a run as a file);
+# a CLI option retyped; -1/2 log(2 pi ...) typed out; SSE typed out as a squared error over a variance
 _FORBIDDEN = {
-    "edits sys.path": re.compile(r"sys\.path\.(insert|append)"),
+    "edits sys.path": re.compile(r"sys\.path\.(insert|append|extend)|sys\.path\s*(\+=|=)"),
+    "aliases a module in sys.modules": re.compile(r"sys\.modules(\[[^\]]+\]\s*=[^=]|\.setdefault\()"),
+    "imports a sibling by a bare name": re.compile(rf"^\s*(import|from)\s+({_SIBLINGS})\b", re.M),
+    "retypes a CLI option": re.compile(r"add_argument\(\s*[\"'](" + "|".join(CLI_OPTIONS) + r")[\"']"),
     "retypes the Gaussian log-density": re.compile(r"log\(\s*2\s*\*\s*(math|np|torch)\.pi"),
     "retypes SSE": re.compile(r"\*\*\s*2\)\.mean\([^)]*\)\s*/\s*[\w\[\]:, ]+\.var\("),
     "defines its own Standardizer": re.compile(r"^class Standardizer", re.M),
@@ -60,6 +71,9 @@ def test_ported_scripts_use_the_runner(name):
 def test_the_patterns_catch_what_they_forbid():
     samples = {
         "edits sys.path": "sys.path.insert(0, str(Path(__file__).resolve().parents[1]))",
+        "aliases a module in sys.modules": 'sys.modules.setdefault(other, sys.modules[__name__])',
+        "imports a sibling by a bare name": "import _flagship_io as io",
+        "retypes a CLI option": 'p.add_argument("--samples", type=int, default=10)',
         "retypes the Gaussian log-density": "lp = -0.5 * (math.log(2 * math.pi) + torch.log(var))",
         "retypes SSE": "sse = float(((yte[:, p] - mean[:, p]) ** 2).mean() / yte[:, p].var())",
         "defines its own Standardizer": "class Standardizer:\n    pass",
@@ -68,22 +82,25 @@ def test_the_patterns_catch_what_they_forbid():
         assert _FORBIDDEN[what].search(text), what
 
 
-def test_the_runner_has_one_identity_under_both_names():
-    import _common
+def test_the_library_and_the_tests_edit_no_import_path():
+    """No file of experiments/ or tests/ edits ``sys.path`` or aliases a module in ``sys.modules``
+    (tests import the experiments through setup.cfg's pytest ``pythonpath``); this file names the
+    patterns, and test_the_patterns_catch_what_they_forbid shows they match."""
+    files = [*EXPERIMENTS.glob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    bad = [f"{p.relative_to(ROOT)}: {what}" for p in files if p.resolve() != Path(__file__).resolve()
+           for what in ("edits sys.path", "aliases a module in sys.modules") if _FORBIDDEN[what].search(p.read_text())]
+    assert not bad, bad
 
-    assert _common is runner
-    assert str(ROOT) in sys.path and str(EXPERIMENTS) in sys.path
 
-
-def test_a_script_runs_from_elsewhere_without_pythonpath(tmp_path):
-    """``python experiments/x.py`` from another folder, no PYTHONPATH: the runner makes this
-    checkout's savigp importable (the scripts carry no sys.path line of their own)."""
+def test_a_script_runs_as_a_module_without_pythonpath():
+    """``python -m experiments.<name>`` from the repository root, no PYTHONPATH: the package imports
+    its helper library and savigp with no import-path line of its own."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["OMP_NUM_THREADS"] = "1"
-    res = subprocess.run([sys.executable, str(EXPERIMENTS / "score_cv_tails.py"), "--help"], cwd=tmp_path, env=env,
+    res = subprocess.run([sys.executable, "-m", "experiments.user_parameter_gradient", "--help"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert "--reps" in res.stdout
+    assert "--threads" in res.stdout
 
 
 # ---------------------------------------------------------------------------------- data
@@ -97,6 +114,35 @@ def test_missing_data_folder_names_the_path_and_the_option(tmp_path):
     assert str(tmp_path / "sarcos") in str(err.value) and "--data-dir" in str(err.value)
     (tmp_path / "sarcos").mkdir()
     assert runner.resolve_data_dir(str(tmp_path), "sarcos") == tmp_path / "sarcos"
+
+
+def test_cli_options_are_the_commands_own():
+    """add_cli_options rebuilds an option from ``savigp train``'s parser: its type, choices, metavar
+    and help; a script's default replaces the CLI's "(default ...)" note; unknown options are named."""
+    from savigp.cli.parser import build_parser
+
+    cli = build_parser()
+    train = next(a for a in cli._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]
+    theirs = {a.dest: a for a in train._actions}
+    p = argparse.ArgumentParser()
+    runner.add_cli_options(p, "--samples", "--lr", "--estimator", "--quiet",
+                           defaults={"--samples": None}, default_help={"--samples": "10; 5 quick"})
+    ours = {a.dest: a for a in p._actions}
+    for dest in ("samples", "lr", "estimator", "quiet"):
+        for field in ("type", "choices", "metavar", "option_strings", "nargs", "const"):
+            assert getattr(ours[dest], field) == getattr(theirs[dest], field), (dest, field)
+    assert ours["lr"].help == theirs["lr"].help and ours["lr"].default == theirs["lr"].default
+    assert ours["samples"].default is None and theirs["samples"].default == 100
+    assert ours["samples"].help.endswith("(default 10; 5 quick)") and "100" not in ours["samples"].help
+    args = p.parse_args(["--lr", "0.5", "--estimator", "score", "--quiet"])
+    assert (args.samples, args.lr, args.estimator, args.quiet) == (None, 0.5, "score", True)
+    with pytest.raises(ValueError, match="--no-such-option"):
+        runner.add_cli_options(p, "--no-such-option")
+    with pytest.raises(ValueError, match="--iterations"):
+        runner.add_cli_options(argparse.ArgumentParser(), "--lr", defaults={"--iterations": 3})
+    q = argparse.ArgumentParser()
+    runner.add_cli_options(q, "--samples", command="predict", defaults={"--samples": None})
+    assert q.parse_args(["--samples", "7"]).samples == 7
 
 
 def test_option_helpers():

@@ -10,18 +10,13 @@
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import DATA, ROOT  # noqa: E402  (the repository root, ../shared/data)
-
-# (tests/conftest.py runs torch on one thread)
-if str(ROOT / "experiments") not in sys.path:
-    sys.path.insert(0, str(ROOT / "experiments"))
-import seismic_reference as ref  # noqa: E402
+from conftest import DATA  # ../shared/data (tests/conftest.py runs torch on one thread)
+from experiments import seismic_reference as ref
 
 
 def test_ess_and_rhat_on_known_chains():

@@ -3,15 +3,11 @@ shared experiment helpers. The suite tests run ``--quick`` (one split, fg, SF 0.
 on three datasets and skip when ../shared/data is absent."""
 import csv
 import math
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT  # noqa: E402  (the repository root)
-sys.path.insert(0, str(ROOT))
-
-from experiments import _common  # noqa: E402
+from experiments import _common
 
 needs_data = pytest.mark.skipif(not _common.DEFAULT_DATA_DIR.is_dir(),
                                 reason=f"shared data not found at {_common.DEFAULT_DATA_DIR}")

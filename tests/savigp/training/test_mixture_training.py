@@ -3,16 +3,13 @@ keeps both modes of a symmetric posterior with balanced weights (component-wise 
 steps and a slower weight rate), a birth grows K without losing ELBO, and choose_components picks
 K = 1 on a unimodal problem and K = 2 on a bimodal one. The problems are those of
 experiments/mixture_modes.py."""
-import sys
 
 import pytest
 import torch
 
 import savigp
-from conftest import ROOT
 
-sys.path.insert(0, str(ROOT))
-from experiments import mixture_modes as mm  # noqa: E402
+from experiments import mixture_modes as mm
 
 PROBLEMS = mm.problems()
 
