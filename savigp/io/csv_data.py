@@ -42,7 +42,7 @@ MAX_ABS_VALUE = 1e150
 #: is named with its line number after reading this much of it, not after filling the memory
 MAX_LINE_BYTES = 2 ** 24
 #: bytes of whole lines parsed at a time (a block): the memory a read holds beyond the table is a few
-#: blocks; larger blocks were no faster (``python experiments/csv_read.py --block-sizes``)
+#: blocks; larger blocks were no faster (``python -m experiments.csv_read --block-sizes``)
 READ_CHUNK = 2 ** 20
 
 #: a number as savigp reads it: ASCII digits, an optional sign, decimal point and exponent (and

@@ -7,7 +7,7 @@ every step then pays for fresh pages (page faults, zeroing) in the operations th
 :func:`tune_cpu_allocator` raises the trim threshold and the top pad, and sets the ``mmap``
 threshold to glibc's maximum (32 MiB), so blocks are reused instead. Measured on the 2-core
 development machine (float64, M = 500, B = 1000, S = 100, Bernoulli as a black box, 2 threads,
-``python experiments/allocator_effect.py``): a ``savigp.fit`` step took 29.6 ms tuned against
+``python -m experiments.allocator_effect``): a ``savigp.fit`` step took 29.6 ms tuned against
 33.5 ms with glibc's defaults (medians over 3 fresh processes each; torch 2.13, code of 2026-11-21).
 
 The cost: memory the process has freed is kept for reuse rather than returned to the operating

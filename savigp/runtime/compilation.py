@@ -8,7 +8,7 @@ allocator tuned, torch 2.13): the score estimator's chain takes 0.21 ms compiled
 eager. On the
 whole step it has made no measurable difference since the fused moments took most of the elementwise
 work (ratios to GPyTorch 0.590 and 0.605 compiled against 0.603 and 0.612 eager at M = 500,
-``python experiments/benchmark.py --targets --only "M=500 B=1000 S=100" --rounds 21 [--compile]``,
+``python -m experiments.benchmark --targets --only "M=500 B=1000 S=100" --rounds 21 [--compile]``,
 torch 2.13, 2026-11-21).
 
 Off by default: the first call of each compiled function compiles for a few seconds (3-4 s here,
