@@ -645,7 +645,8 @@ def phase_profile(step: "SavigpStep", batches: list, seed: int = 0) -> dict:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    from savigp.estimators.expected_log_likelihood import _sample_eps, make_estimator
+    from savigp.estimators import make_estimator
+    from savigp.estimators.sampling import standard_normal
     from savigp.posteriors.base import InducingPrior
 
     model, opt, cfg = step.model, step.opt, step.cfg
@@ -675,7 +676,7 @@ def phase_profile(step: "SavigpStep", batches: list, seed: int = 0) -> dict:
         state = post.evaluation_state(prior)
         q = post.marginals(prior, Kzx, kxx, state).shifted(model.prior_mean)
         lap("moments (solves)")
-        _sample_eps((cfg.S,) + tuple(q.mean.shape), q.mean, torch.Generator(device=device).manual_seed(seed))
+        standard_normal((cfg.S,) + tuple(q.mean.shape), q.mean, torch.Generator(device=device).manual_seed(seed))
         lap("ELL: sampling")
         ell = make_estimator(cfg.estimator, model.likelihood)(model.likelihood, Y, q, num_samples=cfg.S,
                                                               scale=model.num_data / X.shape[0], generator=gen)
@@ -1075,7 +1076,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
                    help="tuned (default): savigp.tune_cpu_allocator(), as savigp.fit does on the CPU; it is "
                         "process-wide, so both libraries' steps run with it. default: glibc's own settings")
     p.add_argument("--compile", action="store_true",
-                   help="savigp: torch.compile the step's elementwise chains: the score estimator's and the marginal variances' (savigp.estimators.expected_log_likelihood.set_compile, SAVIGP_COMPILE=1)")
+                   help="savigp: torch.compile the step's elementwise chains: the score estimator's and the marginal variances' (savigp.runtime.compilation.set_compile, SAVIGP_COMPILE=1)")
     p.add_argument("--no-dense", action="store_true",
                    help="skip timing the step's dense linear algebra alone (the dense_ms column)")
     p.add_argument("--cuda-graphs", choices=["auto", "off"], default="auto",
@@ -1094,7 +1095,7 @@ def main(argv: Optional[list[str]] = None) -> list[dict]:
         allocator_tuned = tune_cpu_allocator()
     args.allocator_tuned = allocator_tuned
     if args.compile:
-        from savigp.estimators.expected_log_likelihood import set_compile
+        from savigp.runtime.compilation import set_compile
 
         set_compile(True)
     dtype = getattr(torch, args.dtype)

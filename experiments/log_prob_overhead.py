@@ -7,7 +7,7 @@ process (median of the rounds) three ways of computing the same values:
 
 * ``bare``: ``lik._log_prob(y, f)`` with no check;
 * ``before``: the checks the engine ran before the template (a Q check, the call, an output-shape
-  check in ``savigp.estimators.expected_log_likelihood.checked_log_prob``), re-created here for the comparison;
+  check in ``savigp.estimators.sampling.checked_log_prob``), re-created here for the comparison;
 * ``template``: ``log_prob_checked(lik, y, f)``;
 
 for a likelihood that returns a precomputed tensor (the Python overhead alone) and for Logistic.

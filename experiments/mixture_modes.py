@@ -299,7 +299,7 @@ def both_modes(problem: Problem, model, low: float = 0.3, high: float = 0.7) -> 
 def full_elbo(model, estimator: str, num_samples: int = 2000, seed: int = 12345) -> tuple[float, float]:
     """The ELBO on all the data (default entropy of the model) and the Monte Carlo standard error
     of its expected log-likelihood term. Without gradients, so the draws are shared by the
-    components (:func:`savigp.estimators.expected_log_likelihood.expected_log_lik`'s ``common_draws``): the K = 1 and
+    components (:func:`savigp.estimators.sampling.factorized_draws`'s ``common_draws``): the K = 1 and
     K = 2 estimates of one seed are compared with common random numbers."""
     est = "reparam" if estimator == "score" and model.likelihood.differentiable else estimator
     with torch.no_grad():

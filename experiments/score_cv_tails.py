@@ -19,7 +19,8 @@ import argparse
 import torch
 
 from likelihoods import CallableLikelihood, Logistic, Poisson
-from savigp.estimators.expected_log_likelihood import expected_log_lik
+from savigp.estimators import make_estimator
+from savigp.posteriors.marginals import LatentMarginals
 
 K, B, Q = 2, 12, 1
 
@@ -38,7 +39,7 @@ def _estimates(lik, y, estimator, reps, seed=1):
     w = torch.full((K,), 1.0 / K, dtype=torch.float64)
     out = torch.empty(reps, 2 * K * B * Q, dtype=torch.float64)
     for r in range(reps):
-        v = expected_log_lik(lik, y, mean, var, w, estimator=estimator, num_samples=2, generator=gen).value
+        v = make_estimator(estimator, lik)(lik, y, LatentMarginals(mean, var, w.log()), num_samples=2, generator=gen).value
         gm, gv = torch.autograd.grad(v, (mean, var))
         out[r] = torch.cat([gm.flatten(), gv.flatten()])
     return out

@@ -67,6 +67,10 @@ class Likelihood(nn.Module):
     output_dim: int = 1
     #: True when ``log_prob`` is differentiable in ``f`` with torch autograd.
     differentiable: bool = True
+    #: True when log p(y_n | f_n) is a sum of functions of one latent function f_nj each, so that an
+    #: expectation of it reads the per-latent marginals only (its ``expected_log_prob`` is then exact also
+    #: under a posterior coupled across the latent functions); with one latent function it always is.
+    separable_latents: bool = False
     #: "regression" or "classification": which of the paper's metrics apply.
     task: str = "regression"
     #: True when log p(y | f) is concave in f for every y: with a Gaussian prior the posterior then has

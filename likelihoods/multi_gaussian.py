@@ -36,6 +36,8 @@ class MultiGaussian(Likelihood):
     cli_name = "multi-gaussian"
     cli_options = ("num_outputs", "noise_variance")
     standardizable = True
+    #: log p(y_n | f_n) = sum_p log N(y_np; f_np, sigma_p^2): one latent function per term
+    separable_latents = True
 
     task = "regression"
 

@@ -142,17 +142,17 @@ MEAN_HEADS = Registry("mean_basis", {
     "decoupled": "savigp.mean_heads:DecoupledMeanHead",
     "hybrid": "savigp.mean_heads:HybridMeanHead",
 })
-#: the estimators of the expected log-likelihood (:mod:`savigp.estimators.expected_log_likelihood`); an
+#: the estimators of the expected log-likelihood (:mod:`savigp.estimators`, one module each); an
 #: :class:`~savigp.estimators.Estimator` class, built as ``cls()`` and called once per ELBO evaluation with
-#: the batch's :class:`~savigp.estimators.LatentMarginals`; ``"auto"`` stands for one of the others
+#: the batch's :class:`~savigp.posteriors.marginals.LatentMarginals`; ``"auto"`` stands for one of the others
 #: (:func:`~savigp.estimators.resolve_estimator`)
 ESTIMATORS = Registry("estimator", {
-    "auto": "savigp.estimators.expected_log_likelihood:Automatic",
-    "score": "savigp.estimators.expected_log_likelihood:ScoreFunction",
-    "score-nocv": "savigp.estimators.expected_log_likelihood:ScoreFunctionNoCV",
-    "reparam": "savigp.estimators.expected_log_likelihood:Reparameterization",
-    "quadrature": "savigp.estimators.expected_log_likelihood:Quadrature",
-    "closed-form": "savigp.estimators.expected_log_likelihood:ClosedForm",
+    "auto": "savigp.estimators.automatic:Automatic",
+    "score": "savigp.estimators.score:ScoreFunction",
+    "score-nocv": "savigp.estimators.score_nocv:ScoreFunctionNoCV",
+    "reparam": "savigp.estimators.reparam:Reparameterization",
+    "quadrature": "savigp.estimators.quadrature:Quadrature",
+    "closed-form": "savigp.estimators.closed_form:ClosedForm",
 })
 #: the optimizers of :func:`savigp.fit` (``optimizer=``, the command's ``--optimizer``)
 OPTIMIZERS = ("adam", "adadelta", "lbfgs")

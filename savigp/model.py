@@ -24,12 +24,12 @@ from .linalg import chunks as _chunks
 from .runtime import sync_free
 from ._checks import FLOAT32_MAX_OFFSET, as_inputs, as_targets, input_offset
 from .linalg.cholesky import base_jitter, jittered, robust_cholesky
-from .estimators.expected_log_likelihood import checked_log_prob, make_estimator, resolve_estimator
-from .estimators.marginals import LatentMarginals
+from .estimators import checked_log_prob, make_estimator, resolve_estimator
 from .inducing import initial_inducing_inputs
 from .kernels import KERNELS, Kernel, build_kernel, parse_kernel
 from .kernels.spec import default_lengthscale
 from .estimators.nonfinite import NonFiniteLogProb
+from .posteriors.marginals import LatentMarginals
 from .posteriors import DEFAULT_ENTROPY, InducingPrior, Posterior, make_posterior
 
 
@@ -511,9 +511,8 @@ class SAVIGP(nn.Module):
             batch: indices ``(B,)`` of training points, or None for all N.
             num_samples: S, samples per component and data point for Monte Carlo estimators
                 (without gradients, e.g. under ``torch.no_grad()``, the S draws of a point are shared
-                by the components: :func:`savigp.estimators.expected_log_likelihood.expected_log_lik`'s
-                ``common_draws``).
-            estimator: see :mod:`savigp.estimators.expected_log_likelihood` (``"auto"`` picks closed form, else
+                by the components: :func:`savigp.estimators.sampling.factorized_draws`).
+            estimator: a name of :data:`savigp.ESTIMATORS` (:mod:`savigp.estimators`; ``"auto"`` picks closed form, else
                 reparameterization for differentiable likelihoods, else the score function).
             generator: torch.Generator for the Monte Carlo draws.
         """
@@ -532,8 +531,8 @@ class SAVIGP(nn.Module):
         state = post.evaluation_state(prior)  # computed once per step, shared by all terms
         head_state = self.head_state(prior)
         q = self.latent(X, prior, state, head_state)
-        ell = make_estimator(estimator, self.likelihood)(self.likelihood, Y, q, num_samples=num_samples,
-                                                         scale=self.num_data / X.shape[0], generator=generator)
+        ell = make_estimator(estimator, self.likelihood, post.joint)(self.likelihood, Y, q, num_samples=num_samples,
+                                                                     scale=self.num_data / X.shape[0], generator=generator)
         head_kl = (self.mean_head.kl(self.kernel, self.inducing, prior.Lzz, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel,
                                      posterior=post, state=head_state)
                    if self.mean_head is not None else ell.value.new_zeros(()))
@@ -558,8 +557,9 @@ class SAVIGP(nn.Module):
                          head_kl.detach(), ell.stderr)
 
     def resolved_estimator(self, estimator: str = "auto") -> str:
-        """The concrete estimator that ``estimator`` stands for with this model's likelihood."""
-        return resolve_estimator(estimator, self.likelihood)
+        """The concrete estimator that ``estimator`` stands for with this model's likelihood and posterior
+        (coupled across the latent functions or not); a one-line ``ValueError`` when it cannot run."""
+        return resolve_estimator(estimator, self.likelihood, self.posterior.joint)
 
     # ------------------------------------------------------------------ prediction
     @torch.no_grad()

@@ -17,7 +17,7 @@
     tests only: ``train`` sends itself SIGINT after this many steps.
 
 Every value is read when asked for, so a variable set later in the process counts (``SAVIGP_COMPILE``:
-read once, when :mod:`savigp.runtime.compilation` is imported; :func:`savigp.estimators.expected_log_likelihood.set_compile` then).
+read once, when :mod:`savigp.runtime.compilation` is imported; :func:`savigp.runtime.compilation.set_compile` then).
 A value that does not parse raises :class:`SettingError` naming the variable, its value and what
 was expected. This module imports nothing heavy (the command's parser reads it before torch).
 """

@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 from likelihoods import registry
 
+from .._choices import ESTIMATORS
 from ..io.csv_data import DataError, data_checksum, read_csv, split_columns
 from ..io.output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
@@ -29,16 +30,6 @@ from .two_stage import STAGE_TWO_GROUPS, describe, fit_full_gaussian, mean_field
 from .likelihood_options import class_labels, likelihood_spec, make_likelihood
 from .user_options import file_lines_in_errors, probe_callable, user_code_failure, warn_unused_latents
 from .warm_start import check_groups, check_warm_start_options, read_source, start_from, warn_joint_factorized
-
-#: why ``train`` used an estimator (printed with its name)
-ESTIMATOR_WHY = {
-    "closed-form": "the likelihood's exact expected log-likelihood",
-    "reparam": "gradients through f: the likelihood is differentiable",
-    "score": "values of the likelihood only, with control variates",
-    "score-nocv": "values of the likelihood only, no control variates",
-    "quadrature": "Gauss-Hermite quadrature of the likelihood's values",
-}
-
 
 def _check_options(plan: TrainPlan) -> None:
     """The combinations of options, before anything is read."""
@@ -396,8 +387,8 @@ def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bo
     with ckp.signals(sigterm=launched()) as handled:
         estimator = model.resolved_estimator(plan.estimator)  # an impossible choice: one line, exit 2
         if not quiet:
-            print(f"estimator: {estimator} ({ESTIMATOR_WHY[estimator]})", file=sys.stderr)
-        if plan.estimator == "auto" and estimator in ("score", "score-nocv") and not quiet:
+            print(f"estimator: {estimator} ({ESTIMATORS[estimator].summary})", file=sys.stderr)
+        if ESTIMATORS[plan.estimator].chooses and ESTIMATORS[estimator].score_function and not quiet:
             hint = getattr(model.likelihood, "suggest_differentiable", None)  # (once: fit then says nothing)
             if hint is not None and hint(model.train_y):
                 print(f"savigp train: note: --likelihood {spec.get('import_path') or spec['name']} is differentiable "

@@ -8,7 +8,7 @@ itself). One evaluation of the ELBO (eq. (17)) passes through it once, in this o
 1. :meth:`Posterior.evaluation_state` -- whatever it computes once per evaluation and shares
    between the terms (its scales, or its u-space parameters for the current prior);
 2. :meth:`Posterior.marginals` -- q(f_n) less the prior mean at B inputs (eq. (22)-(23)) as a
-   :class:`~savigp.estimators.marginals.LatentMarginals`: means and variances ``(K, B, Q)``
+   :class:`~savigp.posteriors.marginals.LatentMarginals`: means and variances ``(K, B, Q)``
    always, covariances ``(K, B, Q, Q)`` for a family coupled across the latent functions (else
    None), log-weights ``(K,)``. The model adds the prior mean and the mean head's shift and hands
    the result to the estimator of the expected log-likelihood (eq. (24), (29)) it was asked for
@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor, nn
 
-from ..estimators.marginals import LatentMarginals
+from .marginals import LatentMarginals
 from .natural import NaturalPoint
 
 

@@ -25,7 +25,7 @@ for moderate Q * M (the seismic model: Q = 8, M = 113). The ELBO terms in whiten
     L_cross = -1/2 (QM log 2 pi + m^T m + ||L_S||_F^2),
 
 and the model's estimator of the expected log-likelihood draws from the correlated q(f_n)
-(:func:`savigp.estimators.expected_log_likelihood.expected_log_lik_joint`), by reparameterization or by the score
+(the estimators' ``coupled`` forms, :mod:`savigp.estimators`), by reparameterization or by the score
 function (black-box likelihoods). One component only (K = 1). The family implements the protocol of
 :mod:`savigp.posteriors.base` with covariances ``(1, B, Q, Q)`` in its marginals, and always
 differentiates through L_zz (no fused path).

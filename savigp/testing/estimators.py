@@ -1,7 +1,7 @@
-"""A test kit for expected log-likelihood estimators (:mod:`savigp.estimators.expected_log_likelihood`, Bonilla et al.
+"""A test kit for expected log-likelihood estimators (:mod:`savigp.estimators`, Bonilla et al.
 2019, eq. (24)-(29)): :func:`check_estimator` builds a registered estimator by name
 (:data:`savigp.ESTIMATORS`, :func:`savigp.estimators.make_estimator`), calls it as the model does
-with a :class:`~savigp.estimators.LatentMarginals`, and checks its value and its gradients in the
+with a :class:`~savigp.posteriors.marginals.LatentMarginals`, and checks its value and its gradients in the
 marginal means and variances against a likelihood's closed form, with tolerances from the Monte
 Carlo standard error over independent replications.
 
@@ -40,7 +40,8 @@ class _Problem:
         mean = self.mean.to(dtype=dtype, device=device).clone().requires_grad_(True)
         var = self.var.to(dtype=dtype, device=device).clone().requires_grad_(True)
         gen = torch.Generator(device=mean.device).manual_seed(self.seed + 7919 * rep)
-        from ..estimators import LatentMarginals, make_estimator
+        from ..estimators import make_estimator
+        from ..posteriors.marginals import LatentMarginals
 
         q = LatentMarginals(mean, var, torch.log(self.weights.to(dtype=dtype, device=device)))
         est = make_estimator(self.estimator, lik)(lik, self.y.to(dtype=dtype, device=device), q,
@@ -59,9 +60,9 @@ class _Problem:
 
     @property
     def monte_carlo(self) -> bool:
-        from ..estimators.expected_log_likelihood import resolve_estimator
+        from ..estimators import make_estimator
 
-        return resolve_estimator(self.estimator, self.likelihood) not in ("closed-form", "quadrature")
+        return make_estimator(self.estimator, self.likelihood).monte_carlo
 
 
 def _shapes(p: _Problem):

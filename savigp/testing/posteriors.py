@@ -1,6 +1,6 @@
 """A test kit for posterior families (:mod:`savigp.posteriors`): :func:`check_posterior` runs on any
 registered family (:data:`savigp.posteriors.POSTERIORS`) the checks savigp runs on its own, through
-a small model: the protocol's shapes (its marginals a :class:`~savigp.estimators.LatentMarginals`), the fused against the autograd path, the marginals and the KL
+a small model: the protocol's shapes (its marginals a :class:`~savigp.posteriors.marginals.LatentMarginals`), the fused against the autograd path, the marginals and the KL
 terms against the Gaussian formulas over u (Bonilla et al. 2019, eq. (18)-(19), (22)-(23)), draws
 against the marginals, finite gradients, dtype and device following.
 
@@ -69,7 +69,7 @@ def _shapes(p: _Problem):
         return FAILED, f"weights have shape {tuple(w.shape)} and sum {float(w.detach().sum())}, expected ({p.K},) summing to 1"
     if not bool((var.detach() > 0).all()) or not math.isfinite(float(model.elbo().elbo.detach())):
         return FAILED, "variances not positive or the ELBO not finite"
-    from ..estimators.marginals import LatentMarginals
+    from ..posteriors.marginals import LatentMarginals
     from ..posteriors.base import InducingPrior
 
     with torch.no_grad():  # the protocol's marginals: the fixed contract the estimators read

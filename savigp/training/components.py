@@ -26,6 +26,7 @@ from typing import Callable, Optional
 
 import torch
 
+from .._choices import ESTIMATORS
 from ..model import SAVIGP
 from ..posteriors import FullGaussian, make_posterior
 from ..posteriors.mixture import MixturePosterior
@@ -268,7 +269,7 @@ def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, 
         fit_kwargs["anneal"] = True
     extend_kwargs = dict(fit_kwargs, starts=1, reflect=False)
     estimator = fit_kwargs.get("estimator", "auto")
-    eval_estimator = "auto" if estimator in ("score", "score-nocv") else estimator
+    eval_estimator = "auto" if ESTIMATORS[estimator].score_function else estimator
     seed = int(fit_kwargs.get("seed", 0))
 
     def fitted(m) -> _Fitted:

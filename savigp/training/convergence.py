@@ -26,6 +26,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from .._choices import ESTIMATORS
 from ..linalg import chunks as _chunks
 
 #: a rise of the ELBO's trend over the last fifth of the run below this many nats per data point is
@@ -99,7 +100,7 @@ def full_data_elbo(model, *, num_samples: int = 100, estimator: str = "auto", se
     ``num_samples`` draws per point (seeded by ``seed``; shared by a mixture's components, so that
     estimates of models with different K but the same components, from one ``seed``, share their
     Monte Carlo error while their chunks are the same, e.g. one chunk each: up to about 7000 rows
-    at S = 100, K = 2, Q = 1 on the CPU; see :func:`savigp.estimators.expected_log_likelihood.expected_log_lik`), the KL terms averaged over
+    at S = 100, K = 2, Q = 1 on the CPU; see :func:`savigp.estimators.sampling.factorized_draws`), the KL terms averaged over
     the chunks (they are exact except for a Monte Carlo entropy). The standard error is that of the
     expected log-likelihood sum: sqrt(sum over chunks of their squared standard errors).
 
@@ -113,7 +114,7 @@ def full_data_elbo(model, *, num_samples: int = 100, estimator: str = "auto", se
     """
     N = int(model.num_data)
     if chunk_size is None:
-        S = 1 if estimator in ("closed-form", "quadrature") else int(num_samples)
+        S = int(num_samples) if ESTIMATORS[estimator].monte_carlo else 1
         K, Q, M = model.posterior.num_components, model.num_latent, model.num_inducing
         row = 8 * (6 * S * K * Q + 4 * Q * (M + K))
         chunk_size = _chunks.chunk_size(N, row, model.device)

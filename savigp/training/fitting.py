@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from . import distributed
-from .._choices import OPTIMIZERS, PARAMETER_GROUPS
+from .._choices import ESTIMATORS, OPTIMIZERS, PARAMETER_GROUPS
 from ..runtime.allocator import tune_cpu_allocator
 from ..runtime.threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
@@ -198,7 +198,7 @@ def fit(
             returned history is the chosen fit's with the table in ``history.components``. Not with
             ``state`` or ``callback``.
         num_samples: S, Monte Carlo samples per data point and component.
-        estimator: see :mod:`savigp.estimators.expected_log_likelihood`.
+        estimator: a name of :data:`savigp.ESTIMATORS` (:mod:`savigp.estimators`).
         groups: parameter groups to optimize (default all): a subset of :data:`PARAMETER_GROUPS`.
         seed: seeds the mini-batch order and the Monte Carlo draws.
         progress: report progress on stderr: a tqdm bar with the running ELBO and the estimator
@@ -341,7 +341,7 @@ def fit(
             tune_cpu_allocator()
         _warn_joint_factorized(model, groups)
         rank0 = distributed.rank() == 0
-        if requested == "auto" and estimator in ("score", "score-nocv") and rank0:
+        if ESTIMATORS[requested].chooses and ESTIMATORS[estimator].score_function and rank0:
             hint = getattr(model.likelihood, "suggest_differentiable", None)  # (a user function in torch)
             hint = hint(model.train_y) if hint is not None else None
             if hint:

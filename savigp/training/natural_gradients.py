@@ -91,7 +91,7 @@ import torch
 from torch import Tensor
 
 from .._choices import PARAMETER_GROUPS
-from ..estimators.expected_log_likelihood import make_estimator
+from ..estimators import make_estimator
 from ..model import SAVIGP, ELBOTerms
 from ..posteriors.base import InducingPrior
 from ..posteriors.natural import NaturalPoint, natural_update

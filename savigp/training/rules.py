@@ -177,7 +177,7 @@ class SyncFreeStep:
     def explain(self, step: int) -> None:
         """Evaluate bad step ``step``'s ELBO again with its batch and draws (the parameters are those it
         started from), outside the deferred checks, so that
-        :func:`savigp.estimators.expected_log_likelihood.checked_log_prob` raises its error naming the likelihood, the
+        :func:`savigp.estimators.sampling.checked_log_prob` raises its error naming the likelihood, the
         data rows, the targets and the f values. Returns if the values are finite this time."""
         i = step - self.window_start
         if not 0 <= i < len(self.window_inputs):

@@ -48,6 +48,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .._choices import ESTIMATORS
 from ..model import ELBOTerms
 from ..runtime import compilation
 from ..runtime import sync_free
@@ -89,8 +90,8 @@ def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer
         reasons.append("L-BFGS evaluates its closure a data-dependent number of times")
     if getattr(likelihood, "backend", "torch") != "torch":
         reasons.append(f"{type(likelihood).__name__} calls a numpy function (backend={likelihood.backend!r})")
-    if estimator == "quadrature":
-        reasons.append("the quadrature estimator builds its grid with numpy")
+    if not ESTIMATORS[estimator].cuda_graph_safe:
+        reasons.append(f"the {estimator} estimator works on the host (it declares cuda_graph_safe=False)")
     if joint:
         reasons.append("the joint posterior's per-point factorizations check their info on the host")
     columns = getattr(mean_head, "kl_columns", None)

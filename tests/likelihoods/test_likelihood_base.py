@@ -14,7 +14,7 @@ from scipy import stats
 from likelihoods import GPRN, Gaussian, Likelihood, MultiGaussian, Seismic, WarpedGaussian
 from likelihoods.base import log_prob_checked
 from likelihoods.densities import LOG_2PI, gaussian_log_density
-from savigp.estimators.expected_log_likelihood import checked_log_prob
+from savigp.estimators import checked_log_prob
 
 
 class _Flat(Likelihood):

@@ -200,7 +200,7 @@ def test_ordinal_cut_points_learned_and_the_floor_for_underflow():
     far = torch.full((2, 1, 100, 1), 40.0, dtype=torch.float64)  # Phi(b - 40) - Phi(a - 40) = 0 in float64
     with pytest.raises(NonFiniteLogProb, match=r"'ordinal_numpy' \(.*examples.py, line \d+\) returned "
                                                r"NaN or inf .*f = \[40\] -> -inf.*min_log_prob"):
-        savigp.estimators.expected_log_likelihood.checked_log_prob(naive, model.train_y, far)
+        savigp.estimators.checked_log_prob(naive, model.train_y, far)
     floored = CallableLikelihood(ordinal_numpy, min_log_prob=-200.0, **kw)
     assert float(floored.log_prob(model.train_y, far).detach().min()) == -200.0
     model = savigp.SAVIGP(X, Y, floored, num_inducing=10)

@@ -15,8 +15,7 @@ from likelihoods import Gaussian
 from savigp import _choices
 from savigp.cli import main
 from savigp.cli.parser import build_parser
-from savigp.estimators import ESTIMATORS, ELLEstimate, Estimator, checked_log_prob
-from savigp.estimators.expected_log_likelihood import _stderr
+from savigp.estimators import ESTIMATORS, ELLEstimate, Estimator, checked_log_prob, monte_carlo_stderr
 from savigp.io.csv_data import write_csv
 from savigp.kernels.stationary import KERNELS, Stationary
 from savigp.mean_heads.heads import MEAN_HEADS, HybridMeanHead, make_mean_head
@@ -53,11 +52,7 @@ class AntitheticReparameterization(Estimator):
     eps: unbiased (each pair's mean is), and its error cancels to first order in eps (Owen 2013,
     §8.2). Factorized marginals only."""
 
-    @classmethod
-    def resolve(cls, name, likelihood):
-        if not likelihood.differentiable:
-            raise ValueError(f"estimator={name!r} needs a likelihood differentiable in f")
-        return name
+    needs_differentiable_likelihood = True
 
     def factorized(self, likelihood, y, marginals, *, num_samples, scale, generator):
         half = max(1, int(num_samples) // 2)
@@ -67,7 +62,7 @@ class AntitheticReparameterization(Estimator):
         pairs = 0.5 * (values[:half] + values[half:])  # (S / 2, K, B), independent
         per = pairs.mean(0)
         w = marginals.weights()
-        return ELLEstimate(scale * (w[:, None] * per).sum(), per.detach(), _stderr(pairs, w, scale))
+        return ELLEstimate(scale * (w[:, None] * per).sum(), per.detach(), monte_carlo_stderr(pairs, w, scale))
 
 
 @pytest.fixture

@@ -7,11 +7,20 @@ import pytest
 import torch
 
 from likelihoods import Gaussian, Logistic
-from savigp.estimators.expected_log_likelihood import expected_log_lik
+from savigp.estimators import make_estimator
+from savigp.estimators.score import CV_REGRESSION_MIN_SAMPLES, _score_means
+from savigp.posteriors.marginals import LatentMarginals
 
 K, B, Q = 2, 12, 1
 R = 300  # independent estimates per estimator
 S = 10  # samples per estimate
+
+
+def _ell(lik, y, mean, var, weights, *, estimator, num_samples, generator=None):
+    """The registered estimator ``estimator`` on factorized marginals: means and variances ``(K, B, Q)``,
+    mixture weights ``(K,)``."""
+    q = LatentMarginals(mean, var, torch.log(weights))
+    return make_estimator(estimator, lik)(lik, y, q, num_samples=num_samples, generator=generator)
 
 
 def _inputs(seed=0):
@@ -28,8 +37,8 @@ def _estimates(lik, y, estimator, seed=0, num_samples=S, reps=R):
     gen = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(reps):
-        est = expected_log_lik(lik, y, mean, var, torch.softmax(logits, 0), estimator=estimator,
-                               num_samples=num_samples, generator=gen)
+        est = _ell(lik, y, mean, var, torch.softmax(logits, 0), estimator=estimator, num_samples=num_samples,
+                   generator=gen)
         gm, gv, gl = torch.autograd.grad(est.value, (mean, var, logits))
         out.append(torch.cat([gm.flatten(), gv.flatten(), gl.flatten()]))
     return torch.stack(out)
@@ -38,7 +47,7 @@ def _estimates(lik, y, estimator, seed=0, num_samples=S, reps=R):
 def _gaussian_truth(lik, y):
     """Analytic gradients of sum_n sum_k pi_k E[log N(y; f, s^2)]."""
     mean, var, logits = _inputs()
-    est = expected_log_lik(lik, y, mean, var, torch.softmax(logits, 0), estimator="closed-form", num_samples=2)
+    est = _ell(lik, y, mean, var, torch.softmax(logits, 0), estimator="closed-form", num_samples=2)
     return torch.cat([g.flatten() for g in torch.autograd.grad(est.value, (mean, var, logits))])
 
 
@@ -92,7 +101,7 @@ def test_gradients_are_unbiased_logistic(estimator):
 def test_quadrature_estimator_matches_analytic_gradients(gaussian_case):
     lik, y, truth = gaussian_case
     mean, var, logits = _inputs()
-    est = expected_log_lik(lik, y, mean, var, torch.softmax(logits, 0), estimator="quadrature", num_samples=2)
+    est = _ell(lik, y, mean, var, torch.softmax(logits, 0), estimator="quadrature", num_samples=2)
     got = torch.cat([g.flatten() for g in torch.autograd.grad(est.value, (mean, var, logits))])
     assert torch.allclose(got, truth, rtol=1e-8, atol=1e-10)
 
@@ -121,13 +130,11 @@ def test_control_variates_cut_the_variance(gaussian_case, capsys, num_samples, l
 
 
 def test_score_means_match_brute_force_leave_one_out():
-    """The score estimator's control-variate algebra (expected_log_lik._score_means, from sums over
+    """The score estimator's control-variate algebra (savigp.estimators.score._score_means, from sums over
     the samples) against the definition: for each sample s, a_{-s} = Cov(G, h) / Var(h) over the
     other S - 1 samples (unbiased sample moments), for h_b = eps and h_s2 = eps^2 - 1 (S >= 50),
     and a_{-s} = w gbar over the other samples (3 <= S < 50; gbar their mean, w = max(0, 1 - their
     variance / ((S - 1) gbar^2)))."""
-    from savigp.estimators.expected_log_likelihood import CV_REGRESSION_MIN_SAMPLES, _score_means
-
     gen = torch.Generator().manual_seed(4)
     S_, K_, B_, Q_ = 5, 2, 5, 3
     eps = torch.randn(S_, K_, B_, Q_, generator=gen, dtype=torch.float64)
@@ -243,8 +250,8 @@ def test_two_sample_baseline_is_dropped_where_log_p_at_the_mean_is_not_finite():
     var = torch.full((1, 3, 1), 0.5, dtype=torch.float64, requires_grad=True)
     grads = {}
     for est in ("score", "score-nocv"):
-        value = expected_log_lik(lik, y, mean, var, torch.ones(1, dtype=torch.float64), estimator=est,
-                                 num_samples=2, generator=torch.Generator().manual_seed(3)).value
+        value = _ell(lik, y, mean, var, torch.ones(1, dtype=torch.float64), estimator=est, num_samples=2,
+                     generator=torch.Generator().manual_seed(3)).value
         grads[est] = torch.cat([g.flatten() for g in torch.autograd.grad(value, (mean, var))])
     assert bool(torch.isfinite(grads["score"]).all())
     same = torch.isclose(grads["score"], grads["score-nocv"], rtol=1e-12, atol=1e-12)
@@ -255,15 +262,14 @@ def test_joint_score_estimator_at_two_samples_uses_the_same_baseline():
     """posterior='joint' with Q = 1 is the factorized case written with a 1 x 1 covariance: from the
     same draws its S = 2 score gradients equal the factorized estimator's (the baseline at the
     marginal mean; the joint path used the other sample's value before)."""
-    from savigp.estimators.expected_log_likelihood import expected_log_lik_joint
-
     y = torch.where(torch.rand(B, 1, generator=torch.Generator().manual_seed(4)) > 0.5, 1.0, -1.0)
     g = torch.Generator().manual_seed(1)
     mean = torch.randn(B, 1, generator=g, dtype=torch.float64).requires_grad_(True)
     var = (0.2 + torch.rand(B, 1, generator=g, dtype=torch.float64)).requires_grad_(True)
-    joint = expected_log_lik_joint(Logistic(), y, mean, var.unsqueeze(-1), estimator="score", num_samples=2,
-                                   generator=torch.Generator().manual_seed(7)).value
-    fact = expected_log_lik(Logistic(), y, mean[None], var[None], torch.ones(1, dtype=torch.float64),
-                            estimator="score", num_samples=2, generator=torch.Generator().manual_seed(7)).value
+    coupled = LatentMarginals(mean[None], var[None], torch.zeros(1, dtype=torch.float64), cov=var.unsqueeze(-1)[None])
+    joint = make_estimator("score", Logistic(), coupled=True)(Logistic(), y, coupled, num_samples=2,
+                                                              generator=torch.Generator().manual_seed(7)).value
+    fact = _ell(Logistic(), y, mean[None], var[None], torch.ones(1, dtype=torch.float64), estimator="score",
+                num_samples=2, generator=torch.Generator().manual_seed(7)).value
     for a, b in zip(torch.autograd.grad(joint, (mean, var)), torch.autograd.grad(fact, (mean, var))):
         assert torch.allclose(a, b, rtol=1e-9, atol=1e-12), float((a - b).abs().max())

@@ -3,9 +3,9 @@ import torch
 
 import savigp
 from savigp.linalg import chunks as _chunks
-from savigp.estimators import expected_log_likelihood as ell_module
+from savigp.estimators import score as score_module
 from savigp.mean_heads.orthogonal_basis import kernel_matvec
-from savigp.estimators.expected_log_likelihood import _score_means, _score_means_dispatch
+from savigp.estimators.score import _score_means, _score_means_dispatch
 from savigp.kernels.stationary import RBF
 from likelihoods import Gaussian
 
@@ -100,7 +100,7 @@ def test_a_small_budget_blocks_the_work_without_changing_it(monkeypatch):
         blocks.append(eps_.shape[2])
         return _score_means(g_, eps_, control)
 
-    monkeypatch.setattr(ell_module, "_score_means", counted_means)
+    monkeypatch.setattr(score_module, "_score_means", counted_means)
     out = _score_means_dispatch(vals, eps, True)
     assert seen == [(B, 6)] and blocks == [6] * 6 + [4]
     assert all(torch.allclose(o, r, rtol=1e-12, atol=1e-12) for o, r in zip(out, ref))

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from savigp.estimators import LatentMarginals
+from savigp.posteriors.marginals import LatentMarginals
 
 
 def _parts(K=2, B=3, Q=2, seed=0):
