@@ -30,7 +30,8 @@ from .kernels import KERNELS, Kernel, build_kernel, parse_kernel
 from .kernels.spec import default_lengthscale
 from .estimators.nonfinite import NonFiniteLogProb
 from .posteriors.marginals import LatentMarginals
-from .posteriors import DEFAULT_ENTROPY, InducingPrior, Posterior, make_posterior
+from .mean_heads import DEFAULT_MEAN_BASIS, ZERO_HEAD, MeanHead, make_mean_head
+from .posteriors import DEFAULT_ENTROPY, POSTERIORS, InducingPrior, Posterior, make_posterior
 
 
 @dataclass
@@ -146,10 +147,6 @@ def _check_finite_predictive(lp: Tensor, likelihood, offset: int) -> None:
                          f"{len(rows)} test row(s), the first at row(s) {rows[:3]}")
 
 
-#: the posterior families that take a kernel shared by the latent functions (``shared_kernel``): their
-#: marginals broadcast a ``(1, M, M)`` prior over the Q latent functions (tested against Q equal kernels)
-SHARED_KERNEL_POSTERIORS = ("full", "diag")
-
 #: bytes that the Monte Carlo arrays of one chunk of test rows may take in :meth:`SAVIGP.predict`
 #: and :meth:`SAVIGP.log_predictive_density` (their ``memory_budget`` argument overrides it)
 PREDICT_MEMORY_BUDGET = 256 * 2 ** 20
@@ -227,7 +224,7 @@ class SAVIGP(nn.Module):
         prior_mean: Union[float, Sequence[float]] = 0.0,
         learn_prior_mean: bool = False,
         mean_basis_size: int = 0,
-        mean_basis: str = "orthogonal",
+        mean_basis: str = DEFAULT_MEAN_BASIS,
         dtype: torch.dtype = torch.float64,
         device: Union[str, torch.device, None] = None,
         seed: int = 0,
@@ -317,19 +314,18 @@ class SAVIGP(nn.Module):
         else:
             self.posterior = make_posterior(posterior, Q, M, num_components, generator=gen, entropy=entropy,
                                             entropy_samples=entropy_samples)
-        self._check_shared_kernel(mean_basis_size)
+        self._check_shared_kernel(self.posterior, mean_basis_size)
         if not given:  # a family built here starts from the prior
             with torch.no_grad():
                 self.posterior.start(lambda: self._factorize(kernel(Z, Z).detach())[0])
 
-        # ---- optional orthogonally decoupled mean head (Salimbeni et al. 2018)
+        # ---- optional mean head (Salimbeni et al. 2018): a basis for the mean (None: the zero head, :attr:`head`)
         self.mean_head = None
-        if mean_basis != "orthogonal" and not mean_basis_size:
+        if mean_basis != DEFAULT_MEAN_BASIS and not mean_basis_size:
             raise ValueError(f"mean_basis={mean_basis!r} needs mean_basis_size > 0 (the size G of the basis)")
         if mean_basis_size:
-            from .mean_heads.heads import make_mean_head
-
             self.mean_head = make_mean_head(mean_basis, X, Q, int(mean_basis_size), seed=seed, posterior=self.posterior)
+            self._check_shared_kernel(self.mean_head, mean_basis_size)
 
         # ---- training data (not saved in state_dict)
         self.register_buffer("train_x", X, persistent=False)
@@ -345,18 +341,38 @@ class SAVIGP(nn.Module):
         }
         self.to(dtype=dtype, device=device)
 
-    def _check_shared_kernel(self, mean_basis_size: int) -> None:
-        """Refuse, by name, a family (by its resolved ``kind``, so aliases pass) or a mean basis that
-        does not take a kernel shared by the latent functions (:data:`SHARED_KERNEL_POSTERIORS`)."""
-        family = self.posterior.kind
-        if self.shared_kernel and (family not in SHARED_KERNEL_POSTERIORS or mean_basis_size):
+    def _check_shared_kernel(self, part, mean_basis_size: int) -> None:
+        """Refuse a posterior family or a mean head (``part``) that does not take a kernel shared by the
+        latent functions (its ``shared_kernel`` capability), before the family starts or once the
+        head is built."""
+        if self.shared_kernel and not part.shared_kernel:
+            able = [name for name in POSTERIORS.names() if POSTERIORS[name].shared_kernel]
             raise ValueError(f"a kernel shared by the Q={self.num_latent} latent functions (num_latent=1) works with "
-                             f"posterior {' or '.join(repr(f) for f in SHARED_KERNEL_POSTERIORS)} and no mean basis; "
-                             f"got posterior={family!r}"
+                             f"posterior {' or '.join(repr(f) for f in able)} and no mean basis; "
+                             f"got posterior={self.posterior.kind!r}"
                              + (f", mean_basis_size={mean_basis_size}" if mean_basis_size else "")
                              + f": use a kernel with num_latent={self.num_latent}")
 
+    def replace_posterior(self, posterior: Posterior) -> None:
+        """Hold ``posterior`` (of the model's Q and M, e.g. a mixture grown or restarted by
+        :mod:`savigp.training.components`) and record its K and entropy term in :attr:`config` (what a
+        model file records)."""
+        if (posterior.num_latent, posterior.num_inducing) != (self.num_latent, self.num_inducing):
+            raise ValueError(f"posterior has (Q, M) = {(posterior.num_latent, posterior.num_inducing)}, model needs "
+                             f"{(self.num_latent, self.num_inducing)}")
+        self.posterior = posterior
+        self.config.update(num_components=posterior.num_components, entropy=posterior.entropy_estimate,
+                           entropy_samples=int(posterior.entropy_samples))
+
     # ------------------------------------------------------------------ helpers
+    @property
+    def head(self) -> MeanHead:
+        """The mean head as the model and the training loops use it (:class:`savigp.mean_heads.MeanHead`:
+        its shift, KL and capabilities): :attr:`mean_head`, the basis of ``mean_basis_size`` (None
+        without one), or else the zero head (:data:`savigp.mean_heads.ZERO_HEAD`: no shift, no KL,
+        no parameters)."""
+        return ZERO_HEAD if self.mean_head is None else self.mean_head
+
     @property
     def dtype(self) -> torch.dtype:
         return self.inducing.dtype
@@ -469,11 +485,9 @@ class SAVIGP(nn.Module):
 
     def head_state(self, prior: InducingPrior):
         """What the mean head computes once per evaluation for this ``prior`` and shares between its
-        mean shift and its KL (:meth:`savigp.mean_heads.OrthogonalMeanHead.evaluation_state`), or
-        None (no head, or a head that needs nothing)."""
-        if self.mean_head is None:
-            return None
-        return self.mean_head.evaluation_state(self.kernel, self.inducing, prior.Lzz, prior.Kzz, prior.jitter_rel)
+        mean shift and its KL (:meth:`savigp.mean_heads.MeanHead.evaluation_state`), or None (the
+        zero head, or a head that needs nothing)."""
+        return self.head.evaluation_state(self.kernel, self.inducing, prior.Lzz, prior.Kzz, prior.jitter_rel)
 
     def latent(self, X: Tensor, prior: InducingPrior, state=None, head_state=None, *, point=None) -> LatentMarginals:
         """q(f_n) at inputs ``X (B, D)`` (Bonilla et al. 2019, eq. (22)-(23)): the family's marginals
@@ -494,13 +508,8 @@ class SAVIGP(nn.Module):
         else:
             q = self.posterior.natural_marginals(point, prior, Kzx, kxx)
         q = q.shifted(self.prior_mean)  # (K, B, Q)
-        if self.mean_head is not None:  # Salimbeni et al. 2018: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a
-            if head_state is None:
-                head_state = self.head_state(prior)
-            head = dict(V=q.V) if q.V is not None else dict(Kzx=Kzx, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel)
-            q = q.shifted(self.mean_head.mean_shift(X, self.kernel, self.inducing, prior.Lzz, state=head_state,
-                                                    **head).transpose(-1, -2))
-        return q
+        # the mean head's r(x) (Salimbeni et al. 2018: r = K_x,gamma a - K_xz K_zz^-1 K_z,gamma a; the zero head: none)
+        return self.head.shifted(q, X, self.kernel, self.inducing, prior, Kzx, head_state)
 
     # ------------------------------------------------------------------ ELBO
     def elbo(self, batch: Optional[Tensor] = None, *, num_samples: int = 100, estimator: str = "auto",
@@ -533,9 +542,8 @@ class SAVIGP(nn.Module):
         q = self.latent(X, prior, state, head_state)
         ell = make_estimator(estimator, self.likelihood, post.joint)(self.likelihood, Y, q, num_samples=num_samples,
                                                                      scale=self.num_data / X.shape[0], generator=generator)
-        head_kl = (self.mean_head.kl(self.kernel, self.inducing, prior.Lzz, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel,
-                                     posterior=post, state=head_state)
-                   if self.mean_head is not None else ell.value.new_zeros(()))
+        head_kl = self.head.kl(self.kernel, self.inducing, prior.Lzz, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel,
+                               posterior=post, state=head_state)
         ent, cross = post.kl_terms(prior, state, generator)
         return self.assemble_terms(ell, ent, cross, head_kl, prior.Lzz)
 
@@ -773,16 +781,6 @@ class SAVIGP(nn.Module):
             lse = torch.logsumexp(lp + log_pi[None, :, None], dim=(0, 1))
             out[i:i + chunk_size] = lse - math.log(num_samples)
         return out
-
-    def save(self, path: str) -> None:
-        """Deprecated: use :func:`savigp.save` (``savigp.save(model, path)``), which sits beside
-        :func:`savigp.load`; the model itself does not know its file format. Kept for one release so
-        that code written against earlier versions keeps working; it warns and calls that function."""
-        warnings.warn("SAVIGP.save(path) is deprecated and will be removed; use savigp.save(model, path)",
-                      DeprecationWarning, stacklevel=2)
-        from .model_files import save  # the one deprecated arrow up to the file format (tests/savigp/test_import_graph.py)
-
-        save(self, path)
 
     def extra_repr(self) -> str:
         return (f"N={self.num_data}, D={self.input_dim}, Q={self.num_latent}, M={self.num_inducing}, "

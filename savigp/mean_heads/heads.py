@@ -58,12 +58,13 @@ from torch import Tensor, nn
 from .. import _choices
 from ..linalg.cholesky import jittered
 from ..runtime import sync_free
+from .base import GAMMA_PRECONDITIONERS, MeanHead
 from .orthogonal_basis import KL_SAMPLING, SPDSolve, chol_solve, initial_mean_basis, kernel_matvec, rows_matvec
 
 #: the mean heads by name (``mean_basis=``): a registry, ``MEAN_HEADS.register("name", cls)``
 MEAN_HEADS = _choices.MEAN_HEADS
-#: their names (the registry's, read when this module is imported; :data:`MEAN_HEADS` is live)
-MEAN_BASES = MEAN_HEADS.names()
+#: the basis a model's ``mean_basis_size`` takes when ``mean_basis`` is not given
+DEFAULT_MEAN_BASIS = "orthogonal"
 
 
 class BasisTerms(NamedTuple):
@@ -75,7 +76,7 @@ class BasisTerms(NamedTuple):
     w: Tensor
 
 
-class OrthogonalMeanHead(nn.Module):
+class OrthogonalMeanHead(MeanHead):
     """The orthogonally decoupled mean basis of Salimbeni et al. 2018 for Q latent functions.
 
     Args:
@@ -92,12 +93,12 @@ class OrthogonalMeanHead(nn.Module):
     so a fresh head leaves the coupled model exactly unchanged).
 
     The DECOUPLED and HYBRID bases (:mod:`savigp.mean_heads`) subclass this head without the
-    projection; ``orthogonal`` and ``coupled_mean`` (whether the posterior's own mean m is part of
-    the mean) tell the training loops which one they have.
+    projection (``orthogonal`` False); the capabilities of :class:`~savigp.mean_heads.base.MeanHead`
+    (``fixes_mean``, :meth:`mean_coupling`, :meth:`natural_preconditioner`, ...) are what the model
+    and the training loops read.
     """
 
     orthogonal = True
-    coupled_mean = True
 
     def __init__(self, X: Tensor, num_latent: int, size: int, seed: int = 0, *, learn_inputs: bool = True,
                  gamma_inputs=None, kl_columns: Optional[int] = None, kl_sampling: str = "residual"):
@@ -133,6 +134,13 @@ class OrthogonalMeanHead(nn.Module):
         """Called once by :func:`savigp.mean_heads.make_mean_head` with the model's posterior (or
         None) after the head is built: a head that constrains the posterior does it here (the
         DECOUPLED head fixes its mean at zero); this one leaves it as it is."""
+
+    def graph_obstacle(self) -> Optional[str]:
+        """Column-sampled KL (``kl_columns`` below G) draws its columns on the host, which a CUDA graph
+        would freeze at the capture."""
+        if self.kl_columns is not None and self.kl_columns < self.size:
+            return f"the mean head samples its KL columns on the host (kl_columns={self.kl_columns})"
+        return None
 
     # ------------------------------------------------------------------ settings
     @property
@@ -193,6 +201,15 @@ class OrthogonalMeanHead(nn.Module):
         return (Lzz.transpose(-1, -2) @ w.unsqueeze(-1)).squeeze(-1)
 
     # ------------------------------------------------------------------ marginal means
+    def shifted(self, q, X: Tensor, kernel, Z: Tensor, prior, Kzx: Tensor, state: Optional[BasisTerms] = None):
+        """``q`` with r(x_n) (:meth:`mean_shift`) added to every component's mean (Salimbeni et al. 2018,
+        eq. (11)): from the marginals' whitened cross-covariances V when they carry them (the
+        reference path), else from ``Kzx`` ``(Q, M, B)`` with the fused gradient to K_zz."""
+        if state is None:
+            state = self.evaluation_state(kernel, Z, prior.Lzz, prior.Kzz, prior.jitter_rel)
+        head = dict(V=q.V) if q.V is not None else dict(Kzx=Kzx, Kzz=prior.Kzz, jitter_rel=prior.jitter_rel)
+        return q.shifted(self.mean_shift(X, kernel, Z, prior.Lzz, state=state, **head).transpose(-1, -2))
+
     def mean_shift(self, X: Tensor, kernel, Z: Tensor, Lzz: Tensor, V: Optional[Tensor] = None, *,
                    Kzx: Optional[Tensor] = None, Kzz: Optional[Tensor] = None,
                    jitter_rel: Optional[Tensor] = None, state: Optional[BasisTerms] = None) -> Tensor:
@@ -244,6 +261,71 @@ class OrthogonalMeanHead(nn.Module):
         if self.kl_sampling == "kernel":
             return 0.5 * (self._sampled_kernel_quadratic(kernel, idx) - nystrom)
         return 0.5 * self._sampled_residual_quadratic(kernel, Z, w, idx)
+
+    # ------------------------------------------------------------------ natural-gradient training
+    def natural_parameters(self) -> list:
+        """The coefficients a ``(Q, G)`` (the inputs gamma train with Adam)."""
+        return [self.a]
+
+    @torch.no_grad()
+    def natural_preconditioner(self, kernel, Z: Tensor, Lzz: Tensor, *, jitter: float = 1e-3, kind: str = "eq16",
+                               X: Optional[Tensor] = None, curvature: Optional[Tensor] = None, block: int = 2048,
+                               prior_columns: int = 512, generator: Optional[torch.Generator] = None) -> Tensor:
+        """The diagonal preconditioner for a_gamma, ``(Q, G)`` (derivation in
+        :mod:`savigp.training.natural_gradients`).
+
+        Args:
+            kernel, Z, Lzz: the model's kernel, inducing inputs ``(Q, M, D)`` and prior factor ``(Q, M, M)``.
+            jitter: eps relative to the prior variance k(gamma_i, gamma_i).
+            kind: ``"eq16"``: D_{gamma|beta} + eps of Salimbeni et al. 2018, eq. (16). ``"gauss-newton"``: row-sum
+                (Gershgorin) bounds of both parts of the curvature, so that lambda_max(P^-1 H) <= 1:
+                sum_j |R_gamma,gamma|_ij for the KL part (exact when G <= ``prior_columns``, else an
+                unbiased estimate from that many sampled columns, never below D_i) plus
+                sum_n |R_ni| lambda_n sum_j |R_nj| for the data of the batch;
+                O(B M G + G min(G, prior_columns) M) per call.
+            X, curvature: for ``"gauss-newton"``: the batch inputs ``(B, D)`` and lambda ``(Q, B)``
+                (already scaled by N / B).
+            generator: CPU generator for the sampled columns (default: the head's).
+        """
+        if kind not in GAMMA_PRECONDITIONERS:
+            raise ValueError(f"gamma preconditioner must be one of {GAMMA_PRECONDITIONERS}, got {kind!r}")
+        G = self.size
+        if kind == "gauss-newton" and (X is None or curvature is None):
+            raise ValueError("natural_preconditioner(kind='gauss-newton') needs X and curvature")
+        Ws, parts = [], []
+        for s in range(0, G, block):
+            g = self.gamma[:, s:s + block]
+            if self.orthogonal:
+                W = torch.linalg.solve_triangular(Lzz, kernel(Z, g), upper=False)  # (Q, M, g)
+            else:  # DECOUPLED / HYBRID: no projection, R = K_gamma and R(x, gamma) = k(x, gamma)
+                W = Lzz.new_zeros(Lzz.shape[:-1] + (g.shape[1],))
+            Ws.append(W)
+            parts.append((kernel.diag(g) - (W * W).sum(-2)).clamp_min(0.0))
+        D = torch.cat(parts, dim=-1)  # diag(K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma)
+        eps = jitter * kernel.diag(self.gamma)
+        if kind == "eq16":
+            return D + eps
+        W = torch.cat(Ws, dim=-1)  # (Q, M, G)
+        # KL part: row sums of |R_gamma,gamma|, R = K_gamma - W^T W
+        if G <= prior_columns:
+            cols, weight = torch.arange(G, device=W.device).expand(self.num_latent, G), 1.0
+        else:
+            cols, weight = self.sample_columns(prior_columns, generator), G / prior_columns
+        prior_rows = torch.zeros_like(D)
+        for s in range(0, cols.shape[1], block):
+            idx = cols[:, s:s + block]  # (Q, c)
+            gJ = torch.gather(self.gamma, 1, idx.unsqueeze(-1).expand(-1, -1, self.input_dim))
+            WJ = torch.gather(W, 2, idx.unsqueeze(1).expand(-1, W.shape[1], -1))  # (Q, M, c)
+            RJ = kernel(self.gamma, gJ) - W.transpose(-1, -2) @ WJ  # (Q, G, c)
+            prior_rows += RJ.abs().sum(-1)
+        prior_rows = torch.maximum(weight * prior_rows, D)
+        # data part: lambda-weighted row-sum bound of R_gamma,X Lambda R_X,gamma
+        V = torch.linalg.solve_triangular(Lzz, kernel(Z, X), upper=False)  # (Q, M, B)
+        lam = curvature.clamp_min(0.0)
+        absR = torch.cat([(kernel(X, self.gamma[:, s:s + block]) - V.transpose(-1, -2) @ W[..., s:s + block]).abs()
+                          for s in range(0, G, block)], dim=-1)  # (Q, B, G): |R(x_n, gamma_i)|
+        data = torch.einsum("qbg,qb->qg", absR, lam * absR.sum(-1))
+        return prior_rows + data + eps
 
     def sample_columns(self, columns: int, generator: Optional[torch.Generator] = None) -> Tensor:
         """C distinct column indices per latent function, uniformly at random, ``(Q, C)``."""
@@ -312,16 +394,18 @@ class DecoupledMeanHead(_UnprojectedMeanHead):
     posterior mean at zero.
     """
 
-    coupled_mean = False
+    fixes_mean = True
 
     def attach(self, posterior) -> None:
-        """Fix the ``posterior``'s mean (``(K, Q, M)``) at zero and turn its gradient off: the mean
-        then lives in the gamma basis alone (module docstring)."""
+        """Fix the ``posterior``'s means (:attr:`~savigp.posteriors.Posterior.component_means`,
+        ``(K, Q, M)``) at zero and turn their gradient off: the mean then lives in the gamma basis
+        alone (module docstring)."""
         if posterior is None:
             raise ValueError("make_mean_head('decoupled') needs the posterior (its mean is fixed at zero)")
+        means = posterior.component_means
         with torch.no_grad():
-            posterior.mean.zero_()
-        posterior.mean.requires_grad_(False)
+            means.zero_()
+        means.requires_grad_(False)
 
     def kl(self, kernel, Z: Tensor, Lzz: Tensor, *, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
            columns: Optional[int] = None, generator: Optional[torch.Generator] = None, posterior=None,
@@ -337,7 +421,9 @@ class HybridMeanHead(_UnprojectedMeanHead):
     Same arguments and parameters as :class:`OrthogonalMeanHead`.
     """
 
-    coupled_mean = True
+    def mean_coupling(self, kernel, Z: Tensor, Lzz: Tensor, mean: Tensor) -> Tensor:
+        """The cross term sum_j <h_j, mu_j>_H of the coupled mean ``mean (Q, M)`` (:meth:`coupling`)."""
+        return self.coupling(kernel, Z, Lzz, mean)
 
     def kl(self, kernel, Z: Tensor, Lzz: Tensor, *, Kzz: Optional[Tensor] = None, jitter_rel: Optional[Tensor] = None,
            columns: Optional[int] = None, generator: Optional[torch.Generator] = None, posterior=None,
@@ -346,8 +432,8 @@ class HybridMeanHead(_UnprojectedMeanHead):
 
         Args:
             kernel, Z, Lzz, Kzz, jitter_rel, columns, generator: as in :meth:`OrthogonalMeanHead.kl`.
-            posterior: the model's posterior (its ``mean`` ``(K, Q, M)``, ``weights()`` ``(K,)``
-                and whether it is ``whitened``), or
+            posterior: the model's posterior (its ``component_means`` ``(K, Q, M)``, ``weights()``
+                ``(K,)`` and whether they are ``mean_whitened``), or
             mean: whitened coupled means ``(Q, M)`` or ``(K, Q, M)`` with equal weights (the
                 natural-gradient step passes its autograd leaf here). One of the two is required.
         """
@@ -355,7 +441,7 @@ class HybridMeanHead(_UnprojectedMeanHead):
             m = mean if mean.dim() == 2 else mean.mean(0)
             whitened = True
         elif posterior is not None:
-            m = torch.einsum("k,kqm->qm", posterior.weights(), posterior.mean)
+            m = torch.einsum("k,kqm->qm", posterior.weights(), posterior.component_means)
             # whitened coordinates of the means (also the diagonal mixture over u's w, m = L_zz w)
             whitened = bool(posterior.mean_whitened)
         else:

@@ -29,11 +29,9 @@ The whitened mixtures share :class:`MixturePosterior` (:mod:`.mixture`); the ent
 """
 from __future__ import annotations
 
-import torch
-
 from .. import _choices
 from ._autograd import MIDDLE_FORM_MIN_RATIO, use_middle_form, whitened_moments
-from .base import InducingPrior, Marginals, Posterior
+from .base import InducingPrior, Posterior, make_posterior
 from .diagonal import DiagonalMixture
 from .entropy import DEFAULT_ENTROPY, ENTROPY_ESTIMATES, spread_means
 from .full import FullGaussian, FullMixture
@@ -43,36 +41,10 @@ from .u_diagonal import UDiagonalMixture, USpaceParameters
 
 __all__ = ["DEFAULT_ENTROPY", "DiagonalMixture", "ENTROPY_ESTIMATES",
            "FullGaussian", "FullMixture", "InducingPrior", "JointGaussian",
-           "MIDDLE_FORM_MIN_RATIO", "Marginals", "MixturePosterior", "POSTERIORS", "POSTERIOR_KINDS", "Posterior",
+           "MIDDLE_FORM_MIN_RATIO", "MixturePosterior", "POSTERIORS", "Posterior",
            "UDiagonalMixture", "USpaceParameters", "make_posterior", "spread_means", "use_middle_form",
            "whitened_moments"]
 
 
 #: the families by name (``posterior=``): a registry, ``POSTERIORS.register("name", cls)``
 POSTERIORS = _choices.POSTERIORS
-#: their names (the registry's, read when this module is imported; :data:`POSTERIORS` is live)
-POSTERIOR_KINDS = POSTERIORS.names()
-
-
-def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components: int = 1,
-                   generator: torch.Generator | None = None, entropy: str = DEFAULT_ENTROPY,
-                   entropy_samples: int = 64) -> Posterior:
-    """Build a posterior by name (an entry of :data:`POSTERIORS`, by its class's ``build``).
-
-    * ``"full"`` (or ``"fg"``): full covariances, whitened; K = 1 is :class:`FullGaussian`.
-    * ``"diag"`` (or ``"diag-whitened"``, ``"diagonal"``): diagonal in whitened coordinates,
-      :class:`DiagonalMixture`.
-    * ``"diag-u"`` (or ``"mog"``): the paper's diagonal mixture over u, :class:`UDiagonalMixture`.
-    * ``"joint"``: one Gaussian over all Q * M whitened values, coupled across the latent
-      functions (:class:`JointGaussian`; K = 1).
-
-    ``entropy`` (``"pairwise"``, the default; ``"bound"``, eq. (18); or ``"mc"``) and
-    ``entropy_samples`` choose the entropy term of mixtures with K > 1 (see
-    :meth:`MixturePosterior.entropy`).
-
-    Raises:
-        ValueError: an unknown ``kind``, naming the registered ones.
-    """
-    family = POSTERIORS[POSTERIORS.canonical(kind)]
-    return family.build(num_latent, num_inducing, num_components, generator=generator, entropy=entropy,
-                        entropy_samples=entropy_samples)

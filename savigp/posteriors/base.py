@@ -35,6 +35,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor, nn
 
+from .. import _choices
+from .entropy import DEFAULT_ENTROPY
 from .marginals import LatentMarginals
 from .natural import NaturalPoint
 
@@ -59,10 +61,6 @@ class InducingPrior:
     def fused(self) -> bool:
         """Whether L_zz carries no graph (the gradient reaches the kernel only through ``Kzz``)."""
         return not self.Lzz.requires_grad
-
-
-#: the marginals a family returns (the name of earlier versions)
-Marginals = LatentMarginals
 
 
 def variance_floor(kxx: Tensor) -> Tensor:
@@ -96,6 +94,23 @@ class Posterior(nn.Module):
     entropy_samples: Optional[int] = None
     #: the most components K the family takes (None: any); a model file asking for more is refused
     max_components: Optional[int] = None
+
+    # ------------------------------------------------------------------ capabilities (read by callers, never names)
+    #: takes a kernel shared by the Q latent functions (a kernel with ``num_latent=1``,
+    #: ``SAVIGP(shared_kernel=True)``): its marginals broadcast a ``(1, M, M)`` prior factor and a
+    #: ``(1, M, B)`` K_zx over the Q latent functions (tested against Q equal kernels)
+    shared_kernel: bool = False
+    #: gives its moments over u per latent function (:meth:`u_moments`) and is set from them
+    #: (:meth:`init_from_moments`): a source and a target of :func:`savigp.warm_start`
+    function_moments: bool = False
+    #: covariances diagonal in the family's own coordinates (a factorized q(u), whose ELBO biases
+    #: hyper-parameters learned with it on dense models: :func:`savigp.training.warm_start.joint_factorized_fit`)
+    diagonal: bool = False
+    #: takes the component moves of :func:`savigp.fit`'s exploration of starts and of the search for
+    #: K (:meth:`spread_along`, :meth:`restart_means`, :meth:`fold`,
+    #: :meth:`transform`, :meth:`component_pairs`, :meth:`grown`, :meth:`restarted`;
+    #: :class:`~savigp.posteriors.MixturePosterior` implements them)
+    component_moves: bool = False
 
     @classmethod
     def build(cls, num_latent: int, num_inducing: int, num_components: int = 1, **options) -> "Posterior":
@@ -207,6 +222,59 @@ class Posterior(nn.Module):
         """Whether :func:`savigp.fit_orthnat`'s natural-gradient step applies to this posterior."""
         return self.natural_gradient_obstacle() is None
 
+    # ------------------------------------------------------------------ first-order steps
+    def precondition_gradients(self) -> None:
+        """Rescale the gradients of this family's parameters in place after the backward pass and
+        before a first-order step (Adam, Adadelta; not L-BFGS, whose line search needs the true
+        gradient); by default nothing. A mixture divides each component's by its weight
+        (:meth:`savigp.posteriors.MixturePosterior.precondition_gradients`)."""
+
+    # ------------------------------------------------------------------ the means
+    @property
+    def component_means(self) -> Tensor:
+        """The components' means ``(K, Q, M)`` in the coordinates the family holds them (whitened v, or
+        the prior-conditioned w of the diagonal mixture over u; both linear in u - mu, see
+        :attr:`mean_whitened`), as the parameter itself (a gradient in the means is taken with
+        respect to it; a mean head that fixes the coupled mean sets it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not give its component means (component_means)")
+
+    # ------------------------------------------------------------------ component moves (component_moves)
+    def _no_moves(self, what: str) -> NotImplementedError:
+        return NotImplementedError(f"{type(self).__name__} takes no component moves ({what}; component_moves is False)")
+
+    def spread_along(self, directions: Tensor, generator: Optional[torch.Generator] = None) -> None:
+        """Set the component means along ``directions`` ``(R, Q, M)`` (:meth:`savigp.posteriors.MixturePosterior.spread_along`)."""
+        raise self._no_moves("spread_along")
+
+    def restart_means(self, prior_factor: Callable[[], Tensor], generator: Optional[torch.Generator] = None) -> None:
+        """A fresh random start of the component means around their weighted centre
+        (:meth:`savigp.posteriors.MixturePosterior.restart_means`)."""
+        raise self._no_moves("restart_means")
+
+    def fold(self, component: int, prior_factor: Callable[[], Tensor], smoothing: float = 0.1) -> Tensor:
+        """Make a component's mean of one sign per latent function (:meth:`savigp.posteriors.MixturePosterior.fold`)."""
+        raise self._no_moves("fold")
+
+    def transform(self, source: int, target: int, matrix: Tensor, prior_factor: Callable[[], Tensor]) -> None:
+        """Replace a component by the image of another under a linear map of the latent functions
+        (:meth:`savigp.posteriors.MixturePosterior.transform`)."""
+        raise self._no_moves("transform")
+
+    def component_pairs(self) -> list:
+        """The ordered pairs of components a move tries (:meth:`savigp.posteriors.MixturePosterior.component_pairs`)."""
+        raise self._no_moves("component_pairs")
+
+    def grown(self, component: int, prior_factor: Callable[[], Tensor], *, entropy: Optional[str] = None) -> "Posterior":
+        """This family with K + 1 components, component ``component`` split in two
+        (:meth:`savigp.posteriors.MixturePosterior.grown`)."""
+        raise self._no_moves("grown")
+
+    def restarted(self, num_components: int, prior_factor: Callable[[], Tensor], *,
+                  generator: Optional[torch.Generator] = None, entropy: Optional[str] = None) -> "Posterior":
+        """A fresh posterior of this family with ``num_components`` components
+        (:meth:`savigp.posteriors.MixturePosterior.restarted`)."""
+        raise self._no_moves("restarted")
+
 
 class ScaledPosterior(Posterior):
     """A family whose terms all start from its covariance scale (:meth:`scale`: Cholesky factors
@@ -234,3 +302,27 @@ class ScaledPosterior(Posterior):
         """(:meth:`entropy`, :meth:`cross_entropy`) of ``state`` (default :meth:`scale`)."""
         scale = self.scale() if state is None else state
         return self.entropy(scale, generator=generator), self.cross_entropy(scale)
+
+
+def make_posterior(kind: str, num_latent: int, num_inducing: int, num_components: int = 1,
+                   generator: Optional[torch.Generator] = None, entropy: str = DEFAULT_ENTROPY,
+                   entropy_samples: int = 64) -> Posterior:
+    """Build a posterior by name (an entry of :data:`savigp.posteriors.POSTERIORS`, by its class's ``build``).
+
+    * ``"full"`` (or ``"fg"``): full covariances, whitened; K = 1 is :class:`~savigp.posteriors.FullGaussian`.
+    * ``"diag"`` (or ``"diag-whitened"``, ``"diagonal"``): diagonal in whitened coordinates,
+      :class:`~savigp.posteriors.DiagonalMixture`.
+    * ``"diag-u"`` (or ``"mog"``): the paper's diagonal mixture over u, :class:`~savigp.posteriors.UDiagonalMixture`.
+    * ``"joint"``: one Gaussian over all Q * M whitened values, coupled across the latent
+      functions (:class:`~savigp.posteriors.JointGaussian`; K = 1).
+
+    ``entropy`` (``"pairwise"``, the default; ``"bound"``, eq. (18); or ``"mc"``) and
+    ``entropy_samples`` choose the entropy term of mixtures with K > 1 (see
+    :meth:`savigp.posteriors.MixturePosterior.entropy`).
+
+    Raises:
+        ValueError: an unknown ``kind``, naming the registered ones.
+    """
+    family = _choices.POSTERIORS[_choices.POSTERIORS.canonical(kind)]
+    return family.build(num_latent, num_inducing, num_components, generator=generator, entropy=entropy,
+                        entropy_samples=entropy_samples)

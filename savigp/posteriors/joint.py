@@ -82,6 +82,11 @@ class JointGaussian(ScaledPosterior):
         self.raw_scale = nn.Parameter(raw)
 
     # ------------------------------------------------------------------ parameters
+    @property
+    def component_means(self) -> Tensor:
+        """The mean m ``(1, Q, M)``, the parameter itself (:attr:`Posterior.component_means`)."""
+        return self.mean
+
     def weights(self) -> Tensor:
         """Mixture weights, ``(1,)`` (one component)."""
         return self.mean.new_ones(1)

@@ -29,7 +29,7 @@ from torch.nn import functional as F
 from likelihoods.densities import LOG_2PI
 from likelihoods.parameters import inverse_softplus
 from ._autograd import SCALE_FLOOR, lower_factor, squared_norm, whitened_moments
-from .base import InducingPrior, LatentMarginals, ScaledPosterior, variance_floor
+from .base import InducingPrior, LatentMarginals, ScaledPosterior, make_posterior, variance_floor
 from .entropy import (DEFAULT_ENTROPY, ENTROPY_ESTIMATES, entropy_bound, entropy_monte_carlo, entropy_pairwise,
                       spread_means)
 from .moments import check_moments, diagonal_variances, raw_scale
@@ -64,6 +64,11 @@ class MixturePosterior(ScaledPosterior):
     whitened: bool = True
     #: the name :func:`make_posterior` builds this class from
     kind: str = "full"
+    #: capabilities (:class:`~savigp.posteriors.base.Posterior`): the whitened mixtures take a kernel
+    #: shared by the latent functions, give and take moments over u, and take the component moves
+    shared_kernel: bool = True
+    function_moments: bool = True
+    component_moves: bool = True
 
     def __init__(self, num_components: int, num_latent: int, num_inducing: int, diagonal: bool,
                  init_scale: float = 1.0, mean_spread: float = 1.0, generator: torch.Generator | None = None,
@@ -93,6 +98,11 @@ class MixturePosterior(ScaledPosterior):
             self.raw_scale = nn.Parameter(raw)
 
     # ------------------------------------------------------------------ parameters
+    @property
+    def component_means(self) -> Tensor:
+        """The means m ``(K, Q, M)``, the parameter itself (:attr:`Posterior.component_means`)."""
+        return self.mean
+
     def weights(self) -> Tensor:
         """Mixture weights pi, shape ``(K,)``."""
         return torch.softmax(self.logits, dim=0)
@@ -195,6 +205,33 @@ class MixturePosterior(ScaledPosterior):
         z = (s if s > 1e-8 else 1.0) * spread_means(K, Q, M, 1.0, generator).to(self.mean)
         new = L * z if self.diagonal else (L @ z.unsqueeze(-1)).squeeze(-1)  # (K, Q, M)
         self.mean.copy_(c + new - (self.weights().view(K, 1, 1) * new).sum(0))
+
+    @torch.no_grad()
+    def restart_means(self, prior_factor: Callable[[], Tensor], generator: torch.Generator | None = None) -> None:
+        """A fresh random start of the means, the rest kept: K > 1, :meth:`respread` (new spreads
+        around the weighted centre); K = 1, the mean moved from where it is by a draw z of the
+        prior's whitened coordinates, z ~ N(0, I) ``(Q, M)`` from ``generator``, by
+        :meth:`spread_along` (m <- m +- z). Used by :func:`savigp.fit`'s exploration of starts.
+        ``prior_factor()``: the prior's Cholesky factor ``(Q, M, M)`` (for families whose
+        coordinates depend on it)."""
+        if self.num_components > 1:
+            self.respread(prior_factor, generator)
+            return
+        z = torch.randn(self.mean.shape[1:], generator=generator, dtype=torch.float64)
+        self.spread_along(z.unsqueeze(0), generator)
+
+    def component_pairs(self) -> list:
+        """Every ordered pair (source, target) of distinct components, the closest (distance of the
+        means in the coordinates they are held in) first and, within a pair, the lighter component
+        the target first: the order in which :func:`savigp.training.starts.move` tries them."""
+        K = self.num_components
+        m, w = self.mean.detach().flatten(1), self.weights().detach()
+        d = torch.cdist(m, m)
+        out = []
+        for i, j in sorted(((i, j) for i in range(K) for j in range(i + 1, K)), key=lambda ij: float(d[ij])):
+            heavy, light = (i, j) if float(w[j]) <= float(w[i]) else (j, i)
+            out += [(heavy, light), (light, heavy)]
+        return out
 
     @torch.no_grad()
     def spread_along(self, directions: Tensor, generator: torch.Generator | None = None) -> None:
@@ -383,6 +420,37 @@ class MixturePosterior(ScaledPosterior):
         new.raw_scale = nn.Parameter(torch.cat([raw, raw[k:k + 1]]), requires_grad=grads["raw_scale"])
         new.logits = nn.Parameter(torch.cat([logits, half.view(1)]), requires_grad=grads["logits"])
         new.num_components = K + 1
+        return new
+
+    @torch.no_grad()
+    def restarted(self, num_components: int, prior_factor: Callable[[], Tensor], *,
+                  generator: torch.Generator | None = None, entropy: str | None = None) -> "MixturePosterior":
+        """A fresh posterior of this family (its registered ``kind``) with K = ``num_components``,
+        started as a model built by name starts one (means spread by :func:`spread_means` from
+        ``generator``, then :meth:`start` with ``prior_factor``, the prior's Cholesky factor
+        ``(Q, M, M)``), on this posterior's device and dtype, with the gradients turned on and off
+        as this one's. Its entropy term for K > 1: ``entropy`` (None: this posterior's), its
+        ``entropy_samples`` this one's. The restarts of :func:`savigp.choose_components`."""
+        entropy = self.entropy_estimate if entropy is None else entropy
+        new = make_posterior(self.kind, self.num_latent, self.num_inducing, int(num_components), generator=generator,
+                             entropy=entropy, entropy_samples=self.entropy_samples)
+        new.start(prior_factor)
+        new = new.to(device=self.mean.device, dtype=self.mean.dtype)
+        for p_new, p_old in zip(new.parameters(), self.parameters()):
+            p_new.requires_grad_(p_old.requires_grad)
+        return new
+
+    @torch.no_grad()
+    def grown(self, component: int, prior_factor: Callable[[], Tensor], *,
+              entropy: str | None = None) -> "MixturePosterior":
+        """This family with K + 1 components: component ``component`` split in two by :meth:`split`
+        (a birth along its widest direction, the pair keeping its first two moments), held by the
+        class the family builds for K + 1 components (:meth:`restarted`: a full Gaussian grows into
+        a full mixture) with the entropy term ``entropy`` (None: this posterior's). The birth of
+        :func:`savigp.training.components.grow`."""
+        split = self.split(component)
+        new = self.restarted(self.num_components + 1, prior_factor, generator=None, entropy=entropy)
+        new.load_state_dict(split.state_dict())
         return new
 
     def _component(self, component: int) -> int:

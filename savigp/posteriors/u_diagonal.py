@@ -84,6 +84,8 @@ class UDiagonalMixture(MixtureFamily):
     #: linear functional of the mean (the hybrid head's <h, mu>_H) is taken as for a whitened family
     mean_whitened = True
     kind = "diag-u"
+    #: its u-space parameters are per latent function's prior factor: no kernel shared by the latent functions
+    shared_kernel = False
     #: value of the ``parametrization`` buffer: 1 = (w, d) above; files written before it have no
     #: buffer and hold m and s directly (converted by :mod:`savigp.model_files.migrations`)
     PARAMETRIZATION = 1

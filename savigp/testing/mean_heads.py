@@ -28,8 +28,8 @@ def randomize(model, seed: int = 1, head_scale: float = 1.0):
         post.raw_scale.add_(0.2 * torch.randn(post.raw_scale.shape, generator=g, dtype=torch.float64))
         if hasattr(post, "logits"):
             post.logits.copy_(torch.randn(post.logits.shape, generator=g, dtype=torch.float64))
-        if model.mean_head is not None:
-            model.mean_head.a.copy_(head_scale * torch.randn(model.mean_head.a.shape, generator=g, dtype=torch.float64))
+        for a in model.head.natural_parameters():  # (the coefficients a; none for the zero head)
+            a.copy_(head_scale * torch.randn(a.shape, generator=g, dtype=torch.float64))
     return model
 
 

@@ -28,48 +28,20 @@ import torch
 
 from .._choices import ESTIMATORS
 from ..model import SAVIGP
-from ..posteriors import FullGaussian, make_posterior
-from ..posteriors.mixture import MixturePosterior
 from .convergence import ConvergenceWarning, full_data_elbo
 
 
-def _check_growable(model: SAVIGP) -> MixturePosterior:
+def _check_growable(model: SAVIGP):
+    """The model's posterior, if it takes the component moves (a mixture family) and the model has no
+    mean head that holds the posterior it was built with; else a ValueError saying which."""
     post = model.posterior
-    if not isinstance(post, MixturePosterior) or getattr(post, "joint", False):
-        raise ValueError(f"growing K needs a mixture posterior ('full', 'diag', 'diag-u'); this model's is "
-                         f"{type(post).__name__}")
-    if model.mean_head is not None:
+    if not post.component_moves:
+        raise ValueError(f"growing K needs a mixture posterior ('full', 'diag', 'diag-u': component_moves); this "
+                         f"model's is {type(post).__name__}")
+    if model.head.size:
         raise ValueError("growing K is not supported with a mean head (mean_basis_size > 0): the head holds the "
                          "posterior it was built with")
     return post
-
-
-def _replace_posterior(model: SAVIGP, K: int, generator: Optional[torch.Generator],
-                       entropy: Optional[str]) -> MixturePosterior:
-    """A fresh K-component posterior of the model's kind, started as the model's constructor starts
-    one, on the model's device; set as ``model.posterior`` and returned. Its entropy term for K > 1:
-    ``entropy``, else the model's mixture's, else (a single full Gaussian, which keeps none) the
-    library's default."""
-    old = model.posterior
-    if entropy is None and not isinstance(old, FullGaussian):
-        entropy = old.entropy_estimate
-    options = {} if entropy is None else {"entropy": entropy}
-    new = make_posterior(old.kind, old.num_latent, old.num_inducing, K, generator=generator,
-                         entropy_samples=old.entropy_samples, **options)
-    with torch.no_grad():
-        new.start(lambda: model.prior_factor().detach().cpu())
-    new = new.to(device=model.device, dtype=model.dtype)
-    for p_new, p_old in zip(new.parameters(), old.parameters()):
-        p_new.requires_grad_(p_old.requires_grad)
-    _set_posterior(model, new)
-    return new
-
-
-def _set_posterior(model: SAVIGP, posterior: MixturePosterior) -> None:
-    """``model.posterior = posterior``, and the model's ``config`` (what a model file records) with it."""
-    model.posterior = posterior
-    model.config.update(num_components=posterior.num_components, entropy=posterior.entropy_estimate,
-                        entropy_samples=int(posterior.entropy_samples))
 
 
 def disagreement(model: SAVIGP, *, num_samples: int = 32, max_points: int = 1000, seed: int = 0) -> torch.Tensor:
@@ -110,9 +82,7 @@ def grow(model: SAVIGP, component: Optional[int] = None, *, entropy: Optional[st
     k = int(disagreement(model).argmax()) if component is None else int(component)
     if not 0 <= k < K:
         raise ValueError(f"component must be in [0, {K}), got {component}")
-    grown = post.split(k)
-    fresh = _replace_posterior(model, K + 1, None, entropy)  # (the class and entropy term of a K + 1 mixture)
-    fresh.load_state_dict(grown.state_dict())
+    model.replace_posterior(post.grown(k, lambda: model.prior_factor().detach().cpu(), entropy=entropy))
     return model
 
 
@@ -121,7 +91,8 @@ def restart(model: SAVIGP, num_components: int, seed: int, *, entropy: Optional[
     ``seed``; kernel, likelihood and inducing inputs kept; ``entropy`` as in :func:`grow`)."""
     _check_growable(model)
     out = copy.deepcopy(model)
-    _replace_posterior(out, int(num_components), torch.Generator().manual_seed(int(seed)), entropy)
+    out.replace_posterior(out.posterior.restarted(int(num_components), lambda: out.prior_factor().detach().cpu(),
+                                                  generator=torch.Generator().manual_seed(int(seed)), entropy=entropy))
     return out
 
 
@@ -145,7 +116,7 @@ def adopt(model: SAVIGP, source: SAVIGP) -> SAVIGP:
     """Make ``model`` hold ``source``'s posterior (any K) and every other parameter and buffer, in
     place (``source`` is a copy of ``model`` refitted, e.g. by :func:`choose_components`)."""
     if source is not model:
-        _set_posterior(model, copy.deepcopy(source.posterior))
+        model.replace_posterior(copy.deepcopy(source.posterior))
         model.load_state_dict(source.state_dict())
     return model
 

@@ -17,7 +17,7 @@ def parameter_groups(model: SAVIGP, groups: Optional[Sequence[str]] = None) -> l
     if unknown:
         raise ValueError(f"unknown parameter group(s) {sorted(unknown)}; choose from {PARAMETER_GROUPS}")
     modules = {"posterior": [model.posterior], "kernel": [model.kernel], "likelihood": [model.likelihood],
-               "mean_head": [model.mean_head] if model.mean_head is not None else []}
+               "mean_head": [model.head]}  # (the zero head has no parameters)
     params = []
     for g in groups:
         if g == "inducing":

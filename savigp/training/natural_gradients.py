@@ -92,6 +92,7 @@ from torch import Tensor
 
 from .._choices import PARAMETER_GROUPS
 from ..estimators import make_estimator
+from ..mean_heads.base import GAMMA_PRECONDITIONERS
 from ..model import SAVIGP, ELBOTerms
 from ..posteriors.base import InducingPrior
 from ..posteriors.natural import NaturalPoint, natural_update
@@ -101,7 +102,6 @@ from .loop import Batches, TrainingHistory, run
 from .rules import CheckedStep
 
 GAMMA_UPDATES = ("precond", "adam")
-GAMMA_PRECONDITIONERS = ("seed", "gauss-newton")
 #: the groups of :data:`PARAMETER_GROUPS` that fit_orthnat's Adam step trains (``hyper_groups=``): all
 #: but the posterior (the natural step's); ``"mean_head"`` stands for the head's inputs gamma (its
 #: coefficients a take their own step)
@@ -110,23 +110,7 @@ HYPER_GROUPS = tuple(g for g in PARAMETER_GROUPS if g != "posterior")
 _GROUP_ALIASES = {"gamma_inputs": "mean_head"}
 
 
-# ---------------------------------------------------------------------- the mean bases
-def _mean_coupling(model: SAVIGP, Lzz: Tensor, mean: Tensor) -> Tensor:
-    """The part of the head's KL that depends on the coupled mean ``mean (Q, M)``: HYBRID's
-    cross term sum_j <h_j, mu_j>_H (linear in m, so its gradient is exact in the natural step);
-    zero for the orthogonal head (orthogonality) and DECOUPLED (m = 0)."""
-    head = model.mean_head
-    if head is None or head.orthogonal or not head.coupled_mean:
-        return mean.new_zeros(())
-    return head.coupling(model.kernel, model.inducing, Lzz, mean)
-
-
-def _mean_fixed(model: SAVIGP) -> bool:
-    """DECOUPLED keeps the coupled mean at zero (the natural step then acts on S alone)."""
-    head = model.mean_head
-    return head is not None and not head.coupled_mean
-
-
+# ---------------------------------------------------------------------- the mean head's part
 def _leaf_marginals(model: SAVIGP, X: Tensor, Lzz: Tensor, point: NaturalPoint):
     """The batch's marginals q(f_n) at the family's natural point (prior mean and mean head added by
     the model) and the head's terms of this evaluation (for its KL)."""
@@ -159,71 +143,9 @@ def natural_gradient_step(model: SAVIGP, *, step: float = 1.0, batch: Optional[T
     q, _ = _leaf_marginals(model, X, Lzz, point)
     ell = make_estimator(estimator, model.likelihood)(model.likelihood, Y, q, num_samples=num_samples,
                                                       scale=model.num_data / X.shape[0], generator=generator)
-    g_m, g_S = torch.autograd.grad(ell.value - _mean_coupling(model, Lzz, point.mean), [point.mean, point.cov])
-    return post.natural_step(point, g_m, g_S, step, fix_mean=_mean_fixed(model))
-
-
-# ---------------------------------------------------------------------- the preconditioned step for a_gamma
-@torch.no_grad()
-def gamma_preconditioner(model: SAVIGP, Lzz: Tensor, *, jitter: float = 1e-3, kind: str = "seed",
-                         X: Optional[Tensor] = None, curvature: Optional[Tensor] = None, block: int = 2048,
-                         prior_columns: int = 512, generator: Optional[torch.Generator] = None) -> Tensor:
-    """The diagonal preconditioner for a_gamma, ``(Q, G)``.
-
-    Args:
-        jitter: eps relative to the prior variance k(gamma_i, gamma_i).
-        kind: ``"seed"``: D_{gamma|beta} + eps of Salimbeni et al. 2018, eq. (16). ``"gauss-newton"``: row-sum
-            (Gershgorin) bounds of both parts of the curvature, so that lambda_max(P^-1 H) <= 1:
-            sum_j |R_gamma,gamma|_ij for the KL part (exact when G <= ``prior_columns``, else an
-            unbiased estimate from that many sampled columns, never below D_i) plus
-            sum_n |R_ni| lambda_n sum_j |R_nj| for the data of the batch (module docstring);
-            O(B M G + G min(G, prior_columns) M) per call.
-        X, curvature: for ``"gauss-newton"``: the batch inputs ``(B, D)`` and lambda ``(Q, B)``
-            (already scaled by N / B).
-        generator: CPU generator for the sampled columns (default: the head's).
-    """
-    head = model.mean_head
-    if head is None:
-        raise ValueError("the model has no mean head (mean_basis_size=0)")
-    if kind not in GAMMA_PRECONDITIONERS:
-        raise ValueError(f"gamma preconditioner must be one of {GAMMA_PRECONDITIONERS}, got {kind!r}")
-    kernel, Z, G = model.kernel, model.inducing, head.size
-    if kind == "gauss-newton" and (X is None or curvature is None):
-        raise ValueError("gamma_preconditioner(kind='gauss-newton') needs X and curvature")
-    Ws, parts = [], []
-    for s in range(0, G, block):
-        g = head.gamma[:, s:s + block]
-        if head.orthogonal:
-            W = torch.linalg.solve_triangular(Lzz, kernel(Z, g), upper=False)  # (Q, M, g)
-        else:  # DECOUPLED / HYBRID: no projection, R = K_gamma and R(x, gamma) = k(x, gamma)
-            W = Lzz.new_zeros(Lzz.shape[:-1] + (g.shape[1],))
-        Ws.append(W)
-        parts.append((kernel.diag(g) - (W * W).sum(-2)).clamp_min(0.0))
-    D = torch.cat(parts, dim=-1)  # diag(K_gamma - K_gamma,Z K_zz^-1 K_Z,gamma)
-    eps = jitter * kernel.diag(head.gamma)
-    if kind == "seed":
-        return D + eps
-    W = torch.cat(Ws, dim=-1)  # (Q, M, G)
-    # KL part: row sums of |R_gamma,gamma|, R = K_gamma - W^T W
-    if G <= prior_columns:
-        cols, weight = torch.arange(G, device=W.device).expand(head.num_latent, G), 1.0
-    else:
-        cols, weight = head.sample_columns(prior_columns, generator), G / prior_columns
-    prior_rows = torch.zeros_like(D)
-    for s in range(0, cols.shape[1], block):
-        idx = cols[:, s:s + block]  # (Q, c)
-        gJ = torch.gather(head.gamma, 1, idx.unsqueeze(-1).expand(-1, -1, head.input_dim))
-        WJ = torch.gather(W, 2, idx.unsqueeze(1).expand(-1, W.shape[1], -1))  # (Q, M, c)
-        RJ = kernel(head.gamma, gJ) - W.transpose(-1, -2) @ WJ  # (Q, G, c)
-        prior_rows += RJ.abs().sum(-1)
-    prior_rows = torch.maximum(weight * prior_rows, D)
-    # data part: lambda-weighted row-sum bound of R_gamma,X Lambda R_X,gamma
-    V = torch.linalg.solve_triangular(Lzz, kernel(Z, X), upper=False)  # (Q, M, B)
-    lam = curvature.clamp_min(0.0)
-    absR = torch.cat([(kernel(X, head.gamma[:, s:s + block]) - V.transpose(-1, -2) @ W[..., s:s + block]).abs()
-                      for s in range(0, G, block)], dim=-1)  # (Q, B, G): |R(x_n, gamma_i)|
-    data = torch.einsum("qbg,qb->qg", absR, lam * absR.sum(-1))
-    return prior_rows + data + eps
+    coupling = model.head.mean_coupling(model.kernel, model.inducing, Lzz, point.mean)  # (HYBRID's; else 0)
+    g_m, g_S = torch.autograd.grad(ell.value - coupling, [point.mean, point.cov])
+    return post.natural_step(point, g_m, g_S, step, fix_mean=model.head.fixes_mean)
 
 
 # ---------------------------------------------------------------------- the training loop
@@ -235,8 +157,8 @@ def _hyper_parameters(model: SAVIGP, groups: Sequence[str]) -> list:
     if unknown:
         raise ValueError(f"unknown hyper-parameter group(s) {sorted(unknown)}; choose from {HYPER_GROUPS} "
                          "(the posterior takes the natural step)")
-    a = None if model.mean_head is None else model.mean_head.a
-    return [p for p in parameter_groups(model, groups) if p is not a]
+    own = model.head.natural_parameters()
+    return [p for p in parameter_groups(model, groups) if all(p is not a for a in own)]
 
 
 def fit_orthnat(
@@ -265,7 +187,7 @@ def fit_orthnat(
 
     1. a natural-gradient step of size ``natgrad_step`` on q(v) (module docstring);
     2. for a_gamma, the preconditioned step (``gamma_update="precond"``, step ``gamma_step``,
-       preconditioner ``gamma_precond``: ``"seed"`` is eq. (16) exactly, whose stable step
+       preconditioner ``gamma_precond``: ``"eq16"`` is eq. (16) exactly, whose stable step
        shrinks with N / sigma^2 and must be tuned; the default ``"gauss-newton"`` uses row-sum
        bounds of the data and KL curvature so that ``gamma_step=1`` is stable; it is rebuilt
        every ``precond_every`` steps, O(B M G + G min(G, 512) M) each time) or Adam
@@ -305,10 +227,10 @@ def fit_orthnat(
         raise ValueError(f"batch_size must be between 1 and N={N}, got {batch_size}")
     iterations = int(iterations)
     estimator = model.resolved_estimator(estimator)
-    head = model.mean_head
+    own = model.head.natural_parameters()
     hypers = _hyper_parameters(model, hyper_groups) if hyper_lr > 0 else []
     opt = torch.optim.Adam(hypers, lr=hyper_lr) if hypers else None
-    gamma_opt = torch.optim.Adam([head.a], lr=gamma_lr) if (head is not None and gamma_update == "adam") else None
+    gamma_opt = torch.optim.Adam(own, lr=gamma_lr) if (own and gamma_update == "adam") else None
 
     gen = torch.Generator().manual_seed(seed)
     history = TrainingHistory(estimator=f"orthnat/{estimator}")
@@ -342,7 +264,7 @@ class NaturalStep(CheckedStep):
         self.precond = None
 
     def step(self, batch: Optional[Tensor], step: int) -> ELBOTerms:
-        model, post, head, hypers = self.model, self.model.posterior, self.model.mean_head, self.hypers
+        model, post, head, hypers = self.model, self.model.posterior, self.model.head, self.hypers
         X, Y = (model.train_x, model.train_y) if batch is None else (model.train_x[batch], model.train_y[batch])
         tau = self.natgrad_step if step >= self.natgrad_warmup else \
             1e-5 + (self.natgrad_step - 1e-5) * step / max(1, self.natgrad_warmup)
@@ -353,14 +275,14 @@ class NaturalStep(CheckedStep):
         q, head_state = _leaf_marginals(model, X, Lzz, point)
         ell = make_estimator(self.estimator, model.likelihood)(model.likelihood, Y, q, num_samples=self.num_samples,
                                                                scale=model.num_data / X.shape[0], generator=self.generator)
-        head_kl = (head.kl(model.kernel, model.inducing, Lzz, mean=point.mean, state=head_state) if head is not None
-                   else ell.value.new_zeros(()))
+        head_kl = head.kl(model.kernel, model.inducing, Lzz, mean=point.mean, state=head_state)
         objective = ell.value - head_kl
-        wrt = [point.mean, point.cov] + hypers + ([head.a] if head is not None else []) + [q.var]
+        own = head.natural_parameters()  # the head's coefficients a (none for the zero head)
+        wrt = [point.mean, point.cov] + hypers + own + [q.var]
         grads = torch.autograd.grad(objective, wrt, allow_unused=True)
         g_m, g_S = grads[0], grads[1]
         g_hyper = grads[2:2 + len(hypers)]
-        g_a = grads[2 + len(hypers)] if head is not None else None
+        g_own = grads[2 + len(hypers):2 + len(hypers) + len(own)]
         g_var = grads[-1]
 
         with torch.no_grad():
@@ -369,18 +291,22 @@ class NaturalStep(CheckedStep):
             if torch.isfinite(terms.elbo):
                 # 1. the natural step on q(v), owned by the family (from the point's start: the
                 #    other steps' gradients were all taken at the same parameters)
-                post.natural_step(point, g_m, g_S, tau, fix_mean=_mean_fixed(model))
-                # 2. a_gamma
-                if head is not None and g_a is not None:
+                post.natural_step(point, g_m, g_S, tau, fix_mean=head.fixes_mean)
+                # 2. a_gamma: the head's own parameters (none for the zero head)
+                if any(g is not None for g in g_own):
                     if self.gamma_opt is not None:
-                        head.a.grad = -g_a
+                        for a, g_a in zip(own, g_own):
+                            a.grad = None if g_a is None else -g_a
                         self.gamma_opt.step()
                     else:
                         if self.precond is None or step % max(1, int(self.precond_every)) == 0:
                             curv = None if g_var is None else (-2.0 * g_var[0]).transpose(0, 1)  # (Q, B)
-                            self.precond = gamma_preconditioner(model, Lzz.detach(), jitter=self.gamma_jitter,
-                                                                kind=self.gamma_precond, X=X, curvature=curv)
-                        head.a.add_(self.gamma_step * g_a / self.precond)
+                            self.precond = head.natural_preconditioner(
+                                model.kernel, model.inducing, Lzz.detach(), jitter=self.gamma_jitter,
+                                kind=self.gamma_precond, X=X, curvature=curv)
+                        for a, g_a in zip(own, g_own):
+                            if g_a is not None:
+                                a.add_(self.gamma_step * g_a / self.precond)
                 # 3. Adam on the hyper-parameters
                 if self.optimizer is not None:
                     for p, g in zip(hypers, g_hyper):

@@ -101,8 +101,8 @@ def plan(iterations: int, starts: int, fraction: float, reflect: bool, anneal: b
 
 def explorable(model, optimizer: str, params: list, mixture: bool = True) -> bool:
     """Whether fit explores starts (``mixture``; else: whether it can anneal): a first-order
-    optimizer (L-BFGS is left as it was), and for ``mixture`` a mixture family (one that can
-    spread its means, :meth:`~savigp.posteriors.MixturePosterior.spread_along`) with its means
+    optimizer (L-BFGS is left as it was), and for ``mixture`` a family that takes the component
+    moves (:attr:`savigp.posteriors.Posterior.component_moves`) with its means
     among the trained parameters and either K > 1 or a start at a stationary point of the ELBO
     (:func:`stationary_start`, K = 1: the test runs here, once per run). (A resumed run, one process
     or several under torch.distributed: the same schedule, :mod:`savigp.training.schedule`.)"""
@@ -111,9 +111,9 @@ def explorable(model, optimizer: str, params: list, mixture: bool = True) -> boo
         return False
     if not mixture:
         return True
-    if not (hasattr(post, "spread_along") and any(p is getattr(post, "mean", None) for p in params)):
+    if not (post.component_moves and any(p is post.component_means for p in params)):
         return False
-    if getattr(post, "num_components", 1) >= 2:
+    if post.num_components >= 2:
         return True
     # a log-concave likelihood gives a posterior of one mode: no saddle to test for (and no extra calls)
     return not getattr(model.likelihood, "log_concave", False) and stationary_start(model)
@@ -162,7 +162,7 @@ def leading_directions(model, count: int, seed: int = 0) -> torch.Tensor:
         e = E[j, :, k]
         e = e * (1.0 if float((V[j].transpose(0, 1) @ e).sum()) >= 0 else -1.0)
         out[r, j] = e * (total[j] / lam[j, k].clamp_min(1e-300 * total[j])).sqrt()
-    return out.to(device=model.device, dtype=model.posterior.mean.dtype)
+    return out.to(device=model.device, dtype=model.posterior.component_means.dtype)
 
 
 def stationary_start(model, seed: int = 0) -> bool:
@@ -189,7 +189,7 @@ def stationary_start(model, seed: int = 0) -> bool:
     while len(grads) < STATIONARY_REPEATS:
         for _ in range(STATIONARY_ROUND):
             terms = model.elbo(idx, num_samples=STATIONARY_SAMPLES, estimator=est, generator=gen)
-            grads.append(torch.autograd.grad(terms.elbo, post.mean)[0].detach().flatten().to(torch.float64))
+            grads.append(torch.autograd.grad(terms.elbo, post.component_means)[0].detach().flatten().to(torch.float64))
         g = torch.stack(grads)  # (R, D)
         noise = float(g.var(0).sum()) / g.shape[0]
         signal = float(g.mean(0).pow(2).sum())
@@ -203,7 +203,7 @@ def stationary_start(model, seed: int = 0) -> bool:
 def _spread_seed(model, seed: int) -> int:
     """A seed for the fresh spreads from fit's ``seed`` and the model's start (its means), so that
     models built with different seeds explore different spreads even under one fit seed."""
-    data = model.posterior.mean.detach().to("cpu", torch.float64).contiguous().numpy().tobytes()
+    data = model.posterior.component_means.detach().to("cpu", torch.float64).contiguous().numpy().tobytes()
     return (zlib.crc32(data) + 1_000_003 * int(seed)) % (2 ** 62)
 
 
@@ -228,11 +228,8 @@ def _start(model, index: int, memo: dict, seed: int) -> None:
     gen = torch.Generator().manual_seed(int(memo["base"]) + index)
     if kind == "leading":
         post.spread_along(leading_directions(model, 2 if post.num_components >= 3 else 1, seed), gen)
-    elif kind == "spread" and post.num_components > 1:
-        post.respread(model.prior_factor, gen)
-    elif kind == "spread":  # (K = 1: a draw of the prior's whitened means around the given mean)
-        z = torch.randn(post.mean.shape[1:], generator=gen, dtype=torch.float64)
-        post.spread_along(z.unsqueeze(0), gen)
+    elif kind == "spread":  # fresh random means (K = 1: a draw of the prior's around the given mean)
+        post.restart_means(model.prior_factor, gen)
 
 
 #: draws per point of :func:`_direct_score`
@@ -275,19 +272,6 @@ def _direct_score(model, seed: int) -> float:
 MAX_CANDIDATES = 48
 
 
-def component_pairs(post) -> list:
-    """Every ordered pair (source, target) of distinct components, the closest (whitened distance
-    of the means) first and, within a pair, the lighter component the target first."""
-    K = post.num_components
-    m, w = post.mean.detach().flatten(1), post.weights().detach()
-    d = torch.cdist(m, m)
-    out = []
-    for i, j in sorted(((i, j) for i in range(K) for j in range(i + 1, K)), key=lambda ij: float(d[ij])):
-        heavy, light = (i, j) if float(w[j]) <= float(w[i]) else (j, i)
-        out += [(heavy, light), (light, heavy)]
-    return out
-
-
 def move(model, seed: int = 0) -> tuple:
     """The move of the exploration's second branch, in place; returns ``(source, target, what it
     did)``. Each component is folded to one sign per latent function
@@ -318,7 +302,7 @@ def move(model, seed: int = 0) -> tuple:
     maps = symmetry_maps(post.num_latent, post.num_components)
     done, current = [], None
     for _ in range(post.num_components - 1):  # (K - 1 components at most: all K on one mode, spread over K)
-        candidates = [(k, l, name) for k, l in component_pairs(post) for name in maps][:MAX_CANDIDATES]
+        candidates = [(k, l, name) for k, l in post.component_pairs() for name in maps][:MAX_CANDIDATES]
         base, scores = parameter_copies(model), {}
         for k, l, name in candidates:
             restore_parameters(model, base)
@@ -354,7 +338,7 @@ def begin(model, phase: dict, memo: dict, seed: int) -> None:
     if phase["kind"] == "start":
         if phase["index"] == 0:
             memo.update(given=parameter_copies(model), base=_spread_seed(model, seed), elbo=[], kept=0,
-                        at_prior=bool(float(post.mean.detach().abs().max()) == 0.0))
+                        at_prior=bool(float(post.component_means.detach().abs().max()) == 0.0))
         else:
             restore_parameters(model, memo["given"])
         _start(model, int(phase["index"]), memo, seed)

@@ -75,8 +75,8 @@ def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer
         requested: ``fit(cuda_graphs=...)``: None (capture where possible), True, False.
         device: the model's device. optimizer, estimator: fit's (resolved). likelihood: the model's.
         joint: the posterior is coupled across latent functions (``posterior="joint"``).
-        mean_head: the model's mean head (or None): one that samples KL columns (``kl_columns``
-            below its size) draws them on the host, which a graph would freeze at the capture.
+        mean_head: the model's mean head (or None): its ``graph_obstacle()`` (e.g. KL columns sampled
+            on the host, which a graph would freeze at the capture).
 
     Returns:
         ``(capture, reason)``; ``reason`` is empty when capturing, else what prevents it.
@@ -94,9 +94,9 @@ def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer
         reasons.append(f"the {estimator} estimator works on the host (it declares cuda_graph_safe=False)")
     if joint:
         reasons.append("the joint posterior's per-point factorizations check their info on the host")
-    columns = getattr(mean_head, "kl_columns", None)
-    if columns is not None and columns < mean_head.size:
-        reasons.append(f"the mean head samples its KL columns on the host (kl_columns={columns})")
+    head_obstacle = None if mean_head is None else mean_head.graph_obstacle()
+    if head_obstacle is not None:
+        reasons.append(head_obstacle)
     if compilation.compile_enabled():
         reasons.append("torch.compile is on (SAVIGP_COMPILE)")
     if torch.device(device).type == "cuda" and not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
@@ -108,9 +108,7 @@ def precondition(model) -> None:
     """Rescale the gradients of a mixture posterior (K > 1) by the components' weights before a
     first-order step (:meth:`savigp.posteriors.MixturePosterior.precondition_gradients`: each
     component learns at a rate independent of its weight, Lin, Khan & Schmidt 2019)."""
-    hook = getattr(model.posterior, "precondition_gradients", None)
-    if hook is not None:
-        hook()
+    model.posterior.precondition_gradients()  # (declared by every family: nothing by default)
 
 
 class _Snapshot(LastGood):

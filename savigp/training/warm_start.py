@@ -54,7 +54,7 @@ def joint_factorized_fit(model: SAVIGP, groups: Optional[Sequence[str]] = None) 
     hyper-parameter groups; the callers add the two-stage recipe (:data:`TWO_STAGE_PYTHON`,
     :data:`TWO_STAGE_CLI`)."""
     post = model.posterior
-    if not (model.dense and getattr(post, "diagonal", False)):
+    if not (model.dense and post.diagonal):
         return None
     chosen = PARAMETER_GROUPS if groups is None else tuple(groups)
     hyper = [g for g in ("kernel", "likelihood") if g in chosen and parameter_groups(model, [g])]
@@ -108,22 +108,21 @@ def warm_start(model: SAVIGP, source: SAVIGP, *, moments: bool = True, variances
         raise ValueError(f"warm_start: the source's inducing inputs have shape {theirs} (Q, M, D), the model's "
                          f"{ours}; Q, M and D must agree")
     for name, value in (("model", model), ("source", source)) if moments else ():
-        if getattr(value.posterior, "kind", None) == "joint":
-            raise ValueError(f"warm_start: the {name} has posterior='joint' (one Gaussian over all Q M values, "
-                             "coupled across latent functions), which has no per-function moments to start from "
-                             "or to set; use 'full', 'diag' or 'diag-u'")
+        if not value.posterior.function_moments:
+            raise ValueError(f"warm_start: the {name} has posterior={value.posterior.kind!r}, which has no moments over "
+                             "u per latent function (function_moments; e.g. 'joint', one Gaussian over all Q M values, "
+                             "coupled across latent functions) to start from or to set; use 'full', 'diag' or 'diag-u'")
     if moments and source.posterior.num_components != 1:
         raise ValueError(f"warm_start: the source must have one component (K = 1), it has "
                          f"K={source.posterior.num_components}")
-    if (model.mean_head is None) != (source.mean_head is None):
+    if bool(model.head.size) != bool(source.head.size):
         raise ValueError("warm_start: the model and the source must both have a mean head or neither "
-                         f"(model: {type(model.mean_head).__name__}, source: {type(source.mean_head).__name__})")
+                         f"(model: {type(model.head).__name__}, source: {type(source.head).__name__})")
     if moments:
         mean, factor = source.posterior.u_moments(source.prior_factor())  # (1, Q, M), (1, Q, M, M)
     _copy_module("kernel", model.kernel, source.kernel)
     _copy_module("likelihood", model.likelihood, source.likelihood)
-    if model.mean_head is not None:
-        _copy_module("mean head", model.mean_head, source.mean_head)
+    _copy_module("mean head", model.head, source.head)  # (the zero heads: nothing to copy)
     model.inducing.copy_(source.inducing)
     model.prior_mean.copy_(source.prior_mean)
     floor = max(float(getattr(model, "jitter_floor", 0.0)), float(getattr(source, "jitter_floor", 0.0)))

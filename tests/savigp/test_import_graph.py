@@ -1,7 +1,8 @@
 """The import graph of ``savigp`` (read from the source): no import circle among module-level
-imports, none new among the imports inside functions, and no arrow that runs back up the layers
-(the model, its parts and training never import the model files or the command line; the model
-does not know its file format)."""
+imports, none new among the imports inside functions, and no arrow that runs back up the layers of
+docs/architecture.md (a kernel, a posterior family or an estimator never imports the model, the model
+and training never import the model files or the command line; the model does not know its file
+format)."""
 import ast
 import functools
 import subprocess
@@ -11,12 +12,39 @@ from conftest import ROOT
 
 #: circles through imports inside functions that exist already (none: a new one fails)
 KNOWN_CIRCLES = []
-#: the layers above the model: only they (and the package's entry points) may import them
-UPPER = ("savigp.model_files", "savigp.cli")
+#: the layers, bottom up (docs/architecture.md): a module imports modules of its own layer or of lower
+#: ones only, never one of a higher layer; every module is in one (a new top-level module or package
+#: is placed here)
+LAYERS = (
+    ("savigp._choices", "savigp.settings", "savigp._checks"),  # the registries, the settings: no torch
+    ("savigp.linalg", "savigp.runtime", "savigp.io"),
+    # the model's parts; estimators read the families' marginals (savigp.posteriors.marginals)
+    ("savigp.kernels", "savigp.posteriors", "savigp.mean_heads", "savigp.estimators", "savigp.inducing",
+     "savigp.metrics", "savigp.cost", "savigp.user_likelihood"),
+    ("savigp.model", "savigp.odvff"),
+    ("savigp.training",),
+    ("savigp.model_files",),
+    ("savigp.cli", "savigp.testing"),
+)
+#: the package's entry points: the root holds only the table of lazy exports and the version, so an
+#: arrow into it (``from .. import __version__``) imports no layer
 ENTRY_POINTS = ("savigp", "savigp.__main__")
-#: arrows kept for backward compatibility only, each inside one deprecated function: SAVIGP.save
-#: (deprecated for savigp.save) imports the model files when called
-DEPRECATED_ARROWS = {("savigp.model", "savigp.model_files")}
+
+
+def _layer(module: str):
+    """The index in :data:`LAYERS` of ``module`` (None for an entry point)."""
+    if module in ENTRY_POINTS:
+        return None
+    for i, group in enumerate(LAYERS):
+        if any(module == g or module.startswith(g + ".") for g in group):
+            return i
+    raise AssertionError(f"{module} is in no layer of LAYERS: place it there (docs/architecture.md)")
+
+
+def _arrows_up(edges: dict) -> set:
+    """The imports ``(module, target)`` from a lower layer to a higher one."""
+    return {(m, t) for m, ts in edges.items() for t in ts
+            if _layer(m) is not None and _layer(t) is not None and _layer(t) > _layer(m)}
 
 
 def _modules() -> dict:
@@ -48,7 +76,7 @@ def _graph(top_level_only: bool) -> dict:
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
             else:
                 continue
-            edges[name] |= {t for t in targets if t in mods and t != name and (name, t) not in DEPRECATED_ARROWS}
+            edges[name] |= {t for t in targets if t in mods and t != name}
     return edges
 
 
@@ -95,14 +123,20 @@ def test_no_new_circle_through_imports_inside_functions():
     assert [c for c in _circles(_graph(top_level_only=False)) if c not in KNOWN_CIRCLES] == []
 
 
-def test_no_arrow_runs_back_up_to_the_model_files_or_the_command():
-    edges = _graph(top_level_only=False)
-    back = {(m, t) for m, ts in edges.items() for t in ts
-            if any(t == u or t.startswith(u + ".") for u in UPPER)
-            and not any(m == u or m.startswith(u + ".") for u in UPPER) and m not in ENTRY_POINTS}
-    assert back == set()
-    assert not any(t.startswith("savigp.cli") for t in edges["savigp.model_files"] | set().union(
-        *(ts for m, ts in edges.items() if m.startswith("savigp.model_files."))))
+def test_the_arrow_finder_finds_an_arrow_up():
+    assert _arrows_up({"savigp.kernels.base": {"savigp.model", "savigp.linalg.cholesky"}, "savigp.cli.train":
+                       {"savigp.model"}, "savigp": {"savigp.cli"}}) == {("savigp.kernels.base", "savigp.model")}
+
+
+def test_every_module_is_in_a_layer():
+    for module in _modules():
+        _layer(module)
+
+
+def test_no_arrow_runs_back_up_a_layer():
+    """Imports inside functions included: a kernel does not build a model (the ODVFF model is
+    savigp.odvff's), the model and training do not import the model files or the command."""
+    assert _arrows_up(_graph(top_level_only=False)) == set()
 
 
 def test_the_model_imports_without_its_file_format_in_a_fresh_interpreter():
@@ -114,18 +148,10 @@ def test_the_model_imports_without_its_file_format_in_a_fresh_interpreter():
     assert run.stdout.strip() == "[]"
 
 
-def test_the_deprecated_model_save_still_writes_a_model_file(tmp_path):
-    import numpy as np
-    import pytest
-
-    import likelihoods
+def test_the_model_has_no_save_method_and_no_arrow_to_the_file_format():
+    """savigp.save(model, path) sits beside savigp.load; the model does not know its file format
+    (SAVIGP.save, deprecated for it, is gone with its arrow up to savigp.model_files)."""
     import savigp
 
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-1, 1, (12, 1))
-    model = savigp.SAVIGP(X, np.sin(X), likelihoods.Gaussian(variance=0.1), num_inducing=4, seed=0)
-    with pytest.warns(DeprecationWarning, match="savigp.save"):
-        model.save(str(tmp_path / "m.pt"))
-    saved = savigp.load(str(tmp_path / "m.pt"))
-    Xs = rng.uniform(-1, 1, (5, 1))
-    assert np.allclose(saved.model.predict(Xs).mean.detach().numpy(), model.predict(Xs).mean.detach().numpy())
+    assert not hasattr(savigp.SAVIGP, "save")
+    assert not any(t.startswith("savigp.model_files") for t in _graph(top_level_only=False)["savigp.model"])

@@ -193,7 +193,7 @@ def test_every_posterior_family_with_a_composite_kernel(kind, K, learn_inducing)
     _assert_twins_agree(a, b)
 
 
-@pytest.mark.parametrize("kind", savigp.model.SHARED_KERNEL_POSTERIORS)
+@pytest.mark.parametrize("kind", [n for n in savigp.posteriors.POSTERIORS.names() if savigp.posteriors.POSTERIORS[n].shared_kernel])
 def test_a_composite_kernel_shared_by_the_latent_functions(kind):
     a, b = _twins(posterior=kind, shared_kernel=True, learn_inducing=False)
     assert a.shared_kernel and a.kernel.num_latent == 1 and a.inducing.shape[0] == 1

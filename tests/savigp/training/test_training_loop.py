@@ -80,7 +80,7 @@ def _run(case: str):
                         num_samples=10, seed=3, callback=note)
     elif case == "orthnat-stop-early":
         model = _model("gaussian", num_inducing=5, mean_basis_size=6)
-        h = fit_orthnat(model, 8, batch_size=30, natgrad_step=0.5, gamma_precond="seed", gamma_step=1e-3, seed=0,
+        h = fit_orthnat(model, 8, batch_size=30, natgrad_step=0.5, gamma_precond="eq16", gamma_step=1e-3, seed=0,
                         callback=lambda step, terms: note(step, terms) or step == 2)
     else:
         raise KeyError(case)
