@@ -18,7 +18,7 @@ _LAZY = {
     "MixturePosterior": "posteriors", "UDiagonalMixture": "posteriors", "TrainingDiverged": "training",
     "TrainingHistory": "training", "fit": "training", "OrthogonalMeanHead": "mean_heads",
     "DecoupledMeanHead": "mean_heads", "HybridMeanHead": "mean_heads", "AdditiveMatern": "kernels.fourier_features",
-    "FourierFeatureKernel": "kernels.fourier_features", "odvff_model": "kernels.fourier_features", "fit_orthnat": "training.natural_gradients",
+    "FourierFeatureKernel": "kernels.fourier_features", "odvff_model": "odvff", "fit_orthnat": "training.natural_gradients",
     "CholeskyError": "linalg.cholesky", "robust_cholesky": "linalg.cholesky", "tune_cpu_allocator": "runtime.allocator",
     "load": "model_files", "save": "model_files", "warm_start": "training.warm_start", "ConvergenceWarning": "training",
     "choose_components": "training.fitting", "grow": "training.components",

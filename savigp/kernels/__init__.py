@@ -12,7 +12,7 @@
 * :mod:`savigp.kernels.spec`: kernels as data (model files); :mod:`savigp.kernels.expression`: the
   expressions of ``--kernel`` and ``SAVIGP(kernel="rbf + periodic(0) * rbf(0)")``;
 * :mod:`savigp.kernels.fourier_features`: :class:`AdditiveMatern` and its variational Fourier
-  features (Hensman et al. 2018), :func:`odvff_model`.
+  features (Hensman et al. 2018) (the ODVFF model that uses them: :func:`savigp.odvff.odvff_model`).
 
 :data:`KERNELS` names the families for ``SAVIGP(kernel=...)``, ``savigp train --kernel`` and model
 files; a new kernel is a module here and one ``KERNELS`` entry (docs/architecture.md).

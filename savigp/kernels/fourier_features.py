@@ -47,11 +47,11 @@ derivatives), so the Nystrom approximation K_fu K_uu^-1 K_uf does not reach K_ff
 measured for Matern 3/2, l = 0.7 on [-1, 2], variance 1.3, the residual variance is 0.021-0.026 at the
 centre and 0.65 at the ends for F = 5, 30 and 100 alike. Choose the interval a few length-scales
 wider than the data (for l = 0.3 and data on [0, 1], F = 8: mean residual variance 0.150 with a
-margin of 0.1 on each side, 0.012 with 0.5), as :func:`odvff_model` does by default.
+margin of 0.1 on each side, 0.012 with 0.5), as :func:`savigp.odvff.odvff_model` does by default.
 
 ODVFF (Azzimonti et al. 2020) is the orthogonally decoupled basis of :mod:`savigp.mean_heads.orthogonal_basis` with these
 features as the covariance basis beta and inducing points gamma as the mean basis:
-:func:`odvff_model` builds it as a :class:`savigp.SAVIGP` whose inducing "inputs" are a
+:func:`savigp.odvff.odvff_model` builds it as a :class:`savigp.SAVIGP` whose inducing "inputs" are a
 :class:`FeatureIndices` placeholder ``(Q, M, D)`` (M = D (2F + 1); the values are unused) that
 :class:`FourierFeatureKernel` recognises: ``kernel(Z, X)`` is K_uf, ``kernel(Z, Z)`` K_uu, and
 points against points the additive Matern kernel. Costs: K_uu (Q, M, M) in O(M^2); K_uf in
@@ -61,7 +61,6 @@ not exploited).
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -301,40 +300,3 @@ class FourierFeatureKernel(AdditiveMatern):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", num_frequencies={self.num_frequencies}, M={self.num_features}"
-
-
-def odvff_model(X, Y, likelihood, *, nu: float = 1.5, num_frequencies: int, mean_basis_size: int,
-                interval: Optional[Sequence] = None, margin: float = 0.5, lengthscale=None, variance=None,
-                learn: bool = True, **model_options):
-    """ODVFF (Azzimonti et al. 2020): a :class:`savigp.SAVIGP` with Fourier features as the covariance basis and the
-    orthogonally decoupled inducing-point mean basis of size G = ``mean_basis_size``.
-
-    Args:
-        X: ``(N, D)``; Y: ``(N, P)``; likelihood: any.
-        nu: 0.5, 1.5 or 2.5; num_frequencies: F per input (M = D (2F + 1)).
-        interval: ``(lower, upper)``, each a float or ``(D,)``; default the range of X widened by
-            ``margin`` times its width on each side.
-        lengthscale, variance: initial values (default: the range of each input / 4, and
-            1 / D per term); learn: learn them (False fixes them).
-        model_options: passed to :class:`savigp.SAVIGP` (``posterior``, ``dtype``, ``device``, ``seed``, ...).
-    """
-    from ..model import SAVIGP
-
-    Xt = torch.as_tensor(X, dtype=torch.float64)
-    if Xt.dim() == 1:
-        Xt = Xt[:, None]
-    if Xt.dim() != 2:
-        raise ValueError(f"odvff_model: X must have shape (N, D), got {tuple(Xt.shape)}")
-    D = Xt.shape[1]
-    if interval is None:
-        lo, hi = Xt.min(0).values, Xt.max(0).values
-        width = (hi - lo).clamp_min(1e-6)
-        lo, hi = lo - margin * width, hi + margin * width
-    else:
-        lo, hi = (torch.as_tensor(v, dtype=torch.float64).expand(D) for v in interval)
-    Q = int(likelihood.num_latent)
-    kernel = FourierFeatureKernel(D, Q, nu, lower=lo, upper=hi, num_frequencies=num_frequencies,
-                                  lengthscale=(hi - lo) / 4 if lengthscale is None else lengthscale,
-                                  variance=1.0 / D if variance is None else variance, learn=learn)
-    return SAVIGP(X, Y, likelihood, kernel, inducing_inputs=kernel.placeholder(), learn_inducing=False,
-                  mean_basis_size=mean_basis_size, **model_options)

@@ -31,7 +31,7 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
     indices or a spec, :mod:`savigp.kernels.spec`; default ``"rbf"``), ``kernel_ard`` (False with a
     name: one length-scale for all inputs), ``fourier_features`` (F: the inducing variables are the
     variational Fourier features of the ``additive-matern`` kernel, F frequencies per input, as
-    :func:`~savigp.kernels.fourier_features.odvff_model`), ``shared_kernel``, ``num_inducing``,
+    :func:`~savigp.odvff.odvff_model`), ``shared_kernel``, ``num_inducing``,
     ``inducing_inputs`` (``(M, D)`` or ``(Q, M, D)``), ``inducing_init``, ``dense``,
     ``learn_inducing``, ``posterior``, ``num_components``, ``prior_mean``, ``learn_prior_mean``,
     ``mean_basis_size``, ``mean_basis``, ``entropy``, ``entropy_samples``, ``dtype`` (a name: ``"float32"``/``"float64"``), ``device``, ``seed``.
@@ -59,11 +59,12 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
 
 
 def _fourier_feature_model(X, Y, likelihood, kernel, F: int, common: dict) -> SAVIGP:
-    """:func:`~savigp.kernels.fourier_features.odvff_model` with F frequencies per input for ``kernel``,
+    """:func:`~savigp.odvff.odvff_model` with F frequencies per input for ``kernel``,
     one ``additive-matern`` leaf (a name, an expression or a spec) whose options (``nu``,
     ``lengthscale``, ``variance``, ``learn``) it takes; its mean basis is ``common``'s."""
     from ..kernels.expression import parse_kernel
-    from ..kernels.fourier_features import AdditiveMatern, odvff_model
+    from ..kernels.fourier_features import AdditiveMatern
+    from ..odvff import odvff_model
 
     leaf = parse_kernel(kernel, input_dim=int(X.shape[-1])) if isinstance(kernel, str) else kernel
     if not isinstance(leaf, dict) or KERNELS.get(leaf.get("kernel")) is not AdditiveMatern:

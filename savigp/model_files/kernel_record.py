@@ -6,7 +6,7 @@
   registered name alone (``"rbf"``) reads as the spec of that one leaf.
 * ``config.model_options.fourier_features``: F, for a model whose inducing variables are the
   variational Fourier features of an additive Matern kernel (Hensman et al. 2018; ODVFF, Azzimonti
-  et al. 2020: :func:`~savigp.kernels.fourier_features.odvff_model`), F frequencies per input and
+  et al. 2020: :func:`~savigp.odvff.odvff_model`), F frequencies per input and
   M = D (2F + 1) features; the kernel is then one ``additive-matern`` leaf and the features'
   interval is in the state dict (``kernel.lower``, ``kernel.upper``).
 

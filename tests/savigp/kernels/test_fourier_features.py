@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from likelihoods import Gaussian
-from savigp.kernels.fourier_features import AdditiveMatern, FeatureIndices, FourierFeatureKernel, odvff_model
+from savigp.kernels.fourier_features import AdditiveMatern, FeatureIndices, FourierFeatureKernel
+from savigp.odvff import odvff_model
 from savigp.training.natural_gradients import fit_orthnat, natural_gradient_step
 
 A, B = -1.0, 2.0

@@ -459,7 +459,7 @@ def _spec_mutation(rng, payload: dict) -> tuple:
 def kernel_bases(tmp_path_factory):
     """``{kind: (file bytes, test CSV path)}`` of models whose kernels are specs of every kind."""
     from savigp.kernels import KernelList, Periodic, RBF
-    from savigp.kernels.fourier_features import odvff_model
+    from savigp.odvff import odvff_model
 
     d = tmp_path_factory.mktemp("fuzz-kernels")
     X, Y = _data()

@@ -14,7 +14,8 @@ import savigp
 from savigp.cli import main
 from savigp.io.csv_data import write_csv
 from savigp.kernels import RBF, KernelList, Linear, Periodic
-from savigp.kernels.fourier_features import FourierFeatureKernel, odvff_model
+from savigp.kernels.fourier_features import FourierFeatureKernel
+from savigp.odvff import odvff_model
 from savigp.model_files import ModelFileError, load_model
 
 
