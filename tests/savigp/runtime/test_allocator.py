@@ -1,5 +1,5 @@
 """savigp.tune_cpu_allocator and fit's ``tune_allocator`` switch, each in a fresh process (the
-setting is process-wide); and a smoke run of experiments/allocator_effect.py. Speed is measured by
+setting is process-wide); and a smoke run of ``python -m experiments.allocator_effect``. Speed is measured by
 that script, never asserted here."""
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_fit_tunes_the_allocator_once_unless_told_not_to():
 @pytest.mark.experiments
 @pytest.mark.skipif(not GLIBC, reason="glibc only")
 def test_allocator_effect_script_runs():
-    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "allocator_effect.py"), "--M", "20", "--B", "50",
+    out = subprocess.run([sys.executable, "-m", "experiments.allocator_effect", "--M", "20", "--B", "50",
                           "--S", "5", "--steps", "3", "--warmup", "1", "--pairs", "1", "--threads", "1"],
                          capture_output=True, text=True, cwd=ROOT, check=True).stdout
     lines = [line for line in out.splitlines() if "median" in line]
