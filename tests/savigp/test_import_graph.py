@@ -29,9 +29,6 @@ LAYERS = (
 #: the package's entry points: the root holds only the table of lazy exports and the version, so an
 #: arrow into it (``from .. import __version__``) imports no layer
 ENTRY_POINTS = ("savigp", "savigp.__main__")
-#: arrows kept for backward compatibility only, each inside one deprecated function: SAVIGP.save
-#: (deprecated for savigp.save) imports the model files when called
-DEPRECATED_ARROWS = {("savigp.model", "savigp.model_files")}
 
 
 def _layer(module: str):
@@ -79,7 +76,7 @@ def _graph(top_level_only: bool) -> dict:
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
             else:
                 continue
-            edges[name] |= {t for t in targets if t in mods and t != name and (name, t) not in DEPRECATED_ARROWS}
+            edges[name] |= {t for t in targets if t in mods and t != name}
     return edges
 
 
@@ -151,18 +148,10 @@ def test_the_model_imports_without_its_file_format_in_a_fresh_interpreter():
     assert run.stdout.strip() == "[]"
 
 
-def test_the_deprecated_model_save_still_writes_a_model_file(tmp_path):
-    import numpy as np
-    import pytest
-
-    import likelihoods
+def test_the_model_has_no_save_method_and_no_arrow_to_the_file_format():
+    """savigp.save(model, path) sits beside savigp.load; the model does not know its file format
+    (SAVIGP.save, deprecated for it, is gone with its arrow up to savigp.model_files)."""
     import savigp
 
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-1, 1, (12, 1))
-    model = savigp.SAVIGP(X, np.sin(X), likelihoods.Gaussian(variance=0.1), num_inducing=4, seed=0)
-    with pytest.warns(DeprecationWarning, match="savigp.save"):
-        model.save(str(tmp_path / "m.pt"))
-    saved = savigp.load(str(tmp_path / "m.pt"))
-    Xs = rng.uniform(-1, 1, (5, 1))
-    assert np.allclose(saved.model.predict(Xs).mean.detach().numpy(), model.predict(Xs).mean.detach().numpy())
+    assert not hasattr(savigp.SAVIGP, "save")
+    assert not any(t.startswith("savigp.model_files") for t in _graph(top_level_only=False)["savigp.model"])
