@@ -8,8 +8,7 @@ estimated from S samples f = b + sqrt(s2) eps, with scores
 
 and the control variate of App. F: g~ = g - a h with a = Cov(g, h) / Var(h), g = h log p
 (eq. 97-103). The paper estimates Cov and Var from the same samples as the gradient, which makes
-the estimate biased (docs/performance.md, "Score-function control variates", gives the measured bias).
-Here every coefficient for sample s comes from the *other* S - 1 samples only, so it is independent of
+the estimate biased (a depends on the sample it multiplies). Here every coefficient for sample s comes from the *other* S - 1 samples only, so it is independent of
 sample s and the estimator is exactly unbiased:
 
 - S >= ``CV_REGRESSION_MIN_SAMPLES`` (50): the regression coefficient a_{-s} = Cov_{-s}(G, h) /
@@ -183,7 +182,7 @@ def _baseline_means(g: Tensor, eps: Tensor) -> tuple[Tensor, Tensor]:
     gbar_{-s} and v_{-s} the mean and (unbiased) variance of g over the other S - 1 samples. The
     baseline helps by E[g]^2 and costs Var(gbar_{-s}) = Var(g) / (S - 1); w is the estimated
     fraction of the helpful part (w -> 0 where log p varies more than its mean is large, where a
-    plain baseline made things worse: measured 0.5x at S = 2). c_{-s} depends on the other samples
+    plain baseline made things worse). c_{-s} depends on the other samples
     only, so E[(g_s - c_{-s}) h_s] = E[g h] (E[h] = 0): unbiased. S = 2 leaves no variance
     estimate: the plain score estimator here (:meth:`ScoreFunction.factorized` subtracts the baseline at
     the marginal mean from ``g`` at S = 2 instead, :func:`_mean_baseline`)."""
