@@ -1,6 +1,5 @@
 """Likelihoods for savigp: the protocol (:class:`Likelihood`) and the shipped families."""
 from .base import Likelihood
-# the built-ins register their command-line names in this order (likelihoods.registry.names())
 from .gaussian import Gaussian
 from .logistic import Logistic
 from .softmax import Softmax
@@ -12,7 +11,6 @@ from .seismic import Seismic
 from .multi_gaussian import MultiGaussian
 from .probit import Probit
 from .callable import CallableLikelihood
-from . import registry
 
 __all__ = [
     "Likelihood",

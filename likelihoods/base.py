@@ -20,11 +20,8 @@ points (Bonilla et al. 2019, eq. (1)): the engine never needs anything but these
   (A class that overrides ``log_prob`` itself, as code written before ``_log_prob`` did, keeps
   working: the engine calls it through :func:`log_prob_checked`, which checks the same shapes
   around it.)
-* optionally, to offer it on the command line (``savigp train --likelihood NAME``): define
-  ``cli_name = "name"`` in the class body (this registers the class, see
-  :mod:`likelihoods.registry`), ``cli_options`` (the names of the command-line options it takes,
-  as argparse destinations, e.g. ``("noise_variance",)``) and ``standardizable = True`` when its
-  targets are real-valued location-scale data that may be standardized.
+* to offer it on the command line (``savigp train --likelihood NAME``), register it with savigp
+  (:func:`savigp.cli.register_likelihood`): this package knows nothing of the command line.
 
 Everything else is optional and has a sensible default:
 
@@ -50,15 +47,13 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from . import registry
-
 
 class Likelihood(nn.Module):
     """Base class of all likelihoods.
 
     Subclasses set ``num_latent`` (Q, the number of latent functions they read from ``f``) and
     ``output_dim`` (P, the number of columns of ``y``), and implement ``_log_prob`` (see the
-    module docstring); ``cli_name`` offers them on the command line.
+    module docstring).
     """
 
     #: Q: number of latent functions this likelihood reads from the last axis of ``f``.
@@ -80,21 +75,6 @@ class Likelihood(nn.Module):
     #: the label are summaries worth reporting (``savigp predict`` writes them only then; for
     #: unordered classes the class probabilities say everything).
     ordered: bool = False
-    #: the name of this class on the command line (``savigp train --likelihood NAME``), or None.
-    #: Defining it in a class body registers the class (see :mod:`likelihoods.registry`).
-    cli_name: Optional[str] = None
-    #: the command-line options (argparse destinations, e.g. ``"noise_variance"``) it takes.
-    cli_options: tuple = ()
-    #: True when ``train --standardize-targets`` may standardize its targets (real-valued,
-    #: location-scale).
-    standardizable: bool = False
-    #: True when ``cli_name`` stands for user code (``--likelihood module:function``).
-    cli_user_code: bool = False
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        registry.register(cls)
-
     # ------------------------------------------------------------------ required
     def log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         """log p(y_n | f_n) for every data point: checks the shapes and calls ``_log_prob``.

@@ -143,10 +143,6 @@ class CallableLikelihood(Likelihood):
             a list of ``output_dim``; None (default): not declared.
     """
 
-    cli_name = "callable"
-    cli_options = ("num_latent", "num_classes", "task", "mean_function", "lik_param", "min_log_prob")
-    cli_user_code = True
-
     def __init__(
         self,
         log_lik: Callable,

@@ -28,10 +28,6 @@ class Gaussian(Likelihood):
 
     log_concave = True  # log p(y | f) is concave in f for every y
 
-    cli_name = "gaussian"
-    cli_options = ("noise_variance",)
-    standardizable = True
-
     num_latent = 1
     output_dim = 1
     task = "regression"

@@ -47,10 +47,6 @@ class GPRN(Likelihood):
         learn_variance: learn the P variances with their own gradient (Bonilla et al. 2019, App. D.2).
     """
 
-    cli_name = "gprn"
-    cli_options = ("num_outputs", "num_nodes", "noise_variance")
-    standardizable = True
-
     task = "regression"
 
     def __init__(

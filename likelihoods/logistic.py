@@ -80,9 +80,6 @@ class Logistic(Likelihood):
 
     log_concave = True  # log p(y | f) is concave in f for every y
 
-    cli_name = "logistic"
-    cli_options = ()
-
     num_latent = 1
     output_dim = 1
     task = "classification"

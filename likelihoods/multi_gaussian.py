@@ -33,9 +33,6 @@ class MultiGaussian(Likelihood):
         learn_variance: learn the P variances with their own gradient (Bonilla et al. 2019, App. D.2).
     """
 
-    cli_name = "multi-gaussian"
-    cli_options = ("num_outputs", "noise_variance")
-    standardizable = True
     #: log p(y_n | f_n) = sum_p log N(y_np; f_np, sigma_p^2): one latent function per term
     separable_latents = True
 

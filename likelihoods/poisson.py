@@ -33,9 +33,6 @@ class Poisson(Likelihood):
 
     log_concave = True  # log p(y | f) is concave in f for every y
 
-    cli_name = "poisson"
-    cli_options = ("bin_width",)
-
     num_latent = 1
     output_dim = 1
     task = "regression"

@@ -23,9 +23,6 @@ class Probit(Logistic):
     """Binary classification with a probit link. Q = P = 1. Labels, their checks and the class
     indices are the logistic likelihood's; only the link differs."""
 
-    cli_name = "probit"
-    cli_options = ()
-
     def _log_prob(self, y: Tensor, f: Tensor) -> Tensor:
         return torch.special.log_ndtr(self._signs(y) * f[..., 0])
 

@@ -50,9 +50,6 @@ class Seismic(Likelihood):
         learn_noise: learn the noise variances (fixed by default, as in the paper).
     """
 
-    cli_name = "seismic"
-    cli_options = ("num_layers",)
-
     task = "regression"
 
     def __init__(

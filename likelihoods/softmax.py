@@ -29,9 +29,6 @@ class Softmax(Likelihood):
 
     log_concave = True  # log p(y | f) is concave in f for every y
 
-    cli_name = "softmax"
-    cli_options = ("num_classes", "one_hot")
-
     task = "classification"
 
     def __init__(self, num_classes: int, one_hot: bool = False):

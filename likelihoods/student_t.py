@@ -31,10 +31,6 @@ class StudentT(Likelihood):
         learn_scale: learn s with its own gradient (Bonilla et al. 2019, App. D.2).
     """
 
-    cli_name = "student-t"
-    cli_options = ("df",)
-    standardizable = True
-
     num_latent = 1
     output_dim = 1
     task = "regression"

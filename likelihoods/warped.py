@@ -60,10 +60,6 @@ class WarpedGaussian(Likelihood):
     #: buffers whose +inf is a value (no bound), not damage: a model file's check lets them through
     may_be_infinite = ("slope_bound",)
 
-    cli_name = "warped"
-    cli_options = ("num_tanh", "noise_variance")
-    standardizable = True
-
     num_latent = 1
     output_dim = 1
     task = "regression"

@@ -158,11 +158,15 @@ ESTIMATORS = Registry("estimator", {
 OPTIMIZERS = ("adam", "adadelta", "lbfgs")
 #: the parameter groups that :func:`savigp.fit` trains (``groups=``, the command's ``--learn``)
 PARAMETER_GROUPS = ("posterior", "kernel", "inducing", "likelihood", "prior_mean", "mean_head")
-#: the command-line names of the built-in likelihood classes, in the order in which
-#: ``likelihoods/__init__.py`` registers them (:func:`likelihoods.registry.names`; a test keeps the
-#: two equal): ``savigp train --help`` lists them without importing the likelihoods (and torch)
-BUILTIN_LIKELIHOODS = ("gaussian", "logistic", "softmax", "poisson", "warped", "student-t", "gprn", "seismic",
-                       "multi-gaussian", "probit")
+#: the likelihood classes by name (``savigp train --likelihood NAME``, and a model file's name of a class
+#: registered here); ``likelihoods/`` knows no names. The command's options of each are in
+#: :mod:`savigp.cli.likelihood_options` (``savigp.cli.register_likelihood`` adds both at run time)
+LIKELIHOODS = Registry("likelihood", {
+    "gaussian": "likelihoods:Gaussian", "logistic": "likelihoods:Logistic", "softmax": "likelihoods:Softmax",
+    "poisson": "likelihoods:Poisson", "warped": "likelihoods:WarpedGaussian", "student-t": "likelihoods:StudentT",
+    "gprn": "likelihoods:GPRN", "seismic": "likelihoods:Seismic", "multi-gaussian": "likelihoods:MultiGaussian",
+    "probit": "likelihoods:Probit",
+})
 #: the entropy estimates of a mixture with K > 1 components and the default
 #: (:mod:`savigp.posteriors.entropy`)
 ENTROPY_ESTIMATES = ("pairwise", "bound", "mc")

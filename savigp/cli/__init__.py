@@ -36,7 +36,7 @@ from .. import settings
 
 __all__ = ["main", "build_parser", "CLIError", "UserCodeExit", "TEST_SIGINT_ENV", "EXIT_OK", "EXIT_FAILURE",
            "EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_NON_FINITE", "cmd_train", "cmd_predict", "cmd_evaluate",
-           "cmd_demo", "prediction_table", "format_metrics"]
+           "cmd_demo", "prediction_table", "format_metrics", "register_likelihood"]
 
 #: the command functions by name (each takes the parsed arguments, returns the exit status), as
 #: ``submodule:function``: imported when the command runs, so that ``--help`` and argument errors
@@ -44,7 +44,8 @@ __all__ = ["main", "build_parser", "CLIError", "UserCodeExit", "TEST_SIGINT_ENV"
 COMMANDS = {"train": "train:cmd_train", "predict": "predict:cmd_predict", "evaluate": "predict:cmd_evaluate",
             "demo": "demo:cmd_demo"}
 _LAZY = {"cmd_train": "train", "cmd_predict": "predict", "cmd_evaluate": "predict", "cmd_demo": "demo",
-         "prediction_table": "predict", "format_metrics": "predict", "TEST_SIGINT_ENV": "checkpoint"}
+         "prediction_table": "predict", "format_metrics": "predict", "TEST_SIGINT_ENV": "checkpoint",
+         "register_likelihood": "likelihood_options"}
 
 
 def __getattr__(name: str):

@@ -46,8 +46,7 @@ def code_inputs(likelihood: Optional[str], mean_function: Optional[str], trusted
     running anything): inputs too, never an output. Those that ``--likelihood`` and
     ``--mean-function`` name, and those the model file ``trusted_model`` records (``predict`` /
     ``evaluate``'s model under ``--trust-code``), which then run by the user's consent."""
-    from likelihoods import registry
-
+    from .._choices import LIKELIHOODS
     from ..model_files.errors import LikelihoodImportError
     from ..model_files.user_code import source_file
 
@@ -57,7 +56,7 @@ def code_inputs(likelihood: Optional[str], mean_function: Optional[str], trusted
     files = []
     for spec in specs:
         target = str(spec or "").rpartition(":")[0] or str(spec or "")
-        if not target or str(spec) in registry.names():
+        if not target or str(spec) in LIKELIHOODS:
             continue  # a built-in likelihood's name
         try:
             files.append(source_file(target))

@@ -1,26 +1,95 @@
 """``--likelihood`` and its options -> the ``config["likelihood"]`` spec a model file records, and
-the likelihood object built from it: the classes of :mod:`likelihoods.registry` (each declares
-its command-line name and options), or user code through :mod:`savigp.cli.user_options`."""
+the likelihood object built from it: the classes of :data:`savigp._choices.LIKELIHOODS` with the
+command-line options this module declares for each (:data:`OPTIONS`; ``likelihoods/`` knows
+nothing of the command line), or user code through :mod:`savigp.cli.user_options`.
+
+A likelihood class of your own is offered by ``savigp train --likelihood NAME`` once
+:func:`register_likelihood` has named it (in a module your process imports), with the options of
+``train`` it takes::
+
+    from savigp.cli import register_likelihood
+    register_likelihood("laplace", Laplace, options=("noise_variance",), standardizable=True)
+"""
 from __future__ import annotations
 
-import numpy as np
-from likelihoods import Logistic, registry
+from typing import Iterable
 
+import numpy as np
+from likelihoods import Logistic
+
+from .._choices import LIKELIHOODS
 from .checks import parse_lik_options
 from .errors import CLIError, one_line
 from .plan import TrainPlan
 
+#: the name whose options are those of a user function (``--likelihood file.py:function``), not a class
+USER_FUNCTION = "callable"
+#: the options of ``savigp train`` (argparse destinations) each likelihood takes, by its name: each
+#: given one (or its data default) becomes the constructor argument of the same name
+#: (:data:`ARGUMENT_OF_OPTION`); ``--lik-option KEY=VALUE`` gives any other
+OPTIONS = {
+    "gaussian": ("noise_variance",), "logistic": (), "softmax": ("num_classes", "one_hot"), "poisson": ("bin_width",),
+    "warped": ("num_tanh", "noise_variance"), "student-t": ("df",), "gprn": ("num_outputs", "num_nodes", "noise_variance"),
+    "seismic": ("num_layers",), "multi-gaussian": ("num_outputs", "noise_variance"), "probit": (),
+    USER_FUNCTION: ("num_latent", "num_classes", "task", "mean_function", "lik_param", "min_log_prob"),
+}
+#: the likelihoods whose targets are real-valued location-scale data, which ``--standardize-targets``
+#: may standardize
+STANDARDIZABLE = {"gaussian", "warped", "student-t", "gprn", "multi-gaussian"}
 #: a likelihood option whose constructor argument has another name
 ARGUMENT_OF_OPTION = {"noise_variance": "variance"}
 
 
+def register_likelihood(name: str, cls: type, *, options: Iterable[str] = (), standardizable: bool = False,
+                        replace: bool = False) -> type:
+    """Offer the likelihood class ``cls`` as ``savigp train --likelihood name`` (and rebuild it from
+    a model file that records ``name``): one entry of :data:`savigp._choices.LIKELIHOODS`, with the
+    ``train`` options it takes (``options``: argparse destinations such as ``"noise_variance"``) and
+    whether ``--standardize-targets`` may standardize its targets. Returns ``cls``.
+
+    Raises:
+        ValueError: a bad name, a taken one (without ``replace=True``), or options that are not
+            option names.
+    """
+    if isinstance(options, str) or not all(isinstance(o, str) and o.isidentifier() for o in options):
+        raise ValueError(f"register_likelihood({name!r}): options must be option names (argparse destinations "
+                         f"such as 'noise_variance'), got {options!r}")
+    if name == USER_FUNCTION:
+        raise ValueError(f"register_likelihood: {name!r} stands for a user function")
+    LIKELIHOODS.register(name, cls, replace=replace)
+    OPTIONS[name] = tuple(options)
+    (STANDARDIZABLE.add if standardizable else STANDARDIZABLE.discard)(name)
+    return cls
+
+
+def unregister_likelihood(name: str) -> None:
+    """Undo :func:`register_likelihood` (a KeyError when ``name`` is not registered)."""
+    LIKELIHOODS.unregister(name)
+    OPTIONS.pop(name, None)
+    STANDARDIZABLE.discard(name)
+
+
 def available_likelihoods() -> list:
-    """The names ``--likelihood`` accepts for likelihood classes (:func:`likelihoods.registry.names`)."""
-    return registry.names()
+    """The names ``--likelihood`` accepts for likelihood classes, in registration order."""
+    return list(LIKELIHOODS)
 
 
 def is_builtin(name: str) -> bool:
-    return name in registry.names()
+    return name in LIKELIHOODS
+
+
+def standardizable() -> tuple:
+    """The names whose targets ``--standardize-targets`` may standardize, in registration order."""
+    return tuple(n for n in LIKELIHOODS if n in STANDARDIZABLE)
+
+
+def option_users() -> dict:
+    """Option name -> the likelihood names that take it, in registration order (a user function last)."""
+    out: dict = {}
+    for name in [*LIKELIHOODS, USER_FUNCTION]:
+        for opt in OPTIONS.get(name, ()):
+            out[opt] = out.get(opt, ()) + (name,)
+    return out
 
 
 def _data_default(option: str, plan: TrainPlan, Y: np.ndarray):
@@ -41,16 +110,15 @@ def _data_default(option: str, plan: TrainPlan, Y: np.ndarray):
 def likelihood_spec(plan: TrainPlan, Y: np.ndarray) -> dict:
     """The ``config["likelihood"]`` entry for ``--likelihood`` and its options (plain values).
 
-    A likelihood class takes the options its ``cli_options`` declare (see
-    :mod:`likelihoods.registry`): each given one (or its data default) becomes the constructor
-    argument of the same name (``--noise-variance``: ``variance``); ``--lik-option KEY=VALUE``
-    gives any other argument.
+    A likelihood class takes the options :data:`OPTIONS` declares for it: each given one (or its
+    data default) becomes the constructor argument of the same name (``--noise-variance``:
+    ``variance``); ``--lik-option KEY=VALUE`` gives any other argument.
     """
     from ..model_files import canonical_import_path
 
     name = plan.likelihood
     is_callable = not is_builtin(name)
-    kind = "callable" if is_callable else name
+    kind = USER_FUNCTION if is_callable else name
     if is_callable and ":" not in name:
         import difflib
 
@@ -58,7 +126,7 @@ def likelihood_spec(plan: TrainPlan, Y: np.ndarray) -> dict:
         hint = f"; did you mean {close[0]}?" if close else ""
         raise CLIError(f"--likelihood {name!r}: not a built-in likelihood ({', '.join(available_likelihoods())}) "
                        f"nor a user function 'package.module:function' or 'path/to/file.py:function'{hint}")
-    for opt, applies in registry.options().items():
+    for opt, applies in option_users().items():
         value = getattr(plan, opt, None)
         if value not in (None, False) and kind not in applies:
             raise CLIError(f"--{opt.replace('_', '-')} does not apply to --likelihood {name} "
@@ -68,9 +136,9 @@ def likelihood_spec(plan: TrainPlan, Y: np.ndarray) -> dict:
         from .user_options import user_likelihood_spec
 
         return user_likelihood_spec(plan, Y, canonical_import_path(name), extra)
-    cls = registry.get(name)
+    cls = LIKELIHOODS[name]
     kwargs: dict = {}
-    for opt in cls.cli_options:
+    for opt in OPTIONS.get(name, ()):
         value = getattr(plan, opt, None)
         value = _data_default(opt, plan, Y) if value is None else value
         if value is not None:

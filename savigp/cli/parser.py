@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from .._choices import (BUILTIN_LIKELIHOODS, DEFAULT_ENTROPY, DTYPES, ENTROPY_ESTIMATES, ESTIMATORS, INDUCING_INITS, KERNELS,
-                        MEAN_HEADS, OPTIMIZERS, PARAMETER_GROUPS, POSTERIORS)
+from .._choices import (DEFAULT_ENTROPY, DTYPES, ENTROPY_ESTIMATES, ESTIMATORS, INDUCING_INITS, KERNELS,
+                        LIKELIHOODS, MEAN_HEADS, OPTIMIZERS, PARAMETER_GROUPS, POSTERIORS)
 
 EPILOG_MAIN = """\
 examples:
@@ -137,14 +136,6 @@ def _add_threads_option(p, default=None, chosen="1 for a small problem, else tor
                    "see docs/cli.md, Threads)")
 
 
-def _likelihood_names() -> list:
-    """The names ``--likelihood`` takes for classes: the registry's when the likelihoods are imported
-    already (user classes registered in this process included), else the built-ins' (importing the
-    likelihoods would import torch before ``--help``)."""
-    registry = sys.modules.get("likelihoods.registry")
-    return registry.names() if registry is not None else list(BUILTIN_LIKELIHOODS)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``savigp`` command (``args.command`` names the command)."""
     from .. import __version__
@@ -166,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, metavar="MODEL.pt", help="model file to write")
     g = t.add_argument_group("likelihood")
     g.add_argument("--likelihood", default="gaussian", metavar="LIK",
-                   help="built-in: " + ", ".join(_likelihood_names())
+                   help="built-in: " + ", ".join(LIKELIHOODS)
                    + "; or a function log_lik(y, f) as package.module:function or path/to/file.py:function "
                      "(default gaussian)")
     g.add_argument("--num-latent", type=int, metavar="Q", help="latent functions read by a user function (default 1)")

@@ -12,7 +12,6 @@ import types
 import warnings
 
 import numpy as np
-from likelihoods import registry
 
 from .._choices import ESTIMATORS
 from ..io.csv_data import DataError, data_checksum, read_csv, split_columns
@@ -27,7 +26,7 @@ from .plan import TrainPlan
 from .ranks import join_ranks, launch_ranks
 from .run_lock import LOCK_ENV, lock_output
 from .two_stage import STAGE_TWO_GROUPS, describe, fit_full_gaussian, mean_field_warning, resolve_hypers
-from .likelihood_options import class_labels, likelihood_spec, make_likelihood
+from .likelihood_options import class_labels, likelihood_spec, make_likelihood, standardizable
 from .user_options import file_lines_in_errors, probe_callable, user_code_failure, warn_unused_latents
 from .warm_start import check_groups, check_warm_start_options, read_source, start_from, warn_joint_factorized
 
@@ -106,8 +105,8 @@ def _likelihood_and_targets(plan: TrainPlan, table, icols, tcols, X, Y) -> tuple
                        "receives y in the file's units and its f means what it says in those units (standardized "
                        "targets would leave every latent function in standardized units); scale inside the "
                        "function, or set --prior-mean")
-    if plan.standardize_targets and spec["name"] not in registry.standardizable():
-        raise CLIError(f"--standardize-targets applies to real-valued targets ({', '.join(registry.standardizable())}), "
+    if plan.standardize_targets and spec["name"] not in standardizable():
+        raise CLIError(f"--standardize-targets applies to real-valued targets ({', '.join(standardizable())}), "
                        f"not to --likelihood {plan.likelihood}")
     source = read_source(plan, spec, table.names(icols), table.names(tcols)) if plan.warm_start else None
     recorded = (source.config.get("standardize") or {}) if source is not None else {}

@@ -1,6 +1,6 @@
 """The likelihood a model file describes (``config["likelihood"]``) and back: built-in classes
-of :mod:`likelihoods` (by class name; a class registered in :mod:`likelihoods.registry` by a
-module this process imported, by its command-line name), and user code under the trust model of
+of :mod:`likelihoods` (by class name; a class registered in :data:`savigp._choices.LIKELIHOODS` by a
+module this process imported, by its registered name), and user code under the trust model of
 :mod:`savigp.model_files.user_code` (a latent-only stand-in when it may not run).
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 import torch
 
+from .._choices import LIKELIHOODS
 from .errors import CodeNotAuthorized, ModelFileError
 from .schema import USER_CODE_ARGUMENTS
 from .user_code import (authorized_import, canonical_import_path, code_reference, consent_message, function_path,
@@ -54,15 +55,14 @@ def make_likelihood(spec: dict, fn: Optional[Callable] = None, code: Optional[di
 
 def builtin_likelihood_class(name, cli_name=None):
     """The class ``name`` among those :mod:`likelihoods` exports, or the class registered under
-    ``cli_name`` (:mod:`likelihoods.registry`: classes of modules this process imported) when its
-    name is ``name``. Nothing is imported by name from anywhere."""
+    ``cli_name`` (:data:`savigp._choices.LIKELIHOODS`: classes of modules this process imported) when
+    its name is ``name``. Nothing is imported by name from anywhere."""
     import likelihoods
-    from likelihoods import registry
 
     builtin = [n for n in likelihoods.__all__ if n not in ("Likelihood", "CallableLikelihood")]
     cls = getattr(likelihoods, name, None) if name in builtin else None
-    if cls is None and cli_name in registry.names() and registry.get(cli_name).__name__ == name:
-        cls = registry.get(cli_name)
+    if cls is None and cli_name in LIKELIHOODS and LIKELIHOODS[cli_name].__name__ == name:
+        cls = LIKELIHOODS[cli_name]
     if not (isinstance(cls, type) and issubclass(cls, likelihoods.Likelihood)):
         raise ModelFileError(f"likelihood class {name!r} is not a built-in likelihood of this installation "
                              f"({', '.join(builtin)})")
@@ -102,7 +102,7 @@ def likelihood_spec(lik) -> dict:
     else:
         builtin = getattr(likelihoods, cls.__name__, None) is cls
         try:
-            builtin_likelihood_class(cls.__name__, None if builtin else cls.__dict__.get("cli_name"))
+            builtin_likelihood_class(cls.__name__, None if builtin else LIKELIHOODS.name_of(cls))
         except ModelFileError:
             raise TypeError(f"cannot save a model with likelihood {cls.__name__}: model files hold built-in likelihoods "
                             "(likelihoods.*) and user functions (likelihoods.CallableLikelihood); a Likelihood "
@@ -117,7 +117,8 @@ def likelihood_spec(lik) -> dict:
             value = getattr(lik, name, None)
             if isinstance(value, (bool, int, float, str)):
                 kwargs[name] = value
-        spec = {"name": cls.__name__.lower() if builtin else cls.cli_name, "class": cls.__name__, "kwargs": kwargs}
+        spec = {"name": cls.__name__.lower() if builtin else LIKELIHOODS.name_of(cls), "class": cls.__name__,
+                "kwargs": kwargs}
         rebuilt = cls(**kwargs)
     shapes = {k: tuple(v.shape) for k, v in lik.state_dict().items()}
     if shapes != {k: tuple(v.shape) for k, v in rebuilt.state_dict().items()} or \

@@ -45,14 +45,17 @@ def test_help_and_argument_errors_import_no_torch():
     assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
 
 
-def test_the_help_lists_the_registered_builtins():
-    """The parser's torch-free list of built-in likelihood names is the registry's."""
-    from likelihoods import registry
+def test_every_named_likelihood_is_a_class_of_the_package_with_its_options():
+    """The parser's torch-free names (savigp._choices.LIKELIHOODS) build the package's classes, and the
+    command line declares the options of each."""
+    import likelihoods
 
-    from savigp._choices import BUILTIN_LIKELIHOODS
+    from savigp._choices import LIKELIHOODS
+    from savigp.cli.likelihood_options import OPTIONS
 
-    builtins = [n for n, c in registry._CLASSES.items() if c.__module__.startswith("likelihoods.") and not c.cli_user_code]
-    assert tuple(builtins) == BUILTIN_LIKELIHOODS
+    for name in LIKELIHOODS:
+        assert LIKELIHOODS[name] is getattr(likelihoods, LIKELIHOODS[name].__name__), name
+        assert name in OPTIONS, name
 
 
 def test_lazy_package_names_resolve():

@@ -1,26 +1,25 @@
-"""A likelihood class that declares its command-line name (likelihoods.registry) is offered by
-``savigp train`` with no edit of the CLI: adding a likelihood touches one file."""
+"""A likelihood class registered with the command line (savigp.cli.register_likelihood, in the
+user's own module) is offered by ``savigp train`` with no edit of the CLI: adding a likelihood
+touches one file."""
 import sys
 import textwrap
 
 import numpy as np
 import pytest
 import torch
-from likelihoods import registry
 
-from savigp.cli import main
+from savigp._choices import LIKELIHOODS
+from savigp.cli import likelihood_options, main
 from savigp.io.csv_data import write_csv
 
 LAPLACE = textwrap.dedent('''
     import math
     import torch
     from likelihoods import Likelihood
+    from savigp.cli import register_likelihood
 
     class Laplace(Likelihood):
         """y | f ~ Laplace(f, b) with variance 2 b^2."""
-        cli_name = "laplace-test"
-        cli_options = ("noise_variance",)
-        standardizable = True
 
         def __init__(self, variance: float = 1.0):
             super().__init__()
@@ -30,13 +29,14 @@ LAPLACE = textwrap.dedent('''
         def _log_prob(self, y, f):
             b = math.sqrt(self.variance / 2)
             return (-(y[..., 0] - f[..., 0]).abs() / b - math.log(2 * b))
+
+    register_likelihood("laplace-test", Laplace, options=("noise_variance",), standardizable=True)
 ''')
 
 
 @pytest.fixture
 def laplace_module(tmp_path, monkeypatch):
-    """The module imported (so its class registers) into a copy of the registry dropped afterwards."""
-    monkeypatch.setattr(registry, "_CLASSES", dict(registry._CLASSES))
+    """The module imported (so its class registers), unregistered afterwards."""
     (tmp_path / "laplace_test_lik.py").write_text(LAPLACE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "laplace_test_lik", raising=False)
@@ -44,6 +44,8 @@ def laplace_module(tmp_path, monkeypatch):
 
     yield laplace_test_lik
     sys.modules.pop("laplace_test_lik", None)
+    if "laplace-test" in LIKELIHOODS:
+        likelihood_options.unregister_likelihood("laplace-test")
 
 
 def test_a_registered_class_is_listed_accepted_and_saved(tmp_path, laplace_module, capsys):
@@ -69,7 +71,7 @@ def test_a_registered_class_is_listed_accepted_and_saved(tmp_path, laplace_modul
     assert main(args + ["--df", "3"]) == 2
     assert "--df does not apply to --likelihood laplace-test (it is for: student-t)" in capsys.readouterr().err
     # and without the module imported the name is unknown
-    registry._CLASSES.pop("laplace-test")
+    likelihood_options.unregister_likelihood("laplace-test")
     assert main(args) == 2
     assert "--likelihood 'laplace-test': not a built-in likelihood" in capsys.readouterr().err
 
@@ -100,7 +102,7 @@ def test_builtin_options_become_the_same_constructor_arguments_as_before(tmp_pat
         args = build_parser().parse_args(["train", "d.csv", "--targets", "y", "--out", "m.pt", *argv])
         spec = likelihood_spec(TrainPlan.from_args(args), Y)
         assert spec["kwargs"] == kwargs, argv
-        assert spec == {"name": argv[1], "class": registry.get(argv[1]).__name__, "kwargs": kwargs}
+        assert spec == {"name": argv[1], "class": LIKELIHOODS[argv[1]].__name__, "kwargs": kwargs}
 
 
 def test_code_arguments_are_no_lik_options(tmp_path, capsys):
