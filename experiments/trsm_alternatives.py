@@ -1,7 +1,7 @@
 """Triangular solves V = L^-1 K_zx (M x M lower L, M x B right-hand side) against alternatives.
 
-The step's largest dense operations are the triangular solves with the K_zz factor (on an H100 they
-were 40% of the GPU-busy time). Candidates, each timed on ``--device`` (median of ``--repeats``,
+The step's largest dense operations are the triangular solves with the K_zz factor (their share
+of the GPU-busy time: docs/performance.md). Candidates, each timed on ``--device`` (median of ``--repeats``,
 synchronized) and checked against a float64 solve of the same problem:
 
 * ``trsm``: ``savigp.linalg.triangular.solve_lower`` (``torch.linalg.solve_triangular``, what the step uses);
