@@ -453,7 +453,7 @@ def _fit(model, *, iterations, start, B, optimizer, lr, num_samples, estimator, 
     window = default_log_every(model.device) if log_every is None else int(log_every)
     graphs, why = _step.graph_decision(cuda_graphs, device=model.device, optimizer=optimizer, estimator=estimator,
                                        likelihood=model.likelihood, joint=model.posterior.joint,
-                                       mean_head=model.mean_head)
+                                       mean_head=model.head)
     if not graphs and cuda_graphs is not False and (cuda_graphs or model.device.type == "cuda"):
         _step.say_once(f"savigp.fit: the step is not captured in a CUDA graph: {why}")
     params = parameter_groups(model, groups)

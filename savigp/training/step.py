@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 
 from .._choices import ESTIMATORS
+from ..mean_heads import ZERO_HEAD, MeanHead
 from ..model import ELBOTerms
 from ..runtime import compilation
 from ..runtime import sync_free
@@ -68,15 +69,15 @@ def say_once(message: str) -> None:
 
 
 def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer: str, estimator: str,
-                   likelihood, joint: bool, mean_head=None) -> tuple[bool, str]:
+                   likelihood, joint: bool, mean_head: MeanHead = ZERO_HEAD) -> tuple[bool, str]:
     """Whether fit captures its step in a CUDA graph, and why not.
 
     Args:
         requested: ``fit(cuda_graphs=...)``: None (capture where possible), True, False.
         device: the model's device. optimizer, estimator: fit's (resolved). likelihood: the model's.
         joint: the posterior is coupled across latent functions (``posterior="joint"``).
-        mean_head: the model's mean head (or None): its ``graph_obstacle()`` (e.g. KL columns sampled
-            on the host, which a graph would freeze at the capture).
+        mean_head: the model's :attr:`~savigp.SAVIGP.head`: its ``graph_obstacle()`` (e.g. KL columns
+            sampled on the host, which a graph would freeze at the capture).
 
     Returns:
         ``(capture, reason)``; ``reason`` is empty when capturing, else what prevents it.
@@ -94,7 +95,7 @@ def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer
         reasons.append(f"the {estimator} estimator works on the host (it declares cuda_graph_safe=False)")
     if joint:
         reasons.append("the joint posterior's per-point factorizations check their info on the host")
-    head_obstacle = None if mean_head is None else mean_head.graph_obstacle()
+    head_obstacle = mean_head.graph_obstacle()
     if head_obstacle is not None:
         reasons.append(head_obstacle)
     if compilation.compile_enabled():

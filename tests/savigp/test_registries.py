@@ -151,6 +151,53 @@ def test_the_command_offers_and_trains_the_registered_names(tmp_path, registered
     assert math.isfinite(json.loads(capsys.readouterr().out)["nlpd"])
 
 
+def _classes(n=36, seed=4):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, (n, 2))
+    return X, (np.digitize(X[:, 0], [-0.7, 0.7]))[:, None].astype(float)  # three classes along x1
+
+
+def test_a_registered_family_takes_a_shared_kernel_by_its_capability(tmp_path, registered, capsys):
+    """A kernel shared by the latent functions is taken by any family that declares shared_kernel (the
+    registered whitened diagonal mixture inherits it): built by the model, fitted, written to a model
+    file and loaded with the same predictions, and trained by the command; a family that declares it
+    False is refused, and the message lists the registered families that take one."""
+    from likelihoods import Softmax
+    from savigp.posteriors import FullMixture
+
+    X, Y = _classes()
+    model = savigp.SAVIGP(X, Y, Softmax(3), "rbf", shared_kernel=True, posterior="diag-narrow", num_components=2,
+                          num_inducing=5, seed=2)
+    assert model.shared_kernel and model.kernel.num_latent == 1 and model.inducing.shape == (1, 5, 2)
+    savigp.fit(model, iterations=3, num_samples=8, progress=False)
+    path = tmp_path / "shared.pt"
+    savigp.save(model, path)
+    loaded = savigp.load(path).model
+    assert loaded.shared_kernel and isinstance(loaded.posterior, NarrowDiagonal)
+    Xt = torch.linspace(-1, 1, 5, dtype=torch.float64)[:, None].expand(5, 2)
+    torch.testing.assert_close(loaded.predict(Xt).probabilities, model.predict(Xt).probabilities, rtol=0, atol=0)
+    data, out = str(tmp_path / "c.csv"), str(tmp_path / "c.pt")
+    write_csv(data, ["x1", "x2", "label"], np.column_stack([X, Y]))
+    assert main(["train", data, "--targets", "label", "--likelihood", "softmax", "--num-classes", "3", "--shared-kernel",
+                 "--posterior", "diag-narrow", "--num-inducing", "4", "--iterations", "3", "--quiet", "--out", out]) == 0
+    capsys.readouterr()
+    config = torch.load(out, weights_only=True)["config"]
+    assert config["model"]["posterior"] == "diag-narrow" and config["model"]["shared_kernel"]
+
+    class PrivateFull(FullMixture):
+        kind = "full-private"
+        shared_kernel = False
+
+    POSTERIORS.register("full-private", PrivateFull)
+    try:
+        with pytest.raises(ValueError, match="works with posterior 'full' or 'diag' or 'diag-narrow' and no mean basis; "
+                                             "got posterior='full-private'"):
+            savigp.SAVIGP(X, Y, Softmax(3), "rbf", shared_kernel=True, posterior="full-private", num_components=2,
+                          num_inducing=5)
+    finally:
+        POSTERIORS.unregister("full-private")
+
+
 def test_the_schema_reads_the_registry_when_it_checks():
     config = {"kernel": "rq1"}
     from savigp.model_files.schema import MODEL_OPTION_FIELDS

@@ -222,3 +222,26 @@ def test_cuda_matches_cpu(basis):
     assert float(gpu.elbo().elbo.detach()) == pytest.approx(float(cpu.elbo().elbo.detach()), rel=1e-10)
     fit(gpu, iterations=3, lr=0.01, progress=False)
     assert gpu.mean_head.a.device.type == "cuda" and torch.isfinite(gpu.predict_latent(X[:5])[0]).all()
+
+
+def test_a_model_without_a_basis_holds_the_zero_head():
+    """SAVIGP.head: the model's mean head, or the zero head (no shift, no KL, no parameters, nothing to
+    precondition) -- the model and the trainers call it the same way and ask it no questions."""
+    from savigp.mean_heads import ZERO_HEAD, MeanHead
+
+    X, Y = sine_data(30, seed=3)
+    model = SAVIGP(X, Y, Gaussian(0.1), num_inducing=4)
+    assert model.mean_head is None and model.head is ZERO_HEAD and isinstance(ZERO_HEAD, MeanHead)
+    assert model.head.size == 0 and model.head.natural_parameters() == [] and not model.head.fixes_mean
+    assert list(ZERO_HEAD.parameters()) == [] and model.head.graph_obstacle() is None
+    Lzz = model.prior_factor()
+    assert float(model.head.kl(model.kernel, model.inducing, Lzz)) == 0.0
+    m = torch.ones(1, 4, dtype=torch.float64)
+    assert float(model.head.mean_coupling(model.kernel, model.inducing, Lzz, m)) == 0.0
+    with pytest.raises(ValueError, match="no mean head"):
+        model.head.natural_preconditioner(model.kernel, model.inducing, Lzz)
+    with_head = SAVIGP(X, Y, Gaussian(0.1), num_inducing=4, mean_basis_size=6)
+    assert with_head.head is with_head.mean_head and with_head.head.natural_parameters() == [with_head.mean_head.a]
+    with_head.mean_head.kl_columns = 3
+    assert with_head.head.graph_obstacle() == "the mean head samples its KL columns on the host (kl_columns=3)"
+    assert SAVIGP(X, Y, Gaussian(0.1), num_inducing=4, mean_basis_size=6, mean_basis="decoupled").head.fixes_mean

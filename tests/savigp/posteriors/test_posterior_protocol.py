@@ -130,3 +130,69 @@ def test_the_model_does_not_branch_on_the_posterior_family():
                     r"isinstance\([^)]*(Joint|Mixture|FullGaussian)", r"import .*(Joint|Mixture|FullGaussian)",
                     r"posterior\.kind\s*[!=]="):
         assert not re.search(pattern, src), pattern
+
+
+def test_families_declare_their_capabilities():
+    """The capabilities callers read (never a family's name): a kernel shared by the latent functions
+    (the whitened mixtures), moments over u per latent function (all but the joint Gaussian), the
+    component moves (the mixtures), a diagonal (factorized) covariance; every family has
+    precondition_gradients (a no-op but for mixtures with K > 1) and its component means."""
+    expected = {"full": (True, True, True, False), "diag": (True, True, True, True),
+                "diag-u": (False, True, True, True), "joint": (False, False, False, False)}
+    for name, (shared, moments, moves, diagonal) in expected.items():
+        post = savigp.posteriors.make_posterior(name, Q, M)
+        assert (post.shared_kernel, post.function_moments, post.component_moves, post.diagonal) == \
+            (shared, moments, moves, diagonal), name
+        assert post.component_means.shape == (1, Q, M) and post.component_means.requires_grad
+        post.precondition_gradients()  # declared on the protocol: nothing to do at K = 1
+    joint = savigp.posteriors.make_posterior("joint", Q, M)
+    with pytest.raises(NotImplementedError, match="JointGaussian takes no component moves"):
+        joint.grown(0, lambda: torch.eye(M).expand(Q, M, M))
+
+
+def test_a_single_gaussian_grows_into_the_mixture_its_family_builds():
+    """MixturePosterior.grown: the split of component k (Richardson & Green 1997) held by the class
+    the family builds for K + 1 (a FullGaussian grows into a FullMixture), with the entropy term asked
+    for, the split's parameters and the source's gradient flags."""
+    post = _model("full", 1).posterior
+    post.raw_scale.requires_grad_(False)
+    L = torch.eye(M, dtype=torch.float64).expand(Q, M, M)
+    grown = post.grown(0, lambda: L, entropy="bound")
+    split = post.split(0)
+    assert type(grown) is savigp.posteriors.FullMixture and grown.num_components == 2
+    assert grown.entropy_estimate == "bound" and grown.entropy_samples == post.entropy_samples
+    for name, p in grown.named_parameters():
+        torch.testing.assert_close(p, dict(split.named_parameters())[name], rtol=0, atol=0)
+    assert not grown.raw_scale.requires_grad and grown.mean.requires_grad
+    restarted = grown.restarted(3, lambda: L, generator=torch.Generator().manual_seed(0))
+    assert type(restarted) is savigp.posteriors.FullMixture and restarted.num_components == 3
+    assert restarted.entropy_estimate == "bound" and not restarted.raw_scale.requires_grad
+
+
+def test_the_shims_of_earlier_versions_are_gone():
+    """SAVIGP.save (savigp.save), Marginals (LatentMarginals), POSTERIOR_KINDS and MEAN_BASES (the
+    registries' names()) and the preconditioner's name "seed" ("eq16") were kept for users of a 0.x
+    package that has none."""
+    assert not hasattr(savigp.SAVIGP, "save")
+    assert not hasattr(savigp.posteriors, "Marginals") and not hasattr(savigp.posteriors, "POSTERIOR_KINDS")
+    assert not hasattr(savigp.mean_heads, "MEAN_BASES")
+    model = _model("full", 1)
+    with pytest.raises(ValueError, match=r"gamma_precond must be one of \('eq16', 'gauss-newton'\), got 'seed'"):
+        savigp.fit_orthnat(model, 1, gamma_precond="seed")
+
+
+def test_the_training_modules_read_capabilities_not_names_or_internals():
+    """The model and the trainers that touch the posterior or the mean head ask their protocols: no
+    family or head name compared, no probe of an undeclared attribute, no head-is-None branch, no
+    read of a head's or a mixture's raw parameters (issue 45)."""
+    root = Path(savigp.__file__).parent
+    names = "|".join(re.escape(n) for n in ("full", "diag", "diag-u", "joint", "orthogonal", "decoupled", "hybrid"))
+    for rel in ("model.py", "training/components.py", "training/starts.py", "training/warm_start.py",
+                "training/natural_gradients.py", "training/step.py", "training/groups.py"):
+        src = (root / rel).read_text()
+        code = "\n".join(line.split("#")[0] for line in src.splitlines()
+                         if "return ZERO_HEAD if self.mean_head is None" not in line)  # (SAVIGP.head, the one boundary)
+        for pattern in (rf"[!=]=\s*\"({names})\"", rf"in \(\"({names})\"", r"(getattr|hasattr)\((model\.)?(self\.)?post",
+                        r"(getattr|hasattr)\([^)]*mean_head", r"head is (not )?None", r"head\.(a|gamma|orthogonal)\b",
+                        r"post(erior)?\.(mean|raw_scale|logits)\b", r"SHARED_KERNEL_POSTERIORS", r"\.kind\s*[!=]="):
+            assert not re.search(pattern, code), (rel, pattern, re.search(pattern, code))

@@ -166,3 +166,22 @@ def test_moments_false_copies_the_hyper_parameters_and_keeps_q(source_kind, K):
     after = model.posterior.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert float(model.kernel.lengthscales().mean()) == pytest.approx(1.9)
+
+
+def test_a_family_without_moments_over_u_is_refused_by_its_capability():
+    """warm_start reads the family's function_moments, not its name: a registered family that declares
+    none (here a diagonal mixture that opts out) is refused as the joint Gaussian is, by its own name."""
+    from savigp.posteriors import POSTERIORS
+
+    class OptedOut(DiagonalMixture):
+        kind = "diag-opted-out"
+        function_moments = False
+
+    POSTERIORS.register("diag-opted-out", OptedOut)
+    try:
+        with pytest.raises(ValueError, match="the model has posterior='diag-opted-out', which has no moments over u"):
+            savigp.warm_start(_model("diag-opted-out"), _model("full"))
+        model = _model("diag-opted-out")
+        assert savigp.warm_start(model, _model("full"), moments=False) is model  # (hyper-parameters only: fine)
+    finally:
+        POSTERIORS.unregister("diag-opted-out")
