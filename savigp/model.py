@@ -129,8 +129,7 @@ class PredictionState:
 
 def _tune_allocator() -> None:
     """Chunked prediction allocates and frees the same large blocks per chunk: keep them in the
-    heap (see :func:`savigp.tune_cpu_allocator`; 0.93-1.0 s instead of 1.9-2.1 s for 200k rows,
-    peak 310 MB either way with preallocated outputs, measured with experiments/predict_memory.py's model)."""
+    heap (see :func:`savigp.tune_cpu_allocator`; its effect is measured in docs/performance.md)."""
     from .runtime.allocator import tune_cpu_allocator
 
     tune_cpu_allocator()

@@ -148,7 +148,8 @@ class _WhitenedMoments(torch.autograd.Function):
             d_kzz = torch.linalg.solve_triangular(L, solve_lower(L, Phi, transpose=True), upper=False, left=False)
             # LAPACK leaves it column-major; its transpose has the same symmetric part (the same
             # argument) and is row-major, so the kernel's backward pass (an elementwise product with
-            # the row-major K_zz) does not walk it across the rows: 30 ms a step at M = 2400, 2 threads
+            # the row-major K_zz) does not walk it across the rows (docs/performance.md, "Measurements
+            # moved from the posteriors' docstrings")
             if d_kzz.mT.is_contiguous() and not d_kzz.is_contiguous():
                 d_kzz = d_kzz.mT
             jitter_adjoint(d_kzz, jitter_rel)
@@ -235,7 +236,7 @@ class _LowerFactor(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, raw: Tensor) -> Tensor:
-        out = raw.clone().tril_(-1)  # (torch.tril's out-of-place kernel: 6.0 against 1.7 ms at M = 2400)
+        out = raw.clone().tril_(-1)  # (in place rather than torch.tril's out-of-place kernel: docs/performance.md)
         out.diagonal(dim1=-2, dim2=-1).copy_(F.softplus(raw.diagonal(dim1=-2, dim2=-1)) + SCALE_FLOOR)
         ctx.save_for_backward(raw)
         return out

@@ -539,8 +539,9 @@ class MixturePosterior(ScaledPosterior):
         gradient; q is differentiable, so no score function is needed. Its standard deviation is
         O(sd(log q) / sqrt(S K)): zero for coinciding components, about sqrt(D / 2) / sqrt(S K) per
         overlap-free component (log q of a Gaussian in D dimensions has variance D / 2), e.g.
-        0.125 nats at D = 4, S = 64, K = 2 (exact for equal weights; measured 0.122 over 4000 replicates
-        by ``pytest tests/savigp/posteriors/test_mixtures.py -k entropy_sd``). Cost: K^2 S Q triangular solves of
+        0.125 nats at D = 4, S = 64, K = 2 (exact for equal weights; the sample sd over replicates is in
+        docs/performance.md and checked by ``pytest tests/savigp/posteriors/test_mixtures.py -k entropy_sd``).
+        Cost: K^2 S Q triangular solves of
         size M (full) or O(K^2 S Q M) elementwise (diagonal), plus the draws.
         """
         if self.entropy_estimate == "pairwise":

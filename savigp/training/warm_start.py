@@ -2,9 +2,8 @@
 
 A mixture over the inducing values (the paper's "mog1" / "mog2", Bonilla et al. 2019, §6.2) learned
 jointly with the hyper-parameters from the default start can settle in a poorer basin than the full
-Gaussian reaches: on abalone (split 5, SF 0.5) a diagonal K = 1 mixture from the default start ends
-at ELBO -1155 (length-scale 0.53), started from the full Gaussian's hyper-parameters at -1078
-(length-scale 73). :func:`warm_start` gives such a model the source's kernel, likelihood, inducing
+Gaussian reaches (abalone at SF 0.5, measured in docs/mixtures.md, "Factorized families and learned
+hyper-parameters"). :func:`warm_start` gives such a model the source's kernel, likelihood, inducing
 inputs, prior mean and mean head, and sets its q(u) from the source's moments
 (:meth:`savigp.posteriors.Posterior.init_from_moments`); training then continues from there on the
 model's own objective.
