@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from .._choices import ESTIMATORS
+from .._choices import ESTIMATORS, POSTERIORS
 from ..io.csv_data import DataError, data_checksum, read_csv, split_columns
 from ..io.output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
@@ -53,8 +53,8 @@ def _check_training_options(plan: TrainPlan) -> None:
                                 ("--nproc", plan.nproc)) if v]
         if clash:
             raise CLIError(f"--max-components fits several models and keeps one: not with {', '.join(clash)}")
-        if plan.posterior == "joint":
-            raise CLIError("--max-components needs a mixture posterior (full, diag, diag-u), not joint")
+        if not POSTERIORS[POSTERIORS.canonical(plan.posterior)].component_moves:  # (a family's capability)
+            raise CLIError(f"--max-components needs a mixture posterior (full, diag, diag-u), not {plan.posterior}")
     if plan.lr is not None and not plan.lr > 0:
         raise CLIError(f"--lr must be > 0, got {plan.lr}")
 

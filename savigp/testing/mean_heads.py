@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from .._choices import MEAN_HEADS
 from .model_checks import marginals_device, marginals_dtype
 from .report import FAILED, PASSED, SKIPPED, Report, run_checks
 
@@ -45,7 +46,7 @@ def explicit_component_kl(model, k: int, basis: Optional[str] = None) -> float:
     """
     with torch.no_grad():
         kern, Z, head, post = model.kernel, model.inducing, model.mean_head, model.posterior
-        orthogonal = head.orthogonal if basis is None else basis == "orthogonal"
+        orthogonal = (head if basis is None else MEAN_HEADS[MEAN_HEADS.canonical(basis)]).orthogonal
         Lzz = model.prior_factor()
         Kzz = Lzz @ Lzz.transpose(-1, -2)
         Kzg = kern(Z, head.gamma)  # blockwise, so that Z may be inducing features (savigp.kernels.fourier_features)
