@@ -338,6 +338,14 @@ def add_cli_options(parser, *flags: str, command: str = "train", defaults: Optio
         parser.add_argument(*action.option_strings, action=type(action), **kwargs)
 
 
+def uses_score_function(estimator: str) -> bool:
+    """Whether the registered estimator ``estimator`` is a score-function one (its declared capability,
+    :attr:`savigp.estimators.base.Estimator.score_function`), for the scripts that pick their draws by it."""
+    from savigp import ESTIMATORS
+
+    return bool(ESTIMATORS[ESTIMATORS.canonical(estimator)].score_function)
+
+
 def add_data_argument(parser, folder: Optional[str] = None) -> None:
     """``--data-dir`` (default ``../shared/data``); read it with :func:`resolve_data_dir`."""
     what = f"folder holding {folder}/" if folder else "folder with the datasets"

@@ -46,7 +46,7 @@ from typing import Callable, Optional
 
 import torch
 
-from experiments._common import add_cli_options, gaussian_log_density
+from experiments._common import add_cli_options, gaussian_log_density, uses_score_function
 import savigp
 from likelihoods import CallableLikelihood, Gaussian
 
@@ -301,7 +301,8 @@ def full_elbo(model, estimator: str, num_samples: int = 2000, seed: int = 12345)
     of its expected log-likelihood term. Without gradients, so the draws are shared by the
     components (:func:`savigp.estimators.sampling.factorized_draws`'s ``common_draws``): the K = 1 and
     K = 2 estimates of one seed are compared with common random numbers."""
-    est = "reparam" if estimator == "score" and model.likelihood.differentiable else estimator
+    est = ("reparam" if uses_score_function(estimator)
+           and model.likelihood.differentiable else estimator)
     with torch.no_grad():
         t = model.elbo(None, num_samples=num_samples, estimator=est, generator=torch.Generator().manual_seed(seed))
     return float(t.elbo), float(t.ell_stderr)

@@ -388,9 +388,6 @@ def main(argv=None) -> dict:
     setting = apply_setting(args)
     if args.link != "logistic" and args.task != "binary":
         raise SystemExit(f"--link {args.link} needs --task binary: multiclass MNIST has the softmax likelihood")
-    if args.estimator == "quadrature" and args.task != "binary":
-        raise SystemExit("--estimator quadrature needs --task binary: MNIST's softmax has Q = 10 latent functions, "
-                         "a Gauss-Hermite grid of 20^10 points")
     common.set_threads(args.quick, args.threads)
     device, dtype = common.device_and_dtype(args)
     import torch

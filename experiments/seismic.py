@@ -166,7 +166,7 @@ def run_one(Y, X, mcmc_mean, mcmc_std, *, posterior, estimator, optimizer, sampl
     import torch
 
     with torch.no_grad():
-        elbos = [float(model.elbo(None, num_samples=2000, estimator="reparam" if estimator != "score" else "score",
+        elbos = [float(model.elbo(None, num_samples=2000, estimator="score" if common.uses_score_function(estimator) else "reparam",
                                   generator=torch.Generator().manual_seed(seed + 100 + i)).elbo) for i in range(3)]
     row = {"posterior": posterior, "estimator": estimator, "optimizer": optimizer, "samples": samples,
            "iterations": hist.steps, "x_unit_m": x_unit, "seconds": round(seconds, 2),

@@ -87,7 +87,7 @@ from experiments._common import (
     Identity, Standardizer, add_cli_options, add_data_argument, add_device_arguments, add_out_argument, add_threads_argument,
     available_splits, device_and_dtype, gaussian_log_density, grouped_boxplot, markdown_table, nested_subsets, pyplot,
     read_csv_matrix, read_csv_rows, read_split, resolve_data_dir, save_figure, sse as standardized_squared_error,
-    summarize, write_csv_atomic, write_text_atomic,
+    summarize, uses_score_function, write_csv_atomic, write_text_atomic,
 )
 import likelihoods as L
 import savigp
@@ -549,7 +549,7 @@ def run_grid(spec: Dataset, args, out_dir: Path) -> list[dict]:
                         if run_key(row) in done:
                             continue
                         seed = 1000 * split + 7
-                        num_samples = args.num_samples or (100 if est == "score" else spec.num_samples)
+                        num_samples = args.num_samples or (100 if uses_score_function(est) else spec.num_samples)
 
                         def make_model(post=post, sf=sf, M=M):
                             torch.manual_seed(seed)

@@ -33,6 +33,20 @@ class Quadrature(Estimator):
     #: Gauss-Hermite points per latent function
     points: ClassVar[int] = 20
 
+    @classmethod
+    def _missing(cls, likelihood, coupled: bool) -> str:
+        if cls.points ** int(likelihood.num_latent) > MAX_GRID:
+            return "grid"
+        return super()._missing(likelihood, coupled)
+
+    @classmethod
+    def refusal(cls, likelihood, coupled: bool = False) -> str:
+        if cls._missing(likelihood, coupled) == "grid":
+            Q = int(likelihood.num_latent)
+            return (f"estimator='quadrature' with Q={Q} latent functions needs a grid of {cls.points}^{Q} points "
+                    f"(at most {MAX_GRID}); use 'score' or 'reparam'")
+        return super().refusal(likelihood, coupled)
+
     def factorized(self, likelihood, y, marginals, *, num_samples, scale, generator):
         mean, var, weights = marginals.mean, marginals.var, marginals.weights()
         K, B, Q = mean.shape

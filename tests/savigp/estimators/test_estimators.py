@@ -273,3 +273,14 @@ def test_joint_score_estimator_at_two_samples_uses_the_same_baseline():
                 num_samples=2, generator=torch.Generator().manual_seed(7)).value
     for a, b in zip(torch.autograd.grad(joint, (mean, var)), torch.autograd.grad(fact, (mean, var))):
         assert torch.allclose(a, b, rtol=1e-9, atol=1e-12), float((a - b).abs().max())
+
+
+def test_quadrature_refuses_a_grid_too_large_when_it_is_resolved_not_after_training_starts():
+    """20^Q Gauss-Hermite points: Q = 3 is 8000 (built), Q = 4 is 160000 (refused in one line, by the
+    estimator's own declaration, so `fit` and the CLI refuse it before the first step)."""
+    from likelihoods import Softmax
+    from savigp.estimators.base import make_estimator, resolve_estimator
+
+    assert resolve_estimator("quadrature", Softmax(3)) == "quadrature"
+    with pytest.raises(ValueError, match=r"Q=4 latent functions needs a grid of 20\^4 points"):
+        make_estimator("quadrature", Softmax(4))
