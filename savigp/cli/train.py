@@ -129,7 +129,7 @@ def _likelihood_and_targets(plan: TrainPlan, table, icols, tcols, X, Y) -> tuple
 def _centred_for_float32(X: np.ndarray, quiet: bool):
     """Input statistics that centre ``X`` (std 1: a shift, which the stationary kernels do not see)
     when its offset exceeds :data:`savigp._checks.FLOAT32_MAX_OFFSET` standard deviations, which
-    float32 would round away (an offset of 1e8: SSE 0.328 against 0.018 in float64, as issue 27 measured); else None. The
+    float32 would round away (inputs near 1e8 in steps of 8; docs/cli.md); else None. The
     shift is recorded with the model and applied to test inputs in float64 before they are rounded."""
     import torch
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -88,8 +90,8 @@ def choose_components(model: SAVIGP, **options) -> ComponentSearch:
 
 def make_adam(params, lr: float, capturable: bool = False) -> torch.optim.Adam:
     """Adam with PyTorch's fused kernel where it applies (floating parameters on the CPU or CUDA):
-    the same update in one pass per tensor (0.43 against 0.77-0.81 ms a step for an M = 500 full
-    posterior's parameters, 2 CPU threads, torch 2.13). Falls back to the default implementation
+    the same update in one pass per tensor (faster than the default's loop over the tensors:
+    docs/performance.md). Falls back to the default implementation
     elsewhere. (Fused steps do not bump version counters; the decoupled head's prediction cache
     keys on the values too, see :mod:`savigp.mean_heads.orthogonal_basis`.) ``capturable``: keep the step counters
     on the device, as a CUDA graph of the step needs."""
@@ -108,6 +110,53 @@ def default_log_every(device: torch.device) -> int:
     """Steps between fit's host reads by default: 1 on the CPU (a read costs nothing there: the
     CPU has no queue of work to drain), 100 on an accelerator."""
     return 1 if torch.device(device).type == "cpu" else 100
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """How :func:`fit` takes each step: the optimizer and the Monte Carlo estimate of a phase's rule
+    (:mod:`savigp.training.rules`). Fit's arguments of these names, ``batch_size`` resolved (all N
+    for L-BFGS) and ``estimator`` resolved for the model."""
+
+    batch_size: int
+    optimizer: str
+    lr: float
+    weight_lr: Optional[float]
+    num_samples: int
+    estimator: str
+    groups: Optional[Sequence[str]]
+    lbfgs_max_iter: int
+    log_every: Optional[int]
+    cuda_graphs: Optional[bool]
+
+    def annealed(self) -> "StepOptions":
+        """The annealing phase's: ``lr`` and the weights' rate (default ``lr`` times
+        :data:`WEIGHT_LR_FACTOR`) times :data:`~savigp.training.starts.ANNEAL_LR`."""
+        weight_lr = (WEIGHT_LR_FACTOR * self.lr if self.weight_lr is None else self.weight_lr) * _starts.ANNEAL_LR
+        return replace(self, lr=self.lr * _starts.ANNEAL_LR, weight_lr=weight_lr)
+
+
+@dataclass(frozen=True)
+class PhaseOptions:
+    """The phases :func:`fit` runs around its own (:mod:`savigp.training.schedule`): a mixture's
+    ``starts`` (together ``start_fraction`` of the iterations), the ``reflect`` move and the
+    ``anneal`` phase (None: where it applies; False: never). Fit's arguments of these names."""
+
+    starts: int = _starts.DEFAULT_STARTS
+    start_fraction: float = DEFAULT_FRACTION
+    reflect: bool = True
+    anneal: Optional[bool] = None
+
+    @classmethod
+    def of(cls, starts: Optional[int], start_fraction: float, reflect: Optional[bool],
+           anneal: Optional[bool]) -> "PhaseOptions":
+        """Fit's arguments checked (a ``ValueError`` naming the bad one), their defaults filled in."""
+        if not 0 < float(start_fraction) < 1:
+            raise ValueError(f"start_fraction must be in (0, 1), got {start_fraction}")
+        n_starts = _starts.DEFAULT_STARTS if starts is None else int(starts)
+        if n_starts < 1:
+            raise ValueError(f"starts must be >= 1, got {starts}")
+        return cls(n_starts, start_fraction, True if reflect is None else bool(reflect), anneal)
 
 
 def fit(
@@ -224,12 +273,9 @@ def fit(
             None: 1 thread for a small step (:func:`savigp.runtime.threads.step_work` below 1e8
             multiply-adds, e.g. M <= 300 at B = 1000 for Q = K = 1), else torch's setting capped at
             the cores idle now; ``OMP_NUM_THREADS`` in the environment keeps torch's setting.
-            Measured on a busy 2-core machine (load average 9.3-9.5, ``experiments/threads.py``),
-            200 steps of the README's first example: 1.56 s with 1 thread, 15.9 s with 2; M = 500,
-            B = 1000, S = 20: 10 steps in 1.60 s with 1 thread, 11.6 s with 2. Threads that wait for
-            a descheduled sibling make a busy machine 7-10 times slower (up to 33), and one thread
-            costs at most the number of cores on an idle one (see :mod:`savigp.runtime.threads`,
-            docs/cli.md "Threads").
+            Threads that wait for a descheduled sibling make a busy machine several times slower,
+            and one thread costs at most the number of cores on an idle one (measured in docs/cli.md,
+            "Threads"; see :mod:`savigp.runtime.threads`).
         final_elbo: after the last step, estimate the ELBO on all N points with the training
             estimator and its Monte Carlo standard error (one pass without gradients, in chunks:
             :func:`savigp.training.convergence.full_data_elbo`), recorded as
@@ -271,23 +317,16 @@ def fit(
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-    if max_components is not None:
+    if max_components is not None:  # the K search: fits of this function, one kept
         if state is not None or callback is not None:
             raise ValueError("fit(max_components=...) fits several models: it takes no state= or callback=")
-        search = choose_components(model, max_components=max_components, verbose=progress, iterations=iterations,
-                                   epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr,
-                                   num_samples=num_samples, estimator=estimator, groups=groups, seed=seed,
-                                   progress=False, lbfgs_max_iter=lbfgs_max_iter, tune_allocator=tune_allocator,
-                                   log_every=log_every, cuda_graphs=cuda_graphs, weight_lr=weight_lr,
-                                   threads=threads, final_elbo=False, starts=starts, start_fraction=start_fraction,
-                                   reflect=reflect, anneal=anneal)
-        adopt(model, search.model)
-        h = search.history
-        h.components = search.table
-        if final_elbo:  # (the search's own full-data estimate of the chosen fit)
-            h.final_elbo, h.final_elbo_stderr = search.table[search.num_components]["elbo"], \
-                search.table[search.num_components]["se"]
-        return h
+        return _choose_and_adopt(model, max_components, record_elbo=final_elbo, verbose=progress, iterations=iterations,
+                                 epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr,
+                                 num_samples=num_samples, estimator=estimator, groups=groups, seed=seed,
+                                 progress=False, lbfgs_max_iter=lbfgs_max_iter, tune_allocator=tune_allocator,
+                                 log_every=log_every, cuda_graphs=cuda_graphs, weight_lr=weight_lr, threads=threads,
+                                 final_elbo=False, starts=starts, start_fraction=start_fraction, reflect=reflect,
+                                 anneal=anneal)
     N = model.num_data
     B = N if (batch_size is None or optimizer == "lbfgs") else int(batch_size)
     if not 1 <= B <= N:
@@ -302,43 +341,19 @@ def fit(
     requested, estimator = estimator, model.resolved_estimator(estimator)
     n_threads = (choose_threads(step_work(model, B, num_samples), threads)
                  if model.device.type == "cpu" or threads is not None else None)
-    if not 0 < float(start_fraction) < 1:
-        raise ValueError(f"start_fraction must be in (0, 1), got {start_fraction}")
-    n_starts = _starts.DEFAULT_STARTS if starts is None else int(starts)
-    if n_starts < 1:
-        raise ValueError(f"starts must be >= 1, got {starts}")
-    reflect = True if reflect is None else bool(reflect)
+    phases = PhaseOptions.of(starts, start_fraction, reflect, anneal)
     trained = parameter_groups(model, groups)
     if not trained:
         raise ValueError(f"no trainable parameters in groups {groups}")
     if log_every is not None and int(log_every) < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
+    steps = StepOptions(batch_size=B, optimizer=optimizer, lr=lr, weight_lr=weight_lr, num_samples=num_samples,
+                        estimator=estimator, groups=groups, lbfgs_max_iter=lbfgs_max_iter, log_every=log_every,
+                        cuda_graphs=cuda_graphs)
     state = {} if state is None else state
     done = int(state.get("step", 0))
-
-    def planned(n: int) -> list:  # the phases of a new run of n steps
-        if _starts.explorable(model, optimizer, trained):
-            steps = _starts.plan(n, n_starts, float(start_fraction), reflect, anneal is not False)
-        elif anneal is not False and _starts.explorable(model, optimizer, trained, mixture=False):
-            steps = _starts.plan(n, 1, float(start_fraction), False, True)
-        else:
-            steps = None
-        return _schedule.phases(steps, n, starts=n_starts, seed=seed)
-
-    if state.get("schedule") is not None:  # a run of fit's schedule, resumed or continued
-        _schedule.continue_to(state["schedule"], done, done + iterations, planned)
-    elif done > 0:  # a state from before the schedule was kept in it: one phase, resumed where it stood
-        state["schedule"] = _schedule.new(_schedule.phases(None, done + iterations, starts=n_starts, seed=seed),
-                                          anneal=False, starts=n_starts)
-    else:
-        anneals = anneal is not False and _starts.explorable(model, optimizer, trained, mixture=False)
-        state["schedule"] = _schedule.new(planned(iterations), anneal=anneals, starts=n_starts)
-    rates = dict(lr=lr, weight_lr=weight_lr)
-    common = dict(B=B, optimizer=optimizer, num_samples=num_samples, estimator=estimator, groups=groups,
-                  lbfgs_max_iter=lbfgs_max_iter, log_every=log_every, cuda_graphs=cuda_graphs)
-    with torch_threads(n_threads or torch.get_num_threads()):
-        if tune_allocator and model.device.type == "cpu":
-            tune_cpu_allocator()
+    _schedule_run(model, state, done, iterations, steps, phases, trained, seed)
+    with _process(model, n_threads, tune_allocator):
         _warn_joint_factorized(model, groups)
         rank0 = distributed.rank() == 0
         if ESTIMATORS[requested].chooses and ESTIMATORS[estimator].score_function and rank0:
@@ -348,7 +363,7 @@ def fit(
                 warnings.warn(f"savigp.fit: {hint}", UserWarning, stacklevel=2)  # (fit's caller)
         report = loop.Progress(progress and rank0, done, iterations, estimator)
         try:
-            history = _run(model, state, done, rates, common, report, callback, num_samples, estimator)
+            history = _run(model, state, done, steps, report, callback)
         finally:
             report.close()
         if history.still_rising and rank0:
@@ -362,14 +377,67 @@ def fit(
     return history
 
 
-def _run(model, state: dict, done: int, rates: dict, common: dict, report, callback, num_samples: int,
-         estimator: str) -> TrainingHistory:
+def _choose_and_adopt(model: SAVIGP, max_components: int, *, record_elbo: bool, **options) -> TrainingHistory:
+    """``fit(max_components=...)``: :func:`choose_components` with fit's ``options``, the chosen fit
+    adopted by ``model`` in place; its history, with the table of ELBO per K (and, with
+    ``record_elbo``, the search's own full-data estimate of the chosen fit)."""
+    search = choose_components(model, max_components=max_components, **options)
+    adopt(model, search.model)
+    h = search.history
+    h.components = search.table
+    if record_elbo:
+        h.final_elbo, h.final_elbo_stderr = search.table[search.num_components]["elbo"], \
+            search.table[search.num_components]["se"]
+    return h
+
+
+@contextmanager
+def _process(model: SAVIGP, n_threads: Optional[int], tune_allocator: bool):
+    """Within: torch on ``n_threads`` CPU threads (None: as it is; the caller's setting restored
+    after) and, on the CPU with ``tune_allocator``, the allocator tuned
+    (:func:`savigp.tune_cpu_allocator`)."""
+    with torch_threads(n_threads or torch.get_num_threads()):
+        if tune_allocator and model.device.type == "cpu":
+            tune_cpu_allocator()
+        yield
+
+
+def _schedule_run(model: SAVIGP, state: dict, done: int, iterations: int, steps: StepOptions, phases: PhaseOptions,
+                  trained: list, seed: int) -> None:
+    """``state["schedule"]``: the phases of a new run of ``iterations`` steps (the starts, the
+    reflection move and the annealing of ``phases`` where they apply: a mixture, Adam/Adadelta, its
+    means trained), or the schedule in ``state`` continued to ``done + iterations`` steps
+    (:mod:`savigp.training.schedule`)."""
+    optimizer, anneal = steps.optimizer, phases.anneal
+
+    def planned(n: int) -> list:  # the phases of a new run of n steps
+        if _starts.explorable(model, optimizer, trained):
+            plan = _starts.plan(n, phases.starts, float(phases.start_fraction), phases.reflect, anneal is not False)
+        elif anneal is not False and _starts.explorable(model, optimizer, trained, mixture=False):
+            plan = _starts.plan(n, 1, float(phases.start_fraction), False, True)
+        else:
+            plan = None
+        return _schedule.phases(plan, n, starts=phases.starts, seed=seed)
+
+    if state.get("schedule") is not None:  # a run of fit's schedule, resumed or continued
+        _schedule.continue_to(state["schedule"], done, done + iterations, planned)
+    elif done > 0:  # a state from before the schedule was kept in it: one phase, resumed where it stood
+        state["schedule"] = _schedule.new(_schedule.phases(None, done + iterations, starts=phases.starts, seed=seed),
+                                          anneal=False, starts=phases.starts)
+    else:
+        anneals = anneal is not False and _starts.explorable(model, optimizer, trained, mixture=False)
+        state["schedule"] = _schedule.new(planned(iterations), anneal=anneals, starts=phases.starts)
+
+
+def _run(model, state: dict, done: int, steps: StepOptions, report, callback) -> TrainingHistory:
     """The phases of ``state["schedule"]`` from step ``done`` on (:mod:`savigp.training.schedule`),
-    each a :func:`_fit`, with the exploration's actions between them
-    (:func:`savigp.training.starts.begin` and :func:`~savigp.training.starts.end`), until the last
-    step or a stop by the callback. Returns fit's history: the ELBO of the steps this call took on
-    the path to the model it ends with, their terms, the exploration's record, the still-rising hint
-    of the last phase at the full learning rate."""
+    each a :func:`_fit` (the annealing phase's with :meth:`StepOptions.annealed`), with the
+    exploration's actions between them (:func:`savigp.training.starts.begin` and
+    :func:`~savigp.training.starts.end`), until the last step or a stop by the callback. Returns
+    fit's history: the ELBO of the steps this call took on the path to the model it ends with,
+    their terms, the exploration's record, the still-rising hint of the last phase at the full
+    learning rate."""
+    num_samples, estimator = steps.num_samples, steps.estimator
     schedule = state["schedule"]
     run_phases, memo = schedule["phases"], schedule["explore"]
     history = TrainingHistory(estimator=estimator)
@@ -387,14 +455,9 @@ def _run(model, state: dict, done: int, rates: dict, common: dict, report, callb
         if done == begin and phase["kind"] in ("start", "branch"):
             _starts.begin(model, phase, memo, seed)
         if done < end:
-            anneal = phase["kind"] == "anneal"
-            weight_lr = rates["weight_lr"]
-            if anneal:
-                weight_lr = (WEIGHT_LR_FACTOR * rates["lr"] if weight_lr is None else weight_lr) * _starts.ANNEAL_LR
-            phase_history = _fit(model, iterations=end - done, start=done, seed=int(phase["seed"]), report=report,
-                                 callback=callback, state=state, resume=_resume_entries(state) if done > begin else None,
-                                 lr=rates["lr"] * (_starts.ANNEAL_LR if anneal else 1.0), weight_lr=weight_lr,
-                                 **common)
+            phase_history = _fit(model, steps.annealed() if phase["kind"] == "anneal" else steps,
+                                 iterations=end - done, start=done, seed=int(phase["seed"]), report=report,
+                                 callback=callback, state=state, resume=_resume_entries(state) if done > begin else None)
             done = int(state.get("step", done))
             traces[p] = phase_history
             history.terms = phase_history.terms or history.terms
@@ -444,28 +507,34 @@ def _resume_entries(state: dict) -> dict:
             "draw_generator_state": live("draw_generator"), "perm": state.get("perm"), "pos": int(state.get("pos", 0))}
 
 
-def _fit(model, *, iterations, start, B, optimizer, lr, num_samples, estimator, groups, seed, report, callback,
-         lbfgs_max_iter, state, resume, log_every, cuda_graphs, weight_lr) -> TrainingHistory:
-    """One phase of :func:`fit`: steps ``start .. start + iterations - 1`` with a fresh optimizer at
-    ``lr`` and the mini-batch order and draws of ``seed`` or, with ``resume``
-    (:func:`_resume_entries`), the optimizer, generators and batch order it restores."""
-    N = model.num_data
-    window = default_log_every(model.device) if log_every is None else int(log_every)
-    graphs, why = _step.graph_decision(cuda_graphs, device=model.device, optimizer=optimizer, estimator=estimator,
-                                       likelihood=model.likelihood, joint=model.posterior.joint,
+def _optimizer(model: SAVIGP, steps: StepOptions, params: list, graphs: bool) -> torch.optim.Optimizer:
+    """A fresh optimizer of ``steps`` over ``params`` (a mixture's logits at their own rate under
+    Adam/Adadelta, :func:`mixture_param_groups`; state on the device for a CUDA graph)."""
+    lr = steps.lr
+    if steps.optimizer == "lbfgs":
+        return torch.optim.LBFGS(params, lr=lr, max_iter=steps.lbfgs_max_iter, history_size=50,
+                                 line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)
+    opt_params = mixture_param_groups(model, params, lr, steps.weight_lr)
+    if steps.optimizer == "adam":
+        return make_adam(opt_params, lr, capturable=graphs)
+    return torch.optim.Adadelta(opt_params, lr=lr, **({"capturable": True} if graphs else {}))
+
+
+def _fit(model, steps: StepOptions, *, iterations, start, seed, report, callback, state, resume) -> TrainingHistory:
+    """One phase of :func:`fit`, the loop (:func:`savigp.training.loop.run`): steps ``start .. start +
+    iterations - 1`` of the rule of ``steps`` (:mod:`savigp.training.rules`: per-step checks for
+    L-BFGS and under a process group, else sync-free) with a fresh optimizer and the mini-batch
+    order and draws of ``seed`` or, with ``resume`` (:func:`_resume_entries`), the optimizer,
+    generators and batch order it restores."""
+    N, B, estimator, num_samples = model.num_data, steps.batch_size, steps.estimator, steps.num_samples
+    window = default_log_every(model.device) if steps.log_every is None else int(steps.log_every)
+    graphs, why = _step.graph_decision(steps.cuda_graphs, device=model.device, optimizer=steps.optimizer,
+                                       estimator=estimator, likelihood=model.likelihood, joint=model.posterior.joint,
                                        mean_head=model.head)
-    if not graphs and cuda_graphs is not False and (cuda_graphs or model.device.type == "cuda"):
+    if not graphs and steps.cuda_graphs is not False and (steps.cuda_graphs or model.device.type == "cuda"):
         _step.say_once(f"savigp.fit: the step is not captured in a CUDA graph: {why}")
-    params = parameter_groups(model, groups)
-    # (a mixture's logits at their own, smaller rate; see mixture_param_groups)
-    opt_params = params if optimizer == "lbfgs" else mixture_param_groups(model, params, lr, weight_lr)
-    if optimizer == "adam":
-        opt = make_adam(opt_params, lr, capturable=graphs)
-    elif optimizer == "adadelta":
-        opt = torch.optim.Adadelta(opt_params, lr=lr, **({"capturable": True} if graphs else {}))
-    else:
-        opt = torch.optim.LBFGS(params, lr=lr, max_iter=lbfgs_max_iter, history_size=50,
-                                line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)
+    params = parameter_groups(model, steps.groups)
+    opt = _optimizer(model, steps, params, graphs)
 
     gen = torch.Generator().manual_seed(seed)
     # the draws: from gen on the CPU (as always); from a generator on the device elsewhere (no copy
@@ -485,7 +554,7 @@ def _fit(model, *, iterations, start, B, optimizer, lr, num_samples, estimator, 
     # under torch.distributed (torchrun): this rank's share of every global batch, gradients summed
     ddp = distributed.setup(model, params, seed, {"N": N, "batch_size": B, "iterations": iterations,
                                                   "start step": start, "seed": seed, "batch position": pos})
-    if optimizer == "lbfgs" or ddp is not None:  # (the last good state: rank 0's broadcast parameters)
+    if steps.optimizer == "lbfgs" or ddp is not None:  # (the last good state: rank 0's broadcast parameters)
         rule = GradientStep(model, opt, num_samples=num_samples, estimator=estimator, generator=gen, ddp=ddp)
     else:
         rule = SyncFreeStep(model, opt, num_samples=num_samples, estimator=estimator, draw_generator=draw_gen,
