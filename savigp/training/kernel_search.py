@@ -75,8 +75,9 @@ class KernelSearchResult:
 def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, columns: Optional[Sequence[str]] = None,
                    per_column: Optional[bool] = None, max_terms: int = 4, time_budget: Optional[float] = None,
                    penalty: Optional[str] = "bic", num_inducing: Optional[int] = None, iterations: int = 500,
-                   lr: float = 0.05, extend: int = 2, fit_options: Optional[dict] = None, model_options: Optional[dict] = None,
-                   seed: int = 0, progress: bool = True) -> KernelSearchResult:
+                   lr: float = 0.05, extend: int = 2, polish: int = 10, period_starts: int = 3,
+                   fit_options: Optional[dict] = None,
+                   model_options: Optional[dict] = None, seed: int = 0, progress: bool = True) -> KernelSearchResult:
     """Search the kernel's structure greedily by the ELBO (Duvenaud et al. 2013), for any likelihood.
 
     Args:
@@ -93,14 +94,26 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         iterations, lr: of every candidate's :func:`savigp.fit`; ``fit_options`` adds to them.
         extend: up to this many more fits of ``iterations`` steps for a candidate whose ELBO was
             still rising (:class:`~savigp.ConvergenceWarning`): candidates are ranked converged.
-        model_options: further :class:`savigp.SAVIGP` arguments (e.g. ``posterior=``).
+        polish: then this many outer steps of L-BFGS (20 inner iterations each, strong Wolfe line
+            search, the Monte Carlo draws fixed within an outer step) from where Adam ended; 0: none.
+            Adam at ``lr`` leaves a sharp optimum (a period over many cycles) at a random point of its
+            noise floor, nats below it, and which structure wins then depends on that noise
+            (docs/experiments.md, "Kernel structure search").
+        period_starts: a candidate with a new periodic part starts from this many periods, the
+            strongest peaks of the periodogram (of the residuals from the parent's predictive mean), each
+            trained ``iterations // 4`` Adam steps; the start with the highest ELBO is trained on. The
+            ELBO is multimodal in the period, and the strongest peak of residuals is often a harmonic.
+        model_options: further :class:`savigp.SAVIGP` arguments (e.g. ``posterior=``). By default
+            the candidates' inducing inputs stay at their k-means start (``learn_inducing=False``):
+            every candidate has the same ones, and learned ones made the fitted ELBO of one
+            structure vary by tens of nats with its start.
         seed: of the models and fits. progress: a line per candidate on stderr.
 
     Returns:
         a :class:`KernelSearchResult` (``print(result)`` shows the table).
     """
     from ..model import SAVIGP
-    from ..training import ConvergenceWarning, fit
+    from ..training import ConvergenceWarning, TrainingDiverged, fit
     from ..training.convergence import full_data_elbo
 
     X = np.asarray(X, dtype=np.float64)
@@ -119,28 +132,77 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     per_column = (1 < D <= 8) if per_column is None else per_column
     groups = [[d] for d in range(D)] if per_column and D > 1 else [None]
     bases = [_leaf(name, dims) for name in base for dims in groups]
-    periods = {tuple(g or []): _periodogram_peaks(X, Yarr, g) for g in groups} if "periodic" in base else {}
+    if int(period_starts) < 1 or int(polish) < 0:
+        raise ValueError(f"search_kernels: period_starts must be >= 1 and polish >= 0, got {period_starts} and {polish}")
+    peaks = max(2, int(period_starts))
+    periods = {tuple(g or []): _periodogram_peaks(X, Yarr, g, peaks) for g in groups} if "periodic" in base else {}
     M = int(num_inducing or min(N, 100))
     options = {"iterations": iterations, "lr": lr, "progress": False, "seed": seed, **(fit_options or {})}
-    start, table, best = time.perf_counter(), [], None
+    estimation = {k: options[k] for k in ("num_samples", "estimator") if k in options}
+    model_options = {"learn_inducing": False, **(model_options or {})}
+    start, table = time.perf_counter(), []
 
-    def run(spec, level: int, model=None):
-        """Fit a candidate (or, given ``model``, train it ``iterations`` more steps)."""
-        t0 = time.perf_counter()
+    def train(model) -> bool:
+        """Adam (extended while fit says the ELBO still rises), then the L-BFGS polish; converged?"""
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
-            if model is None:
-                model = SAVIGP(X, Y, copy.deepcopy(likelihood), kernel=spec, num_inducing=min(M, N), seed=seed,
-                               **(model_options or {}))
-            for _ in range(1 + extend):  # extended while fit says the ELBO is still rising
+            for _ in range(1 + extend):
                 caught.clear()
-                history = fit(model, **options)
+                fit(model, **options, final_elbo=False)
                 if not any(issubclass(w.category, ConvergenceWarning) for w in caught):
                     break
-        converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
-        elbo, se = history.final_elbo, history.final_elbo_stderr
-        if elbo is None:
-            elbo, se = full_data_elbo(model, seed=seed)
+            converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+            polished(model)
+        return converged
+
+    def polished(model):
+        if polish > 0:
+            try:
+                fit(model, **{**options, "iterations": polish, "optimizer": "lbfgs", "lr": 1.0}, final_elbo=False)
+            except TrainingDiverged:  # the model holds the last good parameters
+                pass
+        return model
+
+    def settled(model):
+        """L-BFGS on q(u) alone at the start's hyper-parameters, then on everything (the polish)."""
+        try:
+            fit(model, **{**options, "iterations": 3, "optimizer": "lbfgs", "lr": 1.0, "groups": ["posterior"]},
+                final_elbo=False)
+        except TrainingDiverged:
+            pass
+        return polished(model)
+
+    def run(specs, level: int, model=None):
+        """Fit a candidate from the best of its starting ``specs`` (or polish ``model`` further)."""
+        t0 = time.perf_counter()
+        if model is not None:
+            if polish > 0:
+                polished(model)
+                converged = True
+            else:
+                converged = train(model)
+        else:
+            models = [SAVIGP(X, Y, copy.deepcopy(likelihood), kernel=s, num_inducing=min(M, N), seed=seed, **model_options)
+                      for s in specs]
+            if polish > 0:  # each start settled by L-BFGS, which stays in the start's basin
+                for m in models:
+                    settled(m)
+                scored = [(full_data_elbo(m, seed=seed, **estimation)[0], i) for i, m in enumerate(models)]
+                first, i = max(scored)
+                model = models[i]
+                before = copy.deepcopy(model.state_dict())
+                converged = train(model)  # Adam leaves a basin L-BFGS stopped in, or wanders off a good one:
+                if full_data_elbo(model, seed=seed, **estimation)[0] < first:  # never keep a worse fit
+                    model.load_state_dict(before)
+            else:
+                if len(models) > 1:  # short runs from each start; the one with the highest ELBO goes on
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", ConvergenceWarning)
+                        for m in models:
+                            fit(m, **{**options, "iterations": max(1, int(options["iterations"]) // 4)}, final_elbo=False)
+                model = max(models, key=lambda m: full_data_elbo(m, seed=seed, **estimation)[0])
+                converged = train(model)
+        elbo, se = full_data_elbo(model, seed=seed, **estimation)
         hypers = sum(p.numel() for p in model.kernel.parameters() if p.requires_grad)
         row = {"expression": format_kernel(_plain(kernel_spec(model.kernel)), columns), "level": level, "elbo": float(elbo),
                "elbo_stderr": float(se or 0.0), "num_hypers": int(hypers),
@@ -167,11 +229,11 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         if not fresh:
             break
         if current is not None and "periodic" in base:  # new seasons start at what the parent leaves unexplained
-            periods = _residual_peaks(current[2], X, Yarr, groups) or periods
+            periods = _residual_peaks(current[2], X, Yarr, groups, peaks) or periods
         if current is not None and not over_budget():
-            # the parent trains as many more steps as its children get (they start at its values), so
-            # that a child wins by its structure, not by a longer optimisation (Duvenaud et al. 2013
-            # restart from the parent too)
+            # the parent trains further as its children do from its values (polished again; without
+            # a polish, as many more Adam steps), so that a child wins by its structure, not by a
+            # longer optimisation (Duvenaud et al. 2013 restart from the parent too)
             row, model = run(None, current[1]["level"], model=current[2])
             row["expression"] += " (continued)"
             row["chosen"] = True
@@ -181,8 +243,9 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             if over_budget():
                 complete = False
                 break
-            spec = _warm_spec(terms, current[3] if current else None, periods)
-            row, model = run(spec, sum(map(len, terms)))
+            specs = [_warm_spec(terms, current[3] if current else None, periods, shift=k) for k in range(period_starts)]
+            specs = [sp for i, sp in enumerate(specs) if sp not in specs[:i]]  # (no new periodic part: one start)
+            row, model = run(specs, sum(map(len, terms)))
             results.append((terms, row, model))
         if not results:
             break
@@ -243,9 +306,10 @@ def _plain(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k in ("kernel", "active_dims")}
 
 
-def _warm_spec(terms, parent: Optional[dict], periods: dict) -> dict:
+def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0) -> dict:
     """The candidate's spec: leaves it shares with the parent start at the parent's fitted values
-    (matched term by term, by family and columns), new periodic leaves at the periodogram's peaks."""
+    (matched term by term, by family and columns), new periodic leaves at the periodogram's peaks:
+    the first at peak ``shift`` (0: the strongest), the next at the next peak, and so on."""
     fitted = _terms_of(parent) if parent is not None else []
     used = set()
 
@@ -269,7 +333,7 @@ def _warm_spec(terms, parent: Optional[dict], periods: dict) -> dict:
                 dims = tuple(leaf.get("active_dims") or [])
                 peaks = periods.get(dims, [])
                 if peaks:
-                    n = new_periodic.get(dims, 0)
+                    n = new_periodic.get(dims, shift)
                     new["period"] = float(peaks[n % len(peaks)])
                     new_periodic[dims] = n + 1
             leaves.append(new)
@@ -283,7 +347,7 @@ def _terms_of(spec: dict) -> list:
     return [t["product"] if "product" in t else [t] for t in terms]
 
 
-def _residual_peaks(model, X: np.ndarray, Y: np.ndarray, groups) -> dict:
+def _residual_peaks(model, X: np.ndarray, Y: np.ndarray, groups, count: int) -> dict:
     """The periodogram peaks of the targets less the model's predictive mean (an empty dict when the
     likelihood has no predictive mean), per group of input columns: a season the current expression
     already explains (or its harmonics) is not proposed again."""
@@ -294,14 +358,14 @@ def _residual_peaks(model, X: np.ndarray, Y: np.ndarray, groups) -> dict:
     if mean is None:
         return {}
     residual = Y - mean.detach().cpu().numpy().reshape(Y.shape)
-    return {tuple(g or []): _periodogram_peaks(X, residual, g) for g in groups}
+    return {tuple(g or []): _periodogram_peaks(X, residual, g, count) for g in groups}
 
 
-def _periodogram_peaks(X: np.ndarray, Y: np.ndarray, dims, count: int = 2) -> list:
-    """The periods of the ``count`` strongest peaks of the Lomb-Scargle periodogram of the first
-    target column against the input column ``dims[0]`` (or the first), between twice the median
-    spacing of the inputs and half their range (Lomb 1976; Scargle 1982): starting values for a
-    periodic part, whose ELBO is multimodal in the period."""
+def _periodogram_peaks(X: np.ndarray, Y: np.ndarray, dims, count: int = 3) -> list:
+    """Starting periods for a periodic part, whose ELBO is multimodal in the period: the strongest
+    peak of the Lomb-Scargle periodogram (Lomb 1976; Scargle 1982) of the first target column against
+    the input column ``dims[0]`` (or the first), between twice the median spacing of the inputs and
+    half their range, twice that period, then the next strongest peaks; ``count`` in all."""
     from scipy.signal import lombscargle
 
     x = X[:, (dims or [0])[0]]
@@ -319,4 +383,8 @@ def _periodogram_peaks(X: np.ndarray, Y: np.ndarray, dims, count: int = 2) -> li
     power = lombscargle(x, y, freqs)
     peaks = [i for i in range(1, len(power) - 1) if power[i] >= power[i - 1] and power[i] >= power[i + 1]]
     peaks.sort(key=lambda i: -power[i])
-    return [float(2 * np.pi / freqs[i]) for i in peaks[:count]]
+    best = [float(2 * np.pi / freqs[i]) for i in peaks[:count]]
+    # a periodic kernel of period 2 p holds functions of period p too, and the strongest peak of a
+    # draw from one (MacKay's kernel has harmonics) is often its second harmonic: twice the strongest
+    # peak is the second start
+    return (best[:1] + [2 * best[0]] + best[1:])[:count] if best and 2 * best[0] <= span else best[:count]
