@@ -30,6 +30,7 @@ from .likelihood_options import class_labels, likelihood_spec, make_likelihood, 
 from .user_options import file_lines_in_errors, probe_callable, user_code_failure, warn_unused_latents
 from .warm_start import check_groups, check_warm_start_options, read_source, start_from, warn_joint_factorized
 
+
 def _check_options(plan: TrainPlan) -> None:
     """The combinations of options, before anything is read."""
     check_warm_start_options(plan)
