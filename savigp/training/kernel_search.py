@@ -11,7 +11,10 @@ all of them). From the current expression S = T_1 + ... + T_n the search propose
 fits each candidate with :func:`savigp.fit` (its kernel's shared parts started at the parent's
 fitted hyper-parameters, its new parts at data-driven values: a periodic part at the strongest
 peaks of the Lomb-Scargle periodogram of the targets, or of their residuals from the parent's
-predictive mean once there is a parent), and moves to the best one while it improves
+predictive mean once there is a parent, and at twice the strongest), each start settled by L-BFGS
+(q(u) alone, then everything), the best one trained by Adam and polished by L-BFGS again (kept
+only when that raised its ELBO), the inducing inputs fixed at their k-means start, and moves to
+the best candidate while it improves
 the score by more than twice the standard error of the difference. Duvenaud et al. rank by the BIC of
 the marginal likelihood; for a likelihood without one, the score here is the full-data ELBO (its
 Monte Carlo estimate, with its standard error) less (1/2) p log N for p kernel hyper-parameters
