@@ -25,6 +25,24 @@ def _resumed():
     return field(metadata={"resume": True})
 
 
+def _parse_learn(text: Optional[str]) -> Optional[list]:
+    """``--learn "posterior,kernel"`` -> the named groups in :data:`PARAMETER_GROUPS` order (``-``
+    may stand for ``_``); None (the option not given) -> None, i.e. every group."""
+    from .._choices import PARAMETER_GROUPS
+    from .errors import CLIError
+
+    if text is None:
+        return None
+    names = [s.strip().replace("-", "_") for s in str(text).split(",") if s.strip()]
+    if not names:
+        raise CLIError(f"--learn {text!r}: name at least one parameter group ({', '.join(PARAMETER_GROUPS)})")
+    unknown = [n for n in names if n not in PARAMETER_GROUPS]
+    if unknown:
+        raise CLIError(f"--learn: unknown parameter group(s) {', '.join(map(repr, unknown))}; choose from "
+                       f"{', '.join(PARAMETER_GROUPS)} (comma-separated)")
+    return [g for g in PARAMETER_GROUPS if g in names]
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainPlan:
     """The options of one ``savigp train`` run (see the module docstring and docs/cli.md)."""
@@ -107,9 +125,8 @@ class TrainPlan:
     def from_args(cls, args) -> "TrainPlan":
         """The plan of ``savigp train``'s parsed arguments (an argparse namespace): ``--nproc`` and
         ``--dist-timeout`` checked, then ``--learn`` read into its groups
-        (:func:`savigp.cli.warm_start.parse_learn`); each failure a one-line :class:`CLIError`."""
+        (:func:`_parse_learn`); each failure a one-line :class:`CLIError`."""
         from .errors import CLIError
-        from .warm_start import parse_learn
 
         given = vars(args)
         if given["nproc"] is not None and given["nproc"] < 1:
@@ -119,7 +136,7 @@ class TrainPlan:
         values = {f.name: given[f.name] for f in fields(cls) if f.name in given}
         for name in ("lik_option", "lik_param"):
             values[name] = None if values[name] is None else tuple(values[name])
-        learn = parse_learn(values["learn"])
+        learn = _parse_learn(values["learn"])
         values["learn"] = None if learn is None else tuple(learn)
         values["argv"] = None if given.get("argv") is None else tuple(given["argv"])
         return cls(**values)

@@ -26,11 +26,22 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
+from .._choices import POSTERIORS
 from .errors import CLIError
 from .plan import TrainPlan
 
-#: the factorized families, whose hyper-parameters are taken from a full Gaussian by default
-FACTORIZED = ("diag", "diag-u")
+
+
+def _factorized(posterior: str) -> bool:
+    """Whether the registered family ``posterior`` declares covariances diagonal in its own coordinates
+    (:attr:`savigp.posteriors.base.Posterior.diagonal`): a factorized q(u), whose hyper-parameters are
+    taken from a full Gaussian by default."""
+    return bool(POSTERIORS[POSTERIORS.canonical(posterior)].diagonal)
+
+
+def _factorized_names() -> str:
+    return ", ".join(n for n in POSTERIORS.names() if _factorized(n))
+
 #: the parameter groups of stage 2
 STAGE_TWO_GROUPS = ["posterior"]
 
@@ -44,12 +55,12 @@ def resolve_hypers(plan: TrainPlan) -> Optional[str]:
     learn = None if plan.learn is None else set(plan.learn)
     learns_hypers = learn is None or bool(learn & {"kernel", "likelihood"})
     learns_q = learn is None or "posterior" in learn
-    if plan.posterior not in FACTORIZED or not (learns_hypers and learns_q):
+    if not _factorized(plan.posterior) or not (learns_hypers and learns_q):
         if chosen is not None:
             why = (f"--posterior {plan.posterior} has no factorization bias (its hyper-parameters are learned with it)"
-                   if plan.posterior not in FACTORIZED else
+                   if not _factorized(plan.posterior) else
                    f"--learn {','.join(plan.learn)} does not learn q(u) together with the kernel or likelihood")
-            raise CLIError(f"--hypers {chosen} applies to a factorized posterior (diag, diag-u) that learns "
+            raise CLIError(f"--hypers {chosen} applies to a factorized posterior ({_factorized_names()}) that learns "
                            f"q(u) with the kernel or likelihood: {why}")
         return None
     if plan.warm_start:

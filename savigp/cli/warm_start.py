@@ -22,27 +22,9 @@ kernel's class are checked by :func:`savigp.warm_start` itself; its errors becom
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 from .errors import CLIError, one_line
 from .plan import TrainPlan
-
-
-def parse_learn(text: Optional[str]) -> Optional[list]:
-    """``--learn "posterior,kernel"`` -> the named groups in :data:`PARAMETER_GROUPS` order (``-``
-    may stand for ``_``); None (the option not given) -> None, i.e. every group."""
-    from ..training import PARAMETER_GROUPS
-
-    if text is None:
-        return None
-    names = [s.strip().replace("-", "_") for s in str(text).split(",") if s.strip()]
-    if not names:
-        raise CLIError(f"--learn {text!r}: name at least one parameter group ({', '.join(PARAMETER_GROUPS)})")
-    unknown = [n for n in names if n not in PARAMETER_GROUPS]
-    if unknown:
-        raise CLIError(f"--learn: unknown parameter group(s) {', '.join(map(repr, unknown))}; choose from "
-                       f"{', '.join(PARAMETER_GROUPS)} (comma-separated)")
-    return [g for g in PARAMETER_GROUPS if g in names]
 
 
 def check_warm_start_options(plan: TrainPlan) -> None:

@@ -22,3 +22,4 @@ class DiagonalMixture(MixtureFamily):
 
     kind = "diag"
     covariance_diagonal = True
+    diagonal = True

@@ -91,6 +91,7 @@ class UDiagonalMixture(MixtureFamily):
     PARAMETRIZATION = 1
 
     covariance_diagonal = True
+    diagonal = True
 
     def __init__(self, num_latent: int, num_inducing: int, num_components: int | None = None, init_scale: float = 1.0,
                  mean_spread: float = 1.0, generator: torch.Generator | None = None, entropy: str = DEFAULT_ENTROPY,

@@ -292,3 +292,18 @@ def test_a_registered_estimator_is_the_one_the_step_calls_and_passes_the_kit(reg
     with pytest.raises(ValueError, match="estimator must be one of auto, score, score-nocv, reparam, quadrature, "
                                          "closed-form, reparam-antithetic, got 'nope'"):
         model.elbo(estimator="nope")
+
+
+def test_a_registered_factorized_family_gets_the_two_stage_fit_by_its_declared_capability(registered):
+    """``savigp train``'s default for a family declaring ``diagonal`` (a factorized q(u)): its
+    hyper-parameters from a full Gaussian first (``--hypers two-stage``); by the capability, not a list
+    of names, so a family registered at run time gets it as diag and diag-u do."""
+    from savigp.cli.plan import TrainPlan
+    from savigp.cli.two_stage import resolve_hypers
+
+    def plan(posterior):
+        argv = ["train", "d.csv", "--targets", "y", "--out", "m.pt", "--posterior", posterior]
+        return TrainPlan.from_args(build_parser().parse_args(argv))
+
+    assert resolve_hypers(plan("diag-narrow")) == "two-stage"
+    assert resolve_hypers(plan("diag")) == "two-stage" and resolve_hypers(plan("full")) is None
