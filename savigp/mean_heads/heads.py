@@ -279,9 +279,9 @@ class OrthogonalMeanHead(MeanHead):
             jitter: eps relative to the prior variance k(gamma_i, gamma_i).
             kind: ``"eq16"``: D_{gamma|beta} + eps of Salimbeni et al. 2018, eq. (16). ``"gauss-newton"``: row-sum
                 (Gershgorin) bounds of both parts of the curvature, so that lambda_max(P^-1 H) <= 1:
-                sum_j |R_gamma,gamma|_ij for the KL part (exact when G <= ``prior_columns``, else an
+                ``sum_j |R_gamma,gamma|_ij`` for the KL part (exact when G <= ``prior_columns``, else an
                 unbiased estimate from that many sampled columns, never below D_i) plus
-                sum_n |R_ni| lambda_n sum_j |R_nj| for the data of the batch;
+                ``sum_n |R_ni| lambda_n sum_j |R_nj|`` for the data of the batch;
                 O(B M G + G min(G, prior_columns) M) per call.
             X, curvature: for ``"gauss-newton"``: the batch inputs ``(B, D)`` and lambda ``(Q, B)``
                 (already scaled by N / B).
