@@ -300,7 +300,7 @@ class SavigpStep:
         device = torch.device(data.device)
         graphs, _ = graph_decision(None if cuda_graphs else False, device=device, optimizer="adam",
                                    estimator=cfg.estimator, likelihood=lik, joint=False,
-                                   mean_head=self.model.mean_head)
+                                   mean_head=self.model.head)
         self.opt = make_adam([p for p in self.model.parameters() if p.requires_grad], lr, capturable=graphs)
         # as fit: the draws from a CPU generator on the CPU, from one on the device elsewhere
         gen = torch.Generator(device=device).manual_seed(seed)
