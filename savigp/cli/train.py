@@ -438,7 +438,7 @@ def _search_text(search) -> str:
                      + ", ".join(f"{e:.6g}" for e in search.elbo) + ")")
     r = search.reflection
     if r is not None:
-        parts.append(f"reflection move of component {r['source']} onto {r['target']} after {r['after']} steps "
+        parts.append(f"move ({r.get('move', 'reflection')}) of component {r['source']} onto {r['target']} after {r['after']} steps "
                      f"{'accepted' if r['accepted'] else 'declined'} (ELBO {r['elbo_reflected']:.6g} against "
                      f"{r['elbo']:.6g})")
     return "mixture search (savigp.fit's starts): " + "; ".join(parts)
