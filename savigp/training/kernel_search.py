@@ -116,6 +116,10 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         a :class:`KernelSearchResult` (``print(result)`` shows the table).
     """
     from ..model import SAVIGP
+    import torch
+
+    from ..estimators.nonfinite import NonFiniteLogProb
+    from ..linalg.cholesky import CholeskyError
     from ..training import ConvergenceWarning, TrainingDiverged, fit
     from ..training.convergence import full_data_elbo
 
@@ -160,19 +164,22 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
 
     def polished(model):
         if polish > 0:
-            try:
-                fit(model, **{**options, "iterations": polish, "optimizer": "lbfgs", "lr": 1.0}, final_elbo=False)
-            except TrainingDiverged:  # the model holds the last good parameters
-                pass
+            lbfgs(model, {"iterations": polish})
         return model
+
+    def lbfgs(model, extra: dict) -> None:
+        """L-BFGS steps; a trial point of its line search where the kernel matrix is not positive
+        definite or the ELBO not finite raises inside torch's L-BFGS and leaves the parameters
+        there: the model goes back to where the steps began."""
+        before = copy.deepcopy(model.state_dict())
+        try:
+            fit(model, **{**options, "optimizer": "lbfgs", "lr": 1.0, **extra}, final_elbo=False)
+        except (FloatingPointError, CholeskyError, torch.linalg.LinAlgError, NonFiniteLogProb):
+            model.load_state_dict(before)
 
     def settled(model):
         """L-BFGS on q(u) alone at the start's hyper-parameters, then on everything (the polish)."""
-        try:
-            fit(model, **{**options, "iterations": 3, "optimizer": "lbfgs", "lr": 1.0, "groups": ["posterior"]},
-                final_elbo=False)
-        except TrainingDiverged:
-            pass
+        lbfgs(model, {"iterations": 3, "groups": ["posterior"]})
         return polished(model)
 
     def run(specs, level: int, model=None):
@@ -194,8 +201,12 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                 first, i = max(scored)
                 model = models[i]
                 before = copy.deepcopy(model.state_dict())
-                converged = train(model)  # Adam leaves a basin L-BFGS stopped in, or wanders off a good one:
-                if full_data_elbo(model, seed=seed, **estimation)[0] < first:  # never keep a worse fit
+                try:  # Adam leaves a basin L-BFGS stopped in, or wanders off a good one:
+                    converged = train(model)
+                    worse = full_data_elbo(model, seed=seed, **estimation)[0] < first
+                except TrainingDiverged:
+                    converged, worse = False, True
+                if worse:  # never keep a worse fit
                     model.load_state_dict(before)
             else:
                 if len(models) > 1:  # short runs from each start; the one with the highest ELBO goes on

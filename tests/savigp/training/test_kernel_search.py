@@ -120,3 +120,27 @@ def test_a_spent_time_budget_stops_the_search_and_says_so():
     result = savigp.search_kernels(X, np.sin(6 * X), Gaussian(), base=("rbf", "linear"), time_budget=0.0,
                                    num_inducing=5, iterations=5, progress=False)
     assert not result.complete and len(result.table) == 1
+
+
+def test_an_lbfgs_line_search_into_a_non_positive_definite_kernel_leaves_the_candidate_where_it_was(monkeypatch):
+    """torch's L-BFGS raises from inside its line search (here: the kernel matrix at a trial point)
+    and leaves the parameters at that point; the search puts the candidate back and goes on."""
+    import savigp.training as training
+    from savigp.linalg.cholesky import CholeskyError
+
+    real_fit = training.fit
+
+    def fit(model, **options):
+        if options.get("optimizer") == "lbfgs":
+            with torch.no_grad():
+                for p in model.kernel.parameters():
+                    p.fill_(float("nan"))
+            raise CholeskyError("K_zz has non-finite entries")
+        return real_fit(model, **options)
+
+    monkeypatch.setattr(training, "fit", fit)
+    X, Y = _two_harmonics(30)
+    result = savigp.search_kernels(X, Y, Gaussian(), base=("rbf",), max_terms=1, num_inducing=8, iterations=20,
+                                   progress=False)
+    assert math.isfinite(result.table[0]["elbo"])
+    assert all(bool(torch.isfinite(p).all()) for p in result.model.parameters())
