@@ -11,22 +11,25 @@ import numpy as np
 from ..io.csv_data import write_csv
 from .errors import EXIT_OK
 from .parser import build_parser
+from .plan import DemoPlan
 from .predict import cmd_evaluate
 from .train import cmd_train
 
 
 def cmd_demo(args) -> int:
-    """``savigp demo``: train and evaluate two small models on generated data, via CSV files."""
-    if args.dir:
-        os.makedirs(args.dir, exist_ok=True)
-        return _demo(args, args.dir)
+    """``savigp demo``: train and evaluate two small models on generated data, via CSV files.
+    ``args``: the parsed command line, read once into a :class:`~savigp.cli.plan.DemoPlan`."""
+    plan = DemoPlan.from_args(args)
+    if plan.dir:
+        os.makedirs(plan.dir, exist_ok=True)
+        return _demo(plan, plan.dir)
     with tempfile.TemporaryDirectory(prefix="savigp-demo-") as folder:
-        return _demo(args, folder)
+        return _demo(plan, folder)
 
 
-def _demo(args, folder: str) -> int:
-    rng = np.random.default_rng(args.seed)
-    quiet = ["--quiet"] if args.quiet else []
+def _demo(plan: DemoPlan, folder: str) -> int:
+    rng = np.random.default_rng(plan.seed)
+    quiet = ["--quiet"] if plan.quiet else []
 
     def write(name, header, values):
         write_csv(os.path.join(folder, name), header, values)
@@ -73,6 +76,6 @@ def _demo(args, folder: str) -> int:
                 "--samples", "20"], "label")
     if code != EXIT_OK:
         return code
-    kept = f"; files in {folder}" if args.dir else ""
+    kept = f"; files in {folder}" if plan.dir else ""
     print(f"demo finished in {time.perf_counter() - t0:.1f} s{kept}")
     return EXIT_OK

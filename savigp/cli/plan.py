@@ -10,6 +10,11 @@ marked where they are declared (:func:`_resumed`); :data:`RESUME_KEYS` is read f
 :meth:`TrainPlan.resume_options` is what a model file records of them (``config["training"]
 ["options"]``), so ``--resume`` compares every such option and no list of their names is kept by
 hand. The plan imports nothing heavy (the parser may import it before torch).
+
+The other commands have theirs, built the same way by their ``cmd_*`` function and taken by its
+helpers: :class:`PredictPlan` (``savigp predict``) and :class:`EvaluatePlan` (``savigp evaluate``),
+both a :class:`SavedModelPlan` (the model file, the CSV and the sampling options they share), and
+:class:`DemoPlan` (``savigp demo``); a test keeps each one's fields equal to its command's options.
 """
 from __future__ import annotations
 
@@ -165,3 +170,77 @@ class TrainPlan:
 #: the options of ``train`` that a resumed run must repeat unchanged (iterations/epochs may grow),
 #: read from the marks on :class:`TrainPlan`'s fields
 RESUME_KEYS = tuple(f.name for f in fields(TrainPlan) if f.metadata.get("resume"))
+
+
+def _read_fields(cls, args) -> dict:
+    """The values of ``cls``'s fields in the parsed arguments ``args`` (an argparse namespace that
+    holds every one of them)."""
+    given = vars(args)
+    return {f.name: given[f.name] for f in fields(cls)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedModelPlan:
+    """The options ``savigp predict`` and ``savigp evaluate`` share: the model file and the CSV file
+    (how it is read, which columns are the inputs), the Monte Carlo draws, the device, the memory
+    limit, the threads and the user code the model file may run (see docs/cli.md)."""
+
+    model: str
+    data: str
+    inputs: Optional[str]
+    positional: bool
+    header: Optional[bool]
+    delimiter: str
+    samples: int
+    seed: int
+    device: Optional[str]
+    max_memory: Optional[float]
+    likelihood: Optional[str]
+    mean_function: Optional[str]
+    trust_code: bool
+    threads: Optional[int]
+
+    @classmethod
+    def from_args(cls, args):
+        """The plan of the command's parsed arguments (an argparse namespace), ``--samples`` checked
+        (a one-line :class:`CLIError`)."""
+        from .checks import check_samples
+
+        check_samples(args.samples)
+        return cls(**_read_fields(cls, args))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictPlan(SavedModelPlan):
+    """The options of one ``savigp predict`` run: :class:`SavedModelPlan`'s and where the
+    predictions go (``out``, ``-``: standard output), the latent columns, the plot, ``--quiet``."""
+
+    out: str
+    latent: bool
+    quiet: bool
+    plot: Optional[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluatePlan(SavedModelPlan):
+    """The options of one ``savigp evaluate`` run: :class:`SavedModelPlan`'s, the target columns and
+    ``--json``."""
+
+    targets: Optional[str]
+    json: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoPlan:
+    """The options of one ``savigp demo`` run: the folder it keeps its files in (None: a temporary
+    one), the data's seed, ``--quiet`` and ``--threads``."""
+
+    dir: Optional[str]
+    seed: int
+    quiet: bool
+    threads: Optional[int]
+
+    @classmethod
+    def from_args(cls, args) -> "DemoPlan":
+        """The plan of ``savigp demo``'s parsed arguments (an argparse namespace)."""
+        return cls(**_read_fields(cls, args))

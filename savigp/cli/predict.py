@@ -10,9 +10,10 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..io.csv_data import TableMemoryError, read_csv, write_csv
-from .checks import check_device, check_plot_option, check_samples, code_inputs, max_memory_bytes, output_path
+from .checks import check_device, check_plot_option, code_inputs, max_memory_bytes, output_path
 from .columns import select_inputs, select_targets, targets_if_present, validate_targets
 from .errors import EXIT_OK, CLIError, one_line
+from .plan import EvaluatePlan, PredictPlan, SavedModelPlan
 from .user_options import file_lines_in_errors
 
 METRIC_NAMES = {"n": "N", "sse": "SSE", "nlpd": "NLPD", "mse": "MSE", "mae": "MAE",
@@ -61,19 +62,19 @@ def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
     return header, np.concatenate(blocks, axis=1)
 
 
-def _model_and_table(args):
+def _model_and_table(plan: SavedModelPlan):
     """The CSV and the model file that ``savigp predict`` / ``evaluate`` read (clear errors for both)."""
     from ..model_files import ModelFileError, load_model
 
-    if not os.path.exists(args.model):
-        raise ModelFileError(f"{args.model}: no such model file")
-    table = read_csv(args.data, header=args.header, delimiter=args.delimiter)
-    check_device(args.device)
-    code = {"mean_fn": args.mean_function} if args.mean_function else None
-    saved, _ = load_model(args.model, device=args.device, likelihood=args.likelihood, trust_code=args.trust_code,
-                          code=code, max_bytes=max_memory_bytes(args.max_memory))
-    if args.threads is None:
-        _choose_threads(saved, table.num_rows, args.samples)
+    if not os.path.exists(plan.model):
+        raise ModelFileError(f"{plan.model}: no such model file")
+    table = read_csv(plan.data, header=plan.header, delimiter=plan.delimiter)
+    check_device(plan.device)
+    code = {"mean_fn": plan.mean_function} if plan.mean_function else None
+    saved, _ = load_model(plan.model, device=plan.device, likelihood=plan.likelihood, trust_code=plan.trust_code,
+                          code=code, max_bytes=max_memory_bytes(plan.max_memory))
+    if plan.threads is None:
+        _choose_threads(saved, table.num_rows, plan.samples)
     return table, saved
 
 
@@ -90,31 +91,32 @@ def _choose_threads(saved, rows: int, num_samples: int) -> None:
 
 
 def cmd_predict(args) -> int:
-    """``savigp predict``: predictive means/variances (and class probabilities) per row."""
-    check_samples(args.samples)
-    inputs = [args.model, args.data, *code_inputs(args.likelihood, args.mean_function,
-                                                  args.model if args.trust_code else None)]
-    out = output_path(args.out, inputs, args.quiet, allow_stdout=True)
-    plot = check_plot_option(args.plot, inputs, [out])
-    table, saved = _model_and_table(args)
+    """``savigp predict``: predictive means/variances (and class probabilities) per row. ``args``:
+    the parsed command line, read once into a :class:`~savigp.cli.plan.PredictPlan`."""
+    plan = PredictPlan.from_args(args)
+    inputs = [plan.model, plan.data, *code_inputs(plan.likelihood, plan.mean_function,
+                                                  plan.model if plan.trust_code else None)]
+    out = output_path(plan.out, inputs, plan.quiet, allow_stdout=True)
+    plot = check_plot_option(plan.plot, inputs, [out])
+    table, saved = _model_and_table(plan)
     if plot and int(saved.config["model"]["input_dim"]) > 2:
-        raise CLIError(f"--plot draws models of 1 or 2 inputs; {args.model} has {saved.config['model']['input_dim']}")
-    icols = select_inputs(table, saved.config, args.inputs, positional=args.positional)
-    if not saved.likelihood_loaded and not args.quiet:
+        raise CLIError(f"--plot draws models of 1 or 2 inputs; {plan.model} has {saved.config['model']['input_dim']}")
+    icols = select_inputs(table, saved.config, plan.inputs, positional=plan.positional)
+    if not saved.likelihood_loaded and not plan.quiet:
         print(f"savigp predict: note: latent predictions only ({saved.model.likelihood.note})", file=sys.stderr)
     with rows_out_of_memory(table, "predicting"):
-        with file_lines_in_errors(table), model_problems(args.model):
-            pred = saved.predict(table.values[:, icols], num_samples=args.samples, seed=args.seed).numpy()
-        if saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None and not args.quiet:
+        with file_lines_in_errors(table), model_problems(plan.model):
+            pred = saved.predict(table.values[:, icols], num_samples=plan.samples, seed=plan.seed).numpy()
+        if saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None and not plan.quiet:
             print(f"savigp predict: note: latent predictions only: the likelihood gives no predictive mean; pass "
                   f"--mean-function FILE.py:FN (E[y | f], or the pair E[y | f], Var[y | f]) for mean_ columns",
                   file=sys.stderr)
-        header, values = prediction_table(saved, pred, latent=args.latent)
+        header, values = prediction_table(saved, pred, latent=plan.latent)
         no_mean = saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None
         del pred
-        check_finite_predictions(values, header, table, args.model)
+        check_finite_predictions(values, header, table, plan.model)
         write_csv(out, header, values)
-    if out != "-" and not args.quiet:
+    if out != "-" and not plan.quiet:
         print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {out}", file=sys.stderr)
     if plot:
         from ..io.plotting import density_grid, save_fit_plot
@@ -122,8 +124,8 @@ def cmd_predict(args) -> int:
         targets = targets_if_present(table, saved.config, icols)
         with file_lines_in_errors(table):
             save_fit_plot(saved, table.values[:, icols], plot, Y=targets,
-                          num_samples=args.samples, seed=args.seed, input_names=table.names(icols))
-        if not args.quiet:
+                          num_samples=plan.samples, seed=plan.seed, input_names=table.names(icols))
+        if not plan.quiet:
             print(f"wrote {plot}", file=sys.stderr)
             if no_mean and len(icols) == 1:
                 print("savigp predict: note: " + ("the plot draws y's predictive median and 95% interval read off the "
@@ -213,20 +215,21 @@ def format_metrics(metrics: dict) -> str:
 
 
 def cmd_evaluate(args) -> int:
-    """``savigp evaluate``: SSE and NLPD (regression) or error rate and NLP (classification)."""
-    check_samples(args.samples)
-    table, saved = _model_and_table(args)
-    tcols = select_targets(table, saved.config, args.targets, positional=args.positional)
-    icols = select_inputs(table, saved.config, args.inputs, exclude=tcols, positional=args.positional)
+    """``savigp evaluate``: SSE and NLPD (regression) or error rate and NLP (classification).
+    ``args``: the parsed command line, read once into a :class:`~savigp.cli.plan.EvaluatePlan`."""
+    plan = EvaluatePlan.from_args(args)
+    table, saved = _model_and_table(plan)
+    tcols = select_targets(table, saved.config, plan.targets, positional=plan.positional)
+    icols = select_inputs(table, saved.config, plan.inputs, exclude=tcols, positional=plan.positional)
     X, Y = table.values[:, icols], table.values[:, tcols]
     import torch
 
     with rows_out_of_memory(table, "evaluating the model on"):
         validate_targets(saved.model.likelihood, torch.as_tensor(saved.transform_targets(Y)), table, tcols)
-        with file_lines_in_errors(table), model_problems(args.model):
-            metrics = saved.evaluate(X, Y, num_samples=args.samples, seed=args.seed)
-    check_finite_metrics(metrics, args.model)
-    if args.json:
+        with file_lines_in_errors(table), model_problems(plan.model):
+            metrics = saved.evaluate(X, Y, num_samples=plan.samples, seed=plan.seed)
+    check_finite_metrics(metrics, plan.model)
+    if plan.json:
         print(json.dumps(metrics))
     else:
         print(format_metrics(metrics))

@@ -8,7 +8,7 @@ import pytest
 
 from savigp.cli.errors import CLIError
 from savigp.cli.parser import build_parser
-from savigp.cli.plan import RESUME_KEYS, TrainPlan
+from savigp.cli.plan import RESUME_KEYS, DemoPlan, EvaluatePlan, PredictPlan, SavedModelPlan, TrainPlan
 
 ARGV = ["train", "d.csv", "--targets", "y", "--out", "m.pt"]
 
@@ -22,8 +22,12 @@ RECORDED = ("likelihood", "num_latent", "num_classes", "one_hot", "num_outputs",
 
 
 def _train_parser():
+    return _command_parser("train")
+
+
+def _command_parser(command):
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices["train"]
+    return sub.choices[command]
 
 
 def test_every_option_of_train_is_a_field_of_the_plan():
@@ -62,3 +66,32 @@ def test_the_plan_reads_the_command_line_once():
 def test_bad_options_are_one_line_errors_when_the_plan_is_built(extra, message):
     with pytest.raises(CLIError, match=message.replace("(", r"\(").replace(")", r"\)")):
         TrainPlan.from_args(build_parser().parse_args(ARGV + extra))
+
+
+@pytest.mark.parametrize("command, plan", [("predict", PredictPlan), ("evaluate", EvaluatePlan), ("demo", DemoPlan)])
+def test_every_option_of_each_other_command_is_a_field_of_its_plan(command, plan):
+    dests = {a.dest for a in _command_parser(command)._actions if a.dest != "help"}
+    assert dests == {f.name for f in dataclasses.fields(plan)}
+
+
+def test_predict_and_evaluate_plans_read_their_command_lines():
+    args = build_parser().parse_args(["predict", "m.pt", "t.csv", "--no-header", "--latent", "--samples", "7",
+                                      "--plot", "fit.png"])
+    args.argv = ["predict", "m.pt", "t.csv"]  # (main records it on every command; only train's plan keeps it)
+    plan = PredictPlan.from_args(args)
+    assert isinstance(plan, SavedModelPlan)
+    assert (plan.model, plan.data, plan.header, plan.latent, plan.samples, plan.plot, plan.out) == \
+        ("m.pt", "t.csv", False, True, 7, "fit.png", "-")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.samples = 1
+    plan = EvaluatePlan.from_args(build_parser().parse_args(["evaluate", "m.pt", "t.csv", "--targets", "y", "--json"]))
+    assert (plan.targets, plan.json, plan.samples, plan.threads) == ("y", True, 1000, None)
+    plan = DemoPlan.from_args(build_parser().parse_args(["demo", "--seed", "3"]))
+    assert (plan.dir, plan.seed, plan.quiet, plan.threads) == (None, 3, False, 1)
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_bad_samples_are_a_one_line_error_when_the_plan_is_built(command):
+    plan = PredictPlan if command == "predict" else EvaluatePlan
+    with pytest.raises(CLIError, match="--samples must be >= 1, got 0"):
+        plan.from_args(build_parser().parse_args([command, "m.pt", "t.csv", "--samples", "0"]))
