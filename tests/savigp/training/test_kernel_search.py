@@ -104,8 +104,8 @@ def test_a_search_finds_the_season_and_reports_what_it_tried():
     rng = np.random.default_rng(0)
     X = np.sort(rng.uniform(0, 9, (60, 1)), 0)
     Y = np.sin(2 * math.pi * X / 1.5) + 0.3 * X + 0.1 * rng.normal(size=X.shape)
-    result = savigp.search_kernels(X, Y, Gaussian(), base=("rbf", "periodic"), max_terms=2, num_inducing=20,
-                                   iterations=50, polish=5, progress=False)
+    result = savigp.search_kernels(X, Y, Gaussian(), base=("rbf", "periodic"), max_terms=2, num_inducing=15,
+                                   iterations=30, polish=5, period_starts=2, progress=False)
     assert "periodic" in result.expression and result.complete
     chosen = [r for r in result.table if r["chosen"]]
     assert chosen[-1]["expression"].removesuffix(" (continued)") == result.expression
