@@ -395,8 +395,15 @@ def main(argv=None) -> dict:
     import savigp
     from likelihoods import Logistic, Probit, Softmax
     from savigp.inducing import kmeans
+    from savigp.estimators.base import resolve_estimator
     from savigp.kernels.stationary import RBF
 
+    lik = Softmax(10) if args.task == "multiclass" else (Probit() if args.link == "probit" else Logistic())
+    try:  # the estimator's own refusal (e.g. quadrature's 20^Q grid), before the data are read
+        resolve_estimator(args.estimator, lik)
+    except ValueError as err:
+        raise SystemExit(f"--estimator {args.estimator} with --task {args.task}: {err}"
+                         + ("; it runs with --task binary (Q = 1)" if args.task != "binary" else "")) from None
     name = "mnist" if args.task == "multiclass" else "mnist-b"
     out = common.out_dir(args.out, name)
     q = args.quick
@@ -414,7 +421,6 @@ def main(argv=None) -> dict:
           f"S = {S}, {args.kernel} kernel, {args.posterior} q(u); device {common.device_name(device)}, {str(dtype).replace('torch.', '')}", flush=True)
 
     D = Xtr.shape[1]
-    lik = Softmax(10) if args.task == "multiclass" else (Probit() if args.link == "probit" else Logistic())
     Q = lik.num_latent
     kernel = RBF(D, 1 if args.kernel == "shared" else Q, lengthscale=median_distance(Xtr, args.seed), variance=1.0,
                  ard=False)
