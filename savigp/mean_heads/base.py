@@ -16,6 +16,7 @@ Its capabilities, read by the callers instead of its class or its attributes:
 * :attr:`MeanHead.size` -- G, the basis inputs per latent function (0: the zero head);
 * :attr:`MeanHead.shared_kernel` -- whether it takes a kernel shared by the latent functions;
 * :attr:`MeanHead.fixes_mean` -- whether it holds the family's coupled mean at zero (DECOUPLED);
+* :meth:`MeanHead.state_shapes` -- the shapes of its saved tensors, read by the model files' check;
 * :meth:`MeanHead.graph_obstacle` -- why a training step with it cannot be captured in a CUDA graph;
 * the natural-gradient trainer's part (:func:`savigp.fit_orthnat`, Salimbeni et al. 2018, eq.
   (15)-(16)): :meth:`MeanHead.natural_parameters` (the coefficients that take the head's own
@@ -45,6 +46,16 @@ class MeanHead(nn.Module):
     shared_kernel: bool = False
     #: holds the posterior's coupled mean at zero (the mean lives in the head's basis alone)
     fixes_mean: bool = False
+
+    @classmethod
+    def state_shapes(cls, *, num_latent: int, num_inducing: int, input_dim: int, size: int) -> dict[str, tuple]:
+        """The shapes of the tensors this head keeps in a model's state dict (names relative to the
+        head, e.g. ``{"gamma": (Q, G, D)}``) for Q = ``num_latent``, M = ``num_inducing``,
+        D = ``input_dim`` and G = ``size``: what a model file is checked against before anything is
+        built from it (:func:`savigp.model_files.schema.check_config`), so that a file cannot claim
+        sizes its tensors do not hold. A tensor left out is still checked when the rebuilt model
+        loads it. By default none (the zero head holds nothing)."""
+        return {}
 
     def attach(self, posterior) -> None:
         """Called once with the model's posterior after the head is built (a head that constrains

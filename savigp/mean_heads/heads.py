@@ -100,6 +100,11 @@ class OrthogonalMeanHead(MeanHead):
 
     orthogonal = True
 
+    @classmethod
+    def state_shapes(cls, *, num_latent: int, num_inducing: int, input_dim: int, size: int) -> dict[str, tuple]:
+        """The basis inputs ``gamma`` ``(Q, G, D)`` (see :meth:`MeanHead.state_shapes`)."""
+        return {"gamma": (num_latent, size, input_dim)}
+
     def __init__(self, X: Tensor, num_latent: int, size: int, seed: int = 0, *, learn_inputs: bool = True,
                  gamma_inputs=None, kl_columns: Optional[int] = None, kl_sampling: str = "residual"):
         super().__init__()

@@ -10,8 +10,11 @@ is a valid name). The kernel is a spec, data checked node by node
 (:mod:`savigp.model_files.kernel_record`): an unknown node, family or option is refused in one line.
 
 The limits bound what a small file can make the loader allocate: the sizes D, Q, M, K, G must
-equal those of the tensors actually stored (so a 17 KB file cannot claim M = 10^6), a dense model's
-N must equal its M (its placeholder inputs are N rows), and the memory that building and using the
+equal those of the tensors actually stored (so a 17 KB file cannot claim M = 10^6): the inducing
+inputs, the prior mean and the tensors that the posterior family and the mean head declare
+(:meth:`~savigp.posteriors.Posterior.state_shapes`, :meth:`~savigp.mean_heads.MeanHead.state_shapes`;
+their classes read from the registries, so a registered head on the base alone is checked by its own
+declaration); a dense model's N must equal its M (its placeholder inputs are N rows), and the memory that building and using the
 model needs (dominated by the Q kernel matrices K_zz of M x M, and K full covariances) must stay
 under ``max_bytes``.
 """
@@ -24,6 +27,7 @@ from likelihoods.callable import CONSTRAINTS
 
 from ..cost import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, Cost, CostError, check_memory, memory_limit, model_cost  # noqa: F401
 from .._choices import DTYPES, ENTROPY_ESTIMATES, INDUCING_INITS, MEAN_HEADS, POSTERIORS
+from ..mean_heads import DEFAULT_MEAN_BASIS
 
 from .fields import (MAX_STRING, Absent, Bool, BoundedPlain, Dict, Float, Int, KernelSpec, List, OneOf, Opt,
                      Positive, SchemaError, Str)
@@ -260,9 +264,15 @@ def check_config(config: dict, state: dict, max_bytes: Optional[int] = None) -> 
         raise SchemaError(f"config.model.num_components must be at most {limit} for the {mc['posterior']!r} "
                           f"posterior, got {K}")
     Qz = 1 if mc.get("shared_kernel") else Q  # sets of inducing inputs: one for a kernel shared by the Q functions
-    expect = {"inducing": (Qz, M, D), "prior_mean": (Q,), "posterior.mean": (K, Q, M)}
+    # the model's own tensors, then those the family and the head declare (their state_shapes)
+    expect = {"inducing": (Qz, M, D), "prior_mean": (Q,)}
+    family = POSTERIORS[mc["posterior"]]
+    expect.update({f"posterior.{k}": v for k, v in
+                   family.state_shapes(num_components=K, num_latent=Q, num_inducing=M).items()})
     if G:
-        expect["mean_head.gamma"] = (Q, G, D)
+        head = MEAN_HEADS[MEAN_HEADS.canonical(mc.get("mean_basis") or DEFAULT_MEAN_BASIS)]
+        expect.update({f"mean_head.{k}": v for k, v in
+                       head.state_shapes(num_latent=Q, num_inducing=M, input_dim=D, size=G).items()})
     for key, shape in expect.items():
         if _shape(state, key) != shape:
             raise SchemaError(f"config.model says {key} has shape {shape} (Q={Q}, M={M}, D={D}, K={K}"

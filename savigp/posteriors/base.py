@@ -185,6 +185,17 @@ class Posterior(nn.Module):
         prior's. By default those of a diagonal family: K Q M numbers, nothing more."""
         return num_components * num_latent * num_inducing, 0, 0.0
 
+    @classmethod
+    def state_shapes(cls, *, num_components: int, num_latent: int, num_inducing: int) -> dict[str, tuple]:
+        """The shapes of the tensors this family keeps in a model's state dict (names relative to the
+        family) for K = ``num_components``, Q = ``num_latent`` and M = ``num_inducing``: what a model
+        file is checked against before anything is built from it
+        (:func:`savigp.model_files.schema.check_config`), so that a file cannot claim sizes its
+        tensors do not hold. By default the component means ``mean`` ``(K, Q, M)``
+        (:attr:`component_means`), as every built-in family holds them; a family that keeps other
+        tensors declares its own."""
+        return {"mean": (num_components, num_latent, num_inducing)}
+
     # ------------------------------------------------------------------ set-up and capabilities
     def start(self, prior_factor: Callable[[], Tensor]) -> None:
         """Called once by a model that built this posterior from its name; families whose initial

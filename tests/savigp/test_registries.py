@@ -18,6 +18,7 @@ from savigp.cli.parser import build_parser
 from savigp.estimators import ESTIMATORS, ELLEstimate, Estimator, checked_log_prob, monte_carlo_stderr
 from savigp.io.csv_data import write_csv
 from savigp.kernels.stationary import KERNELS, Stationary
+from savigp.mean_heads.base import MeanHead
 from savigp.mean_heads.heads import MEAN_HEADS, HybridMeanHead, make_mean_head
 from savigp.model_files.schema import CONFIG_SCHEMA, SchemaError
 from savigp.posteriors import POSTERIORS, DiagonalMixture, UDiagonalMixture, make_posterior
@@ -307,3 +308,73 @@ def test_a_registered_factorized_family_gets_the_two_stage_fit_by_its_declared_c
 
     assert resolve_hypers(plan("diag-narrow")) == "two-stage"
     assert resolve_hypers(plan("diag")) == "two-stage" and resolve_hypers(plan("full")) is None
+
+
+class RadialFeatureHead(MeanHead):
+    """A mean head on the :class:`MeanHead` base alone (no orthogonal basis): r_j(x) = sum_g a_jg
+    exp(-||x - c_g||^2 / 2), G centres c ``(G, D)`` (fixed, from the first G rows of X) shared by the
+    Q latent functions, weights a ``(Q, G)`` from zero, with the prior a ~ N(0, I) entering the ELBO's
+    KL as 1/2 ||a||^2 (a point estimate of a: the KL's term that depends on it)."""
+
+    def __init__(self, X, num_latent, size, seed=0):
+        super().__init__()
+        X = torch.as_tensor(X)
+        self.size = int(size)
+        self.register_buffer("centres", X[:self.size].clone())
+        self.weights = torch.nn.Parameter(torch.zeros(int(num_latent), self.size, dtype=X.dtype))
+
+    @classmethod
+    def state_shapes(cls, *, num_latent, num_inducing, input_dim, size):
+        return {"centres": (size, input_dim), "weights": (num_latent, size)}
+
+    def shifted(self, q, X, kernel, Z, prior, Kzx, state=None):
+        features = torch.exp(-0.5 * torch.cdist(X, self.centres) ** 2)  # (B, G)
+        return q.shifted(features @ self.weights.T)  # (B, Q)
+
+    def kl(self, kernel, Z, Lzz, **unused):
+        return 0.5 * (self.weights ** 2).sum()
+
+
+def test_a_head_on_the_base_alone_works_through_fit_the_command_and_its_file(tmp_path, capsys):
+    """A head written on the MeanHead base (no OrthogonalMeanHead, no gamma) and one registry line:
+    built by the model, trained by fit and fit_orthnat, written to a model file whose shapes the schema takes from the
+    head's declaration (state_shapes) and loaded with bit-identical predictions, trained by the command."""
+    from savigp.model_files import ModelFileError
+
+    MEAN_HEADS.register("radial", RadialFeatureHead)
+    try:
+        X, Y = _data()
+        model = savigp.SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, num_components=2, mean_basis_size=4,
+                              mean_basis="radial", seed=1)
+        assert isinstance(model.head, RadialFeatureHead) and model.head.size == 4
+        savigp.fit(model, iterations=5, num_samples=8, progress=False)
+        assert float(model.head.weights.detach().abs().max()) > 0  # fit trained the head's parameters
+        natural = savigp.SAVIGP(X, Y, Gaussian(0.1), num_inducing=6, mean_basis_size=4, mean_basis="radial", seed=1)
+        savigp.fit_orthnat(natural, iterations=3, num_samples=8, progress=False)  # (no natural_parameters: Adam's)
+        assert float(natural.head.weights.detach().abs().max()) > 0
+        path = tmp_path / "radial.pt"
+        savigp.save(model, path)
+        loaded = savigp.load(path).model
+        assert isinstance(loaded.head, RadialFeatureHead)
+        Xt = torch.linspace(-1, 1, 5, dtype=torch.float64)[:, None].expand(5, 2)
+        torch.testing.assert_close(loaded.predict(Xt).latent_mean, model.predict(Xt).latent_mean, rtol=0, atol=0)
+        torch.testing.assert_close(loaded.predict(Xt).latent_var, model.predict(Xt).latent_var, rtol=0, atol=0)
+
+        blob = torch.load(str(path), weights_only=True)  # a file whose head's weights disagree with G
+        blob["state_dict"]["mean_head.weights"] = torch.zeros(1, 3, dtype=torch.float64)
+        blob.pop("content_sha256", None)
+        torch.save(blob, str(path))
+        with pytest.raises(ModelFileError, match=r"config.model says mean_head.weights has shape \(1, 4\) "
+                                                 r"\(Q=1, M=6, D=2, K=2, G=4\) but the state dict holds \(1, 3\)"):
+            savigp.load(path)
+
+        data, out = str(tmp_path / "d.csv"), str(tmp_path / "m.pt")
+        write_csv(data, ["x1", "x2", "y"], np.column_stack([X, Y]))
+        assert main(["train", data, "--targets", "y", "--mean-basis-size", "3", "--mean-basis", "radial",
+                     "--num-inducing", "5", "--iterations", "3", "--quiet", "--out", out]) == 0
+        capsys.readouterr()
+        assert torch.load(out, weights_only=True)["config"]["model"]["mean_basis"] == "radial"
+        assert main(["evaluate", out, data, "--json"]) == 0
+        assert math.isfinite(json.loads(capsys.readouterr().out)["nlpd"])
+    finally:
+        MEAN_HEADS.unregister("radial")
