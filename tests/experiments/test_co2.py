@@ -63,3 +63,15 @@ def test_tiny_run(tmp_path):
     again = co2.cached_exact(tmp_path / "co2_exact.json", saved["key"], None, None, None, co2.parse(["--quick"]))
     assert again["cached"] and again["hypers"] == saved["hypers"]
     assert {r["method"] for r in csv.DictReader(open(tmp_path / "co2.csv"))} == set(co2.METHODS)
+
+
+def test_tiny_run_with_the_structure_search(tmp_path):
+    """``--search SECONDS``: the search's choice is trained as the hand-built kernel is and gets its own row
+    (here the budget is spent after the first candidate, which is then the choice)."""
+    res = co2.main(["--quick", "--every", "32", "--num-inducing", "8", "--steps", "5", "--exact-max-iter", "5",
+                    "--sweep-inducing", "", "--search", "0.001", "--out", str(tmp_path)])
+    rows = {r["method"]: r for r in res["rows"]}
+    assert list(rows) == [m for m in co2.METHODS if m != "savigp-rbf"] + ["savigp-search", "savigp-rbf"]
+    search = rows["savigp-search"]
+    assert "chose rbf (1 candidates" in search["note"] and "budget spent" in search["note"]
+    assert math.isfinite(search["test_nlpd"]) and res["hypers"]["savigp-search"] == {"expression": "rbf"}
