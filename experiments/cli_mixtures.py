@@ -35,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from savigp._choices import POSTERIORS
 from experiments._common import (
     add_data_argument, add_out_argument, parse_ints, read_csv_matrix, read_csv_rows, resolve_data_dir, summarize,
     write_csv_atomic, write_text_atomic,
@@ -67,9 +68,10 @@ def train_command(dataset: str, row: str, split: int, sf: float, n_train: int, d
             "--posterior", posterior, "--components", str(K), "--seed", str(split), "--quiet", "--out", str(out)]
     argv += ["--dense"] if sf >= 1.0 else ["--num-inducing", str(max(1, round(sf * n_train))),
                                            "--inducing-init", "subset", "--fixed-inducing"]
-    if hypers != "default" and posterior != "full":
+    factorized = bool(POSTERIORS[POSTERIORS.canonical(posterior)].diagonal)  # the family's declared capability
+    if hypers != "default" and factorized:
         argv += ["--hypers", hypers]
-    elif fg_file is not None and posterior != "full":
+    elif fg_file is not None and factorized:
         argv += ["--warm-start", str(fg_file), "--learn", "posterior"]
     return argv + options
 
