@@ -10,7 +10,8 @@ import torch
 import savigp
 from likelihoods import Gaussian
 from savigp.kernels import build_kernel, parse_kernel
-from savigp.training.kernel_search import _key, _periodogram_peaks, _proposals, _terms_of, _warm_spec
+from savigp.training.kernel_search import _key, _periodogram_peaks, _projections, _proposals, _terms_of, _warm_spec, \
+    _working_residuals
 
 RBF, PER, LIN = {"kernel": "rbf"}, {"kernel": "periodic"}, {"kernel": "linear"}
 
@@ -37,6 +38,54 @@ def test_the_periodogram_finds_the_period_of_noisy_seasonal_data():
     peaks = _periodogram_peaks(X, Y, None)
     assert abs(peaks[0] - 1.7) < 0.03 * 1.7, peaks
     assert peaks[1] == 2 * peaks[0] and len(peaks) == 3  # twice the strongest: its fundamental if it is a harmonic
+
+
+def test_a_child_projects_onto_its_parent_by_dropping_each_added_base_kernel():
+    """The parent refitted from a winning child's values: each way of removing one base kernel that
+    leaves the parent's structure, with the child's values (here the season is in either factor)."""
+    child = {"sum": [{"kernel": "rbf", "lengthscale": [[2.0]]},
+                     {"product": [{"kernel": "periodic", "period": [[3.7]]}, {"kernel": "periodic", "period": [[1.3]]}]}]}
+    got = _projections(child, _terms_of(parse_kernel("rbf + periodic", input_dim=1)))
+    assert [p["sum"][1]["period"] for p in got] == [[[1.3]], [[3.7]]]
+    assert all(p["sum"][0] == {"kernel": "rbf", "lengthscale": [[2.0]]} for p in got)
+    added = {"sum": [{"kernel": "rbf", "lengthscale": [[2.0]]}, {"kernel": "periodic", "period": [[1.3]]}]}
+    assert _projections(added, _terms_of(parse_kernel("rbf", input_dim=1))) == [{"kernel": "rbf", "lengthscale": [[2.0]]}]
+    assert _projections(added, _terms_of(parse_kernel("linear", input_dim=1))) == []  # a replacement: none
+
+
+def test_working_residuals_are_one_newton_step_in_the_latent_space():
+    """What a parent leaves unexplained, for a new periodic part's starting periods: for counts with a
+    log link, (y - exp m) / exp m weighted by exp m at the latent mean m (not y - E[y]); for a
+    Gaussian, y - m with equal weights; for a likelihood without autograd derivatives, y - E[y]."""
+    from likelihoods import CallableLikelihood, Poisson
+
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 10, (40, 1)), 0)
+    counts = rng.poisson(np.exp(np.sin(X) + 1.0)).astype(np.float64)
+    model = savigp.SAVIGP(X, counts, Poisson(), kernel="rbf", num_inducing=10, seed=0)
+    savigp.fit(model, iterations=30, lr=0.05, progress=False, final_elbo=False)
+    m = model.predict(X).latent_mean
+    rate = torch.exp(model.likelihood.log_rate(m)).detach().numpy()[:, None]  # (its learned offset)
+    r, w = _working_residuals(model, X, counts)
+    np.testing.assert_allclose(w, rate[:, 0], rtol=1e-10)
+    np.testing.assert_allclose(r, (counts - rate) / rate, rtol=1e-10)
+    assert not np.allclose(r, counts - model.predict(X).mean.detach().numpy(), rtol=0.1)  # not the y-space residual
+
+    y = np.sin(X) + 0.1 * rng.normal(size=X.shape)
+    model = savigp.SAVIGP(X, y, Gaussian(variance=0.04), kernel="rbf", num_inducing=10, seed=0)
+    m = model.predict(X).latent_mean.detach().numpy()
+    r, w = _working_residuals(model, X, y)
+    np.testing.assert_allclose(r, y - m, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(w, np.full(40, 1 / 0.04), rtol=1e-10)
+
+    def gaussian_numpy(y, f):
+        return -0.5 * (y[..., 0] - f[..., 0]) ** 2 / 0.04
+
+    black_box = CallableLikelihood(gaussian_numpy, backend="numpy", mean_fn=lambda f: f)
+    model = savigp.SAVIGP(X, y, black_box, kernel="rbf", num_inducing=10, seed=0)
+    r, w = _working_residuals(model, X, y)
+    assert w is None
+    np.testing.assert_allclose(r, y - model.predict(X).mean.detach().numpy(), rtol=1e-10, atol=1e-12)
 
 
 def _two_harmonics(n=80):
