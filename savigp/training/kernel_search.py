@@ -151,6 +151,7 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     peaks = max(2, int(period_starts))
     periods = {tuple(g or []): _periodogram_peaks(X, Yarr, g, peaks) for g in groups} if "periodic" in base else {}
     data_periods = periods  # of the targets themselves: the cold starts' periods
+    starts = {_leaf_key(b): _linear_start(X, b.get("active_dims")) for b in bases if b["kernel"] == "linear"}
     M = int(num_inducing or min(N, 100))
     options = {"iterations": iterations, "lr": lr, "progress": False, "seed": seed, **(fit_options or {})}
     estimation = {k: options[k] for k in ("num_samples", "estimator") if k in options}
@@ -273,13 +274,14 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             if over_budget():
                 complete = False
                 break
-            specs = [_warm_spec(terms, current[3] if current else None, periods, shift=k) for k in range(period_starts)]
+            specs = [_warm_spec(terms, current[3] if current else None, periods, shift=k, starts=starts)
+                     for k in range(period_starts)]
             if current is not None and _count_periodic(terms) > _count_periodic(current[0]):
                 # cold starts too: every part at its default, the new season at the periodogram of
                 # the targets. A parent that absorbed the season (an RBF of a short length-scale)
                 # leaves residuals without it, and its values hold the child in its own basin
                 # (Poisson seeds 2 and 5 of docs/experiments.md, "Kernel structure search")
-                specs += [_warm_spec(terms, None, data_periods, shift=k) for k in range(period_starts)]
+                specs += [_warm_spec(terms, None, data_periods, shift=k, starts=starts) for k in range(period_starts)]
             specs = [sp for i, sp in enumerate(specs) if sp not in specs[:i]]  # (no new periodic part: one start)
             row, model = run(specs, sum(map(len, terms)))
             results.append((terms, row, model))
@@ -312,7 +314,8 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         if not complete:
             break
     spec = current[3]
-    return KernelSearchResult(spec=spec, expression=current[1]["expression"].removesuffix(" (continued)"),
+    expression = current[1]["expression"].removesuffix(" (continued)").removesuffix(" (from the child's values)")
+    return KernelSearchResult(spec=spec, expression=expression,
                               model=current[2], table=table,
                               seconds=time.perf_counter() - start, complete=complete)
 
@@ -359,10 +362,21 @@ def _plain(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k in ("kernel", "active_dims")}
 
 
-def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0) -> dict:
+def _linear_start(X: np.ndarray, dims) -> dict:
+    """A new linear leaf's start: its offset at the columns' means and its variance at one over the
+    sum of their variances, so that s (x - c) . (x - c) is about 1 over the data. From the
+    default (c = 0, s = 1) a linear part of inputs far from 0 (calendar years) starts with a kernel
+    matrix of 1e6 and rank one, and its fit failed (CO2: ELBO -2343 against rbf's 519)."""
+    cols = X[:, list(dims)] if dims is not None else X
+    var = float(np.sum(cols.var(0)))
+    return {"offset": [float(v) for v in cols.mean(0)], "variance": 1.0 / var if var > 0 else 1.0}
+
+
+def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, starts: Optional[dict] = None) -> dict:
     """The candidate's spec: leaves it shares with the parent start at the parent's fitted values
     (matched term by term, by family and columns), new periodic leaves at the periodogram's peaks:
-    the first at peak ``shift`` (0: the strongest), the next at the next peak, and so on."""
+    the first at peak ``shift`` (0: the strongest), the next at the next peak, and so on; other new
+    leaves at ``starts[leaf key]`` where given (a linear leaf's offset and variance)."""
     fitted = _terms_of(parent) if parent is not None else []
     used = set()
 
@@ -382,6 +396,8 @@ def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0) -> 
             new = dict(leaf)
             if v is not None:
                 new.update(v)
+            elif starts and _leaf_key(leaf) in starts:
+                new.update(starts[_leaf_key(leaf)])
             elif leaf["kernel"] == "periodic":  # the first new one at the strongest peak, the next at the next
                 dims = tuple(leaf.get("active_dims") or [])
                 peaks = periods.get(dims, [])
