@@ -39,7 +39,7 @@ import numpy as np
 
 from .._choices import KERNELS
 from ..kernels.expression import format_kernel
-from ..kernels.spec import kernel_spec
+from ..kernels.spec import default_lengthscale, kernel_spec
 
 #: the base families the search combines by default
 DEFAULT_BASE = ("rbf", "periodic", "linear")
@@ -152,6 +152,9 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     periods = {tuple(g or []): _periodogram_peaks(X, Yarr, g, peaks) for g in groups} if "periodic" in base else {}
     data_periods = periods  # of the targets themselves: the cold starts' periods
     starts = {_leaf_key(b): _linear_start(X, b.get("active_dims")) for b in bases if b["kernel"] == "linear"}
+    lengthscale = default_lengthscale(torch.as_tensor(X))
+    neutral = {_leaf_key(b): [[float(v) for v in np.atleast_1d(lengthscale(b.get("active_dims"), True))]]
+               for b in bases if b["kernel"] in _NEUTRAL_FACTORS}
     M = int(num_inducing or min(N, 100))
     options = {"iterations": iterations, "lr": lr, "progress": False, "seed": seed, **(fit_options or {})}
     estimation = {k: options[k] for k in ("num_samples", "estimator") if k in options}
@@ -282,7 +285,13 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                 # leaves residuals without it, and its values hold the child in its own basin
                 # (Poisson seeds 2 and 5 of docs/experiments.md, "Kernel structure search")
                 specs += [_warm_spec(terms, None, data_periods, shift=k, starts=starts) for k in range(period_starts)]
-            specs = [sp for i, sp in enumerate(specs) if sp not in specs[:i]]  # (no new periodic part: one start)
+            elif current is not None and _extends(terms, current[0]):
+                # and the neutral start: the parent as fitted, the new part about 0 (a term) or 1 (a
+                # factor), from which the child's fit climbs and so ends at or above the parent. From
+                # the default start a child that holds its parent scored below it 3 times in the CO2
+                # search (e.g. rq * periodic + rbf 2998.8 against rq * periodic 3022.0, docs/experiments.md)
+                specs.append(_warm_spec(terms, current[3], periods, starts=starts, neutral=neutral))
+            specs = [sp for i, sp in enumerate(specs) if sp is not None and sp not in specs[:i]]
             row, model = run(specs, sum(map(len, terms)))
             results.append((terms, row, model))
         if not results:
@@ -372,13 +381,24 @@ def _linear_start(X: np.ndarray, dims) -> dict:
     return {"offset": [float(v) for v in cols.mean(0)], "variance": 1.0 / var if var > 0 else 1.0}
 
 
-def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, starts: Optional[dict] = None) -> dict:
+def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, starts: Optional[dict] = None,
+               neutral: Optional[dict] = None) -> Optional[dict]:
     """The candidate's spec: leaves it shares with the parent start at the parent's fitted values
     (matched term by term, by family and columns), new periodic leaves at the periodogram's peaks:
     the first at peak ``shift`` (0: the strongest), the next at the next peak, and so on; other new
-    leaves at ``starts[leaf key]`` where given (a linear leaf's offset and variance)."""
+    leaves at ``starts[leaf key]`` where given (a linear leaf's offset and variance).
+
+    With ``neutral`` (leaf key -> the leaf's default length-scales ``[[l_1, ..., l_d]]``), the
+    neutral start of a child that adds one base kernel to its parent: the new kernel leaves the
+    parent's prior almost as it was, so that the child starts at about the parent's ELBO and its
+    fit can only climb from there. A new term starts at variance 0.01 (``k + 0.01 k_new``); a new
+    factor of a stationary family at variance 1 and ten times its default length-scales (``k x
+    k_new`` with ``k_new`` >= 0.94 over the data). None where no such start exists (a new periodic
+    or linear factor: flat in its parameters near 1, or never 1)."""
     fitted = _terms_of(parent) if parent is not None else []
     used = set()
+    if neutral is not None and not fitted:
+        return None
 
     def values_for(t_index, leaf):
         for i, term in enumerate(fitted):
@@ -390,24 +410,51 @@ def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, sta
 
     out, new_periodic = [], {}
     for ti, term in enumerate(terms):
-        leaves = []
+        leaves, fresh = [], []
         for leaf in term:
             v = values_for(ti, leaf)
             new = dict(leaf)
             if v is not None:
                 new.update(v)
-            elif starts and _leaf_key(leaf) in starts:
-                new.update(starts[_leaf_key(leaf)])
-            elif leaf["kernel"] == "periodic":  # the first new one at the strongest peak, the next at the next
-                dims = tuple(leaf.get("active_dims") or [])
-                peaks = periods.get(dims, [])
-                if peaks:
-                    n = new_periodic.get(dims, shift)
-                    new["period"] = float(peaks[n % len(peaks)])
-                    new_periodic[dims] = n + 1
+            else:
+                fresh.append(len(leaves))
+                if starts and _leaf_key(leaf) in starts:
+                    new.update(starts[_leaf_key(leaf)])
+                elif leaf["kernel"] == "periodic":  # the first new one at the strongest peak, the next at the next
+                    dims = tuple(leaf.get("active_dims") or [])
+                    peaks = periods.get(dims, [])
+                    if peaks:
+                        n = new_periodic.get(dims, shift)
+                        new["period"] = float(peaks[n % len(peaks)])
+                        new_periodic[dims] = n + 1
             leaves.append(new)
+        if neutral is not None and fresh:
+            leaf = leaves[fresh[0]]
+            if len(fresh) == len(leaves):  # a new term
+                leaf["variance"] = [0.01]
+            elif leaf["kernel"] in _NEUTRAL_FACTORS and _leaf_key(leaf) in neutral:
+                leaf["variance"] = [1.0]
+                leaf["lengthscale"] = [[10.0 * float(v) for v in row] for row in neutral[_leaf_key(leaf)]]
+            else:
+                return None
         out.append(leaves[0] if len(leaves) == 1 else {"product": leaves})
     return out[0] if len(out) == 1 else {"sum": out}
+
+
+#: the families whose kernel tends to 1 (at variance 1) as their length-scales grow, with a gradient
+#: in them still there at ten times the default (a neutral factor, :func:`_warm_spec`)
+_NEUTRAL_FACTORS = ("rbf", "matern12", "matern32", "matern52", "rq")
+
+
+def _extends(terms, parent_terms) -> bool:
+    """Is ``terms`` ``parent_terms`` with one more base kernel (a new term or a new factor)?"""
+    want = _key(parent_terms)
+    for i, term in enumerate(terms):
+        for j in range(len(term)):
+            rest = [t if k != i else t[:j] + t[j + 1:] for k, t in enumerate(terms)]
+            if _key([t for t in rest if t]) == want:
+                return True
+    return False
 
 
 def _projections(child: dict, parent_terms) -> list:

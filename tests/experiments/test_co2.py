@@ -70,6 +70,8 @@ def test_tiny_run(tmp_path, monkeypatch):
     assert dense["test_rmse"] == pytest.approx(exact["test_rmse"], rel=1e-3)
     # a bound: the sparse model's ELBO at the same hyper-parameters is below the exact evidence
     assert rows["savigp@exact"]["objective_per_point"] < exact["objective_per_point"]
+    # trained to the ELBO's optimum, the hand-built kernel's bound is above the 15 fit_orthnat steps'
+    assert rows["savigp-lbfgs"]["objective_per_point"] > rows["savigp"]["objective_per_point"]
     # the exact GP's fit is cached and reused
     saved = json.loads((tmp_path / "co2_exact.json").read_text())
     again = co2.cached_exact(tmp_path / "co2_exact.json", saved["key"], None, None, None, co2.parse(["--quick"]))
@@ -86,4 +88,5 @@ def test_tiny_run_with_the_structure_search(tmp_path):
     assert list(rows) == [m for m in co2.METHODS if m != "savigp-rbf"] + ["savigp-search", "savigp-rbf"]
     search = rows["savigp-search"]
     assert "chose rbf (1 candidates" in search["note"] and "budget spent" in search["note"]
+    assert "L-BFGS to the optimum" in search["note"]
     assert math.isfinite(search["test_nlpd"]) and res["hypers"]["savigp-search"] == {"expression": "rbf"}

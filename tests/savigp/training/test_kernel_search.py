@@ -10,7 +10,7 @@ import torch
 import savigp
 from likelihoods import Gaussian
 from savigp.kernels import build_kernel, parse_kernel
-from savigp.training.kernel_search import _key, _periodogram_peaks, _projections, _proposals, _terms_of, _warm_spec, \
+from savigp.training.kernel_search import _extends, _key, _periodogram_peaks, _projections, _proposals, _terms_of, _warm_spec, \
     _working_residuals
 
 RBF, PER, LIN = {"kernel": "rbf"}, {"kernel": "periodic"}, {"kernel": "linear"}
@@ -149,6 +149,32 @@ def test_children_start_at_the_parents_fitted_values_and_new_seasons_at_the_peak
     build_kernel(child, 1, 1)  # a valid spec
 
 
+def test_the_neutral_start_leaves_the_parents_prior_almost_as_it_was():
+    """A child that adds a term starts at k + 0.01 k_new, one that adds a stationary factor at k x
+    k_new with k_new >= 0.94 over the data (ten times its default length-scale): its ELBO starts at
+    about the parent's. A new periodic or linear factor has no such start."""
+    X = torch.linspace(0, 9, 30, dtype=torch.float64)[:, None]
+    parent = {"product": [{"kernel": "periodic", "period": [[1.3]], "lengthscale": [[0.9]], "variance": [1.1]},
+                          {"kernel": "rq", "lengthscale": [[2.5]], "variance": [0.7], "alpha": [0.5]}]}
+    RQ = {"kernel": "rq"}
+    default = {k: [[float(X.std()) * 3.0]] for k in (_key([[RBF]])[0][0], _key([[RQ]])[0][0])}
+    assert _extends([[PER, RQ], [RBF]], [[PER, RQ]]) and _extends([[PER, RQ, RBF]], [[PER, RQ]])
+    assert not _extends([[PER, RBF]], [[PER, RQ]]) and not _extends([[PER, RQ]], [[PER, RQ]])
+    K = build_kernel(parent, 1, 1).to(torch.float64)(X, X).detach()
+    added = _warm_spec([[PER, RQ], [RBF]], parent, {}, neutral=default)
+    term = added["sum"][1]
+    assert term["variance"] == [0.01] and added["sum"][0] == parent
+    Kt = build_kernel(added, 1, 1).to(torch.float64)(X, X)
+    Kr = build_kernel(dict(term, variance=[1.0]), 1, 1).to(torch.float64)(X, X)
+    torch.testing.assert_close(Kt, K + 0.01 * Kr, rtol=1e-12, atol=1e-12)
+    factor = _warm_spec([[PER, RQ, RBF]], parent, {}, neutral=default)
+    assert factor["product"][2]["lengthscale"] == [[30.0 * float(X.std())]]
+    ratio = (build_kernel(factor, 1, 1).to(torch.float64)(X, X) / K).detach()
+    assert float(ratio.min()) > 0.94 and float(ratio.max()) <= 1.0 + 1e-12
+    assert _warm_spec([[PER, RQ, PER]], parent, {(): [2.0]}, neutral=default) is None
+    assert _warm_spec([[PER, RQ, {"kernel": "linear"}]], parent, {}, neutral=default) is None
+
+
 def test_bad_arguments_are_named():
     X, Y = np.zeros((10, 1)), np.zeros((10, 1))
     with pytest.raises(ValueError, match=r"X must have shape \(N, D\), got \(10,\)"):
@@ -173,6 +199,10 @@ def test_a_search_finds_the_season_and_reports_what_it_tried():
     assert chosen[-1]["expression"].removesuffix(" (continued)") == result.expression
     best_level1 = max(r["score"] for r in result.table if r["level"] == 1 and "continued" not in r["expression"])
     assert chosen[-1]["score"] > best_level1
+    # a child that holds its parent (rbf + rbf) had the neutral start too: it ends at or above the parent
+    parent = next(r["elbo"] for r in result.table if r["expression"] == "rbf (continued)")
+    child = next(r for r in result.table if r["expression"] == "rbf + rbf")
+    assert len(child["period_starts"]) == 2 and child["elbo"] >= parent - 1e-6, (child, parent)
     assert "| level | expression |" in str(result)
     assert isinstance(result.model, savigp.SAVIGP)
 
