@@ -345,7 +345,7 @@ def add_search(add, Xtr, ytr_s, Xte, h0: dict, args, hypers: dict) -> None:
     found = savigp.search_kernels(Xtr, ytr_s[:, None], Gaussian(variance=h0["noise"]),
                                   base=("rbf", "periodic", "rq", "linear"), columns=["year"], max_terms=4,
                                   time_budget=args.search, num_inducing=args.num_inducing, seed=args.seed,
-                                  progress=False)
+                                  progress=True)
     search_seconds = time.perf_counter() - t0
     print(found, flush=True)
     model = found.model
