@@ -112,7 +112,10 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             part at its default, the season at the targets' own peaks); each start is settled by
             L-BFGS (with ``polish=0``: ``iterations // 4`` Adam steps) and the start with the highest
             ELBO is trained on. The ELBO is multimodal in the period, and the strongest peak of
-            residuals is often a harmonic.
+            residuals is often a harmonic. A child that adds a non-periodic base kernel to its parent
+            starts from the parent's values twice: its new part at its default, and neutral (a new
+            term at variance 0.01, a new stationary factor at ten times its default length-scale),
+            from where its fit starts at about the parent's ELBO and so ends at or above it.
         model_options: further :class:`savigp.SAVIGP` arguments (e.g. ``posterior=``). By default
             the candidates' inducing inputs stay at their k-means start (``learn_inducing=False``):
             every candidate has the same ones, and learned ones made the fitted ELBO of one
