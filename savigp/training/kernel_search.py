@@ -204,8 +204,10 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         lbfgs(model, {"iterations": 3, "groups": ["posterior"]})
         return polished(model)
 
-    def run(specs, level: int, model=None):
-        """Fit a candidate from the best of its starting ``specs`` (or polish ``model`` further)."""
+    def run(specs, level: int, model=None, parent=None):
+        """Fit a candidate from the best of its starting ``specs`` (or polish ``model`` further); the
+        last start takes q(u) and the likelihood's parameters from the ``parent`` model where given
+        (the neutral start, :func:`_inherit`)."""
         t0 = time.perf_counter()
         if model is not None:
             if polish > 0:
@@ -216,6 +218,8 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         else:
             models = [SAVIGP(X, Y, copy.deepcopy(likelihood), kernel=s, num_inducing=min(M, N), seed=seed, **model_options)
                       for s in specs]
+            if parent is not None:
+                _inherit(models[-1], parent)
             if polish > 0:  # each start settled by L-BFGS, which stays in the start's basin
                 for m in models:
                     settled(m)
@@ -288,14 +292,19 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                 # leaves residuals without it, and its values hold the child in its own basin
                 # (Poisson seeds 2 and 5 of docs/experiments.md, "Kernel structure search")
                 specs += [_warm_spec(terms, None, data_periods, shift=k, starts=starts) for k in range(period_starts)]
-            elif current is not None and _extends(terms, current[0]):
-                # and the neutral start: the parent as fitted, the new part about 0 (a term) or 1 (a
-                # factor), from which the child's fit climbs and so ends at or above the parent. From
-                # the default start a child that holds its parent scored below it 3 times in the CO2
-                # search (e.g. rq * periodic + rbf 2998.8 against rq * periodic 3022.0, docs/experiments.md)
-                specs.append(_warm_spec(terms, current[3], periods, starts=starts, neutral=neutral))
-            specs = [sp for i, sp in enumerate(specs) if sp is not None and sp not in specs[:i]]
-            row, model = run(specs, sum(map(len, terms)))
+            inherit = None
+            if current is not None and _count_periodic(terms) == _count_periodic(current[0]) \
+                    and _extends(terms, current[0]):
+                # and the neutral start (last): the parent as fitted, q(u) and the likelihood's
+                # parameters too, the new part about 0 (a term) or 1 (a factor), from which the
+                # child's fit climbs and so ends at or above the parent. From the default start a
+                # child that holds its parent scored below it 3 times in the CO2 search (e.g. rq *
+                # periodic + rbf 2998.8 against rq * periodic 3022.0, docs/experiments.md)
+                spec = _warm_spec(terms, current[3], periods, starts=starts, neutral=neutral)
+                if spec is not None:
+                    specs, inherit = [sp for sp in specs if sp != spec] + [spec], current[2]
+            specs = [sp for i, sp in enumerate(specs) if sp not in specs[:i]]
+            row, model = run(specs, sum(map(len, terms)), parent=inherit)
             results.append((terms, row, model))
         if not results:
             break
@@ -442,6 +451,21 @@ def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, sta
                 return None
         out.append(leaves[0] if len(leaves) == 1 else {"product": leaves})
     return out[0] if len(out) == 1 else {"sum": out}
+
+
+def _inherit(child, parent) -> None:
+    """The neutral start's other half: ``child`` takes the fitted ``parent``'s q(u) (where their
+    inducing inputs and posterior shapes are the same), its likelihood's parameters and its prior
+    mean, so that with a prior almost the parent's its ELBO starts at about the parent's (a fresh
+    q(u) and the likelihood at its initial values were tens of nats below it after settling)."""
+    import torch
+
+    ours, theirs = child.state_dict(), parent.state_dict()
+    same_z = ours["inducing"].shape == theirs["inducing"].shape and bool(torch.equal(ours["inducing"], theirs["inducing"]))
+    take = {k: v for k, v in theirs.items()
+            if k in ours and ours[k].shape == v.shape and not k.startswith(("kernel.", "inducing"))
+            and (same_z or not k.startswith(("posterior.", "mean_head.")))}
+    child.load_state_dict({**ours, **take})
 
 
 #: the families whose kernel tends to 1 (at variance 1) as their length-scales grow, with a gradient

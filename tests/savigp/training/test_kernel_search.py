@@ -10,7 +10,7 @@ import torch
 import savigp
 from likelihoods import Gaussian
 from savigp.kernels import build_kernel, parse_kernel
-from savigp.training.kernel_search import _extends, _key, _periodogram_peaks, _projections, _proposals, _terms_of, _warm_spec, \
+from savigp.training.kernel_search import _extends, _inherit, _key, _periodogram_peaks, _projections, _proposals, _terms_of, _warm_spec, \
     _working_residuals
 
 RBF, PER, LIN = {"kernel": "rbf"}, {"kernel": "periodic"}, {"kernel": "linear"}
@@ -173,6 +173,27 @@ def test_the_neutral_start_leaves_the_parents_prior_almost_as_it_was():
     assert float(ratio.min()) > 0.94 and float(ratio.max()) <= 1.0 + 1e-12
     assert _warm_spec([[PER, RQ, PER]], parent, {(): [2.0]}, neutral=default) is None
     assert _warm_spec([[PER, RQ, {"kernel": "linear"}]], parent, {}, neutral=default) is None
+
+
+def test_a_neutral_child_starts_at_its_parents_elbo():
+    """With the parent's q(u), noise and prior mean (:func:`_inherit`), a child from the neutral start
+    has, before any fitting, about the parent's full-data ELBO (fresh, it is far below)."""
+    from savigp.training.convergence import full_data_elbo
+
+    rng = np.random.default_rng(1)
+    X = np.sort(rng.uniform(0, 9, (60, 1)), 0)
+    Y = np.sin(2 * math.pi * X / 1.5) + 0.3 * X + 0.1 * rng.normal(size=X.shape)
+    found = savigp.search_kernels(X, Y, Gaussian(), base=("periodic",), max_terms=1, num_inducing=15, iterations=30,
+                                  polish=5, period_starts=2, progress=False)
+    parent, elbo = found.model, found.table[0]["elbo"]
+    default = {_key([[b]])[0][0]: [[float(X.std()) * 10.0]] for b in (RBF, {"kernel": "rq"})}
+    for terms in ([[PER], [RBF]], [[PER, RBF]], [[PER, {"kernel": "rq"}]]):
+        spec = _warm_spec(terms, found.spec, {}, neutral=default)
+        child = savigp.SAVIGP(X, Y, Gaussian(), kernel=spec, num_inducing=15, learn_inducing=False)
+        fresh = full_data_elbo(child)[0]
+        _inherit(child, parent)
+        start = full_data_elbo(child)[0]
+        assert abs(start - elbo) < 1.0 and fresh < elbo - 20, (terms, start, fresh, elbo)
 
 
 def test_bad_arguments_are_named():
