@@ -266,7 +266,7 @@ def train(model, steps: int, lr: float, learn_inducing: bool, seed: int) -> dict
     return {"train_seconds": seconds, "elbo": optimal_elbo(model)}
 
 
-def train_to_optimum(model, seed: int, rounds: int = 12, tol: float = 1e-4) -> dict:
+def train_to_optimum(model, seed: int, rounds: int = 40, tol: float = 1e-4) -> dict:
     """The hand-built kernel trained as :func:`savigp.search_kernels` trains its candidates, run on to
     the ELBO's optimum: L-BFGS on q(u) alone (3 steps), then rounds of 10 L-BFGS steps (strong Wolfe,
     the closed-form ELBO: deterministic) on everything learned until a round gains under ``tol``

@@ -152,8 +152,9 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     if int(period_starts) < 1 or int(polish) < 0:
         raise ValueError(f"search_kernels: period_starts must be >= 1 and polish >= 0, got {period_starts} and {polish}")
     peaks = max(2, int(period_starts))
-    periods = {tuple(g or []): _periodogram_peaks(X, Yarr, g, peaks) for g in groups} if "periodic" in base else {}
-    data_periods = periods  # of the targets themselves: the cold starts' periods
+    periods = ({tuple(g or []): _periodogram_peaks(X, Yarr, g, peaks, detrend=True) for g in groups}
+               if "periodic" in base else {})
+    data_periods = periods  # of the targets themselves (less their trend): the cold starts' periods
     starts = {_leaf_key(b): _linear_start(X, b.get("active_dims")) for b in bases if b["kernel"] == "linear"}
     lengthscale = default_lengthscale(torch.as_tensor(X))
     neutral = {_leaf_key(b): [[float(v) for v in np.atleast_1d(lengthscale(b.get("active_dims"), True))]]
@@ -565,12 +566,15 @@ def _working_residuals(model, X: np.ndarray, Y: np.ndarray):
 
 
 def _periodogram_peaks(X: np.ndarray, Y: np.ndarray, dims, count: int = 3,
-                       weights: Optional[np.ndarray] = None) -> list:
+                       weights: Optional[np.ndarray] = None, detrend: bool = False) -> list:
     """Starting periods for a periodic part, whose ELBO is multimodal in the period: the strongest
     peak of the Lomb-Scargle periodogram (Lomb 1976; Scargle 1982; with ``weights`` ``(N,)``, the
     weighted, floating-mean form of Zechmeister and Kuerster 2009, scipy's) of the first target column
     against the input column ``dims[0]`` (or the first), between twice the median spacing of the
-    inputs and half their range, twice that period, then the next strongest peaks; ``count`` in all."""
+    inputs and half their range, twice that period, then the next strongest peaks; ``count`` in all.
+    ``detrend``: of the targets less their least-squares line in that column (the targets' own
+    periodogram: a trend's power at long periods hid the season of Mauna Loa CO2, whose peaks were
+    11.1, 22.2 and 8.2 years, and 1.0, 2.0 and 14.0 years without the line)."""
     from scipy.signal import lombscargle
 
     x = X[:, (dims or [0])[0]]
@@ -580,6 +584,8 @@ def _periodogram_peaks(X: np.ndarray, Y: np.ndarray, dims, count: int = 3,
         ok &= np.isfinite(weights) & (weights > 0)
     x, y = x[ok], y[ok]
     w = None if weights is None else weights[ok]
+    if detrend and np.unique(x).size > 2:
+        y = y - np.polyval(np.polyfit(x, y, 1, w=None if w is None else np.sqrt(w)), x)
     y = y - (y.mean() if w is None else np.average(y, weights=w))
     xs = np.unique(x)
     if xs.size < 8 or not np.any(y):

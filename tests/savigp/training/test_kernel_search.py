@@ -40,6 +40,16 @@ def test_the_periodogram_finds_the_period_of_noisy_seasonal_data():
     assert peaks[1] == 2 * peaks[0] and len(peaks) == 3  # twice the strongest: its fundamental if it is a harmonic
 
 
+def test_the_targets_periodogram_sees_a_season_under_a_trend():
+    """A small season (period 1.3) on a strong trend: the trend's power at long periods hides it
+    from the plain periodogram; less the least-squares line, the strongest peak is the season."""
+    rng = np.random.default_rng(3)
+    X = np.sort(rng.uniform(0, 30, (400, 1)), 0)
+    Y = 0.3 * np.sin(2 * math.pi * X / 1.3) + 0.002 * (X - 10) ** 2 + 0.2 * X + 0.05 * rng.normal(size=X.shape)
+    assert abs(_periodogram_peaks(X, Y, None)[0] - 1.3) > 0.5
+    assert _periodogram_peaks(X, Y, None, detrend=True)[0] == pytest.approx(1.3, rel=0.01)
+
+
 def test_a_child_projects_onto_its_parent_by_dropping_each_added_base_kernel():
     """The parent refitted from a winning child's values: each way of removing one base kernel that
     leaves the parent's structure, with the child's values (here the season is in either factor)."""
