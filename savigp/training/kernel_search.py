@@ -462,7 +462,8 @@ def _inherit(child, parent) -> None:
     import torch
 
     ours, theirs = child.state_dict(), parent.state_dict()
-    same_z = ours["inducing"].shape == theirs["inducing"].shape and bool(torch.equal(ours["inducing"], theirs["inducing"]))
+    z, z_parent = ours.get("inducing"), theirs.get("inducing")
+    same_z = z is not None and z_parent is not None and z.shape == z_parent.shape and bool(torch.equal(z, z_parent))
     take = {k: v for k, v in theirs.items()
             if k in ours and ours[k].shape == v.shape and not k.startswith(("kernel.", "inducing"))
             and (same_z or not k.startswith(("posterior.", "mean_head.")))}
