@@ -50,6 +50,9 @@ DEFAULT_BASE = ("rbf", "periodic", "linear")
 #: log Bayes factor below 1 is "not worth more than a bare mention" (Kass & Raftery 1995, §3.2); with a
 #: closed-form ELBO (standard error 0) a move on a 0.06-nat gain was taken (issue 57)
 MIN_GAIN = 1.0
+#: seconds (or a tenth of the budget, if more) that the check guarding a move may take once the
+#: time budget is spent: the check is never skipped, and a move whose check does not end is not taken
+CHECK_GRACE = 10.0
 
 
 @dataclass
@@ -111,9 +114,10 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         per_column: base kernels on one column each (default when 1 < D <= 8) or on all columns.
         max_terms: the most base kernels in an expression.
         time_budget: seconds; the fit in hand stops within one of its steps of the deadline and is
-            rejected (its row says so), no candidate starts after it, and no move is made whose
-            check (the parent refitted from the child's values) the budget left undone (the result's
-            ``complete`` is then False). Where the budget ended every first-level fit, the best of
+            rejected (its row says so), and no candidate starts after it; the check that guards a
+            move (the parent refitted from the child's values) still runs, within
+            :data:`CHECK_GRACE` seconds (or a tenth of the budget), and a move whose check does not
+            end in that time is not taken (the result's ``complete`` is then False). Where the budget ended every first-level fit, the best of
             them is returned.
         penalty: ``"bic"`` (score = ELBO - p log(N) / 2) or None (the ELBO alone).
         num_inducing: M of every candidate (default min(N, 100)).
@@ -182,11 +186,12 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     model_options = {"learn_inducing": False, **(model_options or {})}
     start, table = time.perf_counter(), []
     deadline = None if time_budget is None else start + float(time_budget)
-    clock = {"stopped": False}  # whether the budget stopped the fit of the candidate in hand
+    # the deadline of the fit in hand (the budget's, or a move's check's grace) and whether it stopped it
+    clock = {"stopped": False, "deadline": deadline}
 
     def out_of_time(step=None, terms=None) -> bool:
-        """fit's callback: True (stop) once the budget is spent, within one step of its deadline."""
-        if deadline is not None and time.perf_counter() > deadline:
+        """fit's callback: True (stop) once the fit's deadline has passed, within one step of it."""
+        if clock["deadline"] is not None and time.perf_counter() > clock["deadline"]:
             clock["stopped"] = True
         return clock["stopped"]
 
@@ -378,11 +383,12 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             # "Kernel structure search": rbf + periodic at the doubled period, ELBO 78, beaten by
             # rbf + periodic * periodic at 91 with the right period in one factor)
             projections = _projections(kernel_spec(model.kernel, values=True), current[0])
-            if projections:  # (never skipped: without the check, no move)
+            if projections:  # (never skipped: past the budget it has a grace of its own; without it, no move)
                 if over_budget():
                     complete = False
-                    break
+                    clock["deadline"] = time.perf_counter() + max(CHECK_GRACE, 0.1 * float(time_budget))
                 prow, pmodel = run(projections, current[1]["level"])
+                clock["deadline"] = deadline
                 prow["expression"] += " (from the child's values)"
                 if prow["failed"] and _BUDGET_ENDED in prow["failed"]:
                     complete = False
