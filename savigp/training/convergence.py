@@ -68,10 +68,12 @@ class Rising:
                 f"{z}): more iterations would likely improve the fit")
 
 
-def still_rising(elbo: Sequence[float], num_data: int, *, fraction: float = 0.2) -> Optional[Rising]:
-    """The trend of the last ``fraction`` of ``elbo`` (per-step estimates) when it is still rising
-    (module docstring), else None (also for fewer than :data:`MIN_TREND_STEPS` steps there)."""
-    n = int(len(elbo) * fraction)
+def still_rising(elbo: Sequence[float], num_data: int, *, fraction: float = 0.2,
+                 steps: Optional[int] = None) -> Optional[Rising]:
+    """The trend of the last ``fraction`` of ``elbo`` (per-step estimates; or of its last ``steps``)
+    when it is still rising (module docstring), else None (also for fewer than
+    :data:`MIN_TREND_STEPS` steps there)."""
+    n = int(len(elbo) * fraction) if steps is None else min(int(steps), len(elbo))
     if n < MIN_TREND_STEPS:
         return None
     y = torch.tensor([float(v) for v in elbo[-n:]], dtype=torch.float64)

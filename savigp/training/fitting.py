@@ -186,12 +186,19 @@ def fit(
     start_fraction: float = DEFAULT_FRACTION,
     reflect: Optional[bool] = None,
     anneal: Optional[bool] = None,
+    max_iterations: Optional[int] = None,
+    time_budget: Optional[float] = None,
 ) -> TrainingHistory:
     """Optimize the ELBO of ``model``.
 
     Args:
         iterations: number of optimizer steps (for L-BFGS: outer steps of ``lbfgs_max_iter``
-            inner iterations each, all with the same Monte Carlo draws).
+            inner iterations each, all with the same Monte Carlo draws). Without ``iterations`` and
+            ``epochs``, fit runs until the ELBO has stopped rising, by the rule of
+            :mod:`savigp.training.until_converged` (rounds of steps, the trend of the ELBO after the
+            exploration within its noise over a window of a quarter of the path), up to
+            ``max_iterations`` steps (default 20000) or ``time_budget`` seconds, then polishes with
+            L-BFGS where the full data fit in memory; ``history.convergence`` says how it ended.
         epochs: alternatively, passes over the data (``iterations = epochs * N / batch_size``).
         batch_size: B for mini-batches (default: all N); L-BFGS always uses all data.
         optimizer: ``"adam"``, ``"adadelta"`` or ``"lbfgs"``.
@@ -317,6 +324,16 @@ def fit(
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    if iterations is None and epochs is None and max_components is None:  # to convergence
+        from .until_converged import fit_until_converged
+
+        return fit_until_converged(model, fit, max_iterations=max_iterations, time_budget=time_budget, state=state,
+                                   callback=callback, progress=progress, final_elbo=final_elbo,
+                                   batch_size=batch_size, optimizer=optimizer, lr=lr, num_samples=num_samples,
+                                   estimator=estimator, groups=groups, seed=seed, lbfgs_max_iter=lbfgs_max_iter,
+                                   tune_allocator=tune_allocator, log_every=log_every, cuda_graphs=cuda_graphs,
+                                   weight_lr=weight_lr, threads=threads, starts=starts,
+                                   start_fraction=start_fraction, reflect=reflect, anneal=anneal)
     if max_components is not None:  # the K search: fits of this function, one kept
         if state is not None or callback is not None:
             raise ValueError("fit(max_components=...) fits several models: it takes no state= or callback=")

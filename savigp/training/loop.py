@@ -86,6 +86,8 @@ class TrainingHistory:
     #: one line per event of the run a user should know of (e.g. an L-BFGS step rejected because a
     #: trial point of its line search had a matrix that is not positive definite)
     notes: list = field(default_factory=list)
+    #: a run without ``iterations``: how it ended (:class:`savigp.training.until_converged.Convergence`)
+    convergence: Optional[object] = None
 
 
 @dataclass

@@ -1,0 +1,240 @@
+""":func:`savigp.fit` without ``iterations``: steps until the ELBO has stopped rising, then a polish.
+
+A fixed number of steps ends "still rising" on most real data (breast cancer +2-3 nats, elnino +20,
+sunspots +66 over the last fifth of the default 500 steps; issue 57) and says so only in a warning.
+Without ``iterations`` or ``epochs``, fit runs in rounds instead and stops by a stated rule:
+
+* **Rounds.** The first round is :data:`FIRST_ROUND` steps, planned as any fit of that length
+  (a mixture's exploration of starts and its move, fit's own phase, the annealing phase:
+  :mod:`savigp.training.schedule`). Each round stops where the annealing phase would begin; while
+  the rule says the ELBO still rises, the run is lengthened by :data:`GROWTH` (its own phase takes
+  the new steps, with the same optimizer: its moments are not reset), up to ``max_iterations``
+  steps or ``time_budget`` seconds. Then the annealing phase runs.
+* **The rule.** The least-squares trend of the per-step ELBO estimates over the last
+  :data:`WINDOW_FRACTION` of the path after the exploration (at least :data:`MIN_WINDOW` steps): the
+  ELBO has stopped rising when the rise that trend implies over the window is within
+  :data:`~savigp.training.convergence.RISE_Z` of its standard errors (its Monte Carlo noise) or
+  below :data:`~savigp.training.convergence.RISE_PER_POINT` nats per data point
+  (:func:`savigp.training.convergence.still_rising` with that window).
+* **Polish.** Where the full data fit in memory (N S K Q at most :data:`POLISH_MAX_WORK`) and the
+  estimator's draws can be held fixed (not a score-function estimator, whose fixed-draw objective
+  is not the ELBO's), :data:`POLISH_STEPS` outer steps of L-BFGS with fixed draws follow, and are
+  kept only where they raised the full-data ELBO (common draws). Adam at its learning rate ends at
+  a random point of its noise floor, nats below the optimum.
+
+The history's :attr:`~savigp.training.loop.TrainingHistory.convergence` records the verdict
+(:class:`Convergence`), and a run that hit its cap still rising warns with
+:class:`~savigp.training.convergence.ConvergenceWarning`.
+"""
+from __future__ import annotations
+
+import copy
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .convergence import ConvergenceWarning, full_data_elbo, still_rising
+
+#: steps of the first round
+FIRST_ROUND = 500
+#: each further round lengthens the run by this factor
+GROWTH = 1.5
+#: L-BFGS: the first round's outer steps and the rule's least window
+LBFGS_FIRST_ROUND, LBFGS_MIN_WINDOW = 20, 10
+#: the default cap on the steps of a run to convergence
+MAX_ITERATIONS = 20000
+#: the rule's window: this fraction of the path after the exploration, at least MIN_WINDOW steps
+WINDOW_FRACTION = 0.25
+MIN_WINDOW = 50
+#: L-BFGS outer steps of the polish (20 inner iterations each, strong Wolfe line search)
+POLISH_STEPS = 5
+#: the polish runs where N * S * K * Q (the draws of one full-data evaluation) is at most this
+POLISH_MAX_WORK = 5e7
+
+
+@dataclass
+class Convergence:
+    """How a run to convergence ended.
+
+    Attributes:
+        converged: the rule said the ELBO had stopped rising (False: the cap or the budget ended it).
+        steps: the steps taken; rounds: the rounds.
+        window: the steps the last verdict read; rise: the trend's rise over them (nats); z: the
+            trend over its standard error (inf without noise).
+        reason: one line saying why the run stopped.
+        polished: whether the L-BFGS polish ran and raised the ELBO (None: it did not run).
+    """
+
+    converged: bool
+    steps: int
+    rounds: int
+    window: int
+    rise: float
+    z: float
+    reason: str
+    polished: Optional[bool] = None
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("converged", "steps", "rounds", "window", "rise", "z", "reason", "polished")}
+
+
+def verdict(path: list, num_data: int, min_window: int = MIN_WINDOW) -> tuple:
+    """``(converged, window, rise, z)`` of the rule (module docstring) on ``path``, the per-step ELBO
+    estimates after the exploration."""
+    import math
+
+    window = max(min_window, int(WINDOW_FRACTION * len(path)))
+    rising = still_rising(path, num_data, steps=window)
+    if rising is not None:
+        return False, rising.steps, rising.rise, rising.z
+    n = min(window, len(path))
+    if n < min_window:  # (too short to judge: not converged)
+        return False, n, math.nan, math.nan
+    return True, n, _trend_rise(path[-n:]), math.nan
+
+
+def _trend_rise(values: list) -> float:
+    """The least-squares trend of ``values`` times their number (nats over the window)."""
+    n = len(values)
+    mean_t, mean_v = (n - 1) / 2.0, sum(values) / n
+    num = sum((i - mean_t) * (v - mean_v) for i, v in enumerate(values))
+    den = sum((i - mean_t) ** 2 for i in range(n))
+    return num / den * n if den > 0 else 0.0
+
+
+def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], time_budget: Optional[float],
+                        state: Optional[dict], callback: Optional[Callable], progress: bool, final_elbo: bool,
+                        **options):
+    """Run ``fit`` (:func:`savigp.fit`, passed in: it calls this) in rounds until the rule says the
+    ELBO has stopped rising (module docstring). ``options``: fit's other keyword arguments.
+    Returns fit's :class:`~savigp.training.loop.TrainingHistory` of the whole run, with
+    ``convergence`` set."""
+    from . import schedule as _schedule
+
+    cap = MAX_ITERATIONS if max_iterations is None else int(max_iterations)
+    if cap < 1:
+        raise ValueError(f"max_iterations must be >= 1, got {max_iterations}")
+    if time_budget is not None and not float(time_budget) > 0:
+        raise ValueError(f"time_budget must be > 0 seconds, got {time_budget}")
+    state = {} if state is None else state
+    t0 = time.perf_counter()
+    user_stopped = {"stop": False}
+
+    def anneal_begins() -> Optional[int]:
+        sched = state.get("schedule")
+        if sched is None:
+            return None
+        phases = sched["phases"]
+        for p in range(int(sched.get("segment", 0)), len(phases)):
+            if phases[p]["kind"] == "anneal":
+                return _schedule.bounds(sched, p)[0]
+        return None
+
+    def at_anneal(step, terms):
+        if callback is not None and callback(step, terms):
+            user_stopped["stop"] = True
+            return True
+        begin = anneal_begins()  # (without an annealing phase: one step before the schedule's end)
+        return step + 1 >= (begin if begin is not None else _schedule.total(state["schedule"]) - 1)
+
+    def main_steps() -> int:
+        """The steps of fit's own phase taken so far (the path after the exploration)."""
+        sched = state["schedule"]
+        phases = sched["phases"]
+        seg = int(sched.get("segment", 0))
+        main = next((p for p in range(seg, len(phases)) if phases[p]["kind"] == "main"), seg)
+        begin, end = _schedule.bounds(sched, main)
+        return max(0, min(int(state.get("step", 0)), end) - begin)
+
+    lbfgs = options.get("optimizer", "adam") == "lbfgs"  # (outer steps of 20 iterations each)
+    first, min_window = (LBFGS_FIRST_ROUND, LBFGS_MIN_WINDOW) if lbfgs else (FIRST_ROUND, MIN_WINDOW)
+    done = int(state.get("step", 0))
+    total = max(done + 2, min(cap, first)) if "schedule" not in state else max(done, _schedule.total(state["schedule"]))
+    history = None
+    rounds, reason, converged, window, rise, z = 0, "", False, 0, float("nan"), float("nan")
+    quiet = {**options, "progress": progress, "final_elbo": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # (the rule's verdict is said once, below)
+        while True:
+            rounds += 1
+            h = fit(model, iterations=total - int(state.get("step", 0)), state=state, callback=at_anneal, **quiet)
+            history = _joined(history, h)
+            if user_stopped["stop"]:
+                reason = "stopped by the callback"
+                break
+            taken = min(main_steps(), len(history.elbo))
+            converged, window, rise, z = verdict(history.elbo[len(history.elbo) - taken:], model.num_data, min_window)
+            step = int(state.get("step", 0))
+            if converged:
+                reason = (f"the ELBO stopped rising: its trend over the last {window} steps is {rise:+.3g} nats, "
+                          f"within its noise or below {model.num_data * 1e-3:.3g} nats")
+                break
+            over_time = time_budget is not None and time.perf_counter() - t0 > float(time_budget)
+            if total >= cap or over_time:
+                what = f"the cap of {cap} steps" if total >= cap else f"the time budget of {float(time_budget):g} s"
+                reason = (f"{what} ended the run with the ELBO still rising (+{rise:.3g} nats over the last "
+                          f"{window} steps): give max_iterations= or time_budget= more")
+                break
+            total = min(cap, max(step + 2, int(total * GROWTH)))
+        # the annealing phase (the rest of the schedule), when the run stopped before it
+        step = int(state.get("step", 0))
+        rest = _schedule.total(state["schedule"]) - step
+        if rest > 0 and not user_stopped["stop"]:
+            h = fit(model, iterations=rest, state=state, callback=callback, **quiet)
+            history = _joined(history, h)
+    history.seconds = time.perf_counter() - t0
+    history.still_rising = None if converged else reason
+    polished = _polish(model, fit, options) if not user_stopped["stop"] else None
+    history.convergence = Convergence(converged, int(state.get("step", 0)), rounds, int(window), float(rise),
+                                      float(z), reason, polished)
+    if not converged and not user_stopped["stop"]:
+        warnings.warn(f"savigp.fit: {reason}", ConvergenceWarning, stacklevel=3)
+    if final_elbo:
+        history.final_elbo, history.final_elbo_stderr = full_data_elbo(
+            model, num_samples=int(options.get("num_samples", 100)), estimator=history.estimator,
+            seed=int(options.get("seed", 0)) + 1)
+    return history
+
+
+def _joined(history, more):
+    """``history`` with the steps of a later call of fit (``more``) appended."""
+    if history is None:
+        return more
+    history.elbo += more.elbo
+    history.steps += more.steps
+    history.notes += more.notes
+    history.terms = more.terms or history.terms
+    history.cuda_graph = history.cuda_graph or more.cuda_graph
+    history.threads = more.threads or history.threads
+    history.stopped = more.stopped
+    return history
+
+
+def _polish(model, fit: Callable, options: dict) -> Optional[bool]:
+    """The deterministic polish (module docstring): True if it ran and raised the full-data ELBO (then
+    kept), False if it ran and did not (the model put back), None where it does not apply."""
+    from .._choices import ESTIMATORS
+    from . import distributed
+
+    estimator = model.resolved_estimator(options.get("estimator", "auto"))
+    S = int(options.get("num_samples", 100)) if ESTIMATORS[estimator].monte_carlo else 1
+    work = model.num_data * S * model.posterior.num_components * model.num_latent
+    if ESTIMATORS[estimator].score_function or work > POLISH_MAX_WORK or distributed.launched() \
+            or options.get("optimizer", "adam") == "lbfgs":
+        return None
+
+    seed = int(options.get("seed", 0)) + 7
+    before_state = copy.deepcopy(model.state_dict())
+    before, _ = full_data_elbo(model, num_samples=S, estimator=estimator, seed=seed)
+    try:
+        fit(model, optimizer="lbfgs", iterations=POLISH_STEPS, lr=1.0, num_samples=int(options.get("num_samples", 100)),
+             estimator=estimator, groups=options.get("groups"), seed=seed, progress=False, final_elbo=False,
+             threads=options.get("threads"))
+        after, _ = full_data_elbo(model, num_samples=S, estimator=estimator, seed=seed)
+    except (ArithmeticError, RuntimeError, ValueError):
+        after = float("-inf")
+    if not after > before:
+        model.load_state_dict(before_state)
+        return False
+    return True
