@@ -28,7 +28,7 @@ from ..runtime.threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
 from . import loop, schedule as _schedule, starts as _starts, step as _step
 from .components import ComponentSearch, adopt, search_components
-from .convergence import ConvergenceWarning, full_data_elbo, still_rising
+from .convergence import MIN_TREND_STEPS, ConvergenceWarning, full_data_elbo, still_rising
 from .groups import parameter_groups
 from .loop import Batches, TrainingHistory
 from .rules import GradientStep, SyncFreeStep
@@ -503,10 +503,13 @@ def _run(model, state: dict, done: int, steps: StepOptions, report, callback) ->
                                 *distributed.evaluation_shard(model.device))
         if below and distributed.rank() == 0:
             warnings.warn(f"savigp.fit: {below}", _starts.LocalOptimumWarning, stacklevel=3)
-    # (the verdict of the phase at the full rate: annealing's lower rate steps the ELBO up by design)
-    judged = [p for p in path if run_phases[p]["kind"] == "main"] or path[-1:]
+    # (the verdict of the path after the starts at the full rate -- the steps before the move, the kept
+    # branch, fit's own phase -- over its last quarter: annealing's lower rate steps the ELBO up by
+    # design, and fit's own phase alone is a tenth of a mixture's run, its last fifth 2% of it)
+    judged = [p for p in path if run_phases[p]["kind"] in ("before", "branch", "main")] or path[-1:]
     if judged:
-        rising = still_rising(traces[judged[-1]].elbo, model.num_data)
+        trail = [v for p in judged for v in traces[p].elbo]
+        rising = still_rising(trail, model.num_data, steps=max(MIN_TREND_STEPS, len(trail) // 4))
         history.still_rising = rising.message() if rising is not None else None
     return history
 
