@@ -24,7 +24,7 @@ model has a mean head or a non-zero or learned prior mean. The parts' means add 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import torch
@@ -37,6 +37,9 @@ from .posteriors import InducingPrior
 _ROWS = 4096
 #: the name of the part that holds the prior mean and the mean head's shift
 MEAN_PART = "mean"
+#: the fields of :class:`PartsPrediction` that hold a tensor per latent function, and the power of
+#: a scale that multiplies them (means 1, variances and covariances 2)
+_PER_LATENT = {"mean": 1, "var": 2, "cov": 2, "component_mean": 1, "component_var": 2, "component_cov": 2}
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,35 @@ class PartsPrediction:
     def num_latent(self) -> int:
         """Q."""
         return len(self.names)
+
+    def transformed(self, scale, shift) -> "PartsPrediction":
+        """The parts of b_q + a_q f_q (``scale`` a and ``shift`` b, ``(Q,)`` each): a standardized
+        target's units undone (y = b + a y_std). Each part's mean is scaled by a_q and its
+        (co)variances by a_q^2; b_q is added to the ``"mean"`` part, appended where there is none."""
+        scale = torch.as_tensor(scale, dtype=self.weights.dtype).reshape(-1)
+        shift = torch.as_tensor(shift, dtype=self.weights.dtype).reshape(-1)
+        if scale.numel() != self.num_latent or shift.numel() != self.num_latent:
+            raise ValueError(f"scale and shift must be ({self.num_latent},), one per latent function, got "
+                             f"{tuple(scale.shape)} and {tuple(shift.shape)}")
+        out = {f: None if getattr(self, f) is None else [] for f in _PER_LATENT}
+        names, dims = [], []
+        for q in range(self.num_latent):
+            a, b = float(scale[q]), float(shift[q])
+            add = MEAN_PART not in self.names[q]
+            names.append(self.names[q] + ([MEAN_PART] if add else []))
+            dims.append(self.active_dims[q] + ([()] if add else []))
+            for f, power in _PER_LATENT.items():
+                value = getattr(self, f)
+                if value is None:
+                    continue
+                v = value[q] * a ** power
+                if add:  # one more part: a column (and a row of covariances) of zeros
+                    v = torch.nn.functional.pad(v, (0, 1, 0, 1) if f.endswith("cov") else (0, 1))
+                if power == 1:
+                    v = v.clone()
+                    v[..., len(names[q]) - 1 if add else self.names[q].index(MEAN_PART)] += b
+                out[f].append(v)
+        return replace(self, names=names, active_dims=dims, **out)
 
 
 @torch.no_grad()
