@@ -146,6 +146,12 @@ def predict_parts(model, X, *, covariance: bool = False, components: bool = Fals
     cov = None
     if covariance:
         cov = [torch.einsum("k,knjl->njl", pi, c + d[..., :, None] * d[..., None, :]) for c, d in zip(c_cov, dev)]
+    if with_mean:  # the mean part is the same number under every component: not random (no rounding left)
+        for q in range(Q):
+            var[q][:, -1] = 0.0
+            if covariance:
+                cov[q][:, -1, :] = 0.0
+                cov[q][:, :, -1] = 0.0
     names = [_unique([t.name(columns) for t in ts] + ([MEAN_PART] if with_mean else [])) for ts in terms]
     dims = [[t.active_dims for t in ts] + ([()] if with_mean else []) for ts in terms]
     return PartsPrediction(names, mean, var, cov, dims, pi,
@@ -177,7 +183,8 @@ def _chunk(model, X: Tensor, prior: InducingPrior, state, head_state, terms: lis
         return cache[pieces]
 
     full = model.latent(X, prior, state, head_state)  # with the prior mean and the head's shift
-    shift = full.mean - post.marginals(prior, model.kernel(Z, X), model.kernel.diag(X), state).mean  # (K, B, Q)
+    shift = full.mean - post.marginals(prior, model.kernel(Z, X), model.kernel.diag(X), state).mean
+    shift = shift[:1].expand_as(shift)  # (K, B, Q): mu + r(x), added to every component alike
     means, variances, covs = [], [], []
     for q, ts in enumerate(terms):
         singles = [marginals(t) for t in ts]
