@@ -513,7 +513,8 @@ def plot_parts(model, X, Y=None, parts=None, path: Optional[str] = None, *,
     A part that reads one input column is drawn against it; one that reads two is a heat map of its
     mean over them (the other columns at their medians: the part does not depend on them); one that
     reads more (or all of D > 2 columns) is the data's inputs on its first two columns coloured by
-    its mean. With D > 1 the total is drawn against the row number.
+    its mean. With D > 1 the total (and the outcome) are drawn over the data's rows sorted by their
+    mean, the data at the same rows: a rising curve with its band, the data about it.
 
     Args:
         model: a :class:`~savigp.model.SAVIGP` (inputs in its units) or a loaded model file
@@ -562,8 +563,13 @@ def plot_parts(model, X, Y=None, parts=None, path: Optional[str] = None, *,
                 constants.setdefault(q, []).append(f"{parts.names[q][j]} = {value:.6g}")
     extra = 1 if outcome is not None else 0
     fig, axes = _figure(len(panels) + extra, 1, (10, 2.1 * (len(panels) + extra) + 0.4))
-    order = np.argsort(X[:, 0], kind="stable") if D == 1 else np.arange(N)
-    xs = X[order, 0] if D == 1 else np.arange(N, dtype=np.float64)
+    ranks = np.arange(N, dtype=np.float64)
+    rows_by = "the data's rows, in the order of the {}"
+
+    def along(values: np.ndarray):  # the order and x values of a total's panel: by x in 1-D, else by the values
+        o = np.argsort(X[:, 0] if D == 1 else values, kind="stable")
+        return o, (X[o, 0] if D == 1 else ranks)
+
     many = N > MANY_POINTS
     dot = dict(ms=1.5 if many else 3, alpha=0.5 if many else 1.0, color="k", lw=0)
     for i, (q, j) in enumerate(panels):
@@ -572,13 +578,14 @@ def plot_parts(model, X, Y=None, parts=None, path: Optional[str] = None, *,
         if j is None:  # the total
             m = parts.mean[q].sum(-1).numpy()
             s = None if parts.cov is None else np.sqrt(np.maximum(parts.cov[q].sum((-1, -2)).numpy(), 0))
+            order, xs = along(m)
             if data_on_total:  # beneath the total's line
                 ax.plot(xs, Y[order, q], ".", label="data", **dot)
             _band(ax, xs, m[order], None if s is None else s[order], "C0", "latent total (95%)")
             ax.set_title(f"{tag}total: " + " + ".join(parts.names[q])
                          + (f"   ({', '.join(constants[q])})" if q in constants else ""), fontsize="small", loc="left")
             ax.legend(loc="upper left", fontsize="x-small", markerscale=3)
-            ax.set_xlabel(names[0] if D == 1 else "row", fontsize="small")
+            ax.set_xlabel(names[0] if D == 1 else rows_by.format("total's mean"), fontsize="small")
             continue
         m = parts.mean[q][:, j].numpy()
         s = np.sqrt(np.maximum(parts.var[q][:, j].numpy(), 0))
@@ -603,10 +610,11 @@ def plot_parts(model, X, Y=None, parts=None, path: Optional[str] = None, *,
     if outcome is not None:
         ax = axes[-1, 0]
         for p in range(min(outcome.shape[1], Y.shape[1])):
-            ax.plot(xs, outcome[order, p], color=f"C{p}", lw=1, label="predictive mean of y")
+            order, xs = along(outcome[:, p])
             ax.plot(xs, Y[order, p], ".", label="data", **dot)
+            ax.plot(xs, outcome[order, p], color=f"C{p}", lw=1, label="predictive mean of y")
         ax.set_title("the outcome: " + ", ".join(_target_names(model, Y.shape[1])), fontsize="small", loc="left")
-        ax.set_xlabel(names[0] if D == 1 else "row", fontsize="small")
+        ax.set_xlabel(names[0] if D == 1 else rows_by.format("predictive mean"), fontsize="small")
         ax.legend(loc="upper left", fontsize="x-small", markerscale=3)
     if path is not None:
         _save(fig, path)

@@ -65,13 +65,16 @@ def test_a_poisson_model_gets_the_latent_total_and_the_data_on_the_outcome_scale
 
 
 def test_parts_of_many_inputs_are_drawn_on_their_own_columns():
-    """D = 3: a part of one column against it, of two a heat map over them, of three the inputs on
-    two columns coloured by its mean."""
+    """D = 3: the total over the rows sorted by its mean (in file order it was noise), a part of
+    one column against it, of two a heat map over them, of three the inputs on two columns coloured
+    by its mean."""
     X, Y = _series(n=40, d=3, seed=2)
     model = _moved(savigp.SAVIGP(X, Y, likelihoods.Gaussian(0.1), "rbf(1) + rbf(0, 2) + linear", num_inducing=8))
     fig = plot_parts(model, X, Y, input_names=["a", "b", "c"])
     panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
     total, one, two, three = panels
+    line = total.lines[-1].get_ydata()  # the total over the rows sorted by its mean: readable at any D
+    assert np.all(np.diff(line) >= 0) and "order of the total's mean" in total.get_xlabel()
     assert one.get_xlabel() == "b" and len(one.lines) == 1
     assert (two.get_xlabel(), two.get_ylabel()) == ("a", "c")
     assert any(type(c).__name__ == "QuadMesh" for c in two.collections)
