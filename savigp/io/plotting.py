@@ -556,7 +556,7 @@ def plot_parts(model, X, Y=None, parts=None, path: Optional[str] = None, *,
     for q in range(Q):
         panels.append((q, None))
         for j in range(len(parts.names[q])):
-            value = _constant(parts.mean[q][:, j].numpy(), parts.var[q][:, j].numpy())
+            value = _constant(_host(parts.mean[q][:, j]), _host(parts.var[q][:, j]))
             if value is None:
                 panels.append((q, j))
             else:  # a constant (the prior mean, the targets' mean): said in the total's title, no panel
@@ -576,8 +576,8 @@ def plot_parts(model, X, Y=None, parts=None, path: Optional[str] = None, *,
         ax = axes[i, 0]
         tag = f"f{q}: " if Q > 1 else ""
         if j is None:  # the total
-            m = parts.mean[q].sum(-1).numpy()
-            s = None if parts.cov is None else np.sqrt(np.maximum(parts.cov[q].sum((-1, -2)).numpy(), 0))
+            m = _host(parts.mean[q].sum(-1))
+            s = None if parts.cov is None else np.sqrt(np.maximum(_host(parts.cov[q].sum((-1, -2))), 0))
             order, xs = along(m)
             if data_on_total:  # beneath the total's line
                 ax.plot(xs, Y[order, q], ".", label="data", **dot)
@@ -587,8 +587,8 @@ def plot_parts(model, X, Y=None, parts=None, path: Optional[str] = None, *,
             ax.legend(loc="upper left", fontsize="x-small", markerscale=3)
             ax.set_xlabel(names[0] if D == 1 else rows_by.format("total's mean"), fontsize="small")
             continue
-        m = parts.mean[q][:, j].numpy()
-        s = np.sqrt(np.maximum(parts.var[q][:, j].numpy(), 0))
+        m = _host(parts.mean[q][:, j])
+        s = np.sqrt(np.maximum(_host(parts.var[q][:, j]), 0))
         dims = parts.active_dims[q][j]
         cols = list(range(D)) if dims is None else list(dims)
         title = f"{tag}{parts.names[q][j]}"
@@ -619,6 +619,11 @@ def plot_parts(model, X, Y=None, parts=None, path: Optional[str] = None, *,
     if path is not None:
         _save(fig, path)
     return fig
+
+
+def _host(t) -> np.ndarray:
+    """A tensor of a prediction (on any device, any float dtype) as a float64 NumPy array."""
+    return t.detach().cpu().double().numpy()
 
 
 def _constant(mean: np.ndarray, var: np.ndarray) -> Optional[float]:
@@ -654,8 +659,8 @@ def _part_map(fig, ax, model, X: np.ndarray, parts, q: int, j: int, cols: list, 
     G[:, cols[0]], G[:, cols[1]] = A.ravel(), B.ravel()
     grid = model.predict_parts(G)
     k = grid.names[q].index(parts.names[q][j])
-    m = grid.mean[q][:, k].numpy().reshape(A.shape)
-    s = np.sqrt(np.maximum(grid.var[q][:, k].numpy(), 0))
+    m = _host(grid.mean[q][:, k]).reshape(A.shape)
+    s = np.sqrt(np.maximum(_host(grid.var[q][:, k]), 0))
     mesh = ax.pcolormesh(A, B, m, shading="auto", cmap="viridis")
     fig.colorbar(mesh, ax=ax, label="mean")
     ax.plot(X[:, cols[0]], X[:, cols[1]], ".", color="w", ms=1.5, alpha=0.6)
