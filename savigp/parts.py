@@ -31,10 +31,9 @@ import torch
 from torch import Tensor
 
 from .kernels.terms import KernelTerm, additive_terms
+from .linalg import chunks as _chunks
 from .posteriors import InducingPrior
 
-#: test rows per pass (a few (Q, M, rows) cross-covariances per term)
-_ROWS = 4096
 #: the name of the part that holds the prior mean and the mean head's shift
 MEAN_PART = "mean"
 #: the fields of :class:`PartsPrediction` that hold a tensor per latent function, and the power of
@@ -134,8 +133,12 @@ def predict_parts(model, X, *, covariance: bool = False, components: bool = Fals
     head_state = model.head_state(prior)
     with_mean = model.head.size > 0 or model.prior_mean.requires_grad or bool((model.prior_mean != 0).any())
     terms = [additive_terms(model.kernel, q) for q in range(Q)]
-    chunks = [_chunk(model, X[i:i + _ROWS], prior, state, head_state, terms, with_mean, covariance)
-              for i in range(0, X.shape[0], _ROWS)]
+    # rows per pass as the model's own prediction takes them (SAVIGP._latent_chunks), times the sets of
+    # terms one pass holds at once (the total's, one part's or a pair's)
+    row = 4 * Q * (model.num_inducing + post.num_components) * X.element_size() * 2
+    rows = _chunks.chunk_size(X.shape[0], row, model.device)
+    chunks = [_chunk(model, X[i:i + rows], prior, state, head_state, terms, with_mean, covariance)
+              for i in range(0, X.shape[0], rows)]
     c_mean = [torch.cat([c[0][q] for c in chunks], dim=1) for q in range(Q)]  # (K, N, J_q)
     c_var = [torch.cat([c[1][q] for c in chunks], dim=1) for q in range(Q)]
     c_cov = [torch.cat([c[2][q] for c in chunks], dim=1) for q in range(Q)] if covariance else None

@@ -252,3 +252,16 @@ def test_transformed_parts_are_those_of_the_scaled_and_shifted_function(prior_me
     assert float(out.cov[0][:, -1].abs().max()) == 0.0 and float(out.component_var[0][..., -1].abs().max()) == 0.0
     with pytest.raises(ValueError, match=r"scale and shift must be \(1,\)"):
         parts.transformed([1.0, 2.0], [0.0])
+
+
+def test_parts_predicted_in_chunks_of_rows_are_the_same(monkeypatch):
+    """Rows go in chunks that fit the device's memory budget (as SAVIGP.predict's): a budget of a
+    few rows gives the same parts as one pass, to rounding."""
+    X, Y = _data(N=50)
+    model = _moved(savigp.SAVIGP(X, Y, Gaussian(NOISE), "rbf + linear + periodic", num_inducing=8, num_components=2))
+    whole = savigp.predict_parts(model, X, covariance=True, components=True)
+    monkeypatch.setattr(savigp.linalg.chunks, "memory_budget", lambda device: 1000)  # 1 row per chunk
+    chunked = savigp.predict_parts(model, X, covariance=True, components=True)
+    for field in ("mean", "var", "cov", "component_mean", "component_var", "component_cov"):
+        a, b = getattr(whole, field)[0], getattr(chunked, field)[0]
+        assert a.shape == b.shape and float((a - b).abs().max()) < 1e-10, field
