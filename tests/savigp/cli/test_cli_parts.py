@@ -66,3 +66,17 @@ def test_predict_parts_plot_draws_the_parts_and_plot_alone_refuses_three_inputs(
                  str(trained / "p3.png"), "--out", str(trained / "p3.csv"), *QUIET]) == 0
     assert read_csv(str(trained / "p3.csv")).header[2:] == ["part_mean_rbf(a)", "part_var_rbf(a)",
                                                              "part_mean_rbf(b, c)", "part_var_rbf(b, c)"]
+
+
+def test_the_parts_columns_of_several_latent_functions_carry_their_index():
+    import torch
+
+    import savigp
+    from likelihoods import MultiGaussian
+    from savigp.cli.predict import parts_table
+
+    X = torch.linspace(0, 1, 12, dtype=torch.float64)[:, None]
+    model = savigp.SAVIGP(X, torch.cat([X, -X], 1), MultiGaussian(2), "rbf + linear", num_inducing=4)
+    header, values = parts_table(model.predict_parts(X))
+    assert header == [f"part_{w}_{q}_{n}" for q in (0, 1) for n in ("rbf", "linear") for w in ("mean", "var")]
+    assert values.shape == (12, 8)
