@@ -52,7 +52,8 @@ class PartsPrediction:
         mean: ``mean[q]`` ``(N, J_q)``, the mixture's means of the parts; they add up to the latent mean.
         var: ``var[q]`` ``(N, J_q)``, the mixture's marginal variances.
         cov: ``cov[q]`` ``(N, J_q, J_q)`` (the parts' covariances at each input; its diagonal is
-            ``var[q]``) with ``covariance=True``, else None.
+            ``var[q]``) with ``covariance=True``, else None; within latent function q only (a joint
+            family's covariances across latent functions are not given).
         active_dims: ``active_dims[q]``, each part's input columns (a tuple; None: all D; ``()``
             for the mean part).
         weights: the mixture weights pi ``(K,)``.
