@@ -25,7 +25,7 @@ _LAZY = {
     "ComponentSearch": "training.components", "search_kernels": "training.kernel_search",
     "KernelSearchResult": "training.kernel_search", "Matern12": "kernels", "RationalQuadratic": "kernels",
     "Periodic": "kernels", "Linear": "kernels", "Constant": "kernels", "White": "kernels", "Scale": "kernels",
-    "Sum": "kernels", "Product": "kernels",
+    "Sum": "kernels", "Product": "kernels", "report": "reports",
 }
 
 
@@ -53,6 +53,6 @@ __all__ = [
     "DecoupledMeanHead", "HybridMeanHead", "AdditiveMatern", "FourierFeatureKernel", "odvff_model",
     "fit_orthnat", "tune_cpu_allocator", "save", "load", "warm_start", "ConvergenceWarning",
     "search_kernels", "KernelSearchResult", "Matern12", "RationalQuadratic", "Periodic", "Linear", "Constant",
-    "White", "Scale", "Sum", "Product",
+    "White", "Scale", "Sum", "Product", "report",
 ]
 __version__ = "0.1.0"

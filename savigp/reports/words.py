@@ -1,0 +1,147 @@
+"""The fitted model in words: each additive part of the kernel described from its fitted values
+(length-scales and periods in the data's units), and the likelihood.
+
+A kernel k = k_1 + ... + k_J (Duvenaud et al. 2013's additive decomposition) is read one term at a
+time: a stationary kernel alone (RBF, Matern, rational quadratic) is a smooth (or rough) variation
+over about its length-scale; a periodic kernel alone a cycle that repeats with the same shape; a
+periodic kernel times a stationary one a cycle whose shape changes over about the stationary
+length-scale (MacKay 1998's quasi-periodic kernel); a linear kernel a linear trend (times another
+linear kernel: a polynomial; times a stationary kernel: a trend whose slope changes); white noise
+independent noise. A term's amplitude is the square root of the product of its variances (the
+latent function's prior sd from that term), in the targets' units when they were standardized.
+Length-scales and periods of standardized inputs are multiplied back by each column's sd.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+#: how a stationary family's variation is called
+_SMOOTHNESS = {"rbf": "a smooth", "rq": "a smooth, many-scaled", "matern52": "a fairly smooth",
+               "matern32": "a rougher", "matern12": "a rough"}
+
+
+def additive_terms(spec: dict) -> list:
+    """The additive terms of a kernel's spec as a flat list: a sum's parts, nested sums flattened
+    and products of sums multiplied out (``(a + b) * c`` -> ``a * c``, ``b * c``; a scale of a sum
+    -> the scale of each part); anything else is one term."""
+    if "sum" in spec:
+        return [t for part in spec["sum"] for t in additive_terms(part)]
+    if "product" in spec:
+        combos = [[]]
+        for part in spec["product"]:
+            combos = [c + [t] for c in combos for t in additive_terms(part)]
+        return [{"product": [x for t in c for x in (t["product"] if "product" in t else [t])]} for c in combos]
+    if "scale" in spec:
+        return [{**spec, "scale": t} for t in additive_terms(spec["scale"])]
+    return [spec]
+
+
+def _leaves(spec: dict) -> list:
+    """The kernel leaves of a product (a scale's base included), ``[(leaf spec, extra variance)]``."""
+    if "product" in spec:
+        return [x for part in spec["product"] for x in _leaves(part)]
+    if "scale" in spec:
+        inner = _leaves(spec["scale"])
+        var = spec.get("variance", [1.0])
+        v = float(var[0] if isinstance(var, list) else var)
+        return [(inner[0][0], inner[0][1] * v)] + inner[1:]
+    return [(spec, 1.0)]
+
+
+def _first(value) -> float:
+    """The first number of a value as a spec holds it (a number, a list, a list of lists)."""
+    while isinstance(value, list):
+        value = value[0]
+    return float(value)
+
+
+def _column(leaf: dict, columns: Sequence[str]) -> int:
+    dims = leaf.get("active_dims")
+    return int(dims[0]) if dims else 0
+
+
+def _in_data_units(value: float, leaf: dict, input_std: Optional[Sequence[float]]) -> float:
+    return value * (float(input_std[_column(leaf, [])]) if input_std is not None else 1.0)
+
+
+def _amount(v: float, name: str) -> str:
+    return f"about {v:.3g} units of {name}"
+
+
+def _names(leaf: dict, columns: Sequence[str]) -> str:
+    dims = leaf.get("active_dims")
+    idx = list(dims) if dims else list(range(len(columns)))
+    names = [columns[d] if d < len(columns) else f"x{d}" for d in idx]
+    return ", ".join(names) if names else "x0"
+
+
+def describe_term(term: dict, columns: Sequence[str], input_std: Optional[Sequence[float]] = None,
+                  target_std: float = 1.0) -> str:
+    """One additive term in words, from its spec with values (:func:`savigp.kernels.spec.kernel_spec`
+    with ``values=True``), the input columns' names and, for standardized data, the inputs' sds
+    (D numbers) and the target's sd."""
+    leaves = _leaves(term)
+    variance = 1.0
+    for leaf, extra in leaves:
+        variance *= extra * (_first(leaf["variance"]) if "variance" in leaf else 1.0)
+    sd = math.sqrt(max(variance, 0.0)) * target_std
+    kinds = [leaf.get("kernel") for leaf, _ in leaves]
+    periodic = [leaf for leaf, _ in leaves if leaf.get("kernel") == "periodic"]
+    stationary = [leaf for leaf, _ in leaves if leaf.get("kernel") in _SMOOTHNESS]
+    linear = [leaf for leaf, _ in leaves if leaf.get("kernel") == "linear"]
+    amplitude = f" (prior sd {sd:.3g})"
+
+    def scale(leaf):
+        return _amount(_in_data_units(_first(leaf["lengthscale"]), leaf, input_std), _names(leaf, columns))
+
+    if kinds == ["white"]:
+        return f"independent noise with sd {sd:.3g}"
+    if kinds == ["constant"]:
+        return f"a constant offset{amplitude}"
+    if len(leaves) == 1 and stationary:
+        leaf = stationary[0]
+        return f"{_SMOOTHNESS[leaf['kernel']]} variation in {_names(leaf, columns)} over {scale(leaf)}{amplitude}"
+    if periodic and len(periodic) == 1 and len(leaves) <= 2:
+        p = periodic[0]
+        period = _in_data_units(_first(p["period"]), p, input_std)
+        cycle = f"a cycle in {_names(p, columns)} with a period of {period:.3g}"
+        if len(leaves) == 1:
+            return f"{cycle}, repeating with the same shape{amplitude}"
+        if stationary:
+            return f"{cycle} whose shape changes over {scale(stationary[0])}{amplitude}"
+        if linear:
+            return f"{cycle} whose amplitude grows linearly in {_names(linear[0], columns)}{amplitude}"
+    if linear and len(linear) == len(leaves):
+        degree = {1: "a linear", 2: "a quadratic", 3: "a cubic"}.get(len(linear), f"a degree-{len(linear)} polynomial")
+        return f"{degree} trend in {_names(linear[0], columns)}{amplitude}"
+    if len(linear) == 1 and len(stationary) == 1 and len(leaves) == 2:
+        return (f"a trend in {_names(linear[0], columns)} whose slope changes over {scale(stationary[0])}"
+                f"{amplitude}")
+    return f"a part built from {' x '.join(str(k or 'a sum') for k in kinds)}{amplitude}"
+
+
+def describe_likelihood(likelihood, target_std: float = 1.0) -> str:
+    """The likelihood in words, with its fitted parameters (in the targets' units where they were
+    standardized: a Gaussian's noise sd times the targets' sd)."""
+    name = type(likelihood).__name__
+    values = {}
+    try:
+        values = likelihood.parameter_values()
+    except Exception:  # noqa: BLE001 - an unloaded user likelihood has none to show
+        values = {}
+    if name == "Gaussian":
+        return f"Gaussian noise with sd {math.sqrt(values['variance']) * target_std:.3g} around the latent function"
+    if name == "Poisson":
+        return "Poisson counts whose log-rate is the latent function"
+    if name == "StudentT":
+        return "Student-t noise around the latent function (heavy tails)"
+    if name in ("Logistic", "Probit"):
+        link = "logistic" if name == "Logistic" else "probit"
+        return f"binary labels whose probability is the {link} of the latent function"
+    if name == "Softmax":
+        return "class labels whose probabilities are the softmax of the latent functions"
+    describe = getattr(likelihood, "describe", None)
+    text = describe() if callable(describe) else name
+    params = ", ".join(f"{k} = {v:.3g}" for k, v in values.items() if isinstance(v, float))
+    return text + (f" (fitted {params})" if params else "")
