@@ -696,6 +696,13 @@ class SAVIGP(nn.Module):
             del part
         return Prediction(*[out[f] for f in fields])
 
+    def predict_parts(self, X, *, covariance: bool = False, components: bool = False, columns=None):
+        """The posterior of each additive part of the kernel at inputs ``X (N, D)``:
+        :func:`savigp.predict_parts` (its docstring has the equations and the fields)."""
+        from .parts import predict_parts
+
+        return predict_parts(self, X, covariance=covariance, components=components, columns=columns)
+
     def _predict_rows(self, X: Tensor, num_samples: int, seed: int,
                       prior: Optional[InducingPrior] = None, head_state=None) -> Prediction:
         """:meth:`predict` for one chunk of rows ``X (B, D)`` (a model tensor); ``prior`` and

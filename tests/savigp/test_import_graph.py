@@ -21,7 +21,7 @@ LAYERS = (
     # the model's parts; estimators read the families' marginals (savigp.posteriors.marginals)
     ("savigp.kernels", "savigp.posteriors", "savigp.mean_heads", "savigp.estimators", "savigp.inducing",
      "savigp.metrics", "savigp.cost", "savigp.user_likelihood"),
-    ("savigp.model", "savigp.odvff"),
+    ("savigp.model", "savigp.odvff", "savigp.parts"),
     ("savigp.training",),
     ("savigp.model_files",),
     # the report reads a model file's records (the search's table, the trace) and the model
