@@ -23,7 +23,7 @@ from .residuals import quantile_residuals
 from .search_table import search_rows
 from .statistics import simulated_statistics
 from .trace import convergence_verdict, stored_trace
-from .words import additive_terms, describe_likelihood, describe_term
+from .words import describe_likelihood, describe_term
 
 
 def _checked(name: str, value, rows: Optional[int], cols: int) -> np.ndarray:
@@ -49,53 +49,23 @@ def _model_parts(model):
     return model, {}
 
 
-def _kernel_terms(inner, Q: int) -> list:
-    """Per latent function, the kernel's additive terms (specs with their fitted values)."""
-    from ..kernels.spec import kernel_spec
-
-    spec = kernel_spec(inner.kernel, values=True)
-    if "list" in spec:
-        out = []
-        for item in spec["list"]:
-            out += [additive_terms(item["kernel"])] * int(item["num_latent"])
-        return out
-    return [additive_terms(spec)] * Q
-
-
 def _stats(config: dict, key: str) -> Optional[dict]:
     return ((config.get("standardize") or {}).get(key)) if config else None
 
 
-def _part_descriptions(names: list, terms: list, columns: list, config: dict) -> list:
-    """A sentence for each part name: its kernel term's (matched by the expression's text), else
-    the name itself (the prior mean, a mean head)."""
-    from ..kernels.expression import format_kernel
+def _part_words(inner, q: int, names: list, columns: list, config: dict) -> list:
+    """A sentence for each part of latent function ``q``: its kernel term's
+    (:func:`savigp.kernels.terms.additive_terms`, in the parts' order), and the prior mean's."""
+    from ..kernels.terms import additive_terms
 
-    inputs, targets = _stats(config, "inputs"), _stats(config, "targets")
-    input_std = None if inputs is None else inputs["std"]
-    target_std = 1.0 if targets is None else float(np.asarray(targets["std"]).reshape(-1)[0])
-    texts = {}
-    for t in terms:
-        for form in (format_kernel(t, columns), format_kernel(_structure(t), columns)):
-            texts.setdefault(form.replace(" ", ""), describe_term(t, columns, input_std, target_std))
-    out = []
-    for j, name in enumerate(names):
-        found = texts.get(name.replace(" ", ""))
-        if found is None and j < len(terms) and len(names) in (len(terms), len(terms) + 1):
-            found = describe_term(terms[j], columns, input_std, target_std)
-        out.append(found if found is not None else f"{name} (not a kernel term)")
+    inputs = _stats(config, "inputs")
+    terms = additive_terms(inner.kernel, q)
+    out = [describe_term(t, columns, None if inputs is None else inputs["std"], _target_sd(config), q) for t in terms]
+    for _ in names[len(terms):]:  # the prior mean (and a mean head's shift)
+        mu = float(inner.prior_mean.detach().reshape(-1)[min(q, inner.prior_mean.numel() - 1)])
+        out.append(f"the prior mean ({mu:.3g}{', learned' if inner.prior_mean.requires_grad else ''})"
+                   + (" and the mean basis's shift" if inner.head.size > 0 else ""))
     return out
-
-
-def _structure(spec: dict) -> dict:
-    """A spec without its fitted values (as an expression writes it)."""
-    values = ("lengthscale", "variance", "period", "offset", "alpha")
-    if "product" in spec or "sum" in spec:
-        key = "product" if "product" in spec else "sum"
-        return {key: [_structure(p) for p in spec[key]]}
-    if "scale" in spec:
-        return {"scale": _structure(spec["scale"])}
-    return {k: v for k, v in spec.items() if k not in values}
 
 
 def _fmt(v: float) -> str:
@@ -128,7 +98,7 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
         ValueError: an array of the wrong shape (naming it, the shape expected and the one given).
         savigp.io.plotting.MissingExtra: matplotlib is not installed.
     """
-    from .. import predict_parts
+    from ..parts import MEAN_PART, predict_parts
     from . import figures
 
     inner, config = _model_parts(model)
@@ -149,15 +119,14 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
 
     # ------------------------------------------------------------ the model in words, and its parts
     Xm = model.transform_inputs(X) if hasattr(model, "transform_inputs") else X
-    parts = predict_parts(inner, Xm)
-    terms = _kernel_terms(inner, Q)
+    parts = predict_parts(inner, Xm, columns=columns)
     body = [html.paragraph(f"Likelihood: {describe_likelihood(inner.likelihood, _target_sd(config))}.")]
     share_rows = []
     for q in range(Q):
         names = list(parts.names[q])
         mean = parts.mean[q].detach().cpu().double().numpy()
         var = parts.var[q].detach().cpu().double().numpy()
-        words = _part_descriptions(names, terms[q], columns, config)
+        words = _part_words(inner, q, names, columns, config)
         total = mean.sum(axis=1)
         total_var = float(total.var())
         shares = [float(mean[:, j].var()) / total_var if total_var > 0 else float("nan") for j in range(len(names))]
@@ -191,10 +160,7 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
                                      html.paragraph("The candidates the search fitted, in the order tried "
                                                     "(savigp.search_kernels, Duvenaud et al. 2013):")
                                      + html.table(*rows)))
-    from ..kernels.expression import format_kernel
-    from ..kernels.spec import kernel_spec
-
-    expression = format_kernel(kernel_spec(inner.kernel), columns)
+    expression = "; ".join(" + ".join(n for n in names if n != MEAN_PART) for names in parts.names)
     title = title or f"savigp model: {expression}"
     subtitle = (f"{type(inner.likelihood).__name__} likelihood, {X.shape[0]} training rows, {D} input(s), "
                 f"M = {int(inner.num_inducing)} inducing points; checks from {num_samples} predictive draws per row "

@@ -21,36 +21,34 @@ _SMOOTHNESS = {"rbf": "a smooth", "rq": "a smooth, many-scaled", "matern52": "a 
                "matern32": "a rougher", "matern12": "a rough"}
 
 
-def additive_terms(spec: dict) -> list:
-    """The additive terms of a kernel's spec as a flat list: a sum's parts, nested sums flattened
-    and products of sums multiplied out (``(a + b) * c`` -> ``a * c``, ``b * c``; a scale of a sum
-    -> the scale of each part); anything else is one term."""
-    if "sum" in spec:
-        return [t for part in spec["sum"] for t in additive_terms(part)]
-    if "product" in spec:
-        combos = [[]]
-        for part in spec["product"]:
-            combos = [c + [t] for c in combos for t in additive_terms(part)]
-        return [{"product": [x for t in c for x in (t["product"] if "product" in t else [t])]} for c in combos]
-    if "scale" in spec:
-        return [{**spec, "scale": t} for t in additive_terms(spec["scale"])]
-    return [spec]
+def _leaves(term, latent: int) -> list:
+    """A term's factors as ``[(spec with values, extra variance)]`` (a distributed scale's variance
+    for latent function ``latent`` on the first)."""
+    from ..kernels.spec import kernel_spec
+
+    extra = 1.0
+    for scale in term.scales:
+        extra *= float(scale.variance().detach().reshape(-1)[min(latent, scale.variance().numel() - 1)])
+    out = []
+    for f in term.factors:
+        try:
+            spec = kernel_spec(f, values=True)
+        except TypeError:  # a kernel class not registered: named, not described
+            spec = {"kernel": type(f).__name__}
+        while "scale" in spec and "kernel" not in spec:  # scale(k): its variance multiplies k's
+            v = spec.get("variance", [1.0])
+            extra *= _first(v, latent)
+            spec = spec["scale"]
+        out.append((spec, 1.0))
+    out[0] = (out[0][0], extra)
+    return out
 
 
-def _leaves(spec: dict) -> list:
-    """The kernel leaves of a product (a scale's base included), ``[(leaf spec, extra variance)]``."""
-    if "product" in spec:
-        return [x for part in spec["product"] for x in _leaves(part)]
-    if "scale" in spec:
-        inner = _leaves(spec["scale"])
-        var = spec.get("variance", [1.0])
-        v = float(var[0] if isinstance(var, list) else var)
-        return [(inner[0][0], inner[0][1] * v)] + inner[1:]
-    return [(spec, 1.0)]
-
-
-def _first(value) -> float:
-    """The first number of a value as a spec holds it (a number, a list, a list of lists)."""
+def _first(value, latent: int = 0) -> float:
+    """A spec's value for latent function ``latent`` (its row of a ``(Q, d)`` list, or its entry of a
+    ``(Q,)`` list; the first where the value is shared), first column."""
+    if isinstance(value, list) and value:
+        value = value[min(latent, len(value) - 1)]
     while isinstance(value, list):
         value = value[0]
     return float(value)
@@ -66,7 +64,7 @@ def _in_data_units(value: float, leaf: dict, input_std: Optional[Sequence[float]
 
 
 def _amount(v: float, name: str) -> str:
-    return f"about {v:.3g} units of {name}"
+    return f"about {v:.3g} ({name})"
 
 
 def _names(leaf: dict, columns: Sequence[str]) -> str:
@@ -76,15 +74,22 @@ def _names(leaf: dict, columns: Sequence[str]) -> str:
     return ", ".join(names) if names else "x0"
 
 
-def describe_term(term: dict, columns: Sequence[str], input_std: Optional[Sequence[float]] = None,
-                  target_std: float = 1.0) -> str:
-    """One additive term in words, from its spec with values (:func:`savigp.kernels.spec.kernel_spec`
-    with ``values=True``), the input columns' names and, for standardized data, the inputs' sds
-    (D numbers) and the target's sd."""
-    leaves = _leaves(term)
+def describe_term(term, columns: Sequence[str], input_std: Optional[Sequence[float]] = None,
+                  target_std: float = 1.0, latent: int = 0) -> str:
+    """One additive term in words.
+
+    Args:
+        term: a :class:`savigp.kernels.terms.KernelTerm` (its factors are the model's fitted modules).
+        columns: the D input columns' names.
+        input_std: for standardized inputs, the D columns' sds (length-scales and periods are given
+            in the data's units); None: the inputs as the model sees them.
+        target_std: for standardized targets, their sd (amplitudes in the targets' units).
+        latent: which latent function (the row of per-latent values).
+    """
+    leaves = _leaves(term, latent)
     variance = 1.0
     for leaf, extra in leaves:
-        variance *= extra * (_first(leaf["variance"]) if "variance" in leaf else 1.0)
+        variance *= extra * (_first(leaf["variance"], latent) if "variance" in leaf else 1.0)
     sd = math.sqrt(max(variance, 0.0)) * target_std
     kinds = [leaf.get("kernel") for leaf, _ in leaves]
     periodic = [leaf for leaf, _ in leaves if leaf.get("kernel") == "periodic"]
@@ -93,7 +98,7 @@ def describe_term(term: dict, columns: Sequence[str], input_std: Optional[Sequen
     amplitude = f" (prior sd {sd:.3g})"
 
     def scale(leaf):
-        return _amount(_in_data_units(_first(leaf["lengthscale"]), leaf, input_std), _names(leaf, columns))
+        return _amount(_in_data_units(_first(leaf["lengthscale"], latent), leaf, input_std), _names(leaf, columns))
 
     if kinds == ["white"]:
         return f"independent noise with sd {sd:.3g}"
@@ -101,11 +106,11 @@ def describe_term(term: dict, columns: Sequence[str], input_std: Optional[Sequen
         return f"a constant offset{amplitude}"
     if len(leaves) == 1 and stationary:
         leaf = stationary[0]
-        return f"{_SMOOTHNESS[leaf['kernel']]} variation in {_names(leaf, columns)} over {scale(leaf)}{amplitude}"
+        return f"{_SMOOTHNESS[leaf['kernel']]} trend in {_names(leaf, columns)}, varying over {scale(leaf)}{amplitude}"
     if periodic and len(periodic) == 1 and len(leaves) <= 2:
         p = periodic[0]
-        period = _in_data_units(_first(p["period"]), p, input_std)
-        cycle = f"a cycle in {_names(p, columns)} with a period of {period:.3g}"
+        period = _in_data_units(_first(p["period"], latent), p, input_std)
+        cycle = f"a cycle in {_names(p, columns)} with a period of {period:.3g} ({_names(p, columns)})"
         if len(leaves) == 1:
             return f"{cycle}, repeating with the same shape{amplitude}"
         if stationary:
