@@ -122,10 +122,12 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
     parts = predict_parts(inner, Xm, columns=columns)
     body = [html.paragraph(f"Likelihood: {describe_likelihood(inner.likelihood, _target_sd(config))}.")]
     share_rows = []
+    unit = _target_sd(config)  # standardized targets: the parts in the targets' units
+    ylabel = f"{tnames[0]} (latent, in its units)" if _stats(config, "targets") is not None else "latent function"
     for q in range(Q):
         names = list(parts.names[q])
-        mean = parts.mean[q].detach().cpu().double().numpy()
-        var = parts.var[q].detach().cpu().double().numpy()
+        mean = parts.mean[q].detach().cpu().double().numpy() * unit
+        var = parts.var[q].detach().cpu().double().numpy() * unit ** 2
         words = _part_words(inner, q, names, columns, config)
         total = mean.sum(axis=1)
         total_var = float(total.var())
@@ -136,7 +138,7 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
                                   zip(names, words, shares)], "parts"))
         share_rows += [[q, n, f"{100 * s:.1f}%", _fmt(float(np.sqrt(mean[:, j].var())))]
                        for j, (n, s) in enumerate(zip(names, shares))]
-        figures_png[f"parts{q}"] = figures.parts_png(x, names, mean, var, columns[0],
+        figures_png[f"parts{q}"] = figures.parts_png(x, names, mean, var, columns[0], ylabel,
                                                      [f"{100 * s:.1f}% of the latent variance" for s in shares])
     body.append(html.table(["latent", "part", "share of latent variance", "sd of its mean over the data"],
                            share_rows, numeric=[True, False, True, True]))
@@ -162,7 +164,7 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
                                      + html.table(*rows)))
     expression = "; ".join(" + ".join(n for n in names if n != MEAN_PART) for names in parts.names)
     title = title or f"savigp model: {expression}"
-    subtitle = (f"{type(inner.likelihood).__name__} likelihood, {X.shape[0]} training rows, {D} input(s), "
+    subtitle = (f"{_likelihood_name(inner.likelihood)} likelihood, {X.shape[0]} training rows, {D} input(s), "
                 f"M = {int(inner.num_inducing)} inducing points; checks from {num_samples} predictive draws per row "
                 f"(seed {seed})")
     text = html.page(title, subtitle, sections)
@@ -172,6 +174,13 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
         with atomic_write(path) as fh:
             fh.write(text)
     return text
+
+
+def _likelihood_name(likelihood) -> str:
+    """The likelihood's class name, or "user" for a user's log p(y | f)."""
+    from likelihoods import CallableLikelihood
+
+    return "user" if isinstance(likelihood, CallableLikelihood) else type(likelihood).__name__
 
 
 def _target_sd(config: dict) -> float:
@@ -191,12 +200,14 @@ def _checks(model, inner, X, Y, X_test, Y_test, columns, tnames, num_samples, se
     test_draws = None if X_test is None else predictive_draws(model, X_test, Y_test, num_samples=num_samples,
                                                                seed=seed + 1)
     fit_body = []
+    levels = [0.025, 0.5, 0.975]
     for p in range(Y.shape[1]):
-        bands = np.quantile(draws[:, :, p], [0.025, 0.5, 0.975], axis=0)
-        png = figures.total_png(X[:, 0], Y[:, p], bands, columns[0], tnames[p],
-                                None if X_test is None else X_test[:, 0], None if Y_test is None else Y_test[:, p])
+        bands = np.quantile(draws[:, :, p], levels, axis=0)
+        tests = (None, None, None) if X_test is None else (X_test[:, 0], Y_test[:, p],
+                                                          np.quantile(test_draws[:, :, p], levels, axis=0))
+        png = figures.total_png(X[:, 0], Y[:, p], bands, columns[0], tnames[p], *tests)
         fit_body.append(html.figure(png, f"fit of {tnames[p]}", f"{tnames[p]}: the predictive median and 95% interval "
-                                    "at the training inputs, with the data."))
+                                    "at the inputs, with the data."))
     u, r = quantile_residuals(draws, Y, seed=seed)
     body = [html.paragraph("Randomized quantile residuals (Dunn & Smyth 1996): u = F(y-) + V (F(y) - F(y-)) with V "
                            "uniform, F the posterior predictive CDF estimated from the draws; residual = "

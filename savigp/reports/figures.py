@@ -14,7 +14,7 @@ import numpy as np
 WIDTH, DPI = 10.0, 100
 
 
-def _figure(nrows: int, height: float):
+def _figure(nrows: int, height: float, ncols: int = 1):
     from ..io.plotting import EXTRA, MissingExtra
 
     try:
@@ -23,7 +23,8 @@ def _figure(nrows: int, height: float):
         raise MissingExtra(f"the report's figures need matplotlib, which is not installed: pip install "
                            f"'savigp[{EXTRA}]' (or pip install matplotlib)") from None
     fig = Figure(figsize=(WIDTH, height * nrows), layout="constrained")
-    return fig, fig.subplots(nrows, 1, squeeze=False)[:, 0]
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes[:, 0] if ncols == 1 else axes[0]
 
 
 def _png(fig) -> bytes:
@@ -32,12 +33,12 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def parts_png(x: np.ndarray, names: Sequence[str], mean: np.ndarray, var: np.ndarray, xname: str,
+def parts_png(x: np.ndarray, names: Sequence[str], mean: np.ndarray, var: np.ndarray, xname: str, yname: str,
               captions: Sequence[str]) -> bytes:
     """One panel per additive part: its posterior mean and 95% band (+- 1.96 sd) against ``x (N,)``;
-    ``mean``, ``var`` ``(N, J)``, ``names`` and ``captions`` J each."""
+    ``mean``, ``var`` ``(N, J)``, ``names`` and ``captions`` J each; ``yname`` labels the values."""
     order = np.argsort(x, kind="stable")
-    fig, axes = _figure(len(names), 2.2)
+    fig, axes = _figure(len(names), 2.0)
     for j, ax in enumerate(axes):
         m, s = mean[order, j], 1.96 * np.sqrt(np.maximum(var[order, j], 0.0))
         ax.fill_between(x[order], m - s, m + s, color="C0", alpha=0.25, lw=0, label="95% band")
@@ -45,23 +46,26 @@ def parts_png(x: np.ndarray, names: Sequence[str], mean: np.ndarray, var: np.nda
         ax.axhline(0.0, color="0.6", lw=0.6)
         ax.set_title(f"{names[j]}: {captions[j]}", fontsize=10, loc="left")
         ax.set_xlabel(xname)
+        ax.set_ylabel(yname, fontsize=8)
     axes[0].legend(loc="upper right", fontsize=8)
     return _png(fig)
 
 
 def total_png(x: np.ndarray, y: np.ndarray, bands: np.ndarray, xname: str, yname: str,
-              x_test=None, y_test=None) -> bytes:
+              x_test=None, y_test=None, test_bands=None) -> bytes:
     """The predictive median and 95% interval of y (``bands (3, N)``: 2.5%, 50%, 97.5% quantiles)
-    against ``x (N,)`` with the data ``y (N,)`` (and test data, if given, in another colour)."""
-    order = np.argsort(x, kind="stable")
-    fig, axes = _figure(1, 3.6)
+    against ``x (N,)`` with the data ``y (N,)``, and the test data with their own bands (``(3, N*)``)
+    in another colour, if given."""
+    fig, axes = _figure(1, 3.4)
     ax = axes[0]
-    ax.fill_between(x[order], bands[0, order], bands[2, order], color="C0", alpha=0.25, lw=0,
-                    label="95% predictive interval")
-    ax.plot(x[order], bands[1, order], color="C0", lw=1.2, label="predictive median")
-    ax.plot(x, y, ".", color="k", ms=3, label="training data")
-    if x_test is not None:
-        ax.plot(x_test, y_test, ".", color="C3", ms=3, label="test data")
+    for xs, ys, b, colour, what in ((x, y, bands, "C0", "training"), (x_test, y_test, test_bands, "C3", "test")):
+        if xs is None:
+            continue
+        order = np.argsort(xs, kind="stable")
+        ax.fill_between(xs[order], b[0, order], b[2, order], color=colour, alpha=0.2, lw=0,
+                        label=f"95% predictive interval ({what})")
+        ax.plot(xs[order], b[1, order], color=colour, lw=1.2, label=f"predictive median ({what})")
+        ax.plot(xs, ys, ".", color="k" if what == "training" else colour, ms=3, label=f"{what} data")
     ax.set_xlabel(xname)
     ax.set_ylabel(yname)
     ax.legend(loc="best", fontsize=8)
@@ -70,8 +74,8 @@ def total_png(x: np.ndarray, y: np.ndarray, bands: np.ndarray, xname: str, yname
 
 def residuals_png(r: np.ndarray, x: np.ndarray, xname: str) -> bytes:
     """The quantile residuals ``r (N,)``: their histogram with the standard normal density, and
-    against the input ``x (N,)`` with the bands +- 1.96."""
-    fig, axes = _figure(2, 2.8)
+    against the input ``x (N,)`` with the bands +- 1.96, side by side."""
+    fig, axes = _figure(1, 3.0, ncols=2)
     ax = axes[0]
     edges = np.linspace(-4, 4, 33)
     ax.hist(np.clip(r, -4, 4), bins=edges, density=True, color="C0", alpha=0.6, label="quantile residuals")
@@ -90,7 +94,7 @@ def residuals_png(r: np.ndarray, x: np.ndarray, xname: str) -> bytes:
 
 def trace_png(elbo: Sequence[float]) -> bytes:
     """The ELBO per step."""
-    fig, axes = _figure(1, 2.8)
+    fig, axes = _figure(1, 2.4)
     ax = axes[0]
     ax.plot(np.arange(1, len(elbo) + 1), np.asarray(elbo, dtype=np.float64), color="C0", lw=1)
     ax.set_xlabel("step")

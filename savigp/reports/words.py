@@ -146,7 +146,17 @@ def describe_likelihood(likelihood, target_std: float = 1.0) -> str:
         return f"binary labels whose probability is the {link} of the latent function"
     if name == "Softmax":
         return "class labels whose probabilities are the softmax of the latent functions"
-    describe = getattr(likelihood, "describe", None)
-    text = describe() if callable(describe) else name
+    fn = getattr(likelihood, "fn", None)  # a user's log p(y | f): its name and file
+    if callable(fn):
+        import inspect
+        import os
+
+        try:
+            where = f" ({os.path.basename(inspect.getsourcefile(fn) or '')})"
+        except TypeError:
+            where = ""
+        text = f"a user's log p(y | f), {getattr(fn, '__name__', 'log_lik')!r}{where}"
+    else:
+        text = name
     params = ", ".join(f"{k} = {v:.3g}" for k, v in values.items() if isinstance(v, float))
     return text + (f" (fitted {params})" if params else "")
