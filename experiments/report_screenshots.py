@@ -121,7 +121,7 @@ def one(out, name: str, args) -> dict:
 def parse(argv=None):
     p = common.script_parser(__doc__, "report_screenshots", quick_help="M = 20, a few steps (seconds)")
     p.add_argument("--every", type=int, default=2, help="CO2: keep every k-th week (default 2)")
-    p.add_argument("--samples", type=int, default=1000, help="the report's predictive draws per row (default 1000)")
+    common.add_cli_options(p, "--samples", command="report")  # the report's predictive draws per row
     p.add_argument("--retrain", action="store_true", help="train again even where the model file exists")
     p.add_argument("--only", choices=tuple(TRAIN), help="one data set only")
     p.add_argument("--figures", type=Path, help="where the screenshots go (default --out)")
