@@ -219,6 +219,22 @@ def bad_rows_message(mask: Tensor, y: Tensor, what: str, limit: int = 5) -> Opti
     return f"{rows.numel()} target row(s) {what}: {shown}{more}"
 
 
+def mean_is_latent(likelihood) -> bool:
+    """Whether E[y | f] = f (one output per latent function, ``conditional_moments`` the identity
+    on its mean: Gaussian, Student-t, Laplace), read off a few values of f: the latent functions
+    are then in the targets' units, and a standardization of the targets maps them linearly."""
+    Q = int(getattr(likelihood, "num_latent", 0))
+    if Q < 1 or int(getattr(likelihood, "output_dim", 0)) != Q:
+        return False
+    f = torch.linspace(-2.0, 3.0, 6, dtype=torch.float64)[:, None].expand(6, Q).contiguous()
+    try:
+        mean, _ = likelihood.conditional_moments(f)
+    except NotImplementedError:
+        return False
+    return isinstance(mean, Tensor) and tuple(mean.shape) == tuple(f.shape) and bool(
+        torch.allclose(mean.detach().cpu().to(torch.float64), f))
+
+
 def log_prob_checked(likelihood: Likelihood, y: Tensor, f: Tensor) -> Tensor:
     """``likelihood.log_prob(y, f)`` with the shapes checked, for every likelihood: through the
     template for a class that implements ``_log_prob``, around the call for one that overrides

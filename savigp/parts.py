@@ -24,19 +24,21 @@ model has a mean head or a non-zero or learned prior mean. The parts' means add 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from .kernels.terms import KernelTerm, additive_terms
+from .linalg import chunks as _chunks
 from .posteriors import InducingPrior
 
-#: test rows per pass (a few (Q, M, rows) cross-covariances per term)
-_ROWS = 4096
 #: the name of the part that holds the prior mean and the mean head's shift
 MEAN_PART = "mean"
+#: the fields of :class:`PartsPrediction` that hold a tensor per latent function, and the power of
+#: a scale that multiplies them (means 1, variances and covariances 2)
+_PER_LATENT = {"mean": 1, "var": 2, "cov": 2, "component_mean": 1, "component_var": 2, "component_cov": 2}
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,8 @@ class PartsPrediction:
         mean: ``mean[q]`` ``(N, J_q)``, the mixture's means of the parts; they add up to the latent mean.
         var: ``var[q]`` ``(N, J_q)``, the mixture's marginal variances.
         cov: ``cov[q]`` ``(N, J_q, J_q)`` (the parts' covariances at each input; its diagonal is
-            ``var[q]``) with ``covariance=True``, else None.
+            ``var[q]``) with ``covariance=True``, else None; within latent function q only (a joint
+            family's covariances across latent functions are not given).
         active_dims: ``active_dims[q]``, each part's input columns (a tuple; None: all D; ``()``
             for the mean part).
         weights: the mixture weights pi ``(K,)``.
@@ -73,6 +76,35 @@ class PartsPrediction:
     def num_latent(self) -> int:
         """Q."""
         return len(self.names)
+
+    def transformed(self, scale, shift) -> "PartsPrediction":
+        """The parts of b_q + a_q f_q (``scale`` a and ``shift`` b, ``(Q,)`` each): a standardized
+        target's units undone (y = b + a y_std). Each part's mean is scaled by a_q and its
+        (co)variances by a_q^2; b_q is added to the ``"mean"`` part, appended where there is none."""
+        scale = torch.as_tensor(scale, dtype=self.weights.dtype).reshape(-1)
+        shift = torch.as_tensor(shift, dtype=self.weights.dtype).reshape(-1)
+        if scale.numel() != self.num_latent or shift.numel() != self.num_latent:
+            raise ValueError(f"scale and shift must be ({self.num_latent},), one per latent function, got "
+                             f"{tuple(scale.shape)} and {tuple(shift.shape)}")
+        out = {f: None if getattr(self, f) is None else [] for f in _PER_LATENT}
+        names, dims = [], []
+        for q in range(self.num_latent):
+            a, b = float(scale[q]), float(shift[q])
+            add = MEAN_PART not in self.names[q]
+            names.append(self.names[q] + ([MEAN_PART] if add else []))
+            dims.append(self.active_dims[q] + ([()] if add else []))
+            for f, power in _PER_LATENT.items():
+                value = getattr(self, f)
+                if value is None:
+                    continue
+                v = value[q] * a ** power
+                if add:  # one more part: a column (and a row of covariances) of zeros
+                    v = torch.nn.functional.pad(v, (0, 1, 0, 1) if f.endswith("cov") else (0, 1))
+                if power == 1:
+                    v = v.clone()
+                    v[..., len(names[q]) - 1 if add else self.names[q].index(MEAN_PART)] += b
+                out[f].append(v)
+        return replace(self, names=names, active_dims=dims, **out)
 
 
 @torch.no_grad()
@@ -102,8 +134,12 @@ def predict_parts(model, X, *, covariance: bool = False, components: bool = Fals
     head_state = model.head_state(prior)
     with_mean = model.head.size > 0 or model.prior_mean.requires_grad or bool((model.prior_mean != 0).any())
     terms = [additive_terms(model.kernel, q) for q in range(Q)]
-    chunks = [_chunk(model, X[i:i + _ROWS], prior, state, head_state, terms, with_mean, covariance)
-              for i in range(0, X.shape[0], _ROWS)]
+    # rows per pass as the model's own prediction takes them (SAVIGP._latent_chunks), times the sets of
+    # terms one pass holds at once (the total's, one part's or a pair's)
+    row = 4 * Q * (model.num_inducing + post.num_components) * X.element_size() * 2
+    rows = _chunks.chunk_size(X.shape[0], row, model.device)
+    chunks = [_chunk(model, X[i:i + rows], prior, state, head_state, terms, with_mean, covariance)
+              for i in range(0, X.shape[0], rows)]
     c_mean = [torch.cat([c[0][q] for c in chunks], dim=1) for q in range(Q)]  # (K, N, J_q)
     c_var = [torch.cat([c[1][q] for c in chunks], dim=1) for q in range(Q)]
     c_cov = [torch.cat([c[2][q] for c in chunks], dim=1) for q in range(Q)] if covariance else None
@@ -114,6 +150,12 @@ def predict_parts(model, X, *, covariance: bool = False, components: bool = Fals
     cov = None
     if covariance:
         cov = [torch.einsum("k,knjl->njl", pi, c + d[..., :, None] * d[..., None, :]) for c, d in zip(c_cov, dev)]
+    if with_mean:  # the mean part is the same number under every component: not random (no rounding left)
+        for q in range(Q):
+            var[q][:, -1] = 0.0
+            if covariance:
+                cov[q][:, -1, :] = 0.0
+                cov[q][:, :, -1] = 0.0
     names = [_unique([t.name(columns) for t in ts] + ([MEAN_PART] if with_mean else [])) for ts in terms]
     dims = [[t.active_dims for t in ts] + ([()] if with_mean else []) for ts in terms]
     return PartsPrediction(names, mean, var, cov, dims, pi,
@@ -145,7 +187,8 @@ def _chunk(model, X: Tensor, prior: InducingPrior, state, head_state, terms: lis
         return cache[pieces]
 
     full = model.latent(X, prior, state, head_state)  # with the prior mean and the head's shift
-    shift = full.mean - post.marginals(prior, model.kernel(Z, X), model.kernel.diag(X), state).mean  # (K, B, Q)
+    shift = full.mean - post.marginals(prior, model.kernel(Z, X), model.kernel.diag(X), state).mean
+    shift = shift[:1].expand_as(shift)  # (K, B, Q): mu + r(x), added to every component alike
     means, variances, covs = [], [], []
     for q, ts in enumerate(terms):
         singles = [marginals(t) for t in ts]

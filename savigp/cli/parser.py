@@ -61,12 +61,14 @@ EPILOG_PREDICT = """\
 examples:
   savigp predict model.pt test.csv --out predictions.csv
   savigp predict model.pt test.csv --inputs x1,x2 --latent --out - | head
+  savigp predict model.pt data.csv --parts --plot parts.png --out parts.csv
 
 output columns: mean_<target>, var_<target> (predictive mean and variance of y, in the
 original units; a user function has them with --mean-function, var_ only when it returns
 the pair E[y|f], Var[y|f]), prob_<label> and predicted_<target> for classification, and
 latent_mean_<j>, latent_var_<j> with --latent (or when the likelihood has no predictive
-moments). --plot FIT.png draws the fit for 1-D and 2-D inputs.
+moments), part_mean_<term>, part_var_<term> with --parts (part_mean_<j>_<term> when Q > 1).
+--plot FIT.png draws the fit for 1-D and 2-D inputs; with --parts, each part on its columns.
 """
 
 EPILOG_REPORT = """\
@@ -302,6 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="-", metavar="PRED.csv", help="output CSV (default '-': standard output)")
     _add_saved_input_options(p)
     p.add_argument("--latent", action="store_true", help="also write the latent functions' means and variances")
+    p.add_argument("--parts", action="store_true",
+                   help="also write the posterior mean and variance of each additive part of the kernel (its terms, "
+                        "part_mean_<term>, part_var_<term>); with --plot, draw the parts instead of the fit (any "
+                        "number of inputs)")
     _add_sampling_options(p, samples=500)
     p.add_argument("--quiet", action="store_true")
     _add_trust_options(p)

@@ -213,10 +213,12 @@ class SavedModelPlan:
 @dataclass(frozen=True, kw_only=True)
 class PredictPlan(SavedModelPlan):
     """The options of one ``savigp predict`` run: :class:`SavedModelPlan`'s and where the
-    predictions go (``out``, ``-``: standard output), the latent columns, the plot, ``--quiet``."""
+    predictions go (``out``, ``-``: standard output), the latent columns, the additive parts'
+    columns (``--parts``), the plot, ``--quiet``."""
 
     out: str
     latent: bool
+    parts: bool
     quiet: bool
     plot: Optional[str]
 

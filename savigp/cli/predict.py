@@ -62,6 +62,21 @@ def prediction_table(saved, pred: dict, latent: bool = False) -> tuple:
     return header, np.concatenate(blocks, axis=1)
 
 
+def parts_table(parts) -> tuple:
+    """Header and values ``(B, 2 J)`` of the additive parts' columns (``savigp predict --parts``):
+    ``part_mean_<term>`` and ``part_var_<term>`` for each part of ``parts`` (a
+    :class:`savigp.PartsPrediction`), the term as the kernel expression writes it;
+    ``part_mean_<j>_<term>`` for latent function j when Q > 1."""
+    header, blocks = [], []
+    Q = parts.num_latent
+    for q in range(Q):
+        tag = f"{q}_" if Q > 1 else ""
+        for j, name in enumerate(parts.names[q]):
+            header += [f"part_mean_{tag}{name}", f"part_var_{tag}{name}"]
+            blocks += [parts.mean[q][:, j:j + 1], parts.var[q][:, j:j + 1]]
+    return header, np.concatenate([b.detach().cpu().double().numpy() for b in blocks], axis=1)
+
+
 def model_and_table(plan: SavedModelPlan):
     """The CSV and the model file that ``savigp predict`` / ``evaluate`` read (clear errors for both)."""
     from ..model_files import ModelFileError, load_model
@@ -99,8 +114,9 @@ def cmd_predict(args) -> int:
     out = output_path(plan.out, inputs, plan.quiet, allow_stdout=True)
     plot = check_plot_option(plan.plot, inputs, [out])
     table, saved = model_and_table(plan)
-    if plot and int(saved.config["model"]["input_dim"]) > 2:
-        raise CLIError(f"--plot draws models of 1 or 2 inputs; {plan.model} has {saved.config['model']['input_dim']}")
+    if plot and not plan.parts and int(saved.config["model"]["input_dim"]) > 2:
+        raise CLIError(f"--plot draws models of 1 or 2 inputs; {plan.model} has {saved.config['model']['input_dim']} "
+                       "(--parts --plot draws each additive part on its own columns, at any number of inputs)")
     icols = select_inputs(table, saved.config, plan.inputs, positional=plan.positional)
     if not saved.likelihood_loaded and not plan.quiet:
         print(f"savigp predict: note: latent predictions only ({saved.model.likelihood.note})", file=sys.stderr)
@@ -114,11 +130,25 @@ def cmd_predict(args) -> int:
         header, values = prediction_table(saved, pred, latent=plan.latent)
         no_mean = saved.likelihood_loaded and pred["mean"] is None and pred["probabilities"] is None
         del pred
+        parts = None
+        if plan.parts:
+            with file_lines_in_errors(table), model_problems(plan.model):
+                parts = saved.predict_parts(table.values[:, icols], covariance=bool(plot))
+            part_header, part_values = parts_table(parts)
+            header, values = header + part_header, np.concatenate([values, part_values], axis=1)
         check_finite_predictions(values, header, table, plan.model)
         write_csv(out, header, values)
     if out != "-" and not plan.quiet:
         print(f"wrote {values.shape[0]} prediction(s) ({', '.join(header)}) to {out}", file=sys.stderr)
-    if plot:
+    if plot and parts is not None:
+        from ..io.plotting import plot_parts
+
+        with file_lines_in_errors(table):
+            plot_parts(saved, table.values[:, icols], Y=targets_if_present(table, saved.config, icols), parts=parts,
+                       path=plot, input_names=table.names(icols))
+        if not plan.quiet:
+            print(f"wrote {plot}", file=sys.stderr)
+    elif plot:
         from ..io.plotting import density_grid, save_fit_plot
 
         targets = targets_if_present(table, saved.config, icols)

@@ -492,3 +492,178 @@ def save_fit_plot(model, X, path: str, Y=None, **kwargs) -> None:
 def save_elbo_plot(elbo: Sequence[float], path: str, **kwargs) -> None:
     """:func:`plot_elbo` written to ``path``."""
     _save(plot_elbo(elbo, **kwargs), path)
+
+
+# ---------------------------------------------------------------------------------- additive parts
+#: a 2-D part's heat map: grid points along each of its two columns
+GRID_PARTS_2D = 50
+#: above this many data points the data are drawn as small translucent dots
+MANY_POINTS = 500
+
+
+def plot_parts(model, X, Y=None, parts=None, path: Optional[str] = None, *,
+               input_names: Optional[Sequence[str]] = None):
+    """One panel per additive part of the kernel (:func:`savigp.predict_parts`) on the data's inputs,
+    each with its central 95% band (mean +- 1.96 sd of the part), after a panel of their total (the
+    latent function) with the data on it when the likelihood's mean is f itself (a Gaussian
+    likelihood), else a panel of the predictive mean of y with the data (the outcome scale). A part
+    that is one number everywhere with no variance (the ``"mean"`` part of a constant prior mean or
+    of standardized targets' mean) gets no panel: its value is in the total's title.
+
+    A part that reads one input column is drawn against it; one that reads two is a heat map of its
+    mean over them (the other columns at their medians: the part does not depend on them); one that
+    reads more (or all of D > 2 columns) is the data's inputs on its first two columns coloured by
+    its mean. With D > 1 the total (and the outcome) are drawn over the data's rows sorted by their
+    mean, the data at the same rows: a rising curve with its band, the data about it.
+
+    Args:
+        model: a :class:`~savigp.model.SAVIGP` (inputs in its units) or a loaded model file
+            (:class:`~savigp.model_files.SavedModel`: raw inputs, parts in the targets' units where
+            its ``predict_parts`` can).
+        X: the data's inputs ``(N, D)``.
+        Y: optional targets ``(N, P)`` overlaid.
+        parts: a :class:`~savigp.parts.PartsPrediction` at ``X`` (default: computed here, with covariances).
+        path: also write the figure there (format from the extension), atomically.
+        input_names: the D columns' names (default: a model file's recorded names, else x1, x2, ...).
+
+    Returns:
+        ``matplotlib.figure.Figure``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    X = X[:, None] if X.ndim == 1 else X
+    if X.ndim != 2 or X.shape[0] < 1:
+        raise ValueError(f"plot_parts: X must have shape (N, D), got {X.shape}")
+    N, D = X.shape
+    if Y is not None:
+        Y = np.asarray(Y, dtype=np.float64)
+        Y = Y[:, None] if Y.ndim == 1 else Y
+        if Y.shape[0] != N:
+            raise ValueError(f"plot_parts: Y has {Y.shape[0]} rows but X has {N} (Y shape {Y.shape}, X shape {X.shape})")
+    if parts is None:
+        parts = model.predict_parts(X, covariance=True)
+    if parts.mean[0].shape[0] != N:
+        raise ValueError(f"plot_parts: parts were predicted at {parts.mean[0].shape[0]} inputs but X has {N} rows")
+    names = _input_names(model, D, input_names)
+    Q = parts.num_latent
+    lik = _likelihood(model)
+    from likelihoods.base import mean_is_latent
+
+    data_on_total = Y is not None and Y.shape[1] == Q and getattr(model, "likelihood_loaded", True) and mean_is_latent(lik)
+    outcome = None
+    if Y is not None and not data_on_total and not _is_classifier(model) and getattr(model, "likelihood_loaded", True):
+        outcome = _predict(model, X, 200, 0)["mean"]  # (N, P) or None
+    panels, constants = [], {}
+    for q in range(Q):
+        panels.append((q, None))
+        for j in range(len(parts.names[q])):
+            value = _constant(_host(parts.mean[q][:, j]), _host(parts.var[q][:, j]))
+            if value is None:
+                panels.append((q, j))
+            else:  # a constant (the prior mean, the targets' mean): said in the total's title, no panel
+                constants.setdefault(q, []).append(f"{parts.names[q][j]} = {value:.6g}")
+    extra = 1 if outcome is not None else 0
+    fig, axes = _figure(len(panels) + extra, 1, (10, 2.1 * (len(panels) + extra) + 0.4))
+    ranks = np.arange(N, dtype=np.float64)
+    rows_by = "the data's rows, in the order of the {}"
+
+    def along(values: np.ndarray):  # the order and x values of a total's panel: by x in 1-D, else by the values
+        o = np.argsort(X[:, 0] if D == 1 else values, kind="stable")
+        return o, (X[o, 0] if D == 1 else ranks)
+
+    many = N > MANY_POINTS
+    dot = dict(ms=1.5 if many else 3, alpha=0.5 if many else 1.0, color="k", lw=0)
+    for i, (q, j) in enumerate(panels):
+        ax = axes[i, 0]
+        tag = f"f{q}: " if Q > 1 else ""
+        if j is None:  # the total
+            m = _host(parts.mean[q].sum(-1))
+            s = None if parts.cov is None else np.sqrt(np.maximum(_host(parts.cov[q].sum((-1, -2))), 0))
+            order, xs = along(m)
+            if data_on_total:  # beneath the total's line
+                ax.plot(xs, Y[order, q], ".", label="data", **dot)
+            _band(ax, xs, m[order], None if s is None else s[order], "C0", "latent total (95%)")
+            ax.set_title(f"{tag}total: " + " + ".join(parts.names[q])
+                         + (f"   ({', '.join(constants[q])})" if q in constants else ""), fontsize="small", loc="left")
+            ax.legend(loc="upper left", fontsize="x-small", markerscale=3)
+            ax.set_xlabel(names[0] if D == 1 else rows_by.format("total's mean"), fontsize="small")
+            continue
+        m = _host(parts.mean[q][:, j])
+        s = np.sqrt(np.maximum(_host(parts.var[q][:, j]), 0))
+        dims = parts.active_dims[q][j]
+        cols = list(range(D)) if dims is None else list(dims)
+        title = f"{tag}{parts.names[q][j]}"
+        if D == 1 or len(cols) <= 1:
+            c = cols[0] if cols else 0
+            o = np.argsort(X[:, c], kind="stable")
+            _band(ax, X[o, c], m[o], s[o], f"C{(j + 1) % 10}", "part (95%)")
+            ax.set_xlabel(names[c], fontsize="small")
+            ax.set_title(title, fontsize="small", loc="left")
+        elif len(cols) == 2:
+            _part_map(fig, ax, model, X, parts, q, j, cols, names, title)
+        else:
+            sc = ax.scatter(X[:, cols[0]], X[:, cols[1]], c=m, s=4 if many else 12, cmap="viridis")
+            fig.colorbar(sc, ax=ax, label="mean")
+            ax.set_xlabel(names[cols[0]], fontsize="small")
+            ax.set_ylabel(names[cols[1]], fontsize="small")
+            ax.set_title(f"{title} (reads {len(cols)} columns: the data's inputs on two, coloured by its mean)",
+                         fontsize="small", loc="left")
+    if outcome is not None:
+        ax = axes[-1, 0]
+        for p in range(min(outcome.shape[1], Y.shape[1])):
+            order, xs = along(outcome[:, p])
+            ax.plot(xs, Y[order, p], ".", label="data", **dot)
+            ax.plot(xs, outcome[order, p], color=f"C{p}", lw=1, label="predictive mean of y")
+        ax.set_title("the outcome: " + ", ".join(_target_names(model, Y.shape[1])), fontsize="small", loc="left")
+        ax.set_xlabel(names[0] if D == 1 else rows_by.format("predictive mean"), fontsize="small")
+        ax.legend(loc="upper left", fontsize="x-small", markerscale=3)
+    if path is not None:
+        _save(fig, path)
+    return fig
+
+
+def _host(t) -> np.ndarray:
+    """A tensor of a prediction (on any device, any float dtype) as a float64 NumPy array."""
+    return t.detach().cpu().double().numpy()
+
+
+def _constant(mean: np.ndarray, var: np.ndarray) -> Optional[float]:
+    """The value of a part that is one number at every input with no variance, else None."""
+    scale = max(float(np.abs(mean).max()), 1e-300)
+    if float(var.max()) > 0 or float(mean.max() - mean.min()) > 1e-12 * scale:
+        return None
+    return float(mean[0])
+
+
+def _input_names(model, D: int, given: Optional[Sequence[str]]) -> list:
+    """The D inputs' names: ``given``, else a model file's recorded ones, else x1, x2, ... (x for D = 1)."""
+    if given:
+        return list(given)
+    cfg = getattr(model, "config", None)
+    names = ((cfg.get("columns") or {}).get("inputs") if isinstance(cfg, dict) else None) or []
+    return list(names) if len(names) == D else [f"x{d + 1}" if D > 1 else "x" for d in range(D)]
+
+
+def _band(ax, x: np.ndarray, m: np.ndarray, s: Optional[np.ndarray], color: str, label: str) -> None:
+    """A mean line with its mean +- 1.96 sd band (no band when ``s`` is None)."""
+    ax.plot(x, m, color=color, lw=0.9, label=label if s is not None else label.replace(" (95%)", ""))
+    if s is not None:
+        ax.fill_between(x, m - 1.96 * s, m + 1.96 * s, color=color, alpha=0.3, lw=0)
+
+
+def _part_map(fig, ax, model, X: np.ndarray, parts, q: int, j: int, cols: list, names: list, title: str) -> None:
+    """Part j of latent function q as a heat map of its mean over its two columns ``cols`` (the
+    other columns at their medians), the data's inputs dotted on it, the sd's range in the title."""
+    ga, gb = (_axis_grid(X[:, c], GRID_PARTS_2D) for c in cols)
+    A, B = np.meshgrid(ga, gb)
+    G = np.repeat(np.median(X, axis=0)[None, :], A.size, axis=0)
+    G[:, cols[0]], G[:, cols[1]] = A.ravel(), B.ravel()
+    grid = model.predict_parts(G)
+    k = grid.names[q].index(parts.names[q][j])
+    m = _host(grid.mean[q][:, k]).reshape(A.shape)
+    s = np.sqrt(np.maximum(_host(grid.var[q][:, k]), 0))
+    mesh = ax.pcolormesh(A, B, m, shading="auto", cmap="viridis")
+    fig.colorbar(mesh, ax=ax, label="mean")
+    ax.plot(X[:, cols[0]], X[:, cols[1]], ".", color="w", ms=1.5, alpha=0.6)
+    ax.set_xlabel(names[cols[0]], fontsize="small")
+    ax.set_ylabel(names[cols[1]], fontsize="small")
+    ax.set_title(f"{title} (sd {s.min():.3g} to {s.max():.3g})", fontsize="small", loc="left")

@@ -126,8 +126,11 @@ def _expand(kernel: Kernel) -> list[tuple[tuple, tuple]]:
 def _factor_name(kernel: Kernel, columns: Optional[Sequence[str]]) -> str:
     try:
         spec = kernel_spec(kernel)
-    except TypeError:  # a kernel class not registered: its class name
-        return type(kernel).__name__
+    except TypeError:  # the features of a registered kernel (prior_spec), else a class not registered: its name
+        prior = getattr(kernel, "prior_spec", None)
+        if prior is None:
+            return type(kernel).__name__
+        spec = prior()
     text = format_kernel(_without_defaults(spec), columns)
     return f"({text})" if "sum" in spec else text
 

@@ -81,6 +81,23 @@ class SavedModel:
             pred.variance = None if pred.variance is None else pred.variance * sd ** 2
         return pred
 
+    def predict_parts(self, X, *, covariance: bool = False, components: bool = False):
+        """The posterior of each additive part of the kernel (:func:`savigp.predict_parts`) at raw
+        inputs ``X (B, D)``, the parts named by the recorded input columns. With standardized targets
+        and a likelihood whose mean is f itself (E[y | f] = f: Gaussian, Student-t, Laplace), the
+        parts are in the targets' original units (each times the target's sd, its mean added to the
+        ``"mean"`` part); otherwise in the units the likelihood reads f in."""
+        from likelihoods.base import mean_is_latent
+
+        from ..parts import predict_parts
+
+        columns = (self.config.get("columns") or {}).get("inputs")
+        parts = predict_parts(self.model, self.transform_inputs(X), covariance=covariance, components=components,
+                              columns=columns if columns and len(columns) == self.model.input_dim else None)
+        if self.target_stats is not None and self.likelihood_loaded and mean_is_latent(self.model.likelihood):
+            parts = parts.transformed(self.target_stats["std"], self.target_stats["mean"])
+        return parts
+
     def log_predictive_density(self, X, Y, num_samples: int = 1000, seed: int = 0) -> np.ndarray:
         """log p(y*_n | x*_n) of raw targets ``Y (B, P)`` at raw inputs ``X (B, D)``: ``(B,)``.
 

@@ -53,3 +53,13 @@ def test_a_kernel_list_gives_each_latent_function_its_own_terms():
     with pytest.raises(ValueError, match=r"latent must be in \[0, 3\)"):
         additive_terms(lst, 3)
     assert [t.name() for t in additive_terms(kernel)] == ["rbf"]
+
+
+def test_fourier_features_are_named_by_the_kernel_they_stand_for():
+    """An ODVFF model's kernel (the features of an additive Matern) is one term, named as its prior."""
+    import savigp
+    from likelihoods import Gaussian
+
+    X = torch.randn(20, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    model = savigp.odvff_model(X, X[:, :1], Gaussian(), num_frequencies=2, mean_basis_size=3)
+    assert [t.name() for t in additive_terms(model.kernel)] == ["additive-matern"]
