@@ -18,7 +18,7 @@ import numpy as np
 
 from . import html
 from .coverage import interval_coverage
-from .predictive_draws import CannotDraw, predictive_draws
+from .predictive_draws import CannotDraw, observed_classes, predictive_draws
 from .residuals import quantile_residuals
 from .search_table import search_rows
 from .statistics import simulated_statistics
@@ -199,6 +199,10 @@ def _checks(model, inner, X, Y, X_test, Y_test, columns, tnames, num_samples, se
         return [html.section("fit", "The fit", note), html.section("checks", "Checks of fit", note)]
     test_draws = None if X_test is None else predictive_draws(model, X_test, Y_test, num_samples=num_samples,
                                                                seed=seed + 1)
+    classifier = inner.likelihood.task == "classification"
+    if classifier:  # the draws are class indices: the observed labels' indices, one column
+        Y, tnames = observed_classes(model, Y), [f"class of {tnames[0]}"]
+        Y_test = None if Y_test is None else observed_classes(model, Y_test)
     fit_body = []
     levels = [0.025, 0.5, 0.975]
     for p in range(Y.shape[1]):
@@ -223,6 +227,12 @@ def _checks(model, inner, X, Y, X_test, Y_test, columns, tnames, num_samples, se
                                 f"{columns[0]} (dashed: +-1.96)."))
     body.insert(1, html.table(["target", "mean", "sd", "KS statistic", "KS p-value", "verdict"], rows,
                               numeric=[False, True, True, True, True, False]))
+    if classifier:
+        body.append(html.paragraph("A classifier's labels are compared by their class index (any fixed order of "
+                                   "the classes leaves the residuals uniform under the model); intervals of a label "
+                                   "mean nothing, so coverage is not shown.", "note"))
+        return [html.section("fit", "The fit", "".join(fit_body)), html.section("checks", "Checks of fit",
+                                                                                "".join(body))]
     body.append(html.paragraph("Coverage of the central predictive intervals (share of targets inside; a calibrated "
                                "model is within about 2 standard errors of the level):"))
     cov_rows = []

@@ -5,7 +5,10 @@ For row n, f_sn ~ q(f_n) (a mixture's component chosen by its weight pi_k for ea
 y_sn ~ p(y | f_sn) from the likelihood's ``sample``; a likelihood that cannot sample (a user's
 ``log p(y | f)`` alone) with one output is drawn from ``exp(log p(y | f_sn))`` on a grid of y values
 (:func:`savigp.io.plotting.density_grid`: the integers for count targets, else a fine grid; a draw
-on a continuous grid is spread uniformly over its cell). The model's latent draws share one
+on a continuous grid is spread uniformly over its cell). A classifier's draws are class indices
+0 .. C-1 from ``class_probabilities(f_sn)``, compared with the observed labels' indices
+(:func:`observed_classes`): any fixed order of the classes leaves the randomized quantile residuals
+uniform under the model. The model's latent draws share one
 standard-normal draw across rows (:meth:`savigp.SAVIGP.draws`), so each row's draws are shuffled
 by a permutation of its own: rows are then independent, as the predictive checks assume.
 Draws are returned in the targets' original units (a recorded standardization undone).
@@ -88,7 +91,7 @@ def predictive_draws(model, X, Y: Optional[np.ndarray] = None, *, num_samples: i
         seed: seeds every draw.
 
     Returns:
-        ``(S, B, P)`` float64.
+        ``(S, B, P)`` float64 (a classifier's: ``(S, B, 1)`` class indices).
 
     Raises:
         CannotDraw: the likelihood cannot sample, and has more than one output or no grid of y.
@@ -100,6 +103,11 @@ def predictive_draws(model, X, Y: Optional[np.ndarray] = None, *, num_samples: i
     lik = inner.likelihood
     f = _latent_draws(inner, Xm, int(num_samples), int(seed))
     gen = torch.Generator().manual_seed(seed + 104729)
+    if lik.task == "classification":
+        with torch.no_grad():
+            probs = lik.class_probabilities(f).detach().cpu().to(torch.float64)  # (S, B, C)
+        idx = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=gen)
+        return idx.reshape(probs.shape[:-1])[..., None].numpy().astype(np.float64)
     try:
         with torch.no_grad():
             y = lik.sample(f, torch.Generator(device=f.device).manual_seed(seed + 104729))
@@ -116,6 +124,16 @@ def predictive_draws(model, X, Y: Optional[np.ndarray] = None, *, num_samples: i
     if stats is not None:
         y = np.asarray(stats["mean"]) + np.asarray(stats["std"]) * y
     return y
+
+
+def observed_classes(model, Y) -> np.ndarray:
+    """A classifier's observed labels ``Y (B, P)`` as the class indices its draws hold, ``(B, 1)``."""
+    inner, _, stats = _as_parts(model)
+    Y = np.asarray(Y, dtype=np.float64)
+    if stats is not None:
+        Y = (Y - np.asarray(stats["mean"])) / np.asarray(stats["std"])
+    idx = inner.likelihood.class_index(torch.as_tensor(Y))
+    return idx.detach().cpu().numpy().astype(np.float64)[:, None]
 
 
 def checked_draws(draws, Y, who: str) -> tuple:

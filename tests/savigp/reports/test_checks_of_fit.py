@@ -115,3 +115,22 @@ def test_coverage_is_the_level_for_calibrated_draws_and_less_for_too_narrow_ones
         assert abs(c["covered"] - c["level"]) < 4 * c["stderr"]
     for c in interval_coverage(draws, 2 * rng.normal(size=(4000, 1))):
         assert c["covered"] < c["level"] - 4 * c["stderr"]
+
+
+def test_a_classifiers_draws_are_class_indices_and_its_residuals_uniform():
+    # labels drawn from the logistic of a GP draw, fitted by a logistic likelihood; and three classes
+    from likelihoods import Logistic, Softmax
+    from savigp.reports.predictive_draws import observed_classes
+
+    torch.set_default_dtype(torch.float64)
+    X, f, g = _gp_draw(2)
+    Y = torch.bernoulli(torch.sigmoid(2 * f), generator=g)
+    model = _fitted(X, Y, Logistic())
+    draws = predictive_draws(model, X.numpy(), Y.numpy(), num_samples=500, seed=0)
+    assert set(np.unique(draws)) <= {0.0, 1.0}
+    u, _ = quantile_residuals(draws, observed_classes(model, Y.numpy()), seed=0)
+    assert kstest(u[:, 0], "uniform").pvalue > 0.01
+    labels = torch.floor(X / 3.4).clamp(0, 2)
+    model = savigp.SAVIGP(X, labels, Softmax(3), num_inducing=10)
+    draws = predictive_draws(model, X.numpy(), labels.numpy(), num_samples=50, seed=0)
+    assert draws.shape == (50, N, 1) and set(np.unique(draws)) <= {0.0, 1.0, 2.0}
