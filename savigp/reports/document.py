@@ -113,7 +113,6 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
     cols = config.get("columns") or {}
     columns = list(input_names or cols.get("inputs") or [f"x{d}" for d in range(D)])
     tnames = list(target_names or cols.get("targets") or [f"y{p}" for p in range(P)])
-    x = X[:, 0]
     figures_png = {}
     sections = []
 
@@ -138,7 +137,9 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
                                   zip(names, words, shares)], "parts"))
         share_rows += [[q, n, f"{100 * s:.1f}%", _fmt(float(np.sqrt(mean[:, j].var())))]
                        for j, (n, s) in enumerate(zip(names, shares))]
-        figures_png[f"parts{q}"] = figures.parts_png(x, names, mean, var, columns[0], ylabel,
+        axis = [int(d[0]) if d else 0 for d in parts.active_dims[q]]  # each part against its first column
+        figures_png[f"parts{q}"] = figures.parts_png([X[:, d] for d in axis], names, mean, var,
+                                                     [columns[d] for d in axis], ylabel,
                                                      [f"{100 * s:.1f}% of the latent variance" for s in shares])
     body.append(html.table(["latent", "part", "share of latent variance", "sd of its mean over the data"],
                            share_rows, numeric=[True, False, True, True]))
@@ -147,7 +148,8 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
                                "less than 100%.", "note"))
     sections.append(html.section("model", "The model in words", "".join(body)))
     parts_body = "".join(html.figure(figures_png[f"parts{q}"], f"parts of latent function {q}",
-                                     "Each part's posterior mean and 95% band at the training inputs.")
+                                     "Each part's posterior mean and 95% band at the training inputs, against its "
+                                     "(first) input column.")
                          for q in range(Q))
     sections.append(html.section("parts", "Each part", parts_body))
 

@@ -33,19 +33,21 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def parts_png(x: np.ndarray, names: Sequence[str], mean: np.ndarray, var: np.ndarray, xname: str, yname: str,
-              captions: Sequence[str]) -> bytes:
-    """One panel per additive part: its posterior mean and 95% band (+- 1.96 sd) against ``x (N,)``;
-    ``mean``, ``var`` ``(N, J)``, ``names`` and ``captions`` J each; ``yname`` labels the values."""
-    order = np.argsort(x, kind="stable")
+def parts_png(xs: Sequence[np.ndarray], names: Sequence[str], mean: np.ndarray, var: np.ndarray,
+              xnames: Sequence[str], yname: str, captions: Sequence[str]) -> bytes:
+    """One panel per additive part: its posterior mean and 95% band (+- 1.96 sd) against its input
+    column ``xs[j] (N,)`` (named ``xnames[j]``); ``mean``, ``var`` ``(N, J)``, ``names`` and
+    ``captions`` J each; ``yname`` labels the values."""
     fig, axes = _figure(len(names), 2.0)
     for j, ax in enumerate(axes):
+        x = xs[j]
+        order = np.argsort(x, kind="stable")
         m, s = mean[order, j], 1.96 * np.sqrt(np.maximum(var[order, j], 0.0))
         ax.fill_between(x[order], m - s, m + s, color="C0", alpha=0.25, lw=0, label="95% band")
         ax.plot(x[order], m, color="C0", lw=1.2, label="posterior mean")
         ax.axhline(0.0, color="0.6", lw=0.6)
         ax.set_title(f"{names[j]}: {captions[j]}", fontsize=10, loc="left")
-        ax.set_xlabel(xname)
+        ax.set_xlabel(xnames[j])
         ax.set_ylabel(yname, fontsize=8)
     axes[0].legend(loc="upper right", fontsize=8)
     return _png(fig)

@@ -54,17 +54,23 @@ def _first(value, latent: int = 0) -> float:
     return float(value)
 
 
-def _column(leaf: dict, columns: Sequence[str]) -> int:
+def _dims(leaf: dict, columns: Sequence[str]) -> list:
     dims = leaf.get("active_dims")
-    return int(dims[0]) if dims else 0
+    return list(dims) if dims else list(range(max(1, len(columns))))
 
 
-def _in_data_units(value: float, leaf: dict, input_std: Optional[Sequence[float]]) -> float:
-    return value * (float(input_std[_column(leaf, [])]) if input_std is not None else 1.0)
-
-
-def _amount(v: float, name: str) -> str:
-    return f"about {v:.3g} ({name})"
+def _amounts(leaf: dict, key: str, latent: int, columns: Sequence[str],
+             input_std: Optional[Sequence[float]]) -> str:
+    """A leaf's ``key`` (length-scale, period) per input column, in the data's units:
+    "1.8 (a) and 3.76 (b)"."""
+    value = leaf[key]
+    row = value[min(latent, len(value) - 1)] if isinstance(value, list) and value and isinstance(value[0], list) \
+        else (value if isinstance(value, list) else [value])
+    parts = []
+    for j, d in enumerate(_dims(leaf, columns)):
+        v = float(row[min(j, len(row) - 1)]) * (float(input_std[d]) if input_std is not None else 1.0)
+        parts.append(f"{v:.3g} ({columns[d] if d < len(columns) else f'x{d}'})")
+    return " and ".join(parts)
 
 
 def _names(leaf: dict, columns: Sequence[str]) -> str:
@@ -98,7 +104,7 @@ def describe_term(term, columns: Sequence[str], input_std: Optional[Sequence[flo
     amplitude = f" (prior sd {sd:.3g})"
 
     def scale(leaf):
-        return _amount(_in_data_units(_first(leaf["lengthscale"], latent), leaf, input_std), _names(leaf, columns))
+        return "about " + _amounts(leaf, "lengthscale", latent, columns, input_std)
 
     if kinds == ["white"]:
         return f"independent noise with sd {sd:.3g}"
@@ -109,8 +115,7 @@ def describe_term(term, columns: Sequence[str], input_std: Optional[Sequence[flo
         return f"{_SMOOTHNESS[leaf['kernel']]} trend in {_names(leaf, columns)}, varying over {scale(leaf)}{amplitude}"
     if periodic and len(periodic) == 1 and len(leaves) <= 2:
         p = periodic[0]
-        period = _in_data_units(_first(p["period"], latent), p, input_std)
-        cycle = f"a cycle in {_names(p, columns)} with a period of {period:.3g} ({_names(p, columns)})"
+        cycle = f"a cycle in {_names(p, columns)} with a period of {_amounts(p, 'period', latent, columns, input_std)}"
         if len(leaves) == 1:
             return f"{cycle}, repeating with the same shape{amplitude}"
         if stationary:
@@ -123,6 +128,10 @@ def describe_term(term, columns: Sequence[str], input_std: Optional[Sequence[flo
     if len(linear) == 1 and len(stationary) == 1 and len(leaves) == 2:
         return (f"a trend in {_names(linear[0], columns)} whose slope changes over {scale(stationary[0])}"
                 f"{amplitude}")
+    if len(stationary) == len(leaves) > 1:
+        over = " and ".join(scale(leaf) for leaf in stationary)
+        names = " and ".join(_names(leaf, columns) for leaf in stationary)
+        return f"an interaction of {names}, varying over {over}{amplitude}"
     return f"a part built from {' x '.join(str(k or 'a sum') for k in kinds)}{amplitude}"
 
 

@@ -40,3 +40,12 @@ def test_standardized_inputs_and_targets_are_read_back_in_the_datas_units(terms)
 def test_the_likelihood_in_words_with_its_fitted_noise():
     assert describe_likelihood(Gaussian(variance=0.09), target_std=2.0) == \
         "Gaussian noise with sd 0.6 around the latent function"
+
+
+def test_a_term_of_several_columns_gives_each_columns_length_scale():
+    spec = parse_kernel("rbf + rbf(a, lengthscale=2) * rbf(b, lengthscale=5)", columns=["a", "b"])
+    spec["sum"][0]["lengthscale"] = [1.5, 4.0]  # an ARD length-scale per column
+    kernel = build_kernel(spec, 2, 1)
+    words = [describe_term(t, ["a", "b"], input_std=[1.0, 10.0]) for t in additive_terms(kernel, 0)]
+    assert words[0].startswith("a smooth trend in a, b, varying over about 1.5 (a) and 40 (b) ")
+    assert words[1].startswith("an interaction of a and b, varying over about 2 (a) and about 50 (b) ")
