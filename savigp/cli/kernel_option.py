@@ -40,6 +40,9 @@ from .plan import TrainPlan
 
 #: the ``--kernel`` value reserved for a search over kernel structures
 SEARCH = "search"
+#: the key of :func:`kernel_options`'s answer that holds ``--kernel search``'s
+#: :class:`savigp.training.kernel_search.KernelSearchResult` (not a model option: the caller takes it out)
+SEARCHED = "searched"
 #: options of every family that do not depend on the inputs' units
 _UNITLESS = ("kernel", "active_dims", "ard", "learn", "alpha", "nu")
 
@@ -62,7 +65,8 @@ def check_kernel_options(plan: TrainPlan) -> None:
 def kernel_options(plan: TrainPlan, table, icols, input_stats: Optional[dict], num_latent: int, data=None, quiet: bool = True) -> dict:
     """The model options of ``--kernel`` and ``--fourier-features``: ``{"kernel": spec}`` (in the
     model's units, see the module docstring) and, with Fourier features, ``"fourier_features": F``
-    and ``"num_inducing": M`` (M = D (2F + 1), for the memory estimate).
+    and ``"num_inducing": M`` (M = D (2F + 1), for the memory estimate). With ``--kernel search``
+    also :data:`SEARCHED`: the search's result, whose fitted model the run starts from.
 
     Args:
         table, icols: the CSV file (:class:`savigp.io.csv_data.Table`) and its input columns.
@@ -77,7 +81,10 @@ def kernel_options(plan: TrainPlan, table, icols, input_stats: Optional[dict], n
     """
     text = str(plan.kernel)
     if text.strip() == SEARCH:
-        return {"kernel": _search(plan, data, table.names(icols), quiet)}
+        if plan.resume:
+            return {"kernel": "rbf"}  # unused: the resumed model is rebuilt from its checkpoint
+        result = _search(plan, data, table.names(icols), quiet)
+        return {"kernel": result.spec, SEARCHED: result}
     spec = _parse(text, table, icols)
     D, names = len(icols), table.names(icols)
     _check_builds(spec, text, names, 1 if plan.shared_kernel else int(num_latent))
@@ -96,13 +103,12 @@ def kernel_options(plan: TrainPlan, table, icols, input_stats: Optional[dict], n
     return out
 
 
-def _search(plan: TrainPlan, data, names, quiet: bool) -> dict:
-    """``--kernel search``: the structure chosen by :func:`savigp.search_kernels` (Duvenaud et al.
-    2013; ranked by the full-data ELBO less a BIC penalty) on the training data in the model's units,
-    its table printed to stderr; the run then trains the chosen kernel from the search's fitted
-    values. On ``--resume`` nothing is searched: the model, kernel included, is the checkpoint's."""
-    if plan.resume:
-        return {"kernel": "rbf"}  # unused: the resumed model is rebuilt from its checkpoint
+def _search(plan: TrainPlan, data, names, quiet: bool):
+    """``--kernel search``: the :class:`~savigp.training.kernel_search.KernelSearchResult` of
+    :func:`savigp.search_kernels` (Duvenaud et al. 2013; ranked by the full-data ELBO less a BIC
+    penalty) on the training data in the model's units, its table printed to stderr; the run then
+    starts from the search's fitted model (:mod:`savigp.cli.searched_model`). On ``--resume``
+    nothing is searched (:func:`kernel_options`): the model, kernel included, is the checkpoint's."""
     if plan.fourier_features is not None:
         raise CLIError("--kernel search: the search combines the kernel families; --fourier-features needs "
                        "--kernel additive-matern")
@@ -133,7 +139,7 @@ def _search(plan: TrainPlan, data, names, quiet: bool) -> dict:
                             progress=not quiet)
     if not quiet:
         print(str(result), file=sys.stderr)
-    return result.spec
+    return result
 
 
 def _parse(text: str, table, icols) -> dict:

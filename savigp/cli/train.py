@@ -20,7 +20,8 @@ from ..user_likelihood import USER_KINDS
 from .checkpoint import Checkpointer, resume
 from .checks import check_device, check_plot_option, code_inputs, max_memory_bytes, output_path, parse_floats
 from .columns import validate_targets
-from .kernel_option import check_kernel_options, kernel_options
+from .kernel_option import SEARCH, SEARCHED, check_kernel_options, kernel_options
+from . import searched_model
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
 from .plan import TrainPlan
 from .ranks import join_ranks, launch_ranks
@@ -167,6 +168,8 @@ def _config(plan: TrainPlan, table, icols, tcols, X, Y, spec, likelihood, standa
         total = int(plan.iterations)
     elif plan.epochs is not None:
         total = max(1, int(math.ceil(plan.epochs * N / B)))
+    elif str(plan.kernel).strip() == SEARCH:  # the search's model, at its optimum, is the model
+        total = searched_model.DEFAULT_STEPS
     else:
         total = 500
     return {
@@ -249,9 +252,14 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
     # --kernel read against the input columns, in the model's units; --fourier-features
     model_options.update(kernel_options(plan, table, icols, standardize["inputs"], int(likelihood.num_latent),
                                         data=(Xm, Ym, likelihood), quiet=quiet))
+    searched = model_options.pop(SEARCHED, None)
+    if searched is not None and not plan.dense and plan.num_inducing in (None, searched.model.inducing.shape[-2]):
+        model_options["inducing_inputs"] = searched.model.inducing.detach()  # (the search's: its q(u) carries over)
     if warm is not None and plan.num_inducing is None and not plan.dense:
         model_options["inducing_inputs"] = warm.model.inducing.detach()  # M is the source's; no k-means
     config = _config(plan, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)
+    if searched is not None:
+        config["training"]["kernel_search"] = searched_model.record(searched)
     total = config["training"]["iterations"]
     hypers = config["training"]["hypers"] = resolve_hypers(plan)
     groups = STAGE_TWO_GROUPS if hypers == "two-stage" else plan.learn  # what this run's fit learns
@@ -282,6 +290,10 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
         model = build_model(Xm, Ym, likelihood, model_options)  # SAVIGP calls likelihood.initialize_from_data
         if hypers == "two-stage":
             start_from(plan, model, types.SimpleNamespace(model=warm_model))
+        if searched is not None:
+            missing = searched_model.adopt(model, searched, seed=plan.seed)
+            if missing and not quiet:
+                print(f"savigp train: note: {missing}", file=sys.stderr)
         if warm is not None:
             start_from(plan, model, warm)
             if not quiet:
@@ -298,6 +310,13 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
                        keep_generator=spec["name"] == "callable")
     t0 = time.perf_counter()
     begun = int(state.get("step", 0))
+    best = None
+    if searched is not None:  # the search's model, to put back if the further steps lose it
+        best = searched_model.KeepBest(model, num_samples=plan.samples, estimator=model.resolved_estimator(plan.estimator),
+                                       seed=plan.seed)
+        if not quiet:
+            print(f"savigp train: starting from the search's model: {searched.expression}, ELBO {best.elbo:.6g} on all "
+                  f"{X.shape[0]} rows", file=sys.stderr)
     history = _fit(plan, model, ckp, table, spec, quiet, groups)
     done = int(state.get("step", 0))
     if done < total:  # interrupted here or on another rank (interrupted after the last step: just finish)
@@ -309,6 +328,9 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
         return EXIT_INTERRUPTED
     elbo = history.final_elbo if history.final_elbo is not None else config.get("elbo")
     se = history.final_elbo_stderr
+    if best is not None:
+        elbo, se = best.settle(model, elbo, se, done - begun)
+        history.final_elbo_stderr = se
     elbo_text = "n/a" if elbo is None else (f"{elbo:.6g} +- {se:.2g} (on all {X.shape[0]} rows; +- its Monte Carlo "
                                             "standard error)" if se else f"{elbo:.6g} (on all {X.shape[0]} rows)")
     config["training"]["estimator_used"] = history.estimator
@@ -321,8 +343,9 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
         if rank == 0:
             # the one-line summary is printed even with --quiet (which silences progress only)
             threads = f", {history.threads} thread{'s' if history.threads != 1 else ''}" if history.threads else ""
+            chosen = f"kernel {searched.expression} chosen by the search, " if searched is not None else ""
             print(f"trained {done} step(s) ({done - begun} in this run, {time.perf_counter() - t0:.1f} s{threads}, "
-                  f"estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
+                  f"{chosen}estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
             search = getattr(history, "starts", None)
             if search is not None and (search.starts > 1 or search.reflection is not None) and not quiet:
                 print(f"savigp train: {_search_text(search)}", file=sys.stderr)

@@ -460,6 +460,7 @@ def _run(model, state: dict, done: int, steps: StepOptions, report, callback) ->
                                  callback=callback, state=state, resume=_resume_entries(state) if done > begin else None)
             done = int(state.get("step", done))
             traces[p] = phase_history
+            history.notes.extend(phase_history.notes)
             history.terms = phase_history.terms or history.terms
             history.cuda_graph = history.cuda_graph or phase_history.cuda_graph
             if phase_history.stopped:  # by the callback: the state says where, for a resume
@@ -565,4 +566,5 @@ def _fit(model, steps: StepOptions, *, iterations, start, seed, report, callback
     finally:
         if ddp is not None:
             ddp.close()
+        history.notes.extend(rule.notes)
     return history

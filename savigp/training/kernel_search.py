@@ -18,7 +18,10 @@ peaks), each start settled by L-BFGS
 only when that raised its ELBO), the inducing inputs fixed at their k-means start, and moves to
 the best candidate while it improves the score by more than twice the standard error of the
 difference -- also over the parent's structure fitted again from the candidate's own values, less
-the base kernel it added (a child wins by its structure, not by a basin its parent missed). Duvenaud et al. rank by the BIC of
+the base kernel it added (a child wins by its structure, not by a basin its parent missed), and by
+at least :data:`MIN_GAIN` nats whatever the standard error (a closed-form ELBO has none). A
+candidate whose fit fails (an error, a non-finite ELBO or parameter) is rejected with its reason in
+the table and never changes the model it started from. Duvenaud et al. rank by the BIC of
 the marginal likelihood; for a likelihood without one, the score here is the full-data ELBO (its
 Monte Carlo estimate, with its standard error) less (1/2) p log N for p kernel hyper-parameters
 (``penalty="bic"``; ``penalty=None`` ranks by the ELBO alone, which a point estimate of more
@@ -43,6 +46,10 @@ from ..kernels.spec import default_lengthscale, kernel_spec
 
 #: the base families the search combines by default
 DEFAULT_BASE = ("rbf", "periodic", "linear")
+#: the least gain in score (nats) that moves the search to a child, whatever its standard error: a
+#: log Bayes factor below 1 is "not worth more than a bare mention" (Kass & Raftery 1995, §3.2); with a
+#: closed-form ELBO (standard error 0) a move on a 0.06-nat gain was taken (issue 57)
+MIN_GAIN = 1.0
 
 
 @dataclass
@@ -57,7 +64,10 @@ class KernelSearchResult:
             number of base kernels), ``elbo`` and ``elbo_stderr`` (full data), ``num_hypers``,
             ``score``, ``seconds``, ``converged``, ``period_starts`` (per start, its periodic leaves'
             starting periods), ``chosen`` (moved to, or the chosen expression
-            trained further: "(continued)", as long as its children are, so that they compare fairly).
+            trained further: "(continued)", as long as its children are, so that they compare fairly),
+            ``failed`` (None, or why the candidate was rejected: a non-finite ELBO or parameter, an
+            error of the fit, or the time budget ending its fit; a failed candidate is never chosen
+            and a failed continuation leaves its parent as it was).
         seconds: the search's time; ``complete``: False when the time budget stopped it.
     """
 
@@ -71,10 +81,16 @@ class KernelSearchResult:
     def __str__(self) -> str:
         head = "| level | expression | ELBO | s.e. | hypers | score | s | converged | chosen |"
         rows = [head, "|" + "---|" * 9]
+        failures = []
         for r in self.table:
+            converged = "yes" if r["converged"] else "no"
+            if r.get("failed"):
+                failures.append(f"{r['expression']}: {r['failed']}")
+                converged = f"failed ({len(failures)})"
             rows.append(f"| {r['level']} | {r['expression']} | {r['elbo']:.2f} | {r['elbo_stderr']:.2f} | "
-                        f"{r['num_hypers']} | {r['score']:.2f} | {r['seconds']:.1f} | {'yes' if r['converged'] else 'no'} | "
+                        f"{r['num_hypers']} | {r['score']:.2f} | {r['seconds']:.1f} | {converged} | "
                         f"{'*' if r['chosen'] else ''} |")
+        rows += [f"failed ({i}): {why}" for i, why in enumerate(failures, 1)]
         rows.append(f"chosen: {self.expression} ({self.seconds:.0f} s{'' if self.complete else ', stopped by the time budget'})")
         return "\n".join(rows)
 
@@ -94,8 +110,11 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         columns: the inputs' names, for the expressions in the table.
         per_column: base kernels on one column each (default when 1 < D <= 8) or on all columns.
         max_terms: the most base kernels in an expression.
-        time_budget: seconds; no candidate but the first is started after it is spent (the
-            result's ``complete`` says so).
+        time_budget: seconds; the fit in hand stops within one of its steps of the deadline and is
+            rejected (its row says so), no candidate starts after it, and no move is made whose
+            check (the parent refitted from the child's values) the budget left undone (the result's
+            ``complete`` is then False). Where the budget ended every first-level fit, the best of
+            them is returned.
         penalty: ``"bic"`` (score = ELBO - p log(N) / 2) or None (the ELBO alone).
         num_inducing: M of every candidate (default min(N, 100)).
         iterations, lr: of every candidate's :func:`savigp.fit`; ``fit_options`` adds to them.
@@ -128,8 +147,6 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     from ..model import SAVIGP
     import torch
 
-    from ..estimators.nonfinite import NonFiniteLogProb
-    from ..linalg.cholesky import CholeskyError
     from ..training import ConvergenceWarning, TrainingDiverged, fit
     from ..training.convergence import full_data_elbo
 
@@ -164,6 +181,14 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     estimation = {k: options[k] for k in ("num_samples", "estimator") if k in options}
     model_options = {"learn_inducing": False, **(model_options or {})}
     start, table = time.perf_counter(), []
+    deadline = None if time_budget is None else start + float(time_budget)
+    clock = {"stopped": False}  # whether the budget stopped the fit of the candidate in hand
+
+    def out_of_time(step=None, terms=None) -> bool:
+        """fit's callback: True (stop) once the budget is spent, within one step of its deadline."""
+        if deadline is not None and time.perf_counter() > deadline:
+            clock["stopped"] = True
+        return clock["stopped"]
 
     def train(model) -> bool:
         """Adam (extended while fit says the ELBO still rises), then the L-BFGS polish; converged?"""
@@ -171,8 +196,8 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             warnings.simplefilter("always", ConvergenceWarning)
             for _ in range(1 + extend):
                 caught.clear()
-                fit(model, **options, final_elbo=False)
-                if not any(issubclass(w.category, ConvergenceWarning) for w in caught):
+                fit(model, **options, final_elbo=False, callback=out_of_time)
+                if clock["stopped"] or not any(issubclass(w.category, ConvergenceWarning) for w in caught):
                     break
             converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
             polished(model)
@@ -190,14 +215,17 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         steps were good keeps them: going back to where the steps began lost them, and so the
         right period on Poisson seed 9 of docs/experiments.md)."""
         last_good = [copy.deepcopy(model.state_dict())]
+        if out_of_time():
+            return
 
         def keep(step, terms):
             last_good[0] = copy.deepcopy(model.state_dict())
+            return out_of_time()
 
         try:
             fit(model, **{**options, "optimizer": "lbfgs", "lr": 1.0, "log_every": 1, "callback": keep, **extra},
                 final_elbo=False)
-        except (FloatingPointError, CholeskyError, torch.linalg.LinAlgError, NonFiniteLogProb, TrainingDiverged):
+        except _candidate_errors():
             model.load_state_dict(last_good[0])
 
     def settled(model):
@@ -208,8 +236,41 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     def run(specs, level: int, model=None, parent=None):
         """Fit a candidate from the best of its starting ``specs`` (or polish ``model`` further); the
         last start takes q(u) and the likelihood's parameters from the ``parent`` model where given
-        (the neutral start, :func:`_inherit`)."""
+        (the neutral start, :func:`_inherit`). A fit that fails -- an error, a non-finite ELBO or
+        parameter, the budget's end -- is a row with its reason in ``failed`` (and a ``model``
+        given is put back as it was: a failed continuation never changes the parent)."""
         t0 = time.perf_counter()
+        clock["stopped"] = False
+        before = None if model is None else copy.deepcopy(model.state_dict())
+        try:
+            model, converged = fitted(specs, model, parent)
+            elbo, se = full_data_elbo(model, seed=seed, **estimation)
+            failed = _failure(model, elbo)
+        except _candidate_errors() as err:
+            failed = f"{type(err).__name__}: {_first_line(err)}"
+            elbo, se, converged = math.nan, math.nan, False
+        broken = failed is not None  # (an error or a non-finite value: no score, no model)
+        if failed is None and clock["stopped"]:
+            failed = f"{_BUDGET_ENDED} ({time_budget:g} s) ended its fit"
+        if failed is not None and before is not None:
+            model.load_state_dict(before)
+        kernel = kernel_spec(model.kernel) if model is not None else specs[0]
+        hypers = sum(p.numel() for p in model.kernel.parameters() if p.requires_grad) if model is not None else 0
+        row = {"expression": format_kernel(_plain(kernel), columns), "level": level,
+               "elbo": float(elbo), "elbo_stderr": float(se or 0.0) if math.isfinite(se) else math.nan,
+               "num_hypers": int(hypers),
+               "score": -math.inf if broken else float(elbo) - (0.5 * hypers * math.log(N) if penalty == "bic" else 0.0),
+               "seconds": time.perf_counter() - t0, "converged": converged, "chosen": False,
+               "period_starts": [] if specs is None else [_periods_of(sp) for sp in specs], "failed": failed}
+        table.append(row)
+        if progress:
+            outcome = f"failed: {failed}" if failed else \
+                f"ELBO {row['elbo']:.2f} +- {row['elbo_stderr']:.2f}, score {row['score']:.2f}"
+            print(f"search_kernels: {row['expression']}: {outcome} ({row['seconds']:.1f} s)", file=sys.stderr)
+        return row, (None if broken and before is None else model)
+
+    def fitted(specs, model, parent) -> tuple:
+        """``(model, converged)``: ``model`` polished further, or the best start of ``specs`` fitted."""
         if model is not None:
             if polish > 0:
                 polished(model)
@@ -224,7 +285,7 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             if polish > 0:  # each start settled by L-BFGS, which stays in the start's basin
                 for m in models:
                     settled(m)
-                scored = [(full_data_elbo(m, seed=seed, **estimation)[0], i) for i, m in enumerate(models)]
+                scored = [(_finite_or_worst(full_data_elbo(m, seed=seed, **estimation)[0]), i) for i, m in enumerate(models)]
                 first, i = max(scored)
                 model = models[i]
                 before = copy.deepcopy(model.state_dict())
@@ -241,23 +302,12 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                         warnings.simplefilter("ignore", ConvergenceWarning)
                         for m in models:
                             fit(m, **{**options, "iterations": max(1, int(options["iterations"]) // 4)}, final_elbo=False)
-                model = max(models, key=lambda m: full_data_elbo(m, seed=seed, **estimation)[0])
+                model = max(models, key=lambda m: _finite_or_worst(full_data_elbo(m, seed=seed, **estimation)[0]))
                 converged = train(model)
-        elbo, se = full_data_elbo(model, seed=seed, **estimation)
-        hypers = sum(p.numel() for p in model.kernel.parameters() if p.requires_grad)
-        row = {"expression": format_kernel(_plain(kernel_spec(model.kernel)), columns), "level": level, "elbo": float(elbo),
-               "elbo_stderr": float(se or 0.0), "num_hypers": int(hypers),
-               "score": float(elbo) - (0.5 * hypers * math.log(N) if penalty == "bic" else 0.0),
-               "seconds": time.perf_counter() - t0, "converged": converged, "chosen": False,
-               "period_starts": [] if specs is None else [_periods_of(sp) for sp in specs]}
-        table.append(row)
-        if progress:
-            print(f"search_kernels: {row['expression']}: ELBO {row['elbo']:.2f} +- {row['elbo_stderr']:.2f}, "
-                  f"score {row['score']:.2f} ({row['seconds']:.1f} s)", file=sys.stderr)
-        return row, model
+        return model, converged
 
-    def over_budget() -> bool:  # the first candidate is always fitted: a search returns a model
-        return time_budget is not None and bool(table) and time.perf_counter() - start > time_budget
+    def over_budget() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
 
     complete, seen = True, set()
     current = None  # (terms, row, model, fitted spec)
@@ -278,11 +328,12 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             # longer optimisation (Duvenaud et al. 2013 restart from the parent too)
             row, model = run(None, current[1]["level"], model=current[2])
             row["expression"] += " (continued)"
-            row["chosen"] = True
-            current = (current[0], row, model, kernel_spec(model.kernel, values=True))
-        results = []
+            if not row["failed"]:  # (a failed continuation left the parent as it was)
+                row["chosen"] = True
+                current = (current[0], row, model, kernel_spec(model.kernel, values=True))
+        results, stopped = [], []
         for terms in fresh:
-            if over_budget():
+            if over_budget() and (current is not None or results or stopped):  # (a search returns a model)
                 complete = False
                 break
             specs = [_warm_spec(terms, current[3] if current else None, periods, shift=k, starts=starts)
@@ -306,14 +357,18 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                     specs, inherit = [sp for sp in specs if sp != spec] + [spec], current[2]
             specs = [sp for i, sp in enumerate(specs) if sp not in specs[:i]]
             row, model = run(specs, sum(map(len, terms)), parent=inherit)
-            results.append((terms, row, model))
+            if not row["failed"]:
+                results.append((terms, row, model))
+            elif model is not None and current is None:  # (the budget ended it: a fallback of the first level)
+                stopped.append((terms, row, model))
+        if not results and current is None and stopped:  # the budget ended every first fit: the best of them
+            results, complete = stopped, False
         if not results:
             break
         terms, row, model = max(results, key=lambda r: r[1]["score"])
         if current is not None:
             def wins() -> bool:
-                gain = row["score"] - current[1]["score"]
-                return gain > 2.0 * math.hypot(row["elbo_stderr"], current[1]["elbo_stderr"])
+                return _wins(row, current[1])
 
             if not wins():
                 break
@@ -323,10 +378,16 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             # "Kernel structure search": rbf + periodic at the doubled period, ELBO 78, beaten by
             # rbf + periodic * periodic at 91 with the right period in one factor)
             projections = _projections(kernel_spec(model.kernel, values=True), current[0])
-            if projections and not over_budget():
+            if projections:  # (never skipped: without the check, no move)
+                if over_budget():
+                    complete = False
+                    break
                 prow, pmodel = run(projections, current[1]["level"])
                 prow["expression"] += " (from the child's values)"
-                if prow["score"] > current[1]["score"]:
+                if prow["failed"] and _BUDGET_ENDED in prow["failed"]:
+                    complete = False
+                    break
+                if not prow["failed"] and prow["score"] > current[1]["score"]:
                     prow["chosen"] = True
                     current = (current[0], prow, pmodel, kernel_spec(pmodel.kernel, values=True))
                 if not wins():
@@ -335,11 +396,57 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         current = (terms, row, model, kernel_spec(model.kernel, values=True))
         if not complete:
             break
+    if current is None:
+        raise RuntimeError("search_kernels: every first-level candidate failed: "
+                           + "; ".join(f"{r['expression']}: {r['failed']}" for r in table))
     spec = current[3]
     expression = current[1]["expression"].removesuffix(" (continued)").removesuffix(" (from the child's values)")
     return KernelSearchResult(spec=spec, expression=expression,
                               model=current[2], table=table,
                               seconds=time.perf_counter() - start, complete=complete)
+
+
+# ---------------------------------------------------------------- a candidate's failures
+#: the start of the ``failed`` reason of a candidate whose fit the time budget ended
+_BUDGET_ENDED = "the time budget"
+
+
+def _candidate_errors() -> tuple:
+    """What a candidate's fit may raise and the search survives (the candidate is rejected): a
+    diverged fit, a matrix that is not positive definite, a non-finite log-density."""
+    import torch
+
+    from ..estimators.nonfinite import NonFiniteLogProb
+    from ..linalg.cholesky import CholeskyError
+    from .loop import TrainingDiverged
+
+    return (TrainingDiverged, FloatingPointError, CholeskyError, torch.linalg.LinAlgError, NonFiniteLogProb)
+
+
+def _failure(model, elbo: float) -> Optional[str]:
+    """Why a fitted candidate cannot be ranked (a non-finite full-data ELBO or parameter), or None."""
+    import torch
+
+    if not math.isfinite(elbo):
+        return f"its full-data ELBO is {elbo}"
+    bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    return f"non-finite parameters: {', '.join(bad[:4])}" if bad else None
+
+
+def _wins(child: dict, parent: dict) -> bool:
+    """Does the ``child``'s row beat its ``parent``'s: a gain in score above twice the standard error
+    of the difference and above :data:`MIN_GAIN`?"""
+    gain = child["score"] - parent["score"]
+    return gain > max(MIN_GAIN, 2.0 * math.hypot(child["elbo_stderr"], parent["elbo_stderr"]))
+
+
+def _finite_or_worst(value: float) -> float:
+    return value if math.isfinite(value) else -math.inf
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__
 
 
 # ---------------------------------------------------------------- expressions as sums of products

@@ -83,6 +83,9 @@ class TrainingHistory:
     #: fit's exploration of starts before these steps (a mixture with K > 1 under Adam/Adadelta):
     #: :class:`savigp.training.starts.Exploration` (its kept path's steps open ``elbo``), else None
     starts: Optional[object] = None
+    #: one line per event of the run a user should know of (e.g. an L-BFGS step rejected because a
+    #: trial point of its line search had a matrix that is not positive definite)
+    notes: list = field(default_factory=list)
 
 
 @dataclass

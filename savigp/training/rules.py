@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from ..estimators.nonfinite import NonFiniteLogProb
+from ..linalg.cholesky import CholeskyError
 from ..model import ELBOTerms
 from . import step as _runner
 from .loop import BadStep, Check, LastGood
@@ -37,6 +38,8 @@ class CheckedStep:
         self.model, self.optimizer = model, optimizer
         self.last_good = LastGood(model)
         self.terms, self.index = None, -1
+        #: one line per event the history reports (e.g. an L-BFGS step rejected at a trial point)
+        self.notes: list = []
 
     def step(self, batch: Optional[torch.Tensor], step: int):
         """Take step number ``step`` on ``batch`` (indices ``(B,)`` or None); keep and return its
@@ -101,7 +104,10 @@ class GradientStep(CheckedStep):
                     loss.backward()
                 return loss
 
-            opt.step(closure)
+            try:
+                opt.step(closure)
+            except (CholeskyError, torch.linalg.LinAlgError) as err:
+                self._reject(step, err)
             with torch.no_grad():  # the values at the new parameters, for the check: no graph kept until the next step
                 terms = self._elbo(None, step, torch.Generator().manual_seed(draw_seed), backward=False)
         else:
@@ -117,6 +123,19 @@ class GradientStep(CheckedStep):
 
     def stop(self, flag) -> bool:
         return bool(flag) if self.ddp is None else self.ddp.any(bool(flag))
+
+    def _reject(self, step: int, err: Exception) -> None:
+        """An L-BFGS outer step whose line search tried a point where a matrix is not positive
+        definite (K_zz past its largest jitter, or S_k + S_l of a mixture's entropy,
+        :mod:`savigp.posteriors.entropy`): torch's L-BFGS raises from inside its line search and
+        leaves the parameters at the trial point. The step is rejected: the parameters go back to
+        where it began (the last good step) and the curvature pairs that proposed the point are
+        dropped (the next step starts L-BFGS afresh there, with its own draws)."""
+        self.last_good.restore()
+        self.optimizer.state.clear()
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        self.notes.append(f"L-BFGS step {step} rejected: a trial point of its line search failed "
+                          f"({type(err).__name__}: {first[:160]}); went on from the step before it")
 
 
 class SyncFreeStep:
@@ -136,6 +155,7 @@ class SyncFreeStep:
         self.runner = _runner.StepRunner(model, optimizer, num_samples=num_samples, estimator=estimator,
                                          generator=draw_generator, window=window, graphs=graphs)
         self.since, self.index = 0, start - 1
+        self.notes: list = []  # (the rule of CheckedStep's notes: none here)
         # per step of the window: (batch, draw generator state, device), to explain a NaN likelihood
         self.inputs, self.window_inputs, self.window_start = [], [], start
 

@@ -284,3 +284,52 @@ def test_an_lbfgs_line_search_into_a_non_positive_definite_kernel_leaves_the_can
                                    progress=False)
     assert math.isfinite(result.table[0]["elbo"])
     assert all(bool(torch.isfinite(p).all()) for p in result.model.parameters())
+
+
+def test_a_move_needs_a_gain_above_the_minimum_whatever_its_standard_error():
+    """With a closed-form ELBO (standard error 0) a child 0.06 nats above its parent was moved to
+    (issue 57); a move now needs more than MIN_GAIN = 1 nat as well as 2 standard errors."""
+    from savigp.training.kernel_search import MIN_GAIN, _wins
+
+    parent = {"score": 100.0, "elbo_stderr": 0.0}
+    assert not _wins({"score": 100.06, "elbo_stderr": 0.0}, parent)
+    assert not _wins({"score": 100.0 + 0.99 * MIN_GAIN, "elbo_stderr": 0.0}, parent)
+    assert _wins({"score": 100.0 + 1.01 * MIN_GAIN, "elbo_stderr": 0.0}, parent)
+    assert not _wins({"score": 103.0, "elbo_stderr": 1.5}, {"score": 100.0, "elbo_stderr": 0.5})  # 2 s.e. = 3.16
+
+
+def test_a_failed_candidate_is_rejected_with_its_reason_and_leaves_its_parent_as_it_was(monkeypatch):
+    """A candidate whose fit ends with non-finite parameters and ELBO (no error raised: raw day numbers
+    under a Poisson likelihood did it to every two-part candidate, issue 57) is a row with its reason,
+    never chosen; the chosen model and spec stay finite."""
+    import savigp.training as training
+
+    real_fit = training.fit
+
+    def fit(model, **options):
+        history = real_fit(model, **options)
+        if "sum" in savigp.kernels.kernel_spec(model.kernel):  # every two-part candidate
+            with torch.no_grad():
+                for p in model.kernel.parameters():
+                    p.fill_(float("nan"))
+        return history
+
+    monkeypatch.setattr(training, "fit", fit)
+    X, Y = _two_harmonics(30)
+    result = savigp.search_kernels(X, Y, Gaussian(), base=("rbf",), max_terms=2, num_inducing=8, iterations=20,
+                                   polish=2, period_starts=1, progress=False)
+    failed = [r for r in result.table if r["failed"]]
+    assert failed and all(r["level"] == 2 and not r["chosen"] and "non-finite" in r["failed"] for r in failed), result.table
+    assert result.expression == "rbf" and all(torch.isfinite(p).all() for p in result.model.parameters())
+    assert "failed (1)" in str(result)
+
+
+def test_the_budget_stops_the_fit_in_hand():
+    """The time budget was only a deadline for starting candidates: a 1 s budget returned after 64-249
+    s (issue 57). Now the fit in hand stops within a step of it: a first candidate of 200000 steps
+    (minutes of work) is stopped, said in its row, and the search returns it as the best it has."""
+    X, Y = _two_harmonics(30)
+    result = savigp.search_kernels(X, Y, Gaussian(), base=("rbf",), max_terms=1, num_inducing=8, iterations=200000,
+                                   polish=0, period_starts=1, time_budget=1.0, progress=False)
+    assert not result.complete and "time budget" in (result.table[0]["failed"] or "")
+    assert result.seconds < 60, result.seconds
