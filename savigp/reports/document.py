@@ -158,12 +158,14 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
 
     # ------------------------------------------------------------ training and search
     sections.append(_training_section(history, config, inner, figures))
-    rows = search_rows(config)
-    if rows is not None:
+    search = search_rows(config)
+    if search is not None:
+        headings, rows, summary = search
         sections.append(html.section("search", "Kernel structure search",
-                                     html.paragraph("The candidates the search fitted, in the order tried "
-                                                    "(savigp.search_kernels, Duvenaud et al. 2013):")
-                                     + html.table(*rows)))
+                                     html.paragraph("The candidates the search fitted, in the order tried, by their "
+                                                    "full-data ELBO and its penalized score (savigp.search_kernels, "
+                                                    "Duvenaud et al. 2013). " + summary)
+                                     + html.table(headings, rows)))
     expression = "; ".join(" + ".join(n for n in names if n != MEAN_PART) for names in parts.names)
     title = title or f"savigp model: {expression}"
     subtitle = (f"{_likelihood_name(inner.likelihood)} likelihood, {X.shape[0]} training rows, {D} input(s), "

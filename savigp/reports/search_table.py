@@ -1,18 +1,21 @@
-"""The kernel structure search's table (:attr:`savigp.KernelSearchResult.table`), when the model
-file keeps it: one row per candidate fitted (level, expression, ELBO and its standard error, the
-number of hyper-parameters, the penalized score, seconds, converged, chosen). A file written
-without it (any model not chosen by ``--kernel search``, or written before files kept the table)
-gives None and the report shows no search section."""
+"""The kernel structure search's table, when the model file keeps it: ``savigp train --kernel
+search`` writes ``config["training"]["kernel_search"]`` = ``{"expression", "complete", "seconds",
+"table"}`` (:func:`savigp.cli.searched_model.record`), one row per candidate fitted
+(:attr:`savigp.KernelSearchResult.table`: level, expression, ELBO and its standard error, the number
+of hyper-parameters, the penalized score, seconds, converged, chosen, and why a failed candidate
+failed). A file without it (a model not chosen by ``--kernel search``, or written before files kept
+the table) gives None and the report shows no search section.
+"""
 from __future__ import annotations
 
 from typing import Optional
 
-#: where a model file may keep the search's rows (``config[outer][inner]``), first found first
-SEARCH_KEYS = (("metadata", "kernel_search"), ("metadata", "search"), ("training", "kernel_search"))
+#: where a model file keeps the search (``config[outer][inner]``)
+SEARCH_KEYS = (("training", "kernel_search"),)
 #: the table's columns: (key in a row, heading)
 COLUMNS = (("level", "level"), ("expression", "expression"), ("elbo", "ELBO"), ("elbo_stderr", "s.e."),
            ("num_hypers", "hypers"), ("score", "score"), ("seconds", "s"), ("converged", "converged"),
-           ("chosen", "chosen"))
+           ("chosen", "chosen"), ("failed", "failed"))
 
 
 def _rows(value) -> Optional[list]:
@@ -24,17 +27,26 @@ def _rows(value) -> Optional[list]:
 
 
 def search_rows(config: Optional[dict]) -> Optional[tuple]:
-    """The search's table as ``(headings, rows of strings)`` from a model file's configuration, or
-    None when it keeps none. Columns a row lacks are left out if no row has them."""
+    """The search from a model file's configuration as ``(headings, rows of strings, summary)``, or
+    None when it keeps none. A column no row fills is left out (``failed`` when none failed);
+    ``summary`` is one sentence: the chosen expression, the seconds, and whether the time budget
+    stopped the search."""
     for outer, inner in SEARCH_KEYS:
-        rows = _rows(((config or {}).get(outer) or {}).get(inner))
+        record = ((config or {}).get(outer) or {}).get(inner)
+        rows = _rows(record)
         if rows is not None:
             break
     else:
         return None
-    cols = [(k, h) for k, h in COLUMNS if any(k in r for r in rows)]
-    cols += sorted({(k, k) for r in rows for k in r if k not in dict(COLUMNS) and not isinstance(r[k], (list, dict))})
-    return [h for _, h in cols], [[_cell(r.get(k)) for k, _ in cols] for r in rows]
+    cols = [(k, h) for k, h in COLUMNS if any(r.get(k) is not None for r in rows)]
+    record = record if isinstance(record, dict) else {}
+    summary = ""
+    if record.get("expression"):
+        seconds = record.get("seconds")
+        summary = (f"Chosen: {record['expression']}" + (f" ({seconds:.0f} s" if isinstance(seconds, (int, float)) else " (")
+                   + ("" if record.get("complete", True) else ", stopped by its time budget") + ").")
+        summary = summary.replace(" ()", "")
+    return [h for _, h in cols], [[_cell(r.get(k)) for k, _ in cols] for r in rows], summary
 
 
 def _cell(v) -> str:

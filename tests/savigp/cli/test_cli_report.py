@@ -57,3 +57,15 @@ def test_bad_input_is_one_line_and_exit_2(counts_model, capsys, extra, message):
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and "\n" not in err and err.startswith("savigp report: error: ")
     assert not (folder / "bad.html").exists()
+
+
+def test_a_model_chosen_by_the_kernel_search_shows_the_searchs_table(counts_model, capsys):
+    folder, data, _ = counts_model
+    model, out = folder / "searched.pt", folder / "searched.html"
+    assert main(["train", str(data), "--targets", "n", "--likelihood", "poisson", "--kernel", "search",
+                 "--search-base", "rbf,linear", "--search-max-terms", "1", "--search-iterations", "20",
+                 "--num-inducing", "10", "--quiet", "--out", str(model)]) == 0
+    assert main(["report", str(model), str(data), "--samples", "100", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert _Sections(text).ids[-1] == "search"
+    assert "<td>rbf</td>" in text and "<td>linear</td>" in text and "Chosen: " in text

@@ -134,15 +134,17 @@ def test_the_search_table_and_a_stored_trace_of_a_model_file_are_shown(gaussian,
     saved = savigp.load(str(tmp_path / "m.pt"))
     text = savigp.report(saved, X, Y, num_samples=200)
     assert "The ELBO per step is not stored in the model file" in _Page(text).text
-    saved.config["metadata"] = {"kernel_search": {"table": [
+    saved.config["training"] = {"elbo_trace": [float(v) for v in history.elbo], "kernel_search": {
+        "expression": "periodic * rbf + linear", "complete": False, "seconds": 4.5, "table": [
         {"level": 1, "expression": "rbf", "elbo": -80.5, "elbo_stderr": 0.1, "num_hypers": 2, "score": -84.6,
          "seconds": 1.5, "converged": True, "chosen": False},
         {"level": 2, "expression": "periodic * rbf + linear", "elbo": -20.25, "elbo_stderr": 0.1, "num_hypers": 5,
          "score": -30.5, "seconds": 3.0, "converged": True, "chosen": True}]}}
-    saved.config["training"] = {"elbo_trace": [float(v) for v in history.elbo]}
     page = _Page(savigp.report(saved, X, Y, num_samples=200))
     assert page.sections[-1] == "search"
     assert "periodic * rbf + linear -20.25" in page.text and "level expression ELBO" in page.text
+    assert "Chosen: periodic * rbf + linear (4 s, stopped by its time budget)." in page.text
+    assert "failed" not in page.text  # no candidate failed: no such column
     assert f"{len(history.elbo)} steps; last ELBO" in page.text and len(page.images) == 4
 
 
