@@ -95,13 +95,16 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
         the page's HTML text.
 
     Raises:
-        ValueError: an array of the wrong shape (naming it, the shape expected and the one given).
+        ValueError: an array of the wrong shape (naming it, the shape expected and the one given), or
+            ``num_samples`` < 1.
         savigp.io.plotting.MissingExtra: matplotlib is not installed.
     """
     from ..parts import MEAN_PART, predict_parts
     from . import figures
 
     inner, config = _model_parts(model)
+    if int(num_samples) < 1:
+        raise ValueError(f"savigp.report: num_samples must be >= 1, got {num_samples}")
     D, P, Q = int(inner.input_dim), int(inner.likelihood.output_dim), int(inner.likelihood.num_latent)
     X = _checked("X", X, None, D)
     Y = _checked("Y", Y, X.shape[0], P)

@@ -156,3 +156,5 @@ def test_text_is_escaped_and_bad_shapes_name_both_shapes(gaussian):
         savigp.report(model, X, Y[:59])
     with pytest.raises(ValueError, match=r"X must have shape \(N, 1\), got \(60, 2\)"):
         savigp.report(model, np.c_[X, X], Y)
+    with pytest.raises(ValueError, match="num_samples must be >= 1, got 0"):
+        savigp.report(model, X, Y, num_samples=0)
