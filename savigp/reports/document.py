@@ -26,6 +26,11 @@ from .trace import convergence_verdict, stored_trace
 from .words import describe_likelihood, describe_term
 
 
+#: the most rows the checks of fit draw the predictive at (a random subset of more): S draws of each
+#: are held at once (1000 x 20000 float64: 160 MB)
+MAX_CHECK_ROWS = 20000
+
+
 def _checked(name: str, value, rows: Optional[int], cols: int) -> np.ndarray:
     """``value`` as a float64 ``(rows, cols)`` array, or a ValueError naming both shapes."""
     a = np.asarray(value, dtype=np.float64)
@@ -122,7 +127,7 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
     # ------------------------------------------------------------ the model in words, and its parts
     Xm = model.transform_inputs(X) if hasattr(model, "transform_inputs") else X
     parts = predict_parts(inner, Xm, columns=columns)
-    body = [html.paragraph(f"Likelihood: {describe_likelihood(inner.likelihood, _target_sd(config))}.")]
+    body = [html.paragraph(f"Likelihood: {describe_likelihood(inner.likelihood, _target_sd(config), tnames[0] if P == 1 else None)}.")]
     share_rows = []
     unit = _target_sd(config)  # standardized targets: the parts in the targets' units
     ylabel = f"{tnames[0]} (latent, in its units)" if _stats(config, "targets") is not None else "latent function"
@@ -195,10 +200,25 @@ def _target_sd(config: dict) -> float:
     return 1.0 if targets is None else float(np.asarray(targets["std"]).reshape(-1)[0])
 
 
+def _some_rows(X, Y, seed: int, what: str) -> tuple:
+    """``(X, Y, note)``: at most :data:`MAX_CHECK_ROWS` rows (a seeded random subset, in their order)
+    and a sentence saying so, or all of them and ""."""
+    N = X.shape[0]
+    if N <= MAX_CHECK_ROWS:
+        return X, Y, ""
+    keep = np.sort(np.random.default_rng(seed).choice(N, MAX_CHECK_ROWS, replace=False))
+    return X[keep], Y[keep], f"The fit and its checks use a random {MAX_CHECK_ROWS} of the {N} {what} rows."
+
+
 def _checks(model, inner, X, Y, X_test, Y_test, columns, tnames, num_samples, seed, figures) -> list:
     """The fit's figure and the checks of fit (residuals, coverage, simulated statistics)."""
     from scipy.stats import kstest
 
+    X, Y, note = _some_rows(X, Y, seed, "training")
+    notes = [note]
+    if X_test is not None:
+        X_test, Y_test, note = _some_rows(X_test, Y_test, seed + 1, "test")
+        notes.append(note)
     try:
         draws = predictive_draws(model, X, Y, num_samples=num_samples, seed=seed)
     except (CannotDraw, ValueError) as err:
@@ -220,7 +240,8 @@ def _checks(model, inner, X, Y, X_test, Y_test, columns, tnames, num_samples, se
         fit_body.append(html.figure(png, f"fit of {tnames[p]}", f"{tnames[p]}: the predictive median and 95% interval "
                                     "at the inputs, with the data."))
     u, r = quantile_residuals(draws, Y, seed=seed)
-    body = [html.paragraph("Randomized quantile residuals (Dunn & Smyth 1996): u = F(y-) + V (F(y) - F(y-)) with V "
+    body = [html.paragraph(" ".join(n for n in notes if n), "note")] if any(notes) else []
+    body += [html.paragraph("Randomized quantile residuals (Dunn & Smyth 1996): u = F(y-) + V (F(y) - F(y-)) with V "
                            "uniform, F the posterior predictive CDF estimated from the draws; residual = "
                            "Phi^-1(u). For a well-specified model they are standard normal, whatever the "
                            "likelihood.")]
@@ -232,7 +253,7 @@ def _checks(model, inner, X, Y, X_test, Y_test, columns, tnames, num_samples, se
         body.append(html.figure(figures.residuals_png(r[:, p], X[:, 0], columns[0]), f"quantile residuals of {tnames[p]}",
                                 f"{tnames[p]}: the residuals' histogram against the standard normal, and against "
                                 f"{columns[0]} (dashed: +-1.96)."))
-    body.insert(1, html.table(["target", "mean", "sd", "KS statistic", "KS p-value", "verdict"], rows,
+    body.insert(1 + any(notes), html.table(["target", "mean", "sd", "KS statistic", "KS p-value", "verdict"], rows,
                               numeric=[False, True, True, True, True, False]))
     if classifier:
         body.append(html.paragraph("A classifier's labels are compared by their class index (any fixed order of "

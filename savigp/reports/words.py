@@ -135,7 +135,7 @@ def describe_term(term, columns: Sequence[str], input_std: Optional[Sequence[flo
     return f"a part built from {' x '.join(str(k or 'a sum') for k in kinds)}{amplitude}"
 
 
-def describe_likelihood(likelihood, target_std: float = 1.0) -> str:
+def describe_likelihood(likelihood, target_std: float = 1.0, unit: Optional[str] = None) -> str:
     """The likelihood in words, with its fitted parameters (in the targets' units where they were
     standardized: a Gaussian's noise sd times the targets' sd)."""
     name = type(likelihood).__name__
@@ -145,7 +145,8 @@ def describe_likelihood(likelihood, target_std: float = 1.0) -> str:
     except Exception:  # noqa: BLE001 - an unloaded user likelihood has none to show
         values = {}
     if name == "Gaussian":
-        return f"Gaussian noise with sd {math.sqrt(values['variance']) * target_std:.3g} around the latent function"
+        where = f" ({unit})" if unit else ""
+        return f"Gaussian noise with sd {math.sqrt(values['variance']) * target_std:.3g}{where} around the latent function"
     if name == "Poisson":
         return "Poisson counts whose log-rate is the latent function"
     if name == "StudentT":

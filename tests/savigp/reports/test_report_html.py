@@ -158,3 +158,14 @@ def test_text_is_escaped_and_bad_shapes_name_both_shapes(gaussian):
         savigp.report(model, np.c_[X, X], Y)
     with pytest.raises(ValueError, match="num_samples must be >= 1, got 0"):
         savigp.report(model, X, Y, num_samples=0)
+
+
+def test_the_checks_of_a_large_file_use_a_random_subset_of_its_rows(gaussian, monkeypatch):
+    from savigp.reports import document
+
+    model, _, X, Y = gaussian
+    monkeypatch.setattr(document, "MAX_CHECK_ROWS", 25)
+    words = _Page(savigp.report(model, X, Y, X_test=X[:30], Y_test=Y[:30], num_samples=100)).text
+    assert "use a random 25 of the 60 training rows. The fit and its checks use a random 25 of the 30 test rows." \
+        in words
+    assert len(re.findall(r"(training|test) (50|80|95)% [\d.]+% [\d.]+% 25 ", words)) == 6

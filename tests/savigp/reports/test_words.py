@@ -40,6 +40,8 @@ def test_standardized_inputs_and_targets_are_read_back_in_the_datas_units(terms)
 def test_the_likelihood_in_words_with_its_fitted_noise():
     assert describe_likelihood(Gaussian(variance=0.09), target_std=2.0) == \
         "Gaussian noise with sd 0.6 around the latent function"
+    assert describe_likelihood(Gaussian(variance=0.09), unit="ppm") == \
+        "Gaussian noise with sd 0.3 (ppm) around the latent function"
 
 
 def test_a_term_of_several_columns_gives_each_columns_length_scale():
