@@ -26,6 +26,7 @@ _LAZY = {
     "KernelSearchResult": "training.kernel_search", "Matern12": "kernels", "RationalQuadratic": "kernels",
     "Periodic": "kernels", "Linear": "kernels", "Constant": "kernels", "White": "kernels", "Scale": "kernels",
     "Sum": "kernels", "Product": "kernels", "predict_parts": "parts", "PartsPrediction": "parts",
+    "report": "reports",
 }
 
 
@@ -53,6 +54,6 @@ __all__ = [
     "DecoupledMeanHead", "HybridMeanHead", "AdditiveMatern", "FourierFeatureKernel", "odvff_model",
     "fit_orthnat", "tune_cpu_allocator", "save", "load", "warm_start", "ConvergenceWarning",
     "search_kernels", "KernelSearchResult", "Matern12", "RationalQuadratic", "Periodic", "Linear", "Constant",
-    "White", "Scale", "Sum", "Product", "predict_parts", "PartsPrediction",
+    "White", "Scale", "Sum", "Product", "predict_parts", "PartsPrediction", "report",
 ]
 __version__ = "0.1.0"

@@ -1,8 +1,9 @@
-"""The ``savigp`` command line: ``train``, ``predict``, ``evaluate`` and ``demo``.
+"""The ``savigp`` command line: ``train``, ``predict``, ``evaluate``, ``report`` and ``demo``.
 
     savigp train DATA.csv --targets y --likelihood gaussian --out model.pt
     savigp predict model.pt TEST.csv --out predictions.csv
     savigp evaluate model.pt TEST.csv --targets y [--json]
+    savigp report model.pt DATA.csv --out report.html
     savigp demo
 
 Exit status: 0 success; 2 bad input (files, columns, labels, options; one line on stderr naming
@@ -17,7 +18,7 @@ so a failed or interrupted run never truncates or overwrites an existing model. 
 removed. See docs/cli.md.
 
 The pieces: :mod:`.parser` (options and help), :mod:`.train` with :mod:`.checkpoint`
-(:class:`~savigp.cli.checkpoint.Checkpointer`) and :mod:`.ranks`, :mod:`.predict` (``predict`` and ``evaluate``),
+(:class:`~savigp.cli.checkpoint.Checkpointer`) and :mod:`.ranks`, :mod:`.predict` (``predict`` and ``evaluate``), :mod:`.report`,
 :mod:`.warm_start` (``train --warm-start`` and ``--learn``), :mod:`.two_stage` (``train --hypers``: a factorized
 posterior's two-stage fit, the default), :mod:`.kernel_option` (``train --kernel`` expressions and
 ``--fourier-features``), :mod:`.demo`, :mod:`.likelihood_options`
@@ -35,15 +36,16 @@ from .parser import build_parser
 from .. import settings
 
 __all__ = ["main", "build_parser", "CLIError", "UserCodeExit", "TEST_SIGINT_ENV", "EXIT_OK", "EXIT_FAILURE",
-           "EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_NON_FINITE", "cmd_train", "cmd_predict", "cmd_evaluate",
+           "EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_NON_FINITE", "cmd_train", "cmd_predict", "cmd_evaluate", "cmd_report",
            "cmd_demo", "prediction_table", "format_metrics", "register_likelihood"]
 
 #: the command functions by name (each takes the parsed arguments, returns the exit status), as
 #: ``submodule:function``: imported when the command runs, so that ``--help`` and argument errors
 #: never import torch, numpy or scipy (this module and :mod:`.parser` import neither)
 COMMANDS = {"train": "train:cmd_train", "predict": "predict:cmd_predict", "evaluate": "predict:cmd_evaluate",
-            "demo": "demo:cmd_demo"}
+            "report": "report:cmd_report", "demo": "demo:cmd_demo"}
 _LAZY = {"cmd_train": "train", "cmd_predict": "predict", "cmd_evaluate": "predict", "cmd_demo": "demo",
+         "cmd_report": "report",
          "prediction_table": "predict", "format_metrics": "predict", "TEST_SIGINT_ENV": "checkpoint",
          "register_likelihood": "likelihood_options"}
 

@@ -14,6 +14,7 @@ examples:
       --batch-size 200 --iterations 2000 --out clf.pt
   savigp predict model.pt test.csv --out predictions.csv
   savigp evaluate model.pt test.csv --targets y --json
+  savigp report model.pt data.csv --out report.html
 
 exit status: 0 ok, 2 bad input (one line on stderr), 1 failure while running, 3 the likelihood
 returned NaN or inf (the line names the function, the file lines and the f values), 130 interrupted.
@@ -68,6 +69,19 @@ the pair E[y|f], Var[y|f]), prob_<label> and predicted_<target> for classificati
 latent_mean_<j>, latent_var_<j> with --latent (or when the likelihood has no predictive
 moments), part_mean_<term>, part_var_<term> with --parts (part_mean_<j>_<term> when Q > 1).
 --plot FIT.png draws the fit for 1-D and 2-D inputs; with --parts, each part on its columns.
+"""
+
+EPILOG_REPORT = """\
+examples:
+  savigp report model.pt train.csv --out report.html
+  savigp report model.pt train.csv --test test.csv --out report.html --samples 2000
+
+the page holds: the model in words (each additive part of the kernel from its fitted values, the
+likelihood), each part's share of the latent variance and its figure, the fit with the data, the
+kernel search's table (when the model file keeps it), the training trace (when stored) and checks
+of fit for any likelihood: randomized quantile residuals, the coverage of the 50/80/95% predictive
+intervals (and on --test), and for discrete targets simulated against observed statistics.
+Figures are embedded PNGs (needs matplotlib); the file opens offline. See docs/report.md.
 """
 
 EPILOG_EVALUATE = """\
@@ -311,6 +325,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_options(e, samples=1000)
     _add_trust_options(e)
     _add_threads_option(e)
+
+    # ---------------------------------------------------------------- report
+    r = sub.add_parser("report", formatter_class=fmt, epilog=EPILOG_REPORT,
+                       help="an HTML report of a fitted model on its data",
+                       description="Write one self-contained HTML page describing a fitted model on its training data: "
+                                   "the model in words, its parts, the fit and checks of fit.")
+    _add_model_and_data(r)
+    r.add_argument("--out", required=True, metavar="REPORT.html", help="the HTML file to write")
+    r.add_argument("--targets", metavar="COLS", help="target column(s) (default: the training target names)")
+    r.add_argument("--test", metavar="TEST.csv", help="test data (same columns): their intervals' coverage too")
+    r.add_argument("--title", help="the page's title (default: the model's kernel)")
+    _add_saved_input_options(r)
+    _add_sampling_options(r, samples=1000)
+    r.add_argument("--quiet", action="store_true")
+    _add_trust_options(r)
+    _add_threads_option(r)
 
     # ---------------------------------------------------------------- demo
     d = sub.add_parser("demo", formatter_class=fmt, help="train two small models on generated data",

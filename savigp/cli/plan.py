@@ -12,8 +12,8 @@ marked where they are declared (:func:`_resumed`); :data:`RESUME_KEYS` is read f
 hand. The plan imports nothing heavy (the parser may import it before torch).
 
 The other commands have theirs, built the same way by their ``cmd_*`` function and taken by its
-helpers: :class:`PredictPlan` (``savigp predict``) and :class:`EvaluatePlan` (``savigp evaluate``),
-both a :class:`SavedModelPlan` (the model file, the CSV and the sampling options they share), and
+helpers: :class:`PredictPlan` (``savigp predict``), :class:`EvaluatePlan` (``savigp evaluate``) and
+:class:`ReportPlan` (``savigp report``), each a :class:`SavedModelPlan` (the model file, the CSV and the sampling options they share), and
 :class:`DemoPlan` (``savigp demo``); a test keeps each one's fields equal to its command's options.
 """
 from __future__ import annotations
@@ -230,6 +230,18 @@ class EvaluatePlan(SavedModelPlan):
 
     targets: Optional[str]
     json: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportPlan(SavedModelPlan):
+    """The options of one ``savigp report`` run: :class:`SavedModelPlan`'s (``data`` is the training
+    CSV), the target columns, the test CSV, the page's title, where it goes and ``--quiet``."""
+
+    out: str
+    targets: Optional[str]
+    test: Optional[str]
+    title: Optional[str]
+    quiet: bool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -77,7 +77,7 @@ def parts_table(parts) -> tuple:
     return header, np.concatenate([b.detach().cpu().double().numpy() for b in blocks], axis=1)
 
 
-def _model_and_table(plan: SavedModelPlan):
+def model_and_table(plan: SavedModelPlan):
     """The CSV and the model file that ``savigp predict`` / ``evaluate`` read (clear errors for both)."""
     from ..model_files import ModelFileError, load_model
 
@@ -113,7 +113,7 @@ def cmd_predict(args) -> int:
                                                   plan.model if plan.trust_code else None)]
     out = output_path(plan.out, inputs, plan.quiet, allow_stdout=True)
     plot = check_plot_option(plan.plot, inputs, [out])
-    table, saved = _model_and_table(plan)
+    table, saved = model_and_table(plan)
     if plot and not plan.parts and int(saved.config["model"]["input_dim"]) > 2:
         raise CLIError(f"--plot draws models of 1 or 2 inputs; {plan.model} has {saved.config['model']['input_dim']} "
                        "(--parts --plot draws each additive part on its own columns, at any number of inputs)")
@@ -248,7 +248,7 @@ def cmd_evaluate(args) -> int:
     """``savigp evaluate``: SSE and NLPD (regression) or error rate and NLP (classification).
     ``args``: the parsed command line, read once into a :class:`~savigp.cli.plan.EvaluatePlan`."""
     plan = EvaluatePlan.from_args(args)
-    table, saved = _model_and_table(plan)
+    table, saved = model_and_table(plan)
     tcols = select_targets(table, saved.config, plan.targets, positional=plan.positional)
     icols = select_inputs(table, saved.config, plan.inputs, exclude=tcols, positional=plan.positional)
     X, Y = table.values[:, icols], table.values[:, tcols]

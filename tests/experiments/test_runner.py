@@ -28,7 +28,7 @@ EXPERIMENTS = ROOT / "experiments"
 PORTED = [
     "airline.py", "allocator_effect.py", "benchmark.py", "cli_mixtures.py", "co2.py", "csv_read.py",
     "decoupled_comparison.py", "diagonal_gap.py", "entropy_ranks_k.py", "gprn_sarcos.py", "kernel_search.py", "log_prob_overhead.py",
-    "mixture_modes.py", "mnist.py", "mnist8m.py", "predict_memory.py", "scaling.py", "score_cv_tails.py",
+    "mixture_modes.py", "mnist.py", "mnist8m.py", "predict_memory.py", "report_screenshots.py", "scaling.py", "score_cv_tails.py",
     "seismic.py", "seismic_model.py", "seismic_reference.py", "small_scale.py", "step_overhead.py", "sunspots.py", "threads.py",
     "trsm_alternatives.py", "user_parameter_gradient.py",
 ]

@@ -24,6 +24,8 @@ LAYERS = (
     ("savigp.model", "savigp.odvff", "savigp.parts"),
     ("savigp.training",),
     ("savigp.model_files",),
+    # the report reads a model file's records (the search's table, the trace) and the model
+    ("savigp.reports",),
     ("savigp.cli", "savigp.testing"),
 )
 #: the package's entry points: the root holds only the table of lazy exports and the version, so an

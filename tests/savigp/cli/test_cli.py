@@ -218,7 +218,7 @@ def test_help_shows_examples(capsys):
     r = run_cli("--help")
     assert r.returncode == 0, r.stderr
     assert "examples:" in r.stdout and "savigp train data.csv --targets y" in r.stdout
-    for command in ("train", "predict", "evaluate", "demo"):
+    for command in ("train", "predict", "evaluate", "report", "demo"):
         assert main([command, "--help"]) == 0
         out = capsys.readouterr().out
         assert "example" in out and f"savigp {command}" in out, command

@@ -8,7 +8,7 @@ import pytest
 
 from savigp.cli.errors import CLIError
 from savigp.cli.parser import build_parser
-from savigp.cli.plan import RESUME_KEYS, DemoPlan, EvaluatePlan, PredictPlan, SavedModelPlan, TrainPlan
+from savigp.cli.plan import RESUME_KEYS, DemoPlan, EvaluatePlan, PredictPlan, ReportPlan, SavedModelPlan, TrainPlan
 
 ARGV = ["train", "d.csv", "--targets", "y", "--out", "m.pt"]
 
@@ -68,7 +68,8 @@ def test_bad_options_are_one_line_errors_when_the_plan_is_built(extra, message):
         TrainPlan.from_args(build_parser().parse_args(ARGV + extra))
 
 
-@pytest.mark.parametrize("command, plan", [("predict", PredictPlan), ("evaluate", EvaluatePlan), ("demo", DemoPlan)])
+@pytest.mark.parametrize("command, plan", [("predict", PredictPlan), ("evaluate", EvaluatePlan), ("report", ReportPlan),
+                                           ("demo", DemoPlan)])
 def test_every_option_of_each_other_command_is_a_field_of_its_plan(command, plan):
     dests = {a.dest for a in _command_parser(command)._actions if a.dest != "help"}
     assert dests == {f.name for f in dataclasses.fields(plan)}
