@@ -310,6 +310,40 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
         raise DataError(f"{path}: no such file")
     if os.path.isdir(path):
         raise DataError(f"{path}: is a directory, not a CSV file")
+    try:
+        return _read(path, header, delimiter)
+    except DataError as err:
+        hint = _delimiter_hint(path, delimiter)
+        if not hint:
+            raise
+        raise DataError(f"{err}; {hint}") from None
+
+
+#: separators a file may use instead of ``--delimiter``'s, for the hint of :func:`_delimiter_hint`
+_OTHER_DELIMITERS = {";": ("';'", "';'"), "\t": ("tabs", "'\\t'"), "|": ("'|'", "'|'"), ",": ("','", "','")}
+
+
+def _delimiter_hint(path: str, delimiter: str) -> str:
+    """A hint (else ``""``) for a file that reads as one column because it has another separator:
+    its first non-blank line (of its first 64 KiB) holds no ``delimiter`` but one of
+    :data:`_OTHER_DELIMITERS`, named with the ``--delimiter`` that reads it."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2 ** 16).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    first = next((line for line in head.splitlines() if line.strip()), "")
+    if delimiter in first:
+        return ""
+    for other, (name, option) in _OTHER_DELIMITERS.items():
+        if other != delimiter and other in first:
+            return (f"the file reads as one column and its first line holds {name}: give --delimiter {option} "
+                    f"if they separate its columns")
+    return ""
+
+
+def _read(path: str, header: Optional[bool], delimiter: str) -> Table:
+    """:func:`read_csv` without its hint."""
     progress = _Progress()
     try:
         with open(path, "rb") as fh:
