@@ -117,13 +117,25 @@ def import_user_code(path: str, option: str = "--likelihood") -> tuple:
 
 def _check_parameters_given(fn, path: str, params: dict) -> None:
     """A user function's keyword parameters after ``(y, f)`` that have no default must be given by
-    ``--lik-param``: else one line that says how (before the function is first called)."""
+    ``--lik-param``: else one line that says how (before the function is first called); and each
+    ``--lik-param`` must name one of them (unless it takes ``**kwargs``): else one line naming it and
+    listing them, the closest first (a misspelt name)."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # builtins and some callables: the first call says
         return
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     names = [p for p in sig.parameters.values() if p.kind in positional + (inspect.Parameter.KEYWORD_ONLY,)]
+    takes = [p.name for i, p in enumerate(names) if i >= 2 or p.kind is inspect.Parameter.KEYWORD_ONLY]
+    any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    unknown = [name for name in params if name not in takes and not any_keyword]
+    if unknown:
+        name = unknown[0]
+        near = sorted(takes, key=lambda t: -difflib.SequenceMatcher(None, name, t).ratio())  # closest first
+        close = difflib.get_close_matches(name, takes, n=1, cutoff=0.6)
+        listed = f"its parameters after (y, f): {', '.join(near)}" if near else "it takes no parameters after (y, f)"
+        raise CLIError(f"--lik-param {name}=...: {path} has no parameter {name!r}"
+                       f"{f'; did you mean {close[0]!r}?' if close else ''} ({listed})")
     extra = [p.name for i, p in enumerate(names) if (i >= 2 or p.kind is inspect.Parameter.KEYWORD_ONLY)
              and p.default is inspect.Parameter.empty and p.name not in params]
     if extra:
