@@ -16,9 +16,12 @@ from .predict import cmd_evaluate
 from .train import cmd_train
 
 
-#: every file the demo writes in its folder (its CSVs and its models), checked before it writes any
+#: every file the demo keeps in its folder (its CSVs and its models)
 FILES = ("regression_train.csv", "regression_test.csv", "regression.pt",
          "classification_train.csv", "classification_test.csv", "classification.pt")
+#: and every file it writes there, checked before it writes any: also what ``train --out M.pt`` writes
+#: beside each model while it runs and then removes (its checkpoint M.pt.ckpt, its lock M.pt.lock)
+WRITTEN = FILES + tuple(name + extra for name in FILES if name.endswith(".pt") for extra in (".ckpt", ".lock"))
 
 
 def cmd_demo(args) -> int:
@@ -27,13 +30,13 @@ def cmd_demo(args) -> int:
 
     Raises:
         CLIError: ``--dir`` is not a folder, or already holds a file (or link) named as one of
-            :data:`FILES` -- the demo never replaces a file it did not write in this run.
+            :data:`WRITTEN` -- the demo never replaces a file it did not write in this run.
     """
     plan = DemoPlan.from_args(args)
     if plan.dir:
         if os.path.lexists(plan.dir) and not os.path.isdir(plan.dir):
             raise CLIError(f"--dir {plan.dir}: is not a folder; give a new or empty folder for the demo's files")
-        taken = [name for name in FILES if os.path.lexists(os.path.join(plan.dir, name))]
+        taken = [name for name in WRITTEN if os.path.lexists(os.path.join(plan.dir, name))]
         if taken:
             raise CLIError(f"--dir {plan.dir}: already holds {', '.join(taken)}, which the demo would overwrite; "
                            "remove them or give a new or empty folder")

@@ -1,6 +1,7 @@
 """``savigp demo --dir D`` never replaces a file of the user's (issue 54): it writes its six files
-(``savigp.cli.demo.FILES``) only into a folder that holds none of them, else it refuses (exit 2, one
-line naming the files there) before it writes anything."""
+(``savigp.cli.demo.FILES``, and beside its models train's checkpoint and lock:
+``savigp.cli.demo.WRITTEN``) only into a folder that holds none of them, else it refuses (exit 2,
+one line naming the files there) before it writes anything."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import os
 import pytest
 
 from savigp.cli import main
-from savigp.cli.demo import FILES
+from savigp.cli.demo import WRITTEN
 
 
 def _one_line(capsys):
@@ -17,7 +18,7 @@ def _one_line(capsys):
     return err
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", WRITTEN)  # regression.pt.ckpt and .lock too: train writes, then removes them
 def test_demo_refuses_a_folder_holding_one_of_its_files(tmp_path, capsys, name):
     (tmp_path / name).write_text("the user's own file\n")
     (tmp_path / "notes.txt").write_text("kept\n")
