@@ -15,6 +15,13 @@ def log_lik(y, f, scale=1.0, shift=0.0, offset=0.0):
     return (-0.5 * ((y - f - shift - offset) / scale) ** 2 - torch.log(torch.as_tensor(scale))).sum(-1)
 def open_ended(y, f, scale=1.0, **rest):
     return (-0.5 * ((y - f) / scale) ** 2).sum(-1)
+from likelihoods import Likelihood
+class Laplace(Likelihood):
+    def __init__(self, scale=1.0, shift=0.0):
+        super().__init__(num_latent=1, output_dim=1)
+        self.scale = scale
+    def log_prob(self, y, f):
+        return (-(y - f).abs() / self.scale).sum(-1)
 '''
 
 
@@ -57,3 +64,11 @@ def test_a_misspelt_lik_option_lists_the_classs_arguments_closest_first(files, c
                  "--lik-option", "scael=1"]) == 2
     err = _error(capsys)
     assert "'scael'" in err and err.split("it takes ")[1].startswith("scale"), err
+
+
+def test_a_misspelt_lik_option_of_a_likelihood_class_of_ones_own_is_named(files, capsys):
+    data, lik, out = files
+    assert main(["train", data, "--targets", "y", "--out", out, *FAST, "--likelihood", f"{lik}:Laplace",
+                 "--lik-option", "shfit=1"]) == 2
+    err = _error(capsys)
+    assert "--lik-option shfit=" in err and "did you mean 'shift'" in err and "it takes shift, scale" in err, err
