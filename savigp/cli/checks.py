@@ -27,7 +27,8 @@ def parse_floats(text: Optional[str], option: str):
 
 
 def check_initial_values(module, dtype: str, option) -> None:
-    """Refuse, before training, a module (the likelihood, the kernel, the initial model) holding a
+    """Refuse, before training, a module (the likelihood, the kernel, the initial model; or a dict
+    of tensors named by their state-dict keys) holding a
     value that a model file in ``dtype`` cannot hold (beyond sqrt(finfo.max), 1.3e154 in float64:
     :func:`savigp.model_files.schema.value_beyond_bound`, the bound the file's reader applies), which
     training would write and ``predict``/``evaluate`` refuse. ``option``: state-dict key -> the

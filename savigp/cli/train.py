@@ -260,6 +260,11 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
     quiet = plan.quiet or rank != 0
     spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(plan, table, icols, tcols, X, Y)
     model_options = _model_options(plan)
+    if model_options["prior_mean"] is not None:  # (before a two-stage first stage trains from it)
+        import torch
+
+        check_initial_values({"prior_mean": torch.as_tensor(model_options["prior_mean"], dtype=torch.float64)},
+                             plan.dtype, lambda key: _option_of_state(plan, key))
     # --kernel read against the input columns, in the model's units; --fourier-features
     model_options.update(kernel_options(plan, table, icols, standardize["inputs"], int(likelihood.num_latent),
                                         data=(Xm, Ym, likelihood), quiet=quiet))

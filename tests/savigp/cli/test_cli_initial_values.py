@@ -28,6 +28,7 @@ def data(tmp_path_factory):
     (["--noise-variance", "1e300"], "--noise-variance 1e+300"),
     (["--likelihood", "student-t", "--lik-option", "scale=1e200"], "--lik-option scale=1e200"),
     (["--prior-mean", "1e300"], "--prior-mean 1e300"),
+    (["--posterior", "diag", "--hypers", "two-stage", "--prior-mean", "1e300"], "--prior-mean 1e300"),  # before stage 1
     (["--standardize-inputs", "--kernel", "rbf(lengthscale=1e153)"], "--kernel"),  # / std 0.0115: 8.7e154 in the model
     (["--dtype", "float32", "--kernel", "rbf(variance=1e30)"], "--kernel 'rbf(variance=1e30)'"),
 ])
