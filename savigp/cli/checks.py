@@ -28,11 +28,14 @@ def parse_floats(text: Optional[str], option: str):
 
 def check_initial_values(module, dtype: str, option) -> None:
     """Refuse, before training, a module (the likelihood, the kernel, the initial model; or a dict
-    of tensors named by their state-dict keys) holding a
-    value that a model file in ``dtype`` cannot hold (beyond sqrt(finfo.max), 1.3e154 in float64:
+    of tensors named by their state-dict keys) holding a value that a model file in ``dtype``
+    cannot hold (beyond sqrt(finfo.max), 1.3e154 in float64:
     :func:`savigp.model_files.schema.value_beyond_bound`, the bound the file's reader applies), which
     training would write and ``predict``/``evaluate`` refuse. ``option``: state-dict key -> the
-    option (and value) that set it, for the message."""
+    option (and value) that set it, for the message.
+
+    Raises:
+        CLIError: one line naming the option, the value and the bound."""
     import torch
 
     from ..model_files.schema import tensor_bound, value_beyond_bound
