@@ -9,12 +9,23 @@ import torch
 from torch import Tensor
 
 
+def writable(x):
+    """``x`` as ``torch.as_tensor`` may take it: an array-like numpy marks read-only (pandas 3's
+    ``DataFrame.values`` and ``np.asarray(frame)`` under copy-on-write, a read-only memory map) as a
+    copy of it -- ``torch.as_tensor`` would share the read-only memory and warn "The given NumPy
+    array is not writable" -- and anything else (a tensor, a list, a writable array) unchanged."""
+    if isinstance(x, Tensor) or not hasattr(x, "__array__"):
+        return x
+    a = np.asarray(x)
+    return a if a.flags.writeable else a.copy()
+
+
 def _to_tensor(x, name: str, dtype, device) -> Tensor:
     if isinstance(x, Tensor):
         t = x.detach()
     else:
         try:
-            t = torch.as_tensor(np.asarray(x, dtype=np.float64))
+            t = torch.as_tensor(writable(np.asarray(x, dtype=np.float64)))
         except (TypeError, ValueError) as err:
             raise TypeError(f"{name} must be a numeric array or tensor, got {type(x).__name__}: {err}") from None
     if not (t.is_floating_point() or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)):

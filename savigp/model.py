@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from .linalg import chunks as _chunks
 from .runtime import sync_free
-from ._checks import FLOAT32_MAX_OFFSET, as_inputs, as_targets, input_offset
+from ._checks import FLOAT32_MAX_OFFSET, as_inputs, as_targets, input_offset, writable
 from .linalg.cholesky import base_jitter, jittered, robust_cholesky
 from .estimators import checked_log_prob, make_estimator, resolve_estimator
 from .inducing import initial_inducing_inputs
@@ -269,7 +269,7 @@ class SAVIGP(nn.Module):
             Z = X.unsqueeze(0).expand(Qz, N, D).clone()
             learn_inducing = False
         elif inducing_inputs is not None:
-            Z = torch.as_tensor(inducing_inputs, dtype=torch.float64)
+            Z = torch.as_tensor(writable(inducing_inputs), dtype=torch.float64)
             if Z.dim() == 2:
                 Z = Z.unsqueeze(0).expand(Qz, *Z.shape).clone()
             if Z.dim() != 3 or Z.shape[0] != Qz or Z.shape[2] != D:
@@ -293,7 +293,7 @@ class SAVIGP(nn.Module):
         self.num_inducing = M
 
         # ---- prior means
-        mu = torch.as_tensor(prior_mean, dtype=torch.float64).flatten()
+        mu = torch.as_tensor(writable(prior_mean), dtype=torch.float64).flatten()
         if mu.numel() == 1:
             mu = mu.expand(Q).clone()
         if mu.numel() != Q:

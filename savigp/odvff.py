@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ._checks import writable
 from .kernels.fourier_features import FourierFeatureKernel
 from .model import SAVIGP
 
@@ -29,7 +30,7 @@ def odvff_model(X, Y, likelihood, *, nu: float = 1.5, num_frequencies: int, mean
             1 / D per term); learn: learn them (False fixes them).
         model_options: passed to :class:`savigp.SAVIGP` (``posterior``, ``dtype``, ``device``, ``seed``, ...).
     """
-    Xt = torch.as_tensor(X, dtype=torch.float64)
+    Xt = torch.as_tensor(writable(X), dtype=torch.float64)
     if Xt.dim() == 1:
         Xt = Xt[:, None]
     if Xt.dim() != 2:

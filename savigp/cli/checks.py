@@ -26,6 +26,28 @@ def parse_floats(text: Optional[str], option: str):
     return vals[0] if len(vals) == 1 else vals
 
 
+def check_initial_values(module, dtype: str, option) -> None:
+    """Refuse, before training, a module (the likelihood, the kernel, the initial model; or a dict
+    of tensors named by their state-dict keys) holding a value that a model file in ``dtype``
+    cannot hold (beyond sqrt(finfo.max), 1.3e154 in float64:
+    :func:`savigp.model_files.schema.value_beyond_bound`, the bound the file's reader applies), which
+    training would write and ``predict``/``evaluate`` refuse. ``option``: state-dict key -> the
+    option (and value) that set it, for the message.
+
+    Raises:
+        CLIError: one line naming the option, the value and the bound."""
+    import torch
+
+    from ..model_files.schema import tensor_bound, value_beyond_bound
+
+    found = value_beyond_bound(module, getattr(torch, dtype))
+    if found is not None:
+        key, value = found
+        raise CLIError(f"{option(key)}: {key} would start at {value:.3g}, beyond {tensor_bound(getattr(torch, dtype)):.3g}, "
+                       f"the largest magnitude a {dtype} model file holds (its square must stay finite), so predict "
+                       "and evaluate could not read the model back; give a smaller value")
+
+
 def parse_lik_options(items) -> dict:
     """``--lik-option KEY=VALUE`` items -> ``{key: value}`` (Python literals, else the text)."""
     out = {}

@@ -9,18 +9,37 @@ import time
 import numpy as np
 
 from ..io.csv_data import write_csv
-from .errors import EXIT_OK
+from .errors import EXIT_OK, CLIError
 from .parser import build_parser
 from .plan import DemoPlan
 from .predict import cmd_evaluate
 from .train import cmd_train
 
 
+#: every file the demo keeps in its folder (its CSVs and its models)
+FILES = ("regression_train.csv", "regression_test.csv", "regression.pt",
+         "classification_train.csv", "classification_test.csv", "classification.pt")
+#: and every file it writes there, checked before it writes any: also what ``train --out M.pt`` writes
+#: beside each model while it runs and then removes (its checkpoint M.pt.ckpt, its lock M.pt.lock)
+WRITTEN = FILES + tuple(name + extra for name in FILES if name.endswith(".pt") for extra in (".ckpt", ".lock"))
+
+
 def cmd_demo(args) -> int:
     """``savigp demo``: train and evaluate two small models on generated data, via CSV files.
-    ``args``: the parsed command line, read once into a :class:`~savigp.cli.plan.DemoPlan`."""
+    ``args``: the parsed command line, read once into a :class:`~savigp.cli.plan.DemoPlan`.
+
+    Raises:
+        CLIError: ``--dir`` is not a folder, or already holds a file (or link) named as one of
+            :data:`WRITTEN` -- the demo never replaces a file it did not write in this run.
+    """
     plan = DemoPlan.from_args(args)
     if plan.dir:
+        if os.path.lexists(plan.dir) and not os.path.isdir(plan.dir):
+            raise CLIError(f"--dir {plan.dir}: is not a folder; give a new or empty folder for the demo's files")
+        taken = [name for name in WRITTEN if os.path.lexists(os.path.join(plan.dir, name))]
+        if taken:
+            raise CLIError(f"--dir {plan.dir}: already holds {', '.join(taken)}, which the demo would overwrite; "
+                           "remove them or give a new or empty folder")
         os.makedirs(plan.dir, exist_ok=True)
         return _demo(plan, plan.dir)
     with tempfile.TemporaryDirectory(prefix="savigp-demo-") as folder:

@@ -90,6 +90,7 @@ def kernel_options(plan: TrainPlan, table, icols, input_stats: Optional[dict], n
     _check_builds(spec, text, names, 1 if plan.shared_kernel else int(num_latent))
     if input_stats is not None:
         spec = in_model_units(spec, input_stats, names)
+    _check_savable(spec, text, D, 1 if plan.shared_kernel else int(num_latent), plan.dtype)
     out = {"kernel": spec}
     F = plan.fourier_features
     if F is not None:
@@ -241,6 +242,15 @@ def _check_builds(spec: dict, text: str, names, Qk: int) -> None:
         build_kernel(spec, len(names), Qk)
     except (ValueError, TypeError) as err:
         raise CLIError(f"--kernel {text!r}: {format_kernel(spec, names)}: {_one_line(err)}") from None
+
+
+def _check_savable(spec: dict, text: str, D: int, Qk: int, dtype: str) -> None:
+    """The kernel of ``spec`` (in the model's units) built once and refused when it holds a value a
+    model file cannot hold (:func:`savigp.cli.checks.check_initial_values`), before any training."""
+    from ..kernels.spec import build_kernel
+    from .checks import check_initial_values
+
+    check_initial_values(build_kernel(spec, D, Qk), dtype, lambda key: f"--kernel {text!r}")
 
 
 def _one_line(err: BaseException) -> str:

@@ -147,6 +147,21 @@ def likelihood_spec(plan: TrainPlan, Y: np.ndarray) -> dict:
     return {"name": name, "class": cls.__name__, "kwargs": kwargs}
 
 
+def option_of_parameter(plan: TrainPlan, key: str) -> str:
+    """The option (with its value as given) that set the likelihood's state-dict entry ``key``
+    (``variance.raw``: ``--noise-variance 1e+300``; a ``--lik-option`` or ``--lik-param`` item by
+    its name), else ``--likelihood NAME``; for messages."""
+    parts = key.split(".")
+    for opt in OPTIONS.get(plan.likelihood, OPTIONS[USER_FUNCTION]):
+        if ARGUMENT_OF_OPTION.get(opt, opt) in parts and getattr(plan, opt, None) is not None:
+            return f"--{opt.replace('_', '-')} {getattr(plan, opt)}"
+    for option, items in (("--lik-option", plan.lik_option), ("--lik-param", plan.lik_param)):
+        for item in items or []:
+            if item.partition("=")[0].strip().replace("-", "_") in parts:
+                return f"{option} {item}"
+    return f"--likelihood {plan.likelihood}"
+
+
 def make_likelihood(spec: dict):
     """Construct the likelihood; a constructor's complaint becomes a one-line CLIError."""
     from ..model_files import LikelihoodImportError, make_likelihood as build

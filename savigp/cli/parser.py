@@ -98,7 +98,17 @@ error rate and NLP (mean negative log probability of the true labels).
 def _add_csv_options(p) -> None:
     p.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
                    help="the first row is (--header) or is not (--no-header) a header (default: auto-detect)")
-    p.add_argument("--delimiter", default=",", help="field separator (default ',')")
+    p.add_argument("--delimiter", default=",", type=_delimiter,
+                   help="field separator, one character (default ','; '\\t' or tab: a tab)")
+
+
+def _delimiter(text: str) -> str:
+    """``--delimiter``: one character; ``\\t`` (as typed, backslash and t) or ``tab`` is a tab."""
+    text = "\t" if text in ("\\t", "tab") else text
+    if len(text) != 1 or text in "\n\r\"":
+        raise argparse.ArgumentTypeError(f"expected one character (a tab: '\\t'), not a line end or a quote, "
+                                         f"got {text!r}")
+    return text
 
 
 def _add_column_options(p) -> None:

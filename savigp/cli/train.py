@@ -18,7 +18,8 @@ from ..io.csv_data import DataError, data_checksum, read_csv, split_columns
 from ..io.output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
 from .checkpoint import Checkpointer, resume
-from .checks import check_device, check_plot_option, code_inputs, max_memory_bytes, output_path, parse_floats
+from .checks import (check_device, check_initial_values, check_plot_option, code_inputs, max_memory_bytes, output_path,
+                     parse_floats)
 from .columns import validate_targets
 from .kernel_option import SEARCH, SEARCHED, check_kernel_options, kernel_options
 from . import searched_model
@@ -27,7 +28,7 @@ from .plan import TrainPlan
 from .ranks import join_ranks, launch_ranks
 from .run_lock import LOCK_ENV, lock_output
 from .two_stage import STAGE_TWO_GROUPS, describe, fit_full_gaussian, mean_field_warning, resolve_hypers
-from .likelihood_options import class_labels, likelihood_spec, make_likelihood, standardizable
+from .likelihood_options import class_labels, likelihood_spec, make_likelihood, option_of_parameter, standardizable
 from .user_options import file_lines_in_errors, probe_callable, user_code_failure, warn_unused_latents
 from .warm_start import check_groups, check_warm_start_options, read_source, start_from, warn_joint_factorized
 
@@ -99,6 +100,7 @@ def _likelihood_and_targets(plan: TrainPlan, table, icols, tcols, X, Y) -> tuple
 
     spec = likelihood_spec(plan, Y)
     likelihood = make_likelihood(spec)
+    check_initial_values(likelihood, plan.dtype, lambda key: option_of_parameter(plan, key))
     if likelihood.output_dim != Y.shape[1]:
         raise DataError(f"{table.where(None, tcols)}: --targets selects {Y.shape[1]} column(s) but the "
                         f"{plan.likelihood} likelihood takes {likelihood.output_dim}")
@@ -126,6 +128,18 @@ def _likelihood_and_targets(plan: TrainPlan, table, icols, tcols, X, Y) -> tuple
     if spec["name"] in USER_KINDS:
         warn_unused_latents(likelihood, Yt, spec)
     return spec, likelihood, {"inputs": in_stats, "targets": out_stats}, Xm, Ym, source
+
+
+def _option_of_state(plan: TrainPlan, key: str) -> str:
+    """The option that set the initial model's state-dict entry ``key``, for messages."""
+    head, _, rest = key.partition(".")
+    if head == "likelihood":
+        return option_of_parameter(plan, rest)
+    if head == "kernel":
+        return f"--kernel {plan.kernel!r}"
+    if head == "prior_mean" and plan.prior_mean is not None:
+        return f"--prior-mean {plan.prior_mean}"
+    return "savigp train"
 
 
 def _centred_for_float32(X: np.ndarray, quiet: bool):
@@ -249,6 +263,11 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
     quiet = plan.quiet or rank != 0
     spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(plan, table, icols, tcols, X, Y)
     model_options = _model_options(plan)
+    if model_options["prior_mean"] is not None:  # (before a two-stage first stage trains from it)
+        import torch
+
+        check_initial_values({"prior_mean": torch.as_tensor(model_options["prior_mean"], dtype=torch.float64)},
+                             plan.dtype, lambda key: _option_of_state(plan, key))
     # --kernel read against the input columns, in the model's units; --fourier-features
     model_options.update(kernel_options(plan, table, icols, standardize["inputs"], int(likelihood.num_latent),
                                         data=(Xm, Ym, likelihood), quiet=quiet))
@@ -299,6 +318,7 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             if not quiet:
                 print(f"warm start from {plan.warm_start}: its kernel, likelihood, inducing inputs and prior mean; "
                       f"q(u) from its moments", file=sys.stderr)
+        check_initial_values(model, plan.dtype, lambda key: _option_of_state(plan, key))
     check_groups(plan, model)
     warn_joint_factorized(plan, model, rank, groups)
     narrow = mean_field_warning(plan, model, groups)

@@ -45,6 +45,8 @@ def user_likelihood_spec(plan: TrainPlan, Y: np.ndarray, path: str, extra: dict)
         if given:
             raise CLIError(f"{_option(given[0])} does not apply to --likelihood {path}: it is a Likelihood subclass, "
                              "whose constructor sets it; pass constructor arguments as --lik-option KEY=VALUE")
+        _check_names(obj.__init__, extra, f"--lik-option {{name}}=...: {path} takes no argument {{name!r}}",
+                     "it takes", skip=1)
         return {"name": "user-class", "class": obj.__name__, **ref, "kwargs": dict(extra)}
     if isinstance(obj, type):
         raise CLIError(f"--likelihood {path}: {obj.__name__} is a class but not a subclass of likelihoods.Likelihood; "
@@ -117,11 +119,15 @@ def import_user_code(path: str, option: str = "--likelihood") -> tuple:
 
 def _check_parameters_given(fn, path: str, params: dict) -> None:
     """A user function's keyword parameters after ``(y, f)`` that have no default must be given by
-    ``--lik-param``: else one line that says how (before the function is first called)."""
+    ``--lik-param``: else one line that says how (before the function is first called); and each
+    ``--lik-param`` must name one of them (unless it takes ``**kwargs``): else one line naming it and
+    listing them, the closest first (a misspelt name)."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # builtins and some callables: the first call says
         return
+    _check_names(fn, params, f"--lik-param {{name}}=...: {path} has no parameter {{name!r}}",
+                 "its parameters after (y, f):", skip=2)
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     names = [p for p in sig.parameters.values() if p.kind in positional + (inspect.Parameter.KEYWORD_ONLY,)]
     extra = [p.name for i, p in enumerate(names) if (i >= 2 or p.kind is inspect.Parameter.KEYWORD_ONLY)
@@ -131,6 +137,28 @@ def _check_parameters_given(fn, path: str, params: dict) -> None:
         raise CLIError(f"--likelihood {path}: its parameter {name!r} has no value: give it with --lik-param "
                        f"{name}=VALUE (learned; {name}=VALUE:positive keeps it above 0, {name}=VALUE:unit_interval in "
                        f"(0, 1), {name}=VALUE:fixed holds it{'' if len(extra) == 1 else '; also ' + ', '.join(extra[1:])})")
+
+
+def _check_names(fn, given, message: str, listing: str, skip: int) -> None:
+    """Each name in ``given`` (``--lik-param`` or ``--lik-option`` names) one that ``fn`` takes as a
+    keyword, past its first ``skip`` parameters (``(y, f)``; ``self``), unless it takes ``**kwargs``:
+    else a CLIError, ``message`` (formatted with ``name``) then the names it takes, the closest first."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins and some callables: the first call says
+        return
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = list(sig.parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    takes = [p.name for i, p in enumerate(params) if p.kind in kinds and (i >= skip or p.kind is kinds[1])]
+    unknown = [name for name in given if name not in takes]
+    if unknown:
+        name = unknown[0]
+        near = sorted(takes, key=lambda t: -difflib.SequenceMatcher(None, name, t).ratio())  # closest first
+        close = difflib.get_close_matches(name, takes, n=1, cutoff=0.6)
+        listed = f"{listing} {', '.join(near)}" if near else f"{listing} none"
+        raise CLIError(message.format(name=name) + (f"; did you mean {close[0]!r}?" if close else "") + f" ({listed})")
 
 
 def _probe_input(likelihood, Y, scale: float, seed: int) -> tuple:

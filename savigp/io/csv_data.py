@@ -223,10 +223,18 @@ def _parse_rows(path: str, text: str, first_line: int, delimiter: str) -> tuple:
 def _header_names(path: str, first: list, line: int, header: Optional[bool]) -> Optional[list]:
     """The column names when ``first`` (the first row, on ``line``) is a header, else None.
 
-    ``header`` None: a header when any cell is not a number. Raises DataError for an empty or a
+    ``header`` None: a header when no cell is a number, data when every cell is; a row of both (a
+    headerless file whose first row has a missing value, ``1,NA,3``) is neither: a DataError
+    naming the line and the first cell that is not a number. Raises DataError for an empty or a
     duplicate name."""
     if header is None:
-        header = any(not _is_number(c) for c in first)
+        numbers = [_is_number(c) for c in first]
+        if any(numbers) and not all(numbers):
+            j = numbers.index(False)
+            what = "empty cell" if not first[j] else f"{quote_names([first[j]])} is not a number"
+            raise DataError(f"{path}, line {line}, column index {j}: {what}, but the row holds numbers too, so it is "
+                            "data, not a header; fix the cell, or give --header if the row names the columns")
+        header = not any(numbers)
     if not header:
         return None
     seen = set()
@@ -286,7 +294,7 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
     Args:
         path: the file.
         header: True: the first row holds column names; False: it is data; None (default): it is
-            a header when any of its cells is not a number.
+            a header when none of its cells is a number, data when all are, else an error.
         delimiter: the field separator.
 
     Returns:
@@ -302,6 +310,40 @@ def read_csv(path: str, header: Optional[bool] = None, delimiter: str = ",") -> 
         raise DataError(f"{path}: no such file")
     if os.path.isdir(path):
         raise DataError(f"{path}: is a directory, not a CSV file")
+    try:
+        return _read(path, header, delimiter)
+    except DataError as err:
+        hint = _delimiter_hint(path, delimiter)
+        if not hint:
+            raise
+        raise DataError(f"{err}; {hint}") from None
+
+
+#: separators a file may use instead of ``--delimiter``'s, for the hint of :func:`_delimiter_hint`
+_OTHER_DELIMITERS = {";": ("';'", "';'"), "\t": ("tabs", "'\\t'"), "|": ("'|'", "'|'"), ",": ("','", "','")}
+
+
+def _delimiter_hint(path: str, delimiter: str) -> str:
+    """A hint (else ``""``) for a file that reads as one column because it has another separator:
+    its first non-blank line (of its first 64 KiB) holds no ``delimiter`` but one of
+    :data:`_OTHER_DELIMITERS`, named with the ``--delimiter`` that reads it."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2 ** 16).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    first = next((line for line in head.splitlines() if line.strip()), "")
+    if delimiter in first:
+        return ""
+    for other, (name, option) in _OTHER_DELIMITERS.items():
+        if other != delimiter and other in first:
+            return (f"the file reads as one column and its first line holds {name}: give --delimiter {option} "
+                    f"if they separate its columns")
+    return ""
+
+
+def _read(path: str, header: Optional[bool], delimiter: str) -> Table:
+    """:func:`read_csv` without its hint."""
     progress = _Progress()
     try:
         with open(path, "rb") as fh:

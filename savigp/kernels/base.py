@@ -32,6 +32,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor, nn
 
+from .._checks import writable
 from .fused import exp_quadratic
 from likelihoods.parameters import PositiveParameter
 
@@ -162,7 +163,7 @@ class Kernel(nn.Module):
     def _initial(self, value, shape: tuple, name: str) -> Tensor:
         """An initial value broadcast to ``shape`` (float64; a ``(D,)`` value over the rows of a
         ``(Q, D)`` shape), with an error naming the kernel, ``name`` and the shapes it takes."""
-        t = torch.as_tensor(value, dtype=torch.float64)
+        t = torch.as_tensor(writable(value), dtype=torch.float64)
         try:
             return t.expand(shape).clone()
         except RuntimeError:

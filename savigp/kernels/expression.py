@@ -34,8 +34,8 @@ _TOKEN = re.compile(r"""\s*(?:(?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+
 
 
 class _Tokens:
-    def __init__(self, text: str):
-        self.text = text
+    def __init__(self, text: str, columns: Optional[Sequence[str]] = None):
+        self.text, self.columns = text, columns
         self.items: list[tuple[str, str, int]] = []  # (kind, value, position)
         pos = 0
         while pos < len(text):
@@ -43,17 +43,33 @@ class _Tokens:
                 break
             m = _TOKEN.match(text, pos)
             if not m or m.end() == pos:
-                self.fail(pos + len(text[pos:]) - len(text[pos:].lstrip()), "unexpected character")
+                at = pos + len(text[pos:]) - len(text[pos:].lstrip())
+                self.fail(at, "unexpected character", self.quoting_hint(at))
             kind = m.lastgroup
             start = m.start(kind)
             self.items.append((kind, m.group(kind), start))
             pos = m.end()
         self.i = 0
 
-    def fail(self, pos: int, what: str):
+    def fail(self, pos: int, what: str, hint: str = ""):
         shown = self.text if len(self.text) <= 200 else self.text[:200] + "..."
         here = self.text[pos:pos + 20] or "the end"
-        raise ValueError(f"kernel expression {shown!r}: {what} at character {pos + 1} ({here!r})")
+        raise ValueError(f"kernel expression {shown!r}: {what} at character {pos + 1} ({here!r}){hint}")
+
+    def quoting_hint(self, pos: int, name: Optional[str] = None) -> str:
+        """How to write the column the text at ``pos`` begins to name (``name``: that column, else
+        the longest one the text starts with) when it is not a plain word -- a number (``2020``,
+        ``3.5``), a name that starts with a digit or holds a space: in quotes, ``rbf("2020")``
+        (the kernel being the last one named before ``pos``); else ``""``."""
+        if name is None:
+            starts = [c for c in self.columns or () if self.text.startswith(c, pos) and not _plain_word(c)]
+            name = max(starts, key=len) if starts else None
+        if name is None or _plain_word(name):
+            return ""
+        before = [v for kind, v, at in self.items if kind == "name" and at < pos and v in KERNELS]
+        quote = "'" if '"' in name else '"'
+        return (f"; a column whose name is not a plain word is named in quotes: "
+                f"{before[-1] if before else 'rbf'}({quote}{name}{quote})")
 
     def peek(self):
         return self.items[self.i] if self.i < len(self.items) else ("end", "", len(self.text))
@@ -83,16 +99,21 @@ def parse_kernel(text: str, columns: Optional[Sequence[str]] = None, input_dim: 
         raise ValueError(f"kernel expression: {len(text)} characters, more than 10000")
     columns = list(columns) if columns is not None else None
     D = len(columns) if columns is not None else input_dim
-    t = _Tokens(text)
+    t = _Tokens(text, columns)
 
     def column(tok) -> int:
         kind, value, pos = tok
         if kind == "number":
+            named = value if columns is not None and value in columns else None  # a column of that name
+            hint = t.quoting_hint(pos, named)
             if not re.fullmatch(r"\d+", value):
-                t.fail(pos, f"column {value!r} is not a column index (0, 1, ...) or name")
+                t.fail(pos, f"column {value!r} is not a column index (0, 1, ...) or name", hint)
             index = int(value)
             if D is not None and index >= D:
-                t.fail(pos, f"column {index} is out of range (the inputs have {D} columns, 0 to {D - 1})")
+                t.fail(pos, f"column {index} is out of range (the inputs have {D} columns, 0 to {D - 1})", hint)
+            if named is not None and columns.index(named) != index:
+                t.fail(pos, f"{value} is a column index (column {columns[index]!r}) and the name of column "
+                            f"{columns.index(named)}", hint + f", or by index: {columns.index(named)}")
             return index
         name = value[1:-1] if kind == "quoted" else value
         if columns is None:
@@ -100,7 +121,7 @@ def parse_kernel(text: str, columns: Optional[Sequence[str]] = None, input_dim: 
         if name not in columns:
             near = difflib.get_close_matches(name, columns, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else f" (the inputs are {', '.join(columns[:12])}{', ...' if len(columns) > 12 else ''})"
-            t.fail(pos, f"unknown column {name[:40]!r}{hint}")
+            t.fail(pos, f"unknown column {name[:40]!r}{hint}", t.quoting_hint(pos))
         return columns.index(name)
 
     def value():
@@ -220,11 +241,17 @@ def format_kernel(spec: dict, columns: Optional[Sequence[str]] = None) -> str:
     return f"{spec['kernel']}({inner})" if inner else spec["kernel"]
 
 
+def _plain_word(name: str) -> bool:
+    """A column name an expression may write bare (else in quotes): a letter or ``_``, then word
+    characters, ``.`` or ``-``, and not ``true``/``false``."""
+    return re.fullmatch(r"[A-Za-z_][\w.\-]*", name) is not None and name not in ("true", "false")
+
+
 def _column_name(d: int, columns) -> str:
     if columns is None or d >= len(columns):
         return str(d)
     name = columns[d]
-    return name if re.fullmatch(r"[A-Za-z_][\w.\-]*", name) and name not in ("true", "false") else repr(name)
+    return name if _plain_word(name) else repr(name)
 
 
 def _literal(v) -> str:

@@ -66,6 +66,7 @@ import torch
 from torch import Tensor
 from likelihoods.parameters import PositiveParameter
 
+from .._checks import writable
 from .base import Kernel
 
 ORDERS = {0.5: 0, 1.5: 1, 2.5: 2}  # nu -> p
@@ -131,7 +132,7 @@ class AdditiveMatern(Kernel):
         shape = (self.num_latent, self.input_dim)
         vals = []
         for name, v in (("lengthscale", lengthscale), ("variance", variance)):
-            t = torch.as_tensor(v, dtype=torch.float64)
+            t = torch.as_tensor(writable(v), dtype=torch.float64)
             if t.dim() < 2 and t.numel() in (1, self.input_dim):
                 t = t.expand(shape)
             if tuple(t.shape) != shape:

@@ -56,6 +56,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import _choices
+from .._checks import writable
 from ..linalg.cholesky import jittered
 from ..runtime import sync_free
 from .base import GAMMA_PRECONDITIONERS, MeanHead
@@ -108,7 +109,7 @@ class OrthogonalMeanHead(MeanHead):
     def __init__(self, X: Tensor, num_latent: int, size: int, seed: int = 0, *, learn_inputs: bool = True,
                  gamma_inputs=None, kl_columns: Optional[int] = None, kl_sampling: str = "residual"):
         super().__init__()
-        X = torch.as_tensor(X)
+        X = torch.as_tensor(writable(X))
         if X.dim() != 2:
             raise ValueError(f"OrthogonalMeanHead: X must have shape (N, D), got {tuple(X.shape)}")
         Q, G = int(num_latent), int(size)
@@ -116,7 +117,7 @@ class OrthogonalMeanHead(MeanHead):
             raise ValueError(f"OrthogonalMeanHead: need num_latent >= 1 and size >= 1, got Q={Q}, G={G}")
         D = X.shape[1]
         if gamma_inputs is not None:
-            gamma = torch.as_tensor(gamma_inputs, dtype=X.dtype, device=X.device)
+            gamma = torch.as_tensor(writable(gamma_inputs), dtype=X.dtype, device=X.device)
             if gamma.dim() == 2:
                 gamma = gamma.unsqueeze(0).expand(Q, *gamma.shape).clone()
             if tuple(gamma.shape) != (Q, G, D):

@@ -5,6 +5,7 @@ module this process imported, by its registered name), and user code under the t
 """
 from __future__ import annotations
 
+import difflib
 import inspect
 from typing import Callable, Optional
 
@@ -75,7 +76,8 @@ def _check_kwargs(cls, kwargs: dict, skip=()) -> None:
              and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for key in kwargs:
         if key not in names:
-            raise ModelFileError(f"likelihood {cls.__name__} takes no argument {key!r} (it takes {', '.join(names)})")
+            near = sorted(names, key=lambda n: -difflib.SequenceMatcher(None, key, n).ratio())  # closest first
+            raise ModelFileError(f"likelihood {cls.__name__} takes no argument {key!r} (it takes {', '.join(near)})")
 
 
 def likelihood_spec(lik) -> dict:

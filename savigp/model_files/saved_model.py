@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .._checks import writable
 from ..model import SAVIGP
 from .builder import rebuild_model
 from .errors import CodeNotAuthorized, LikelihoodImportError, ModelFileError
@@ -129,7 +130,7 @@ class SavedModel:
         out = {"n": int(Y.shape[0]), "nlpd": float(-lpd.mean())}
         mean = self.predict(X, num_samples=num_samples, seed=seed)["mean"]
         if mean is not None:
-            y, m = torch.as_tensor(Y), torch.as_tensor(mean)
+            y, m = torch.as_tensor(writable(Y)), torch.as_tensor(mean)
             out.update(**sse_entries(y, m), mse=float(((y - m) ** 2).mean()),
                        mae=float((y - m).abs().mean()))
         # (the interval's coverage is unchanged by the standardization, an increasing map of y)

@@ -146,6 +146,31 @@ def tensor_bound(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).max) ** 0.5
 
 
+def value_beyond_bound(module, dtype: torch.dtype) -> Optional[tuple]:
+    """The first ``(state-dict key, value)`` of ``module`` (a model, a kernel, a likelihood, or a
+    dict of tensors, part of a state dict) that a model file in ``dtype`` could not hold: a finite
+    stored value, or a positive parameter's value after its transform, beyond :func:`tensor_bound`
+    (``dtype``) in magnitude -- what :func:`check_tensor` and the rebuilt model's check refuse on
+    reading; None when all fit. So a run can refuse, before training, a model it could write but
+    not read back."""
+    from likelihoods.parameters import PositiveParameter
+
+    bound = tensor_bound(dtype)
+    with torch.no_grad():
+        if isinstance(module, dict):
+            stored = list(module.items())
+        else:
+            stored = [(k, t) for k, t in module.state_dict().items() if t.is_floating_point()]
+            stored += [(f"{name}.raw" if name else "raw", sub()) for name, sub in module.named_modules()
+                       if isinstance(sub, PositiveParameter)]
+        for key, t in stored:
+            t = t.detach().double().reshape(-1)
+            big = torch.isfinite(t) & (t.abs() > bound)
+            if bool(big.any()):
+                return key, float(t[big][0])
+    return None
+
+
 def check_tensor(t: torch.Tensor, where: str, values: bool = True) -> None:
     """A stored tensor whose storage holds every element it claims, and (``values``) whose
     floating-point values are not NaN and, when finite, at most :func:`tensor_bound` in magnitude

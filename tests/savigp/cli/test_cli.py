@@ -529,11 +529,15 @@ def test_model_whose_user_likelihood_is_gone(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------- demo
-def test_demo_runs_and_prints_the_papers_metrics():
+def test_demo_runs_and_prints_the_papers_metrics(tmp_path):
     """... and both of its fits converge: no "still rising" note (before, the regression's 250 Adam
-    steps at lr 0.05 ended 1.08 nats below its optimum, still rising; now 12 L-BFGS steps, 0.011)."""
-    r = run_cli("demo", "--quiet")
+    steps at lr 0.05 ended 1.08 nats below its optimum, still rising; now 12 L-BFGS steps, 0.011).
+    With ``--dir`` it writes exactly the files it checks before writing (``savigp.cli.demo.FILES``)."""
+    from savigp.cli.demo import FILES
+
+    r = run_cli("demo", "--quiet", "--dir", tmp_path / "demo")
     assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path / "demo")) == sorted(FILES)
     assert "still rising" not in r.stderr, r.stderr
     for needle in ("SSE", "NLPD", "error rate", "NLP", "savigp train", "savigp evaluate", "demo finished"):
         assert needle in r.stdout, needle

@@ -258,7 +258,7 @@ def test_user_likelihood_option_errors(files, capsys):
         (["--likelihood", d / "clf.py:one_latent", "--mean-function", d / "nb.py:nope"], "defines no function 'nope'"),
         (["--likelihood", d / "clf.py:one_latent", "--num-classes", "3"], "--num-classes applies to a user function "
                                                                           "with --task classification"),
-        (["--likelihood", d / "clf.py:one_latent", "--lik-param", "r=1"], "does not accept the parameter(s) ['r']"),
+        (["--likelihood", d / "clf.py:one_latent", "--lik-param", "r=1"], "has no parameter 'r' (its parameters after (y, f): none)"),
     ]
     for extra, needle in cases:
         code, out, err = _run(capsys, *base, *extra)
