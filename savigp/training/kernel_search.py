@@ -40,6 +40,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .._checks import writable
 from .._choices import KERNELS
 from ..kernels.expression import format_kernel
 from ..kernels.spec import default_lengthscale, kernel_spec
@@ -177,7 +178,7 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                if "periodic" in base else {})
     data_periods = periods  # of the targets themselves (less their trend): the cold starts' periods
     starts = {_leaf_key(b): _linear_start(X, b.get("active_dims")) for b in bases if b["kernel"] == "linear"}
-    lengthscale = default_lengthscale(torch.as_tensor(X))
+    lengthscale = default_lengthscale(torch.as_tensor(writable(X)))
     neutral = {_leaf_key(b): [[float(v) for v in np.atleast_1d(lengthscale(b.get("active_dims"), True))]]
                for b in bases if b["kernel"] in _NEUTRAL_FACTORS}
     M = int(num_inducing or min(N, 100))
@@ -665,7 +666,7 @@ def _working_residuals(model, X: np.ndarray, Y: np.ndarray):
     if getattr(lik, "differentiable", False) and m is not None and m.shape[-1] == 1:
         try:
             f = m.detach().clone().requires_grad_(True)
-            y = torch.as_tensor(Y, dtype=f.dtype, device=f.device)
+            y = torch.as_tensor(writable(Y), dtype=f.dtype, device=f.device)
             g, = torch.autograd.grad(lik.log_prob(y, f).sum(), f, create_graph=True)
             h, = torch.autograd.grad(g.sum(), f)  # log p(y_n | f_n) depends on f_n alone: the diagonal
             g, h = g.detach().cpu().numpy()[:, 0], h.detach().cpu().numpy()[:, 0]
