@@ -246,9 +246,9 @@ class SAVIGP(nn.Module):
         if kernel is None or isinstance(kernel, str):
             # a name or an expression (savigp.kernels.expression) with column indices: "rbf + periodic(0) * rbf(0)"
             spec = parse_kernel(kernel or "rbf", input_dim=D)
-            kernel = build_kernel(spec, D, 1 if shared_kernel else Q, lengthscale=default_lengthscale(X))
+            kernel = build_kernel(spec, D, 1 if shared_kernel else Q, lengthscale=default_lengthscale(X), inputs=X)
         elif isinstance(kernel, dict):  # a spec (savigp.kernels.spec), e.g. from search_kernels or a model file
-            kernel = build_kernel(kernel, D, 1 if shared_kernel else Q, lengthscale=default_lengthscale(X))
+            kernel = build_kernel(kernel, D, 1 if shared_kernel else Q, lengthscale=default_lengthscale(X), inputs=X)
         if not isinstance(kernel, Kernel):
             raise TypeError(f"kernel must be a savigp.kernels.Kernel, a kernel expression or a spec, got {type(kernel).__name__}")
         if kernel.num_latent not in (1, Q) or (shared_kernel and kernel.num_latent != 1):

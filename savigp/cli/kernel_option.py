@@ -19,8 +19,9 @@ that lives in the inputs' units is carried over by the same map:
   sin^2(pi (x - x') / p) unchanged, so centring alone changes nothing; ``periodic``'s own
   length-scale divides the sine and has no units;
 * an offset c (``linear``, k = v (x - c).(x' - c)): (c - m) / s, and its variance v: v s^2 (one
-  variance over several columns needs columns of equal s). An offset not given starts at 0 in the
-  model's units: the data's mean when the inputs are centred, the origin of the columns otherwise;
+  variance over several columns needs columns of equal s). An offset and a variance not given
+  start from the data the model sees: its columns' mean and one over their summed variances
+  (:meth:`savigp.kernels.linear.Linear.initial_from_data`);
 * variances of the other families, ``alpha``, ``nu``: unchanged (they are in the targets' units or
   have none).
 

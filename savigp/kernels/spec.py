@@ -160,7 +160,7 @@ def _check_leaf(node: dict, where: str, input_dim: Optional[int]) -> None:
 
 
 def build_kernel(spec: Any, input_dim: int, num_latent: int,
-                 lengthscale: Optional[Callable[[Optional[Sequence[int]], bool], Any]] = None):
+                 lengthscale: Optional[Callable[[Optional[Sequence[int]], bool], Any]] = None, inputs=None):
     """Build the kernel a spec describes, for ``input_dim`` columns and ``num_latent`` latent functions
     (checked with :func:`check_spec` first).
 
@@ -170,6 +170,10 @@ def build_kernel(spec: Any, input_dim: int, num_latent: int,
         lengthscale: the initial length-scale of a leaf that takes one and was given none:
             ``lengthscale(active_dims, ard)`` (active_dims None for all D columns); None keeps each
             class's default.
+        inputs: the training inputs ``(N, D)`` (a tensor), or None: a leaf whose family declares
+            ``initial_from_data(columns)`` (its active columns ``(N, d)``) takes from it the initial
+            values the spec leaves out (a linear part's offset and variance,
+            :meth:`savigp.kernels.linear.Linear.initial_from_data`).
     """
     from .base import Product, Sum
     from .scale import Scale
@@ -191,6 +195,11 @@ def build_kernel(spec: Any, input_dim: int, num_latent: int,
         cls = KERNELS[node["kernel"]]
         if lengthscale is not None and getattr(cls, "takes_lengthscale", False) and "lengthscale" not in options:
             options["lengthscale"] = lengthscale(options.get("active_dims"), options.get("ard", True))
+        from_data = getattr(cls, "initial_from_data", None)
+        if inputs is not None and from_data is not None:
+            dims = options.get("active_dims")
+            columns = inputs if dims is None else inputs[:, list(dims)]
+            options = {**{k: v for k, v in from_data(columns).items() if k not in options}, **options}
         return cls(input_dim, q, **options)
 
     return build(spec, num_latent)

@@ -499,13 +499,11 @@ def _plain(spec: dict) -> dict:
 
 
 def _linear_start(X: np.ndarray, dims) -> dict:
-    """A new linear leaf's start: its offset at the columns' means and its variance at one over the
-    sum of their variances, so that s (x - c) . (x - c) is about 1 over the data. From the
-    default (c = 0, s = 1) a linear part of inputs far from 0 (calendar years) starts with a kernel
-    matrix of 1e6 and rank one, and its fit failed (CO2: ELBO -2343 against rbf's 519)."""
+    """A new linear leaf's start (:meth:`savigp.kernels.linear.Linear.initial_from_data`)."""
+    import torch
+
     cols = X[:, list(dims)] if dims is not None else X
-    var = float(np.sum(cols.var(0)))
-    return {"offset": [float(v) for v in cols.mean(0)], "variance": 1.0 / var if var > 0 else 1.0}
+    return KERNELS["linear"].initial_from_data(torch.as_tensor(writable(cols)))
 
 
 def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, starts: Optional[dict] = None,

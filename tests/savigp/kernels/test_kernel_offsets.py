@@ -49,3 +49,22 @@ def test_fit_at_an_offset_equals_the_centred_fit(dtype, offset, tol):
     sse_s = float(((m_s - yt) ** 2).mean() / yt.var())
     assert sse_c < 0.05, sse_c
     assert abs(sse_s - sse_c) < tol and np.abs(m_s - m_c).max() < 10 * tol, (sse_s, sse_c, np.abs(m_s - m_c).max())
+
+
+def test_a_linear_part_of_an_expression_starts_at_its_columns_mean_and_scale():
+    """``linear(0) + rbf(0)`` on calendar years fits as it does on the same years centred: a linear
+    part whose offset and variance the expression leaves out starts at its column's mean and at one
+    over its variance (Linear.initial_from_data), as the kernel search's do. From offset 0 and
+    variance 1, ``linear(t)`` on calendar years trained to ELBO -2.1e7 (issue 57)."""
+    import savigp
+    from likelihoods import Gaussian
+
+    g = torch.Generator().manual_seed(0)
+    years = 1950 + 50 * torch.rand(120, 1, generator=g, dtype=torch.float64)
+    y = 0.03 * (years - 1975) + torch.sin(years) + 0.1 * torch.randn(120, 1, generator=g, dtype=torch.float64)
+    elbos = []
+    for x in (years, years - 1975.0):
+        m = savigp.SAVIGP(x, y, Gaussian(0.1), kernel="linear(0) + rbf(0)", num_inducing=15, seed=0)
+        savigp.fit(m, iterations=60, lr=0.05, estimator="closed-form", progress=False, final_elbo=False)
+        elbos.append(float(m.elbo(None, estimator="closed-form").elbo.detach()))
+    assert elbos[0] == pytest.approx(elbos[1], rel=1e-6, abs=1e-6), elbos
