@@ -1,0 +1,121 @@
+"""fit's defaults on real data: 500 fixed steps against the run to convergence (issue 57, item 1).
+
+For each data set, a model with the library's defaults (the data's own likelihood, an RBF kernel with
+a length-scale per column, M = min(N, 100) inducing inputs from k-means, full batches, Adam at
+lr = 0.01, the estimator "auto") is fitted twice from the same start: ``savigp.fit(model,
+iterations=500)`` (the old fixed default) and ``savigp.fit(model)`` (until the ELBO has stopped rising,
+:mod:`savigp.training.until_converged`). The table gives, per data set and run: the steps, the
+seconds, whether the run ended converged (for the fixed run: whether fit said the ELBO was still
+rising), and the full-data ELBO (the estimator's, with its standard error).
+
+Data (all read offline): statsmodels ``elnino`` (monthly sea temperatures, t in years standardized),
+``co2`` (monthly means), ``sunspots`` (yearly counts, Poisson), ``heart`` (log survival days against
+age, Gaussian: censoring ignored), scikit-learn ``breast_cancer`` (logistic, 30 standardized
+features) and ``wine`` (softmax, 3 classes, 13 standardized features), and the shipped UCI split 1 of
+``boston_housing`` (Gaussian, 13 inputs standardized; ``../shared/data``).
+
+    python -m experiments.converged_defaults                  # every data set (minutes on one core)
+    python -m experiments.converged_defaults --sets elnino    # one
+
+Outputs in ``--out`` (default ``results/converged_defaults``): ``converged_defaults.md`` and ``.csv``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+
+def _standardize(a: np.ndarray) -> np.ndarray:
+    s = a.std(0)
+    return (a - a.mean(0)) / np.where(s > 0, s, 1.0)
+
+
+def load(name: str) -> tuple:
+    """``(X (N, D), Y (N, P), likelihood)`` of a data set, in the model's units."""
+    import likelihoods
+
+    if name in ("elnino", "co2", "sunspots"):
+        from experiments.search_handover import series
+
+        t, y = series(name)
+        if name == "sunspots":  # (series() gives square roots; the counts themselves here)
+            y = np.round(y ** 2)
+            return _standardize(t[:, None]), y[:, None], likelihoods.Poisson()
+        return _standardize(t[:, None]), _standardize(y[:, None]), likelihoods.Gaussian(1.0)
+    if name == "heart":
+        import statsmodels.api as sm
+
+        d = sm.datasets.heart.load_pandas().data
+        return _standardize(d[["age"]].to_numpy(float)), _standardize(np.log(d[["survival"]].to_numpy(float))), \
+            likelihoods.Gaussian(1.0)
+    if name in ("breast_cancer", "wine"):
+        from sklearn import datasets
+
+        data = datasets.load_breast_cancer() if name == "breast_cancer" else datasets.load_wine()
+        X = _standardize(data.data.astype(float))
+        if name == "breast_cancer":
+            return X, data.target.astype(float)[:, None], likelihoods.Logistic()
+        return X, data.target.astype(float)[:, None], likelihoods.Softmax(3)
+    if name == "boston":
+        from experiments._common import read_split, resolve_data_dir
+
+        X, Y, _, _ = read_split(resolve_data_dir(None, "boston_housing"), 1)
+        return _standardize(X), _standardize(Y), likelihoods.Gaussian(1.0)
+    raise ValueError(f"unknown data set {name!r}")
+
+
+def run(name: str, seed: int = 0) -> list:
+    import savigp
+    from savigp.training.convergence import ConvergenceWarning
+
+    X, Y, lik = load(name)
+    base = savigp.SAVIGP(X, Y, lik, seed=seed)
+    rows = []
+    for label, options in (("fixed 500", {"iterations": 500}), ("to convergence", {})):
+        model = copy.deepcopy(base)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            h = savigp.fit(model, progress=False, seed=seed, threads=1, **options)
+        seconds = time.perf_counter() - t0
+        rising = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        conv = h.convergence
+        rows.append({"data": name, "N": X.shape[0], "D": X.shape[1], "run": label, "steps": len(h.elbo) if conv is None
+                     else conv.steps, "seconds": seconds, "ended": ("still rising" if rising else "not rising")
+                     if conv is None else ("converged" if conv.converged else "cap reached"),
+                     "polished": None if conv is None else conv.polished, "elbo": h.final_elbo,
+                     "elbo_se": h.final_elbo_stderr, "estimator": h.estimator})
+        print(f"{name} {label}: {rows[-1]['steps']} steps, {seconds:.1f} s, {rows[-1]['ended']}, ELBO {h.final_elbo:.2f}",
+              file=sys.stderr)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sets", default="elnino,co2,sunspots,heart,breast_cancer,wine,boston")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results/converged_defaults")
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    rows = [r for name in args.sets.split(",") if name.strip() for r in run(name.strip(), args.seed)]
+    head = ["data", "N", "D", "run", "steps", "seconds", "ended", "polished", "elbo", "elbo_se", "estimator"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        lines.append("| " + " | ".join(f"{r[h]:.2f}" if isinstance(r[h], float) else str(r[h]) for h in head) + " |")
+    text = "\n".join(lines)
+    with open(os.path.join(args.out, "converged_defaults.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(args.out, "converged_defaults.csv"), "w") as f:
+        f.write(",".join(head) + "\n" + "\n".join(",".join(str(r[h]) for h in head) for r in rows) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
