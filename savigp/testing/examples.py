@@ -63,3 +63,21 @@ def ordinal_torch(y, f, c0, gaps):
 def probit_numpy(y, f):
     """Binary probit with labels {0, 1}: log Phi((2y - 1) f)."""
     return stats.norm.logcdf((2 * y[:, 0] - 1) * f[..., 0])
+
+
+def lognormal_numpy(y, f, s):
+    """Log-normal survival times with median exp(f) and log-scale s, as a statistician writes it
+    in numpy (it reads the learned s with numpy, so it cannot be handed tensors that require a
+    gradient):
+
+        log p(y | f) = -log y - log s - log(2 pi) / 2 - (log y - f)^2 / (2 s^2).
+
+    ``y (B, 1)`` (positive), ``f (..., B, 1)`` -> ``(..., B)``."""
+    z = (np.log(y[:, 0]) - f[..., 0]) / s
+    return -np.log(y[:, 0]) - np.log(s) - 0.5 * np.log(2 * np.pi) - 0.5 * z ** 2
+
+
+def lognormal_dlogp_ds(y, f, s):
+    """The closed-form derivative of :func:`lognormal_numpy` in s: (z^2 - 1) / s, ``(..., B)``."""
+    z = (np.log(y[:, 0]) - f[..., 0]) / s
+    return (z ** 2 - 1.0) / s

@@ -344,3 +344,30 @@ def test_resume_with_a_mean_function_and_a_checkpoint_of_an_older_version(files,
     code, out, err = _run(capsys, *[a for a in args if a not in ("--mean-function", d / "nb.py:mean")],
                           "--iterations", "5", "--resume")
     assert code == EXIT_BAD_INPUT and "--mean-function" in err, err
+
+
+LOGNORMAL = '''
+import numpy as np
+
+
+def log_lik(y, f, s):
+    """Log-normal survival times, median exp(f), log-scale s, in numpy."""
+    z = (np.log(y[:, 0]) - f[..., 0]) / s
+    return -np.log(y[:, 0]) - np.log(s) - 0.5 * np.log(2 * np.pi) - 0.5 * z ** 2
+'''
+
+
+def test_a_numpy_likelihood_with_a_learned_scale_trains_with_the_defaults(files, capsys):
+    """Issue 54: --lik-param s=1:positive on numpy code that reads s failed with "Can't call
+    numpy() on Tensor that requires grad"; it is now run as numpy and s is learned."""
+    d = files
+    (d / "lognormal.py").write_text(LOGNORMAL)
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2, 2, 60)
+    write_csv(str(d / "times.csv"), ["x", "t"], np.column_stack([x, np.exp(1 + np.sin(x) + 0.5 * rng.standard_normal(60))]))
+    code, out, err = _run(capsys, "train", d / "times.csv", "--targets", "t", "--likelihood", d / "lognormal.py:log_lik",
+                          "--lik-param", "s=1:positive", "--iterations", "30", "--lr", "0.05", "--out", d / "ln.pt",
+                          "--quiet", *FAST)
+    assert code == 0, err
+    saved, _ = load_model(str(d / "ln.pt"), likelihood=str(d / "lognormal.py"))
+    assert saved.model.likelihood.parameter_values()["s"] != pytest.approx(1.0, abs=1e-3)  # learned (from 1)
