@@ -359,15 +359,21 @@ def log_lik(y, f, s):
 
 def test_a_numpy_likelihood_with_a_learned_scale_trains_with_the_defaults(files, capsys):
     """Issue 54: --lik-param s=1:positive on numpy code that reads s failed with "Can't call
-    numpy() on Tensor that requires grad"; it is now run as numpy and s is learned."""
+    numpy() on Tensor that requires grad"; it is now run as numpy and s is learned. Without
+    --prior-mean the prior mean starts at the log-times' best constant (about 5, far from 0), and
+    a note says so."""
     d = files
     (d / "lognormal.py").write_text(LOGNORMAL)
     rng = np.random.default_rng(3)
     x = rng.uniform(-2, 2, 60)
-    write_csv(str(d / "times.csv"), ["x", "t"], np.column_stack([x, np.exp(1 + np.sin(x) + 0.5 * rng.standard_normal(60))]))
+    log_t = 5 + np.sin(x) + 0.5 * rng.standard_normal(60)
+    write_csv(str(d / "times.csv"), ["x", "t"], np.column_stack([x, np.exp(log_t)]))
     code, out, err = _run(capsys, "train", d / "times.csv", "--targets", "t", "--likelihood", d / "lognormal.py:log_lik",
                           "--lik-param", "s=1:positive", "--iterations", "30", "--lr", "0.05", "--out", d / "ln.pt",
-                          "--quiet", *FAST)
+                          *FAST)
     assert code == 0, err
+    assert "without --prior-mean the prior mean starts at the targets' best constant latent value, 5.0" in err, err
     saved, _ = load_model(str(d / "ln.pt"), likelihood=str(d / "lognormal.py"))
-    assert saved.model.likelihood.parameter_values()["s"] != pytest.approx(1.0, abs=1e-3)  # learned (from 1)
+    assert float(saved.model.prior_mean[0]) == pytest.approx(log_t.mean(), abs=1e-3)
+    assert saved.model.likelihood.parameter_values()["s"] < 1.0  # learned from 1 towards the truth about 0.9
+
