@@ -41,7 +41,9 @@ the ``"outcome"`` columns are integrated over; a right-censoring indicator (``"e
 ``"censored"``) is set to "event" and ``"fixed"`` columns (an exposure, a number of trials) stay at
 each row's value. :func:`censored_tail` then checks a censored row's term against the tail of the
 event density beyond its time. An outcome on a half-line whose density fails while density / y
-integrates to one gets the hint that the Jacobian of a log transform is missing.
+integrates to one gets the hint that the Jacobian of a log transform is missing; an integral equal
+to v^(+-1/2) or v^(+-1) of a positive parameter v at every f and setting, that v is read as a
+variance in one place and as a standard deviation in another.
 
 **Support.** Declared by ``check_likelihood(support=)`` or the likelihood's ``support`` attribute
 (``CallableLikelihood(support=)``, :func:`likelihoods.callable.parse_support`); else inferred from
@@ -470,6 +472,33 @@ def _jacobian_hint(p: Problem, run: dict) -> str:
     return ""
 
 
+def _power_hint(run: dict) -> str:
+    """A hint when, on some candidate support, the integral equals a power v^k (k = +-1/2, +-1) of
+    one positive scalar parameter v at every case and parameter setting: a scale used as a variance
+    in one place and as a standard deviation in another (sd^2 where sd is meant, or the reverse)."""
+    lik = run["lik"]
+    values = getattr(lik, "parameter_values", None)
+    if not callable(values):
+        return ""
+    for supports, per_setting in run["tried"]:
+        totals, named = [], []
+        for setting, _, log_total, *_ in per_setting:
+            _load(lik, setting)
+            totals.append(log_total)
+            named.append({k: float(np.asarray(v).reshape(-1)[0]) for k, v in values().items()
+                          if np.size(v) == 1 and float(np.asarray(v).reshape(-1)[0]) > 0})
+        for name in named[0]:
+            if not all(name in n for n in named):
+                continue
+            for k in (0.5, -0.5, 1.0, -1.0):
+                expected = [k * math.log(n[name]) for n in named]
+                if all(bool(torch.isfinite(t).all()) and float((t - e).abs().max()) <= 1e-6
+                       for t, e in zip(totals, expected)) and any(abs(e) > 1e-3 for e in expected):
+                    return (f"p(y | f) integrates to {name}^{k:g} at every f and {name}: {name} is read as a variance "
+                            "in one place and as a standard deviation in another (or the reverse); ")
+    return ""
+
+
 def _combine(lik, results: list, base: Tensor, f: Tensor):
     """log of the density's total integral ``(C,)`` and its relative error from per-output results
     at the cases' targets ``base (C, P)``: sum_p log I_p - (P - 1) log p(y | f)."""
@@ -603,6 +632,7 @@ def normalization(p: Problem):
     lines = []
     for supports, per_setting in run["tried"]:
         lines.append(_failure_line(supports, per_setting, f, rows))
+    lines[0] = _power_hint(run) + lines[0]
     _load(run["lik"], _settings(run["lik"])[0])
     lines[0] = _jacobian_hint(p, run) + lines[0]
     hint = "" if run["declared"] else (" (the support was inferred from y; declare it with check_likelihood(support=...) "

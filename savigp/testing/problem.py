@@ -104,11 +104,15 @@ class Problem:
 #: held at each row's value
 COLUMN_ROLES = ("outcome", "event", "censored", "fixed")
 INDICATORS = ("event", "censored")
+#: other names of the roles: ``"indicator"`` an event indicator (1: the event seen), ``"exposure"``,
+#: ``"trials"`` and ``"covariate"`` fixed columns
+ROLE_ALIASES = {"indicator": "event", "exposure": "fixed", "trials": "fixed", "covariate": "fixed"}
 
 
 def parse_columns(columns, y: Tensor) -> tuple:
     """The role of each column of ``y (B, P)`` from ``check_likelihood(columns=)``: None (every
-    column an outcome) or a sequence of P names of :data:`COLUMN_ROLES` with at least one
+    column an outcome) or a sequence of P names of :data:`COLUMN_ROLES` (or :data:`ROLE_ALIASES`,
+    returned as the role they name) with at least one
     ``"outcome"`` and at most one indicator; with an indicator exactly one outcome (the censored
     term is a tail of that outcome's density), and the indicator's values 0 or 1. A ValueError
     names the argument, the column and the row."""
@@ -117,10 +121,10 @@ def parse_columns(columns, y: Tensor) -> tuple:
         return ("outcome",) * P
     if isinstance(columns, str):
         columns = (columns,)
-    roles = tuple(columns)
+    roles = tuple(ROLE_ALIASES.get(r, r) if isinstance(r, str) else r for r in columns)
     if len(roles) != P or not all(isinstance(r, str) and r in COLUMN_ROLES for r in roles):
         raise ValueError(f"columns must name the role of each of the {P} columns of y, each one of "
-                         f"{', '.join(COLUMN_ROLES)}; got {columns!r}")
+                         f"{', '.join(COLUMN_ROLES)} (or {', '.join(ROLE_ALIASES)}); got {columns!r}")
     indicators = [j for j, r in enumerate(roles) if r in INDICATORS]
     outcomes = [j for j, r in enumerate(roles) if r == "outcome"]
     if not outcomes:

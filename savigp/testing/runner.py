@@ -121,7 +121,9 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
             density is over; the default for every column), ``"event"`` (a 0/1 right-censoring
             indicator: 1 the event was seen at the row's outcome, 0 censored there),
             ``"censored"`` (the same coded 1 for censored) and ``"fixed"`` (a covariate the
-            likelihood reads from y without describing it: an exposure, a number of trials).
+            likelihood reads from y without describing it: an exposure, a number of trials);
+            ``"indicator"`` means ``"event"``, and ``"exposure"``, ``"trials"``, ``"covariate"``
+            mean ``"fixed"``.
             ``normalization`` integrates over the outcome columns only, the indicator set to
             "event" and fixed columns at each row's value; ``censored_tail`` checks the censored
             term. E.g. survival times and a death indicator: ``columns=("outcome", "event")``.

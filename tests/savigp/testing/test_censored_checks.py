@@ -51,6 +51,12 @@ def variance_as_sd(y, f, s):
     return np.where(y[:, 1] == 1, event, stats.norm.logsf(r / s))
 
 
+def sd_in_the_quadratic(y, f, s):
+    """The event density's normaliser reads s as the variance of log t, its quadratic as the sd."""
+    event = -np.log(y[:, 0]) - 0.5 * np.log(2 * np.pi * s) - 0.5 * _z(y, f, s) ** 2
+    return np.where(y[:, 1] == 1, event, stats.norm.logsf(_z(y, f, s)))
+
+
 def _check(fn, y, columns=("outcome", "event")):
     lik = CallableLikelihood(fn, output_dim=y.shape[1], **SCALE)
     return check_likelihood(lik, y, mean=np.full((B, 1), 3.0), columns=columns, raise_on_failure=False)
@@ -61,6 +67,7 @@ def test_a_right_censored_lognormal_on_whole_days_passes():
     assert report.passed, report
     assert "integrates to 1 over (0, inf)" in report["normalization"].message
     assert report["censored_tail"].status == "passed"
+    assert _check(censored_lognormal_numpy, _days(), columns=("outcome", "indicator")).passed  # "indicator": "event"
     # the indicator coded the other way (1: censored) is declared as such
     flipped = _days()
     flipped[:, 1] = 1 - flipped[:, 1]
@@ -73,6 +80,8 @@ def test_a_right_censored_lognormal_on_whole_days_passes():
     (missing_jacobian, "normalization", "the Jacobian of the log, -log y in log p(y | f), is missing"),
     (wrong_tail, "censored_tail", "(its CDF), not after it"),
     (variance_as_sd, "censored_tail", "the censored and the event terms do not describe one distribution"),
+    (sd_in_the_quadratic, "normalization", "integrates to s^0.5 at every f and s: s is read as a variance in one "
+                                           "place and as a standard deviation in another"),
 ])
 def test_each_subtly_wrong_censored_likelihood_fails_named(fn, check, words):
     report = _check(fn, _days())
@@ -98,7 +107,8 @@ def test_a_fixed_column_is_held_at_each_rows_value():
 def test_columns_are_checked_naming_the_column_and_row():
     lik = CallableLikelihood(censored_lognormal_numpy, output_dim=2, **SCALE)
     y = _days()
-    with pytest.raises(ValueError, match="each one of outcome, event, censored, fixed; got"):
+    with pytest.raises(ValueError, match=r"each one of outcome, event, censored, fixed \(or indicator, exposure, "
+                                         r"trials, covariate\); got"):
         check_likelihood(lik, y, columns=("outcome", "death"))
     y[4, 1] = 2.0
     with pytest.raises(ValueError, match=r"column 1 is the indicator 'event' \(0 or 1\), but row 4 holds 2"):
