@@ -132,7 +132,7 @@ def cmd_predict(args) -> int:
                 print(f"savigp predict: note: {columns.describe()}", file=sys.stderr)
             elif no_mean and len(icols) == 1:
                 print("savigp predict: note: " + ("the plot draws y's predictive median and 95% interval read off the "
-                      "density exp(log p(y | f)) on a grid of y" if targets is not None and targets.shape[1] == 1
+                      "density exp(log p(y | f)) on a grid of y" if int(saved.model.likelihood.output_dim) == 1
                       and density_grid(saved, targets) is not None else
                       "the plot shows the latent functions only: DATA has no targets to place a grid of y by and the "
                       "likelihood declares no bounded support (CallableLikelihood(support=...))"), file=sys.stderr)
