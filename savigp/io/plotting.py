@@ -425,14 +425,14 @@ def target_columns(model, Y: Optional[np.ndarray]) -> Optional[TargetColumns]:
     draws, given the targets ``Y (N, P)`` (None without them: nothing to place a grid by):
 
     * a column holding only 0 and 1 next to one positive column is a right-censoring indicator
-      when, at the prior mean, exp(log p) with one of its values is non-increasing in the outcome
-      and at most 1 (a survival function, P(T > t | f): that value means "censored") and with the
-      other it is not (a density: the event seen at t); when both or neither look so, 1 is taken
-      for the event (the convention of statsmodels' ``heart``, lifelines and R's ``Surv``). The
-      outcome's grid is geometric over its range, a factor of 10 wider each side (survival times
-      spread over orders of magnitude);
-    * otherwise the first column that is not 0/1 is the outcome, read on :func:`density_grid`'s
-      grid with the other columns held at the nearest row's values (an exposure, trials).
+      when, at the prior mean, exp(log p) with one of its values looks like a survival function
+      P(T > t | f) of the outcome over the grid -- at most 1, non-increasing, above 1/2 a factor
+      10 below the smallest outcome -- (that value means "censored") and with the other it does
+      not (a density: the event seen at t). The outcome's grid is geometric over its range, a
+      factor of 10 wider each side (survival times spread over orders of magnitude);
+    * otherwise (a 0/1 column that is a covariate, a treatment group) the first column that is
+      not 0/1 is the outcome, read on :func:`density_grid`'s grid with the other columns held at
+      the nearest row's values (an exposure, trials, a group).
     """
     lik = _likelihood(model)
     P = int(getattr(lik, "output_dim", 1))
@@ -445,7 +445,9 @@ def target_columns(model, Y: Optional[np.ndarray]) -> Optional[TargetColumns]:
         outcome, indicator = positive[0], binary.index(True)
         t = Y[:, outcome]
         grid = np.geomspace(float(t.min()) / 10, float(t.max()) * 10, SURVIVAL_GRID)
-        return TargetColumns(outcome, indicator, _event_value(model, lik, grid, outcome, indicator), grid, names)
+        event = _event_value(model, lik, grid, outcome, indicator)
+        if event is not None:
+            return TargetColumns(outcome, indicator, event, grid, names)
     outcome = next((p for p in range(P) if not binary[p]), None)
     if outcome is None:
         return None
@@ -457,9 +459,10 @@ def _number(v: float) -> str:
     return str(int(v)) if float(v) == int(v) else str(v)
 
 
-def _event_value(model, lik, grid: np.ndarray, outcome: int, indicator: int) -> float:
+def _event_value(model, lik, grid: np.ndarray, outcome: int, indicator: int) -> Optional[float]:
     """The indicator's value for an event seen at the outcome (:func:`target_columns`): the other
-    value's exp(log p) over ``grid`` at the prior mean is a survival function."""
+    value's exp(log p) over ``grid`` at the prior mean is a survival function and its own is not;
+    None when that does not single one out (not a censoring indicator)."""
     import torch
 
     inner = model.model if hasattr(model, "model") else model
@@ -475,13 +478,13 @@ def _event_value(model, lik, grid: np.ndarray, outcome: int, indicator: int) -> 
         except Exception:  # noqa: BLE001 - a likelihood that refuses a value: no evidence either way
             looks_censored.append(False)
             continue
-        looks_censored.append(bool(np.all(np.isfinite(p)) and np.all(p <= 1 + 1e-9)
+        looks_censored.append(bool(np.all(np.isfinite(p)) and np.all(p <= 1 + 1e-9) and p[0] > 0.5
                                    and np.all(np.diff(p) <= 1e-12 * (1 + p[:-1]))))
     if looks_censored == [True, False]:
         return 1.0
     if looks_censored == [False, True]:
         return 0.0
-    return 1.0
+    return None
 
 
 class _OneColumn:

@@ -88,3 +88,17 @@ def test_other_multi_column_targets_draw_their_outcome_column():
     assert "predictive median y0" in labels and "data" in labels
     median = {line.get_label(): line for line in fig.axes[1].get_lines()}["predictive median y0"].get_ydata()
     assert np.all(median >= 0) and np.all(median <= n.max())
+
+
+def test_a_zero_one_covariate_is_not_taken_for_a_censoring_indicator():
+    """y = (time, group): a log-normal whose median doubles in group 1; neither group's term is a
+    survival function, so the time is drawn with the group at the nearest row's value."""
+    X, Y = _survival(seed=3)
+    group = np.column_stack([Y[:, 0], np.arange(len(Y)) % 2])
+
+    def two_groups(y, f, s):
+        z = (np.log(y[:, 0]) - f[..., 0] - np.log(2) * y[:, 1]) / s
+        return -np.log(y[:, 0]) - np.log(s) - 0.5 * np.log(2 * np.pi) - 0.5 * z ** 2
+
+    columns = target_columns(_fit(two_groups, X, group), group)
+    assert (columns.outcome, columns.indicator) == (0, None)
