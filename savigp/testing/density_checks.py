@@ -487,6 +487,7 @@ def _power_hint(run: dict) -> str:
             totals.append(log_total)
             named.append({k: float(np.asarray(v).reshape(-1)[0]) for k, v in values().items()
                           if np.size(v) == 1 and float(np.asarray(v).reshape(-1)[0]) > 0})
+        _load(lik, per_setting[0][0])  # the parameters as given (the first setting)
         for name in named[0]:
             if not all(name in n for n in named):
                 continue
@@ -633,7 +634,6 @@ def normalization(p: Problem):
     for supports, per_setting in run["tried"]:
         lines.append(_failure_line(supports, per_setting, f, rows))
     lines[0] = _power_hint(run) + lines[0]
-    _load(run["lik"], _settings(run["lik"])[0])
     lines[0] = _jacobian_hint(p, run) + lines[0]
     hint = "" if run["declared"] else (" (the support was inferred from y; declare it with check_likelihood(support=...) "
                                        "or CallableLikelihood(support=...): 'real', 'positive', 'unit_interval', "
@@ -783,7 +783,8 @@ def censored_tail(p: Problem):
     base = p.as_event(p.y[rows])  # (C, P)
     censored = p.as_event(p.y[rows], event=False)
     problems, checked = [], 0
-    for setting in _settings(lik):
+    settings = _settings(lik)
+    for setting in settings:
         params = _load(lik, setting)
         term = _log_density(lik, censored, f).exp()  # (C,)
         for i in range(f.shape[0]):
@@ -802,7 +803,7 @@ def censored_tail(p: Problem):
                                 "event terms do not describe one distribution (a parameter read differently in each, "
                                 "e.g. a variance as a standard deviation?)")
             break
-    _load(lik, _settings(lik)[0])
+    _load(lik, settings[0])
     if problems:
         return FAILED, "; ".join(problems[:2])
     return PASSED, f"the censored term equals the event density's tail beyond t at {checked} cases"
