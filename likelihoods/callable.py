@@ -63,6 +63,18 @@ MAX_INFERRED_CLASSES = 1000
 _FD_STEP = float(np.finfo(np.float64).eps) ** (1.0 / 3.0)
 
 
+def _numpy_on_tensor(err: BaseException) -> bool:
+    """True for the error numpy code raises when it is handed a tensor that requires a gradient
+    (``np.log(s)`` on a learned parameter, ``array - f``): torch's ``Can't call numpy() on Tensor
+    that requires grad``."""
+    return isinstance(err, RuntimeError) and "numpy() on Tensor that requires grad" in str(err)
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of an error's message."""
+    return (str(err).strip().splitlines() or [""])[0]
+
+
 def _describe_function(fn: Callable, import_path: Optional[str]) -> str:
     """``'name' (file.py, line 12)`` for messages: where the user's function is defined."""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
@@ -362,6 +374,13 @@ class CallableLikelihood(Likelihood):
                 return self._numpy_values(fn, args, params, like)
             out = fn(*args, **params)
         except Exception as err:
+            if backend == "torch" and _numpy_on_tensor(err) and not self.differentiable:
+                if self._backend_arg == "auto":  # detected as torch, but this call shows numpy code: numpy from now on
+                    setattr(self, role, "numpy")
+                    return self._call(fn, *args, params=params, what=what)
+                raise ValueError(f"{self.describe()}: {what} computes with numpy ({type(err).__name__}: "
+                                 f"{_first_line(err)}), but backend='torch' hands it tensors: pass backend='numpy' "
+                                 "or 'auto' (on the command line: --lik-option backend=numpy)") from err
             if self.differentiable and backend == "torch" and what == "log_lik":
                 raise ValueError(f"{self.describe()}: declared differentiable=True, so it is called with torch "
                                  f"tensors, but it failed: {type(err).__name__}: {err}. A numpy function cannot "
@@ -377,10 +396,13 @@ class CallableLikelihood(Likelihood):
         ``"numpy"`` when ``fn`` runs on arrays; ``"torch"`` for a tensor result that ignores f. For
         a pair (a mean function's mean and variance) the mean decides."""
         probe = list(args[:-1]) + [args[-1].detach().clone().requires_grad_(True)]
+        # the parameters as training passes them: a learned one requires a gradient, so numpy code that
+        # reads it (np.log(s)) fails here as it would in training (detached, it ran and looked like torch)
+        probe_params = {k: v.detach().clone().requires_grad_(self._learned(k)) for k, v in params.items()}
         with torch.enable_grad(), warnings.catch_warnings():  # numpy code given tensors may warn before failing
             warnings.simplefilter("ignore")
             try:
-                out = fn(*probe, **{k: v.detach() for k, v in params.items()})
+                out = fn(*probe, **probe_params)
             except Exception:
                 out = None
         if isinstance(out, (tuple, list)) and out:  # a mean function's pair (E[y | f], Var[y | f])
@@ -394,6 +416,11 @@ class CallableLikelihood(Likelihood):
                 return "torch"
             raise self._failure(err, args, "log_lik" if len(args) == 2 else "mean_fn") from err
         return "numpy"
+
+    def _learned(self, name: str) -> bool:
+        """True for a parameter of ``log_lik`` that training learns (it then requires a gradient)."""
+        return name in self.raw_params and self.raw_params[name].requires_grad and torch.is_floating_point(
+            self.raw_params[name])
 
     def _parameter_derivative(self, y: Tensor, f: Tensor, names: tuple, values: list, name: str, i: int) -> Tensor:
         """d log p(y | f, phi) / d phi_i by central differences, ``(..., B)`` (numpy backend),

@@ -26,6 +26,7 @@ from ._checks import FLOAT32_MAX_OFFSET, as_inputs, as_targets, input_offset, wr
 from .linalg.cholesky import base_jitter, jittered, robust_cholesky
 from .estimators import checked_log_prob, make_estimator, resolve_estimator
 from .inducing import initial_inducing_inputs
+from .best_constant import FAR, MAX_ROWS, best_constant
 from .kernels import KERNELS, Kernel, build_kernel, parse_kernel
 from .kernels.spec import default_lengthscale
 from .estimators.nonfinite import NonFiniteLogProb
@@ -194,7 +195,13 @@ class SAVIGP(nn.Module):
             exact entropy); see :meth:`savigp.posteriors.MixturePosterior._mixture_entropy`.
         entropy_samples: draws per component for ``entropy="mc"``.
         prior_mean: constant prior mean mu_j per latent function: a float or a sequence of Q floats.
-        learn_prior_mean: learn mu_j.
+            None (the default): 0, except for a latent function whose best constant for the targets,
+            c_j = argmax sum_n log p(y_n | f_n = c) (:func:`savigp.best_constant.best_constant`, a 1-D
+            search on the likelihood's values), is more than 2 prior standard deviations from 0
+            (abs(c_j) > 2 sqrt(mean_n k_j(x_n, x_n)) at the initial kernel): its mu_j starts at c_j, so
+            that, e.g., log-survival times near 6 are not explained by a latent function pulled from
+            0 (:attr:`prior_mean_from_targets` says which values were set so).
+        learn_prior_mean: learn mu_j (from where ``prior_mean`` starts it).
         mean_basis_size: size of the mean basis gamma per latent function (Salimbeni et al. 2018); 0 disables it.
         mean_basis: ``"orthogonal"`` (Salimbeni et al. (2018)'s orthogonally decoupled basis), ``"decoupled"``
             (Cheng & Boots 2017: mean from gamma alone, the posterior mean fixed at 0) or
@@ -220,7 +227,7 @@ class SAVIGP(nn.Module):
         num_components: int = 1,
         entropy: str = DEFAULT_ENTROPY,
         entropy_samples: int = 64,
-        prior_mean: Union[float, Sequence[float]] = 0.0,
+        prior_mean: Union[float, Sequence[float], None] = None,
         learn_prior_mean: bool = False,
         mean_basis_size: int = 0,
         mean_basis: str = DEFAULT_MEAN_BASIS,
@@ -293,6 +300,10 @@ class SAVIGP(nn.Module):
         self.num_inducing = M
 
         # ---- prior means
+        #: the prior means set from the targets' best constant (``prior_mean=None``), a list of Q, else None
+        self.prior_mean_from_targets = None
+        if prior_mean is None:
+            prior_mean = self._prior_mean_from_targets(X, Y, kernel)
         mu = torch.as_tensor(writable(prior_mean), dtype=torch.float64).flatten()
         if mu.numel() == 1:
             mu = mu.expand(Q).clone()
@@ -339,6 +350,19 @@ class SAVIGP(nn.Module):
             "mean_basis_size": int(mean_basis_size), "mean_basis": mean_basis,
         }
         self.to(dtype=dtype, device=device)
+
+    def _prior_mean_from_targets(self, X: Tensor, Y: Tensor, kernel: Kernel) -> Tensor:
+        """The prior means when none is given ``(Q,)``: the targets' best constant c_j where it is
+        more than :data:`~savigp.best_constant.FAR` prior standard deviations of f_j from 0, else 0
+        (``prior_mean``'s documentation); records the values set in :attr:`prior_mean_from_targets`."""
+        c = best_constant(self.likelihood, Y)
+        with torch.no_grad():
+            sd = kernel.diag(X[:MAX_ROWS]).mean(-1).clamp_min(0).sqrt().expand(c.shape[0])  # (Q,): a shared kernel's for all
+        far = c.abs() > FAR * sd
+        mu = torch.where(far, c, torch.zeros_like(c))
+        if bool(far.any()):
+            self.prior_mean_from_targets = [float(v) for v in mu]
+        return mu
 
     def _check_shared_kernel(self, part, mean_basis_size: int) -> None:
         """Refuse a posterior family or a mean head (``part``) that does not take a kernel shared by the

@@ -149,7 +149,7 @@ def cmd_predict(args) -> int:
         if not plan.quiet:
             print(f"wrote {plot}", file=sys.stderr)
     elif plot:
-        from ..io.plotting import density_grid, save_fit_plot
+        from ..io.plotting import density_grid, save_fit_plot, target_columns
 
         targets = targets_if_present(table, saved.config, icols)
         with file_lines_in_errors(table):
@@ -157,9 +157,13 @@ def cmd_predict(args) -> int:
                           num_samples=plan.samples, seed=plan.seed, input_names=table.names(icols))
         if not plan.quiet:
             print(f"wrote {plot}", file=sys.stderr)
-            if no_mean and len(icols) == 1:
+            columns = target_columns(saved, targets) if targets is not None and targets.shape[1] > 1 else None
+            if no_mean and len(icols) == 1 and columns is not None:
+                print(f"savigp predict: note: {columns.describe()}", file=sys.stderr)
+            elif no_mean and len(icols) == 1:
                 print("savigp predict: note: " + ("the plot draws y's predictive median and 95% interval read off the "
-                      "density exp(log p(y | f)) on a grid of y" if density_grid(saved, targets) is not None else
+                      "density exp(log p(y | f)) on a grid of y" if int(saved.model.likelihood.output_dim) == 1
+                      and density_grid(saved, targets) is not None else
                       "the plot shows the latent functions only: DATA has no targets to place a grid of y by and the "
                       "likelihood declares no bounded support (CallableLikelihood(support=...))"), file=sys.stderr)
     return EXIT_OK

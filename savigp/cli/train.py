@@ -307,6 +307,10 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             warm_model, config["training"]["stage1"] = fit_full_gaussian(plan, Xm, Ym, spec, model_options, config,
                                                                          quiet, rank)
         model = build_model(Xm, Ym, likelihood, model_options)  # SAVIGP calls likelihood.initialize_from_data
+        if model.prior_mean_from_targets is not None and not quiet:
+            print(f"savigp train: note: without --prior-mean the prior mean starts at the targets' best constant "
+                  f"latent value, {', '.join(f'{v:.4g}' for v in model.prior_mean_from_targets)} (more than 2 prior "
+                  "standard deviations from 0; --prior-mean 0 keeps 0)", file=sys.stderr)
         if hypers == "two-stage":
             start_from(plan, model, types.SimpleNamespace(model=warm_model))
         if searched is not None:

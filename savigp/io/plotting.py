@@ -15,7 +15,9 @@ is -inf or not finite outside the support; only where neither works is the band 
 predictive sd, labelled so (it may leave the support). A likelihood with no mean function either
 (angles, survival times: a ``log p(y | f)`` alone) gets its y panel all the same: the predictive
 median and 95% interval read off that density, on a grid over the data's range and the
-likelihood's declared ``support`` (:func:`density_grid`). The data are overlaid
+likelihood's declared ``support`` (:func:`density_grid`); with several target columns, its outcome
+column (:func:`target_columns`): a survival time with a censoring indicator draws the median
+survival time and its 95% interval, events and censored rows marked apart. The data are overlaid
 (regression), or the class probabilities are drawn with the labels marked (classification).
 2-D inputs: mean and standard-deviation maps of each latent function, and the predictive mean map
 (regression) or one probability map per class (classification), with the data overlaid in a
@@ -47,6 +49,8 @@ INTERVAL = (0.025, 0.975)
 QUANTILE_SAMPLES = 2000
 #: y* values and draws of f* per component for the predictive density of a likelihood that cannot sample
 GRID_Y, GRID_DRAWS = 200, 100
+#: points of the geometric grid of a survival time (:func:`target_columns`; heart's 1 to 1775 days: steps of 3%)
+SURVIVAL_GRID = 400
 #: data markers per class (cycled), drawn in tab10 colours with white edges
 CLASS_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
@@ -317,10 +321,14 @@ def _plot_1d(model, X, Y, num_samples, seed, xname):
     classifier = _is_classifier(model) and pred["probabilities"] is not None
     outputs = 1 if classifier else (pred["mean"].shape[1] if pred["mean"] is not None else 0)
     density_only = None  # no mean function: y read off the density on this grid
+    columns = None  # no mean function and several target columns: the outcome column's panel
     if not classifier and pred["mean"] is None and not _is_classifier(model) and getattr(model, "likelihood_loaded", True) \
             and int(getattr(_likelihood(model), "output_dim", 0)) == 1:
         density_only = density_grid(model, None if Y is None else Y[:, :1])
         outputs = 1 if density_only is not None else 0
+    elif not classifier and pred["mean"] is None and getattr(model, "likelihood_loaded", True):
+        columns = target_columns(model, Y)
+        outputs = 1 if columns is not None else 0
     panels = Q + outputs
     fig, axes = _figure(panels, 1, (7, 2.4 * panels))
     for j in range(Q):
@@ -345,6 +353,8 @@ def _plot_1d(model, X, Y, num_samples, seed, xname):
         ax.legend(loc="best", fontsize="small")
     elif density_only is not None:
         _density_panel(axes[Q, 0], model, g, X, Y, density_only, num_samples, seed, _target_names(model, 1)[0])
+    elif columns is not None:
+        _outcome_panel(axes[Q, 0], model, g, X, Y, columns, num_samples, seed)
     else:
         tnames = _target_names(model, outputs) if outputs else []
         y_grid = None
@@ -386,6 +396,148 @@ def _density_panel(ax, model, g, X, Y, grid, num_samples, seed, tname) -> None:
     if Y is not None:
         ax.plot(X[:, 0], Y[:, 0], ".", color="k", ms=3, label="data")
     ax.set_ylabel(tname)
+    ax.legend(loc="best", fontsize="small")
+
+
+class TargetColumns:
+    """What the y panel of a likelihood with several target columns and no mean function draws:
+    ``outcome`` the column whose predictive median and 95% interval are drawn, ``indicator`` a
+    right-censoring indicator column (or None) with ``event`` its value for "the event was seen at
+    the outcome" (the other value: censored there, the event later), ``grid`` the outcome's values
+    ``(G,)`` at which the predictive density is read, and ``names`` the target columns' names."""
+
+    def __init__(self, outcome: int, indicator: Optional[int], event: float, grid: np.ndarray, names: list):
+        self.outcome, self.indicator, self.event, self.grid, self.names = outcome, indicator, event, grid, names
+
+    def describe(self) -> str:
+        """One line for the command's note: what the panel shows."""
+        y = self.names[self.outcome]
+        if self.indicator is None:
+            return (f"the plot draws {y}'s predictive median and 95% interval read off the density "
+                    f"exp(log p(y | f)) on a grid of {y}, the other target columns at the nearest row's values")
+        return (f"the plot draws the median {y} with its 95% interval, read off the density of {y} when the event "
+                f"is seen ({self.names[self.indicator]} = {_number(self.event)}), with the events and the censored rows "
+                "marked apart (a censored row's event comes later)")
+
+
+def target_columns(model, Y: Optional[np.ndarray]) -> Optional[TargetColumns]:
+    """For a likelihood with P > 1 target columns and no mean function, which column the 1-D plot
+    draws, given the targets ``Y (N, P)`` (None without them: nothing to place a grid by):
+
+    * a column holding only 0 and 1 next to one positive column is a right-censoring indicator
+      when, at the prior mean, exp(log p) with one of its values looks like a survival function
+      P(T > t | f) of the outcome over the grid -- at most 1, non-increasing, above 1/2 a factor
+      10 below the smallest outcome -- (that value means "censored") and with the other it does
+      not (a density: the event seen at t). The outcome's grid is geometric over its range, a
+      factor of 10 wider each side (survival times spread over orders of magnitude);
+    * otherwise (a 0/1 column that is a covariate, a treatment group) the first column that is
+      not 0/1 is the outcome, read on :func:`density_grid`'s grid with the other columns held at
+      the nearest row's values (an exposure, trials, a group).
+    """
+    lik = _likelihood(model)
+    P = int(getattr(lik, "output_dim", 1))
+    if Y is None or P < 2 or Y.ndim != 2 or Y.shape[1] != P or not np.all(np.isfinite(Y)):
+        return None
+    names = _target_names(model, P)
+    binary = [bool(np.all((Y[:, p] == 0) | (Y[:, p] == 1))) for p in range(P)]
+    positive = [p for p in range(P) if not binary[p] and bool(np.all(Y[:, p] > 0))]
+    if P == 2 and sum(binary) == 1 and len(positive) == 1:
+        outcome, indicator = positive[0], binary.index(True)
+        t = Y[:, outcome]
+        grid = np.geomspace(float(t.min()) / 10, float(t.max()) * 10, SURVIVAL_GRID)
+        event = _event_value(model, lik, grid, outcome, indicator)
+        if event is not None:
+            return TargetColumns(outcome, indicator, event, grid, names)
+    outcome = next((p for p in range(P) if not binary[p]), None)
+    if outcome is None:
+        return None
+    grid = density_grid(model, Y[:, outcome:outcome + 1])
+    return None if grid is None else TargetColumns(outcome, None, 1.0, grid, names)
+
+
+def _number(v: float) -> str:
+    return str(int(v)) if float(v) == int(v) else str(v)
+
+
+def _event_value(model, lik, grid: np.ndarray, outcome: int, indicator: int) -> Optional[float]:
+    """The indicator's value for an event seen at the outcome (:func:`target_columns`): the other
+    value's exp(log p) over ``grid`` at the prior mean is a survival function and its own is not;
+    None when that does not single one out (not a censoring indicator)."""
+    import torch
+
+    inner = model.model if hasattr(model, "model") else model
+    mu = inner.prior_mean.detach().to(torch.float64).cpu()
+    looks_censored = []
+    for value in (0.0, 1.0):
+        y = torch.zeros(grid.size, 2, dtype=torch.float64)
+        y[:, outcome], y[:, indicator] = torch.as_tensor(grid), value
+        f = mu.expand(grid.size, mu.shape[0]).to(dtype=next(inner.parameters()).dtype)
+        try:
+            with torch.no_grad(), np.errstate(all="ignore"):
+                p = lik.log_prob(y.to(f), f).double().exp().cpu().numpy()
+        except Exception:  # noqa: BLE001 - a likelihood that refuses a value: no evidence either way
+            looks_censored.append(False)
+            continue
+        looks_censored.append(bool(np.all(np.isfinite(p)) and np.all(p <= 1 + 1e-9) and p[0] > 0.5
+                                   and np.all(np.diff(p) <= 1e-12 * (1 + p[:-1]))))
+    if looks_censored == [True, False]:
+        return 1.0
+    if looks_censored == [False, True]:
+        return 0.0
+    return None
+
+
+class _OneColumn:
+    """A likelihood read as a function of one target column: ``log_prob(yy (R G, 1), f (..., R G, Q))``
+    with row r g (r = 0..R-1 the rows of ``rest (R, P)``, g = 0..G-1) is log p at ``rest[r]`` with
+    column ``column`` set to ``yy`` -- the shape :func:`_grid_quantiles` calls ``log_prob`` with."""
+
+    def __init__(self, lik, rest, column: int):
+        self.lik, self.rest, self.column = lik, rest, column
+
+    def log_prob(self, yy, f):
+        rows = self.rest.repeat_interleave(yy.shape[0] // self.rest.shape[0], dim=0).clone()
+        rows[:, self.column] = yy[:, 0]
+        return self.lik.log_prob(rows.to(f), f)
+
+
+def _outcome_panel(ax, model, g, X, Y, columns: TargetColumns, num_samples, seed) -> None:
+    """The y panel of :func:`target_columns`: the outcome's predictive median and central 95%
+    interval read off E_q[p(y* | f*)] on ``columns.grid`` with the indicator at "event" (the
+    distribution of the event time) or the other columns at the nearest row's values, and the data:
+    events as dots, censored rows as upward triangles (their event comes later); a log axis for a
+    positive outcome spread over more than two orders of magnitude."""
+    import torch
+
+    saved = hasattr(model, "transform_inputs")
+    inner = model.model if saved else model
+    nearest = np.abs(X[:, 0][None, :] - g[:, None]).argmin(1)  # (B,): the training row nearest each grid point
+    rest = torch.as_tensor(Y[nearest], dtype=torch.float64)
+    if columns.indicator is not None:
+        rest[:, columns.indicator] = columns.event
+    lik = _OneColumn(inner.likelihood, rest, columns.outcome)
+    levels = (INTERVAL[0], 0.5, INTERVAL[1])
+    with torch.no_grad():
+        f, log_w, _, _ = inner.draws(model.transform_inputs(g[:, None]) if saved else g[:, None],
+                                     max(num_samples, GRID_DRAWS), seed)
+        q = _grid_quantiles(model, lik, f, log_w, columns.grid, levels)
+    y = columns.names[columns.outcome]
+    if q is not None:
+        what = "survival time" if columns.indicator is not None else y
+        ax.fill_between(g, q[0, :, 0], q[2, :, 0], color="C1", alpha=0.25, label=f"95% predictive interval of {what}")
+        ax.plot(g, q[1, :, 0], color="C1", label=f"predictive median {what}")
+    t = Y[:, columns.outcome]
+    if columns.indicator is None:
+        ax.plot(X[:, 0], t, ".", color="k", ms=3, label="data")
+    else:
+        d = columns.names[columns.indicator]
+        seen = Y[:, columns.indicator] == columns.event
+        ax.plot(X[seen, 0], t[seen], "o", color="k", ms=3.5, label=f"event seen ({d} = {_number(columns.event)})")
+        ax.plot(X[~seen, 0], t[~seen], "^", mfc="none", color="C3", ms=5,
+                label=f"censored ({d} = {_number(1 - columns.event)}): event later")
+    if bool(np.all(t > 0)) and t.max() > 100 * t.min():
+        ax.set_yscale("log")
+    ax.set_ylabel(y)
     ax.legend(loc="best", fontsize="small")
 
 

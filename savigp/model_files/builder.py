@@ -43,7 +43,7 @@ def build_model(X, Y, likelihood, options: dict) -> SAVIGP:
     common = dict(
         shared_kernel=bool(o.get("shared_kernel", False)),
         posterior=o.get("posterior") or "full", num_components=int(o.get("num_components") or 1),
-        prior_mean=o["prior_mean"] if o.get("prior_mean") is not None else 0.0,
+        prior_mean=o.get("prior_mean"),  # None: from the targets (SAVIGP's rule)
         learn_prior_mean=bool(o.get("learn_prior_mean", False)),
         entropy=o.get("entropy") or DEFAULT_ENTROPY, entropy_samples=int(o.get("entropy_samples") or 64),
         mean_basis_size=int(o.get("mean_basis_size") or 0), mean_basis=o.get("mean_basis") or "orthogonal", dtype=_dtype(o.get("dtype") or "float64"),
@@ -106,7 +106,8 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
     options = {
         "kernel": mo.get("kernel"), "fourier_features": mo.get("fourier_features"),
         "inducing_init": mo.get("inducing_init"), "seed": mo.get("seed", 0),
-        "dtype": mo.get("dtype", "float64"), "prior_mean": mo.get("prior_mean", 0.0),
+        "dtype": mo.get("dtype", "float64"),  # the prior mean is the state dict's: no search on placeholders
+        "prior_mean": mo.get("prior_mean") if mo.get("prior_mean") is not None else 0.0,
         "dense": mc["dense"], "shared_kernel": bool(mc.get("shared_kernel", False)), "learn_inducing": mc["learn_inducing"], "posterior": mc["posterior"],
         "num_components": mc["num_components"], "learn_prior_mean": mc["learn_prior_mean"],
         "mean_basis_size": mc.get("mean_basis_size", 0), "mean_basis": mc.get("mean_basis"), "device": device,

@@ -20,8 +20,13 @@ Besides the values, expectations, targets, moments and gradients, it integrates 
 over y (``normalization``) and compares the mean function with that density's moments
 (``moments_of_density``): :mod:`savigp.testing.density_checks`.
 
+Target columns that are not outcomes (a right-censoring indicator, an exposure, a number of trials)
+are declared with ``columns=``; a censored row's term is then checked against the tail of the event
+density (``censored_tail``).
+
 :mod:`savigp.testing.examples` holds example user likelihoods (negative binomial, ordinal probit,
-probit) written as plain numpy and torch functions for ``CallableLikelihood``.
+probit, log-normal survival times, right-censored or not) written as plain numpy and torch
+functions for ``CallableLikelihood``.
 """
 from .estimators import check_estimator
 from .kernels import check_kernel

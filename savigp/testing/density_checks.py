@@ -36,6 +36,15 @@ others held at the row's values, I_p = int p(y with y_p = t | f) dt, and the den
 integral is prod_p I_p / p(y | f)^(P - 1); E[y_p | f] is the mean of I_p's integrand. Otherwise
 the check is skipped with that reason.
 
+**Columns** (``check_likelihood(columns=)``, :data:`savigp.testing.problem.COLUMN_ROLES`). Only
+the ``"outcome"`` columns are integrated over; a right-censoring indicator (``"event"`` or
+``"censored"``) is set to "event" and ``"fixed"`` columns (an exposure, a number of trials) stay at
+each row's value. :func:`censored_tail` then checks a censored row's term against the tail of the
+event density beyond its time. An outcome on a half-line whose density fails while density / y
+integrates to one gets the hint that the Jacobian of a log transform is missing; an integral equal
+to v^(+-1/2) or v^(+-1) of a positive parameter v at every f and setting, that v is read as a
+variance in one place and as a standard deviation in another.
+
 **Support.** Declared by ``check_likelihood(support=)`` or the likelihood's ``support`` attribute
 (``CallableLikelihood(support=)``, :func:`likelihoods.callable.parse_support`); else inferred from
 y as candidates: counts for non-negative integers, (0, inf) for positive values, the real line,
@@ -184,7 +193,8 @@ def _declared(p: Problem):
 
 def _inferred(y: Tensor) -> list:
     """Candidate supports (a tuple of one per output each) for targets ``y (B, P)``: per output,
-    counts for non-negative integers; (0, inf) for non-negative values; the real line; then, for
+    counts for non-negative integers (then (0, inf) when they are positive: whole survival days
+    are a positive time rounded); (0, inf) for non-negative values; the real line; then, for
     values within [-pi, pi] or [0, 2 pi], the circle, and for values in (0, 1) that interval. A
     value that occurs more than once among non-integer targets is taken for a point mass (a
     censoring point, a zero inflation). The k-th candidate takes each output's k-th choice (its
@@ -197,8 +207,8 @@ def _inferred(y: Tensor) -> list:
         real, positive = ("interval", -math.inf, math.inf, atoms), ("interval", 0.0, math.inf, atoms)
         if not c.numel():
             choices.append([real])
-        elif bool((c >= 0).all()) and bool((c == c.round()).all()):
-            choices.append([("counts", 0.0, math.inf, ()), real])
+        elif bool((c >= 0).all()) and bool((c == c.round()).all()):  # counts, or whole days of a positive time
+            choices.append([("counts", 0.0, math.inf, ())] + ([positive] if bool((c > 0).all()) else []) + [real])
         elif bool((c >= 0).all()) and (bool((c > 0).all()) or 0.0 in atoms):
             extra = [("circle", 0.0, 2 * math.pi, ())] if bool((c <= 2 * math.pi).all()) else []
             extra += [("interval", 0.0, 1.0, atoms)] if bool((c < 1).all()) else []
@@ -377,16 +387,16 @@ def _sum_counts(density, C: int, like: Tensor, start_max: float, moments: bool, 
 
 
 # ---------------------------------------------------------------------------- the whole density
-def _factorizes(lik, y: Tensor, f: Tensor, rows: Tensor) -> Optional[str]:
-    """None when log p(y | f) is a sum of one term per output at these cases (the mixed difference
-    over every pair of outputs vanishes), else a message saying where it does not."""
-    P = y.shape[1]
+def _factorizes(lik, y: Tensor, f: Tensor, rows: Tensor, outcomes: list) -> Optional[str]:
+    """None when log p(y | f) is a sum of one term per outcome column (``outcomes``: their indices)
+    at these cases (the mixed difference over every pair of them vanishes), else a message saying
+    where it does not."""
     base = y[rows]  # (C, P)
     other = y[(rows + 1) % y.shape[0]]  # another row's values
     if bool((other == base).all()):
         other = base + 0.5 * (1 + base.abs())
-    for a in range(P):
-        for b in range(a + 1, P):
+    for i, a in enumerate(outcomes):
+        for b in outcomes[i + 1:]:
             ya, yb, yab = base.clone(), base.clone(), base.clone()
             ya[:, a], yb[:, b] = other[:, a], other[:, b]
             yab[:, a], yab[:, b] = other[:, a], other[:, b]
@@ -402,21 +412,16 @@ def _factorizes(lik, y: Tensor, f: Tensor, rows: Tensor) -> Optional[str]:
 
 
 def _integrate(p: Problem, lik, supports: tuple, f: Tensor, rows: Tensor, moments: bool) -> list:
-    """One :class:`_Result` per output at the C cases (f ``(C, Q)``, rows ``(C,)``)."""
+    """One :class:`_Result` per outcome column (``supports``: one each) at the C cases (f ``(C, Q)``,
+    rows ``(C,)``); the other columns held at the row's values, a censoring indicator at "event"."""
     y = p.y
     C = f.shape[0]
-    base = y[rows]  # (C, P)
+    base = p.as_event(y[rows])  # (C, P)
     results = []
-    for j, support in enumerate(supports):
+    for j, support in zip(p.outcomes, supports):
         say = (lambda line, j=j: p.say(f"output y{j}: {line}")) if len(supports) > 1 else p.say
 
-        def density(t: Tensor, j=j) -> Tensor:  # t (N, C) values of y_j -> log p (N, C)
-            N = t.shape[0]
-            y_rows = base[None].expand(N, C, base.shape[1]).clone()
-            y_rows[..., j] = t
-            out = _log_density(lik, y_rows.reshape(N * C, -1), f[None].expand(N, C, f.shape[1]).reshape(N * C, -1))
-            return out.reshape(N, C)
-
+        density = _outcome_density(lik, base, f, j)
         if support[0] == "counts":
             results.append(_sum_counts(density, C, f, float(y[:, j].max()), moments, say))
         else:
@@ -430,12 +435,77 @@ def _integrate(p: Problem, lik, supports: tuple, f: Tensor, rows: Tensor, moment
     return results
 
 
-def _combine(lik, results: list, y: Tensor, f: Tensor, rows: Tensor):
-    """log of the density's total integral ``(C,)`` and its relative error from per-output results:
-    sum_p log I_p - (P - 1) log p(y | f)."""
+def _outcome_density(lik, base: Tensor, f: Tensor, j: int):
+    """``density(t (N, C)) -> log p (N, C)``: the log density with column j of the cases' targets
+    ``base (C, P)`` set to t, at their latent values ``f (C, Q)``."""
+    C = base.shape[0]
+
+    def density(t: Tensor) -> Tensor:
+        N = t.shape[0]
+        y_rows = base[None].expand(N, C, base.shape[1]).clone()
+        y_rows[..., j] = t
+        out = _log_density(lik, y_rows.reshape(N * C, -1), f[None].expand(N, C, f.shape[1]).reshape(N * C, -1))
+        return out.reshape(N, C)
+
+    return density
+
+
+def _jacobian_hint(p: Problem, run: dict) -> str:
+    """For an outcome on a half-line (lo, inf) on which p(y | f) does not integrate to one: a hint
+    when p(y | f) / (y - lo) does, at the current parameters -- the density was written for
+    log(y - lo) and the Jacobian of that transform, -log(y - lo) in log p, is missing (a log-normal
+    or log-logistic time written as the normal density of log t)."""
+    lik, f, rows = run["lik"], run["f"], run["rows"]
+    base = p.as_event(p.y[rows])
+    for supports, _ in run["tried"]:
+        for j, (kind, lo, hi, _) in zip(p.outcomes, supports):
+            if kind != "interval" or not math.isfinite(lo) or hi != math.inf:
+                continue
+            density = _outcome_density(lik, base, f, j)
+            start = torch.where(base[:, j] > lo, base[:, j], torch.full_like(base[:, j], lo + 1.0))
+            res = _integrate_interval(lambda t: density(t) - torch.log(t - lo), (kind, lo, hi, ()), start, False, p.say)
+            if bool(_normalized(res.log_total, res.rel_error, res.decays).all()):
+                name = "y" if len(p.outcomes) == 1 else f"y{j}"
+                shift = name if lo == 0 else f"({name} - {lo:.4g})"
+                return (f"p(y | f) / {shift} integrates to 1 over {_name_of_set(kind, lo, hi)}: it is the density of "
+                        f"log {shift}, and the Jacobian of the log, -log {shift} in log p(y | f), is missing; ")
+    return ""
+
+
+def _power_hint(run: dict) -> str:
+    """A hint when, on some candidate support, the integral equals a power v^k (k = +-1/2, +-1) of
+    one positive scalar parameter v at every case and parameter setting: a scale used as a variance
+    in one place and as a standard deviation in another (sd^2 where sd is meant, or the reverse)."""
+    lik = run["lik"]
+    values = getattr(lik, "parameter_values", None)
+    if not callable(values):
+        return ""
+    for supports, per_setting in run["tried"]:
+        totals, named = [], []
+        for setting, _, log_total, *_ in per_setting:
+            _load(lik, setting)
+            totals.append(log_total)
+            named.append({k: float(np.asarray(v).reshape(-1)[0]) for k, v in values().items()
+                          if np.size(v) == 1 and float(np.asarray(v).reshape(-1)[0]) > 0})
+        _load(lik, per_setting[0][0])  # the parameters as given (the first setting)
+        for name in named[0]:
+            if not all(name in n for n in named):
+                continue
+            for k in (0.5, -0.5, 1.0, -1.0):
+                expected = [k * math.log(n[name]) for n in named]
+                if all(bool(torch.isfinite(t).all()) and float((t - e).abs().max()) <= 1e-6
+                       for t, e in zip(totals, expected)) and any(abs(e) > 1e-3 for e in expected):
+                    return (f"p(y | f) integrates to {name}^{k:g} at every f and {name}: {name} is read as a variance "
+                            "in one place and as a standard deviation in another (or the reverse); ")
+    return ""
+
+
+def _combine(lik, results: list, base: Tensor, f: Tensor):
+    """log of the density's total integral ``(C,)`` and its relative error from per-output results
+    at the cases' targets ``base (C, P)``: sum_p log I_p - (P - 1) log p(y | f)."""
     log_total = sum(r.log_total for r in results)
     if len(results) > 1:
-        log_total = log_total - (len(results) - 1) * _log_density(lik, y[rows], f)
+        log_total = log_total - (len(results) - 1) * _log_density(lik, base, f)
     return log_total, sum(r.rel_error for r in results)
 
 
@@ -490,14 +560,18 @@ def _run(p: Problem):
             _load(lik, _settings(lik)[0])
         p._density_cache = out
         return out
-    P = p.y.shape[1]
+    P = len(p.outcomes)
     if P > 1:
-        why = _factorizes(lik, p.y, f, rows)
+        why = _factorizes(lik, p.as_event(p.y), f, rows, p.outcomes)
         if why is not None:
-            p._density_cache = (SKIPPED, f"{why}: the {P}-dimensional integral over y is not checked")
+            p._density_cache = (SKIPPED, f"{why}: the {P}-dimensional integral over y is not checked (give the "
+                                         "columns that are not outcomes, e.g. a censoring indicator, as "
+                                         "check_likelihood(columns=...))")
             return p._density_cache
     declared, where = _declared(p)
-    candidates = [declared] if declared is not None else _inferred(p.y)
+    if declared is not None:
+        declared = tuple(declared[j] for j in p.outcomes) if len(declared) == p.y.shape[1] else declared
+    candidates = [declared] if declared is not None else _inferred(p.y[:, p.outcomes])
     out["declared"] = where
     settings = _settings(lik)
     tried = []
@@ -506,7 +580,7 @@ def _run(p: Problem):
         for setting in settings:
             params = _load(lik, setting)
             results = _integrate(p, lik, supports, f, rows, moments=True)
-            log_total, rel_error = _combine(lik, results, p.y, f, rows)
+            log_total, rel_error = _combine(lik, results, p.as_event(p.y[rows]), f)
             decays = torch.stack([r.decays for r in results]).all(0)
             per_setting.append((setting, params, log_total, rel_error, results, decays))
         _load(lik, settings[0])
@@ -559,6 +633,8 @@ def normalization(p: Problem):
     lines = []
     for supports, per_setting in run["tried"]:
         lines.append(_failure_line(supports, per_setting, f, rows))
+    lines[0] = _power_hint(run) + lines[0]
+    lines[0] = _jacobian_hint(p, run) + lines[0]
     hint = "" if run["declared"] else (" (the support was inferred from y; declare it with check_likelihood(support=...) "
                                        "or CallableLikelihood(support=...): 'real', 'positive', 'unit_interval', "
                                        "'counts', 'circle' or (lo, hi))")
@@ -622,7 +698,10 @@ def moments(p: Problem):
     for setting, params, mean, var, mean_err, var_err in entries:
         _load(lik, setting)
         with torch.no_grad():
-            got_mean, got_var = lik.conditional_moments(f)  # (C, P) each
+            got_mean, got_var = lik.conditional_moments(f)  # (C, P) each: the outcome columns are compared
+        if run["kind"] != "classes" and got_mean.shape[-1] == p.y.shape[1]:
+            got_mean = got_mean[:, p.outcomes]
+            got_var = None if got_var is None else got_var[:, p.outcomes]
         sd = var.clamp_min(0).sqrt()
         finite = torch.isfinite(mean) & torch.isfinite(var)
         tol = TOL_FLOOR * (mean.abs() + sd) + TOL_FACTOR * mean_err.nan_to_num(math.inf)
@@ -677,3 +756,74 @@ def _var_hint(got, expected, ok) -> str:
     if float(ratio.std()) <= 1e-3 * float(ratio.abs().mean()):
         return f"the variance given is {float(ratio.mean()):.4g} times the density's at every f"
     return "the variance given does not follow the density"
+
+
+def censored_tail(p: Problem):
+    """Right-censoring (a column declared ``"event"`` or ``"censored"`` by
+    ``check_likelihood(columns=)``): a censored row's term is the tail of the event density over
+    the outcome beyond the row's value t,
+
+        exp(log p(t, censored | f)) = P(T > t | f) = int_t^hi exp(log p(u, event | f)) du,
+
+    at the cases and parameter settings of :func:`normalization` (which checks that the event
+    density integrates to one), by the same quadrature over (t, hi). A failure names f, t and both
+    values, and says when the term is the probability before t (the CDF, where a right-censored
+    row needs the survival function 1 - CDF)."""
+    if p.indicator is None:
+        return SKIPPED, "no censoring indicator among the columns (check_likelihood(columns=...))"
+    run = _run(p)
+    if isinstance(run, tuple):
+        return run
+    supports, _ = run["tried"][-1]
+    kind, lo, hi, _ = supports[0]
+    if kind != "interval":
+        return SKIPPED, f"the outcome lives on {_name(supports[0])}: only the tail of a continuous outcome is checked"
+    lik, f, rows = run["lik"], run["f"], run["rows"]
+    (j,) = p.outcomes
+    base = p.as_event(p.y[rows])  # (C, P)
+    censored = p.as_event(p.y[rows], event=False)
+    problems, checked = [], 0
+    settings = _settings(lik)
+    for setting in settings:
+        params = _load(lik, setting)
+        term = _log_density(lik, censored, f).exp()  # (C,)
+        for i in range(f.shape[0]):
+            tail, err = _tail(lik, base[i], f[i], j, (kind, lo, hi), p.say)
+            checked += 1
+            if abs(float(term[i]) - tail) <= (TOL_FACTOR * err + TOL_FLOOR) * max(tail, 1e-300):
+                continue
+            at = f"{_where(f[i], params, rows[i])}, t = {float(base[i, j]):.6g}"
+            if abs(float(term[i]) - (1 - tail)) <= (TOL_FACTOR * err + TOL_FLOOR) * max(1 - tail, 1e-300):
+                problems.append(f"the censored term is {float(term[i]):.6g} at {at}, the event density's probability "
+                                f"before t (its CDF), not after it ({tail:.6g}): a right-censored row's term is the "
+                                "survival function, 1 - CDF")
+            else:
+                problems.append(f"the censored term is {float(term[i]):.6g} at {at}, but the event density's tail "
+                                f"beyond t integrates to {tail:.6g} (quadrature error {err:.1e}): the censored and the "
+                                "event terms do not describe one distribution (a parameter read differently in each, "
+                                "e.g. a variance as a standard deviation?)")
+            break
+    _load(lik, settings[0])
+    if problems:
+        return FAILED, "; ".join(problems[:2])
+    return PASSED, f"the censored term equals the event density's tail beyond t at {checked} cases"
+
+
+def _tail(lik, y_row: Tensor, f_row: Tensor, j: int, interval: tuple, say) -> tuple:
+    """int_t^hi exp(log p(y with y_j = u | f)) du, t = ``y_row[j]`` (``y_row (P,)``, ``f_row (Q,)``),
+    over ``interval`` = (kind, lo, hi) of the outcome: (value, relative error estimate)."""
+    _, lo, hi = interval
+    t = max(float(y_row[j]), lo)
+    if not t < hi:
+        return 0.0, 0.0
+
+    def density(u: Tensor) -> Tensor:  # u (N, 1) -> log p (N, 1)
+        rows = y_row[None].expand(u.shape[0], -1).clone()
+        rows[:, j] = u[:, 0]
+        return _log_density(lik, rows, f_row[None].expand(u.shape[0], -1))[:, None]
+
+    start = t + 0.5 * (1 + abs(t)) if hi == math.inf else 0.5 * (t + hi)
+    res = _integrate_interval(density, ("interval", t, hi, ()), y_row.new_tensor([start]), False, say)
+    if not bool(res.decays.all()):
+        return math.nan, math.inf
+    return float(res.log_total.exp()[0]), float(res.rel_error[0])

@@ -63,3 +63,36 @@ def ordinal_torch(y, f, c0, gaps):
 def probit_numpy(y, f):
     """Binary probit with labels {0, 1}: log Phi((2y - 1) f)."""
     return stats.norm.logcdf((2 * y[:, 0] - 1) * f[..., 0])
+
+
+def lognormal_numpy(y, f, s):
+    """Log-normal survival times with median exp(f) and log-scale s, as a statistician writes it
+    in numpy (it reads the learned s with numpy, so it cannot be handed tensors that require a
+    gradient):
+
+        log p(y | f) = -log y - log s - log(2 pi) / 2 - (log y - f)^2 / (2 s^2).
+
+    ``y (B, 1)`` (positive), ``f (..., B, 1)`` -> ``(..., B)``."""
+    z = (np.log(y[:, 0]) - f[..., 0]) / s
+    return -np.log(y[:, 0]) - np.log(s) - 0.5 * np.log(2 * np.pi) - 0.5 * z ** 2
+
+
+def lognormal_dlogp_ds(y, f, s):
+    """The closed-form derivative of :func:`lognormal_numpy` in s: (z^2 - 1) / s, ``(..., B)``."""
+    z = (np.log(y[:, 0]) - f[..., 0]) / s
+    return (z ** 2 - 1.0) / s
+
+
+def censored_lognormal_numpy(y, f, s):
+    """Right-censored log-normal survival times: y = (t, d) with d = 1 when the event was seen at
+    t and d = 0 when the row was censored at t (the event came later), as in statsmodels'
+    ``heart`` (survival, censors); z = (log t - f) / s:
+
+        log p(t, d = 1 | f) = -log t - log s - log(2 pi) / 2 - z^2 / 2     (the density of t)
+        log p(t, d = 0 | f) = log P(T > t | f) = log(1 - Phi(z))            (its survival function)
+
+    ``y (B, 2)``, ``f (..., B, 1)`` -> ``(..., B)``."""
+    t, d = y[:, 0], y[:, 1]
+    z = (np.log(t) - f[..., 0]) / s
+    event = -np.log(t) - np.log(s) - 0.5 * np.log(2 * np.pi) - 0.5 * z ** 2
+    return np.where(d == 1, event, stats.norm.logsf(z))

@@ -2,6 +2,8 @@
 report what failed."""
 from __future__ import annotations
 
+import re
+import warnings
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -12,9 +14,11 @@ from likelihoods.base import Likelihood
 from likelihoods.callable import parse_support
 
 from . import density_checks, gradient_checks, moment_checks, target_checks, value_checks
-from .problem import Problem, as_float64, copy_to, likelihood_device
+from .problem import Problem, as_float64, copy_to, likelihood_device, parse_columns
 from .report import LikelihoodCheckError, LikelihoodReport, Progress, run_checks
 
+#: numpy's floating-point warnings (np.errstate's kinds), which the checks provoke outside the support of y
+_NUMPY_FLOATING = re.compile(r"(divide by zero|invalid value|overflow|underflow) encountered")
 # (name, function, checks whose failure makes it meaningless)
 _VALUES = ("shapes", "finite")
 CHECKS = (
@@ -27,6 +31,7 @@ CHECKS = (
     ("closed_form_expectation", value_checks.closed_form_expectation, _VALUES),
     ("validate_targets", target_checks.validation, ()),
     ("normalization", density_checks.normalization, _VALUES),
+    ("censored_tail", density_checks.censored_tail, _VALUES + ("normalization",)),
     ("conditional_moments", moment_checks.conditional_moments, ()),
     ("moments_of_density", density_checks.moments, _VALUES + ("conditional_moments",)),
     ("predictive_moments", moment_checks.predictive_moments, ()),
@@ -39,7 +44,8 @@ CHECKS = (
 
 def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = None, mean=None, var=None,
                      bad_targets: Sequence = (), num_samples: int = 4000, seed: int = 0,
-                     raise_on_failure: bool = True, support=None, verbose: Optional[bool] = None,
+                     raise_on_failure: bool = True, support=None, columns: Optional[Sequence[str]] = None,
+                     verbose: Optional[bool] = None,
                      progress: Optional[Callable[[str], None]] = None) -> LikelihoodReport:
     """Check a likelihood the way savigp checks its own (shapes, values, expectations, targets,
     moments, classes, gradients) and report every failure.
@@ -70,6 +76,10 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
       parameter settings, to the quadrature's own error; a failure names f, the parameters, the
       support and the integral (:mod:`savigp.testing.density_checks`; several outputs: one at a
       time where log p is a sum over them, else skipped saying so);
+    * ``censored_tail`` (a censoring indicator among ``columns``): a censored row's term,
+      exp(log p(t, censored | f)), equals the event density's tail int_t^hi p(u, event | f) du at
+      the same cases, so that a cumulative distribution given where the survival function belongs
+      is caught (:func:`savigp.testing.density_checks.censored_tail`);
     * ``conditional_moments`` / ``predictive_moments``: shapes, finiteness, non-negative variances,
       and predictive moments against Monte Carlo over f (laws of total expectation and variance);
     * ``moments_of_density``: ``conditional_moments`` (a ``mean_fn``) equals the mean and variance
@@ -81,6 +91,10 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
       exp(log_prob(y, f)) at each row's class;
     * ``gradient_in_f`` (``differentiable = True``) and ``parameter_gradients``: autograd against
       central differences.
+
+    Numpy's ``RuntimeWarning`` s from the likelihood's own code (``divide by zero``, ``invalid
+    value``: the integrals reach values outside the support of y) are collected and reported as
+    one warning at the end; other warnings pass through.
 
     The likelihood is never modified: checks run on a deep copy in float64 (and float32 for
     ``dtype``), after ``initialize_from_data(y)`` as a model would call it.
@@ -103,6 +117,16 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
             ``"unit_interval"``, ``"counts"``, ``"circle"``, ``(lo, hi)`` or a list of those per
             output (:func:`likelihoods.callable.parse_support`); default: the likelihood's
             ``support`` attribute, else candidates inferred from y.
+        columns: the role of each of the P columns of y, a sequence of P of ``"outcome"`` (what the
+            density is over; the default for every column), ``"event"`` (a 0/1 right-censoring
+            indicator: 1 the event was seen at the row's outcome, 0 censored there),
+            ``"censored"`` (the same coded 1 for censored) and ``"fixed"`` (a covariate the
+            likelihood reads from y without describing it: an exposure, a number of trials);
+            ``"indicator"`` means ``"event"``, and ``"exposure"``, ``"trials"``, ``"covariate"``
+            mean ``"fixed"``.
+            ``normalization`` integrates over the outcome columns only, the indicator set to
+            "event" and fixed columns at each row's value; ``censored_tail`` checks the censored
+            term. E.g. survival times and a death indicator: ``columns=("outcome", "event")``.
         verbose: None (default): a short line to stderr on what a check is doing once it has run
             2 s, and its time when it ends; True: a line as each check starts and ends and on
             each round of quadrature or Monte Carlo; False: silent.
@@ -112,6 +136,10 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
         the :class:`LikelihoodReport` (``report.passed``, ``report.failures``, ``report["shapes"]``).
     """
     problem = _problem(likelihood, y, num_latent, mean, var, num_samples, seed, bad_targets)
+    try:
+        problem.columns = parse_columns(columns, problem.y)
+    except ValueError as err:
+        raise ValueError(f"check_likelihood: {err}") from None
     if support is not None:
         try:
             problem.support = parse_support(support, problem.y.shape[1])
@@ -119,8 +147,36 @@ def check_likelihood(likelihood: Likelihood, y, *, num_latent: Optional[int] = N
             raise ValueError(f"check_likelihood: {err}") from None
     reporter = Progress("check_likelihood", verbose, progress)
     problem.report = reporter.step
-    return run_checks(LikelihoodReport(_describe(likelihood)), CHECKS, problem, raise_on_failure, LikelihoodCheckError,
-                      progress=reporter)
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            return run_checks(LikelihoodReport(_describe(likelihood)), CHECKS, problem, raise_on_failure,
+                              LikelihoodCheckError, progress=reporter)
+    finally:  # the caller's warning filters are back: each other warning once, numpy's in one line
+        _pass_on(caught)
+
+
+def _pass_on(caught: list) -> None:
+    """Warn again, once each, the warnings the checks raised, except numpy's floating-point ones
+    (``divide by zero encountered in log``, ``invalid value``, overflow, underflow), which the
+    integrals over y provoke outside its support: one warning counts them."""
+    numpy_messages, seen = [], set()
+    for w in caught:
+        text = str(w.message)
+        if issubclass(w.category, RuntimeWarning) and _NUMPY_FLOATING.search(text):
+            numpy_messages.append(text)
+            continue
+        key = (w.category, text, w.filename, w.lineno)
+        if key not in seen:
+            seen.add(key)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if numpy_messages:
+        kinds = sorted(set(numpy_messages))
+        warnings.warn(f"check_likelihood: the likelihood's numpy code warned {len(numpy_messages)} time(s) "
+                      f"({'; '.join(kinds[:3])}{'; ...' if len(kinds) > 3 else ''}), shown once here: the checks "
+                      "evaluate it outside the data (e.g. at y outside its support, where -inf or NaN is "
+                      "read as zero density)", RuntimeWarning, stacklevel=3)
 
 
 def _problem(lik, y, num_latent, mean, var, num_samples, seed, bad_targets) -> Problem:

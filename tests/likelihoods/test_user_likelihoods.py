@@ -22,7 +22,8 @@ from likelihoods.callable import MAX_INFERRED_CLASSES, label_set
 from likelihoods.parameters import PositiveParameter
 from likelihoods.quadrature import gauss_hermite
 from savigp.estimators.nonfinite import NonFiniteLogProb
-from savigp.testing.examples import nb_dlogp_dr, nb_numpy, nb_torch, ordinal_numpy, ordinal_torch, probit_numpy
+from savigp.testing.examples import (lognormal_dlogp_ds, lognormal_numpy, nb_dlogp_dr, nb_numpy, nb_torch, ordinal_numpy,
+                                     ordinal_torch, probit_numpy)
 
 
 # ---------------------------------------------------------------------------- the user's functions
@@ -353,3 +354,52 @@ def test_a_zero_inflation_probability_is_learned_in_the_unit_interval():
     from savigp.user_likelihood import parse_lik_params
 
     assert parse_lik_params(["pi=0.2:unit_interval"]) == ({"pi": 0.2}, {"pi": "unit_interval"})
+
+
+def _survival(n=60, seed=0, s=0.5):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, (n, 1))
+    return X, np.exp(1.0 + np.sin(X) + s * rng.standard_normal((n, 1)))
+
+
+def test_a_numpy_likelihood_with_a_learned_scale_trains_under_the_default_backend():
+    """Issue 54: numpy code that reads a learned parameter (np.log(s)) failed under the default
+    backend with "Can't call numpy() on Tensor that requires grad": the backend probe had passed
+    the parameters detached, so the function ran on tensors and looked like torch. It is now
+    detected as numpy, trains, and its gradient in s is the closed form's."""
+    X, Y = _survival()
+    lik = CallableLikelihood(lognormal_numpy, params={"s": 1.0}, constraints={"s": "positive"})
+    model = savigp.SAVIGP(X, Y, lik, num_inducing=8)
+    savigp.fit(model, iterations=60, lr=0.05, num_samples=10, progress=False)
+    assert lik.backend == "numpy" and lik.parameter_values()["s"] < 0.9  # from 1 towards the truth 0.5
+    rng = np.random.default_rng(1)
+    f = torch.as_tensor(1.0 + 0.5 * rng.standard_normal((4, 1, len(Y), 1)))
+    w = torch.as_tensor(rng.standard_normal((4, 1, len(Y))))
+    lik.raw_params["s"].grad = None
+    (lik.log_prob(torch.as_tensor(Y), f) * w).sum().backward()
+    raw = lik.raw_params["s"]
+    s = lik.parameter_values()["s"]
+    exact = float((w.numpy() * lognormal_dlogp_ds(Y, f.numpy(), s)).sum()) * float(torch.sigmoid(raw.detach()))
+    assert raw.grad.item() == pytest.approx(exact, rel=1e-7)
+
+
+def test_numpy_code_met_after_the_backend_was_chosen_switches_to_numpy_or_says_what_to_write():
+    """A function whose numpy use shows only on some mini-batches (a branch on the data) moves to
+    numpy when it first fails on tensors; declared backend="torch", the error says what to write."""
+    def branchy(y, f, s):
+        if bool((y[:, 0] > 50).any()):  # only some batches reach the numpy branch
+            return lognormal_numpy(y, f, s)
+        return -0.5 * (y[:, 0] - f[..., 0]) ** 2 / s ** 2 - torch.log(s)
+
+    y = torch.ones(5, 1)
+    f = torch.zeros(3, 5, 1, dtype=torch.float64)
+    lik = CallableLikelihood(branchy, params={"s": 1.0}, constraints={"s": "positive"})
+    lik.log_prob(y.double(), f)
+    assert lik.backend == "torch"
+    big = torch.full((5, 1), 100.0, dtype=torch.float64)
+    out = lik.log_prob(big, f)
+    assert lik.backend == "numpy" and torch.allclose(out, torch.as_tensor(lognormal_numpy(big.numpy(), f.numpy(), 1.0)))
+    declared = CallableLikelihood(lognormal_numpy, backend="torch", params={"s": 1.0}, constraints={"s": "positive"})
+    with pytest.raises(ValueError, match=r"computes with numpy .*pass backend='numpy' or 'auto' \(on the command "
+                                         r"line: --lik-option backend=numpy\)"):
+        declared.log_prob(big, f)

@@ -20,7 +20,7 @@ LAYERS = (
     ("savigp.linalg", "savigp.runtime", "savigp.io"),
     # the model's parts; estimators read the families' marginals (savigp.posteriors.marginals)
     ("savigp.kernels", "savigp.posteriors", "savigp.mean_heads", "savigp.estimators", "savigp.inducing",
-     "savigp.metrics", "savigp.cost", "savigp.user_likelihood"),
+     "savigp.metrics", "savigp.cost", "savigp.user_likelihood", "savigp.best_constant"),
     ("savigp.model", "savigp.odvff", "savigp.parts"),
     ("savigp.training",),
     ("savigp.model_files",),

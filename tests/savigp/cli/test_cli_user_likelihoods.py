@@ -344,3 +344,70 @@ def test_resume_with_a_mean_function_and_a_checkpoint_of_an_older_version(files,
     code, out, err = _run(capsys, *[a for a in args if a not in ("--mean-function", d / "nb.py:mean")],
                           "--iterations", "5", "--resume")
     assert code == EXIT_BAD_INPUT and "--mean-function" in err, err
+
+
+LOGNORMAL = '''
+import numpy as np
+
+
+def log_lik(y, f, s):
+    """Log-normal survival times, median exp(f), log-scale s, in numpy."""
+    z = (np.log(y[:, 0]) - f[..., 0]) / s
+    return -np.log(y[:, 0]) - np.log(s) - 0.5 * np.log(2 * np.pi) - 0.5 * z ** 2
+'''
+
+
+def test_a_numpy_likelihood_with_a_learned_scale_trains_with_the_defaults(files, capsys):
+    """Issue 54: --lik-param s=1:positive on numpy code that reads s failed with "Can't call
+    numpy() on Tensor that requires grad"; it is now run as numpy and s is learned. Without
+    --prior-mean the prior mean starts at the log-times' best constant (about 5, far from 0), and
+    a note says so."""
+    d = files
+    (d / "lognormal.py").write_text(LOGNORMAL)
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2, 2, 60)
+    log_t = 5 + np.sin(x) + 0.5 * rng.standard_normal(60)
+    write_csv(str(d / "times.csv"), ["x", "t"], np.column_stack([x, np.exp(log_t)]))
+    code, out, err = _run(capsys, "train", d / "times.csv", "--targets", "t", "--likelihood", d / "lognormal.py:log_lik",
+                          "--lik-param", "s=1:positive", "--iterations", "30", "--lr", "0.05", "--out", d / "ln.pt",
+                          *FAST)
+    assert code == 0, err
+    assert "without --prior-mean the prior mean starts at the targets' best constant latent value, 5.0" in err, err
+    saved, _ = load_model(str(d / "ln.pt"), likelihood=str(d / "lognormal.py"))
+    assert float(saved.model.prior_mean[0]) == pytest.approx(log_t.mean(), abs=1e-3)
+    assert saved.model.likelihood.parameter_values()["s"] < 1.0  # learned from 1 towards the truth about 0.9
+
+
+CENSORED = '''
+import numpy as np
+from scipy import stats
+
+
+def log_lik(y, f, s):
+    """Right-censored log-normal: y = (days, died), died = 1 a death seen that day, 0 censored then."""
+    z = (np.log(y[:, 0]) - f[..., 0]) / s
+    event = -np.log(y[:, 0]) - np.log(s) - 0.5 * np.log(2 * np.pi) - 0.5 * z ** 2
+    return np.where(y[:, 1] == 1, event, stats.norm.logsf(z))
+'''
+
+
+def test_predict_plots_a_survival_target_as_the_median_time_and_says_so(files, capsys):
+    """Issue 54: a two-column target (time, death indicator) drew the latent panel only while the
+    note said it drew y's median; now the panel of the median survival time is drawn, and said."""
+    pytest.importorskip("matplotlib")
+    d = files
+    (d / "censored.py").write_text(CENSORED)
+    rng = np.random.default_rng(4)
+    x = rng.uniform(20, 60, 50)
+    t, c = np.round(np.exp(5 + 0.02 * (x - 40) + 0.8 * rng.standard_normal(50))) + 1, np.exp(rng.uniform(4, 7, 50))
+    write_csv(str(d / "heart.csv"), ["age", "days", "died"], np.column_stack([x, np.minimum(t, c), t <= c]))
+    code, out, err = _run(capsys, "train", d / "heart.csv", "--targets", "days,died", "--inputs", "age", "--likelihood",
+                          d / "censored.py:log_lik", "--lik-param", "s=1:positive", "--iterations", "5",
+                          "--standardize-inputs", "--out", d / "surv.pt", "--quiet", *FAST)
+    assert code == 0, err
+    code, out, err = _run(capsys, "predict", d / "surv.pt", d / "heart.csv", "--out", d / "surv.csv", "--plot",
+                          d / "surv.png", "--samples", "20", "--likelihood", d / "censored.py:log_lik")
+    assert code == 0, err
+    assert ("note: the plot draws the median days with its 95% interval, read off the density of days when the event "
+            "is seen (died = 1), with the events and the censored rows marked apart") in err, err
+    assert (d / "surv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
