@@ -16,7 +16,8 @@ test NLPD 2.21 against 1.36; issue 57). Now:
 * with no ``--iterations``/``--epochs`` the run takes no further steps: the search's model, at its
   optimum, is the model (:data:`DEFAULT_STEPS`);
 * with them, the steps go on from it, and if they end lower than it by more than two standard errors
-  of the difference of the two full-data ELBOs, the search's model is kept and the run says so;
+  of the difference of the two full-data ELBOs, the search's model is kept and the run says so
+  (:class:`KeepBest`; a ``--warm-start`` run is held to its start the same way);
 * the search's table (every candidate, its ELBO, score, seconds and whether it was chosen) goes into
   the model file (``config["training"]["kernel_search"]``).
 """
@@ -69,12 +70,14 @@ def record(result) -> dict:
 
 
 class KeepBest:
-    """The search's model as adopted (its parameters and full-data ELBO with its standard error), to
-    put back if the run's further steps end lower by more than two standard errors of the difference."""
+    """The model a run starts from -- the search's model as adopted, or a ``--warm-start`` -- (its
+    parameters and full-data ELBO with its standard error), to put back if the run's steps end lower
+    by more than two standard errors of the difference. ``what`` names it in the run's line."""
 
-    def __init__(self, model, *, num_samples: int, estimator: str, seed: int):
+    def __init__(self, model, *, num_samples: int, estimator: str, seed: int, what: str = "the search's model"):
         from ..training.convergence import full_data_elbo
 
+        self.what = what
         self.state = copy.deepcopy(model.state_dict())
         self.elbo, self.stderr = full_data_elbo(model, num_samples=num_samples, estimator=estimator, seed=seed)
 
@@ -87,7 +90,7 @@ class KeepBest:
         if not elbo < self.elbo - margin:
             return elbo, stderr
         model.load_state_dict(self.state)
-        print(f"savigp train: the {steps} step(s) after the search ended at ELBO {elbo:.6g}, below the search's model "
-              f"({self.elbo:.6g}, by more than 2 standard errors of the difference): kept the search's model",
+        print(f"savigp train: the {steps} step(s) from {self.what} ended at ELBO {elbo:.6g}, below where they began "
+              f"({self.elbo:.6g}, by more than 2 standard errors of the difference): kept {self.what}",
               file=sys.stderr)
         return self.elbo, self.stderr

@@ -337,10 +337,13 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
     best = None
     if searched is not None:  # the search's model, to put back if the further steps lose it
         best = searched_model.KeepBest(model, num_samples=plan.samples, estimator=model.resolved_estimator(plan.estimator),
-                                       seed=plan.seed)
+                                       seed=plan.seed, what="the search's model")
         if not quiet:
             print(f"savigp train: starting from the search's model: {searched.expression}, ELBO {best.elbo:.6g} on all "
                   f"{X.shape[0]} rows", file=sys.stderr)
+    elif warm is not None and not plan.resume:  # the warm start's model, likewise
+        best = searched_model.KeepBest(model, num_samples=plan.samples, estimator=model.resolved_estimator(plan.estimator),
+                                       seed=plan.seed, what=f"the warm start from {plan.warm_start}")
     history = _fit(plan, model, ckp, table, spec, quiet, groups)
     done = int(state.get("step", 0))
     if done < total:  # interrupted here or on another rank (interrupted after the last step: just finish)
