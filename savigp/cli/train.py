@@ -362,6 +362,11 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
                                             "standard error)" if se else f"{elbo:.6g} (on all {X.shape[0]} rows)")
     config["training"]["estimator_used"] = history.estimator
     config["training"]["elbo_stderr"] = history.final_elbo_stderr
+    # the ELBO per step of this run's path (its first step's number beside it) and fit's verdict, for
+    # savigp report's training trace (savigp.reports.trace)
+    config["training"]["elbo_trace"] = [float(v) for v in history.elbo]
+    config["training"]["elbo_trace_first_step"] = done - len(history.elbo)
+    config["training"]["still_rising"] = history.still_rising
     # once the model is complete, a Ctrl-C, a SIGTERM or a rank that stops does not undo that (exit 0,
     # said in one line; the --plot may be missing); before, they stop the run as ever
     with _after_the_model(rank == 0, out, done, plot, ckp) as after:

@@ -42,9 +42,13 @@ def test_report_writes_one_page_with_the_test_files_coverage(counts_model, capsy
     assert capsys.readouterr().err.strip() == f"wrote {out}"
     text = out.read_text()
     page = _Sections(text)
-    assert page.ids == ["model", "parts", "fit", "checks", "training"] and page.images == 3
+    assert page.ids == ["model", "parts", "fit", "checks", "training"] and page.images == 4
     assert "<title>Counts per year</title>" in text and "a smooth trend in year, varying over about" in text and "share of zeros" in text
-    assert text.count("<td>test</td>") == 3 and "The ELBO per step is not stored in the model file" in text
+    # savigp train keeps the ELBO per step in the model file (config.training.elbo_trace): the page draws it
+    assert text.count("<td>test</td>") == 3 and "10 steps; last ELBO" in text
+    from savigp.model_files import load_model
+
+    assert len(load_model(str(model))[0].config["training"]["elbo_trace"]) == 10
 
 
 @pytest.mark.parametrize("extra, message", [
