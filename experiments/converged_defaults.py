@@ -99,11 +99,14 @@ def run(name: str, seed: int = 0) -> list:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="elnino,co2,sunspots,heart,breast_cancer,wine,boston")
-    p.add_argument("--seed", type=int, default=0)
+    from experiments._common import add_seeds_argument, parse_ints
+
+    add_seeds_argument(p)
     p.add_argument("--out", default="results/converged_defaults")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    rows = [r for name in args.sets.split(",") if name.strip() for r in run(name.strip(), args.seed)]
+    rows = [r for seed in parse_ints(p, args.seeds) for name in args.sets.split(",") if name.strip()
+            for r in run(name.strip(), seed)]
     head = ["data", "N", "D", "run", "steps", "seconds", "ended", "polished", "elbo", "elbo_se", "estimator"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:

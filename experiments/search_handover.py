@@ -99,16 +99,16 @@ def main(argv=None) -> int:
     p.add_argument("--series", default="elnino,co2,sunspots")
     p.add_argument("--budget", type=float, default=300.0)
     p.add_argument("--max-terms", type=int, default=3)
-    p.add_argument("--iterations", type=int, default=300)
+    p.add_argument("--search-iterations", type=int, default=300, help="savigp train's --search-iterations")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default="results/search_handover")
     args = p.parse_args(argv)
     if args.quick:
-        args.budget, args.max_terms, args.iterations = 30.0, 2, 100
+        args.budget, args.max_terms, args.search_iterations = 30.0, 2, 100
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for name in [s.strip() for s in args.series.split(",") if s.strip()]:
-        row = run_one(name, args.out, args.budget, args.max_terms, args.iterations)
+        row = run_one(name, args.out, args.budget, args.max_terms, args.search_iterations)
         rows.append(row)
         print(f"{name}: chosen {row['chosen']}, search's best ELBO {row['search_best_elbo']:.2f} "
               f"({row['search_best']}), saved model {row['saved_elbo']:.2f}, test NLPD {row['test_nlpd']}, "
