@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Optional
 
+from .._checks import short_repr
 from ..settings import TEST_SIGINT_ENV, test_sigint_after  # noqa: F401 (savigp.cli exports TEST_SIGINT_ENV)
 from .errors import CLIError, UserCodeExit
 from .plan import RESUME_KEYS, TrainPlan
@@ -100,11 +101,68 @@ def resume(plan: TrainPlan, config: dict, out: str, ckpt: str, Xm, Ym, user_code
     if tstate is None:
         raise CLIError(f"--resume: {source} holds no optimizer state to resume from")
     step = int(old.get("step", 0))
+    _check_training_state(tstate, len(Xm), step, source)
     config["step"], config["elbo"] = step, old.get("elbo")
     state = {"optimizer_state": tstate["optimizer"], "generator_state": tstate["generator"],
              "draw_generator_state": tstate.get("draw_generator"), "perm": tstate["perm"], "pos": int(tstate["pos"]),
              "step": step, "schedule": tstate.get("schedule")}  # (no schedule: written before fit kept one)
     return source, saved.model, state
+
+
+def _check_training_state(tstate: dict, N: int, step: int, source: str) -> None:
+    """What ``--resume`` takes from a checkpoint's ``training_state`` beyond what every model file's
+    reader checks (:mod:`savigp.model_files.file_format`: the types of ``perm``, ``pos`` and the
+    generator): the mini-batch order ``perm (N,)``, a permutation of the N data rows; and fit's
+    schedule (:mod:`savigp.training.schedule`), whose phases must place the file's ``step``: at
+    least one phase, each of a known kind with whole, non-negative steps and integer seeds,
+    ``finished`` (the phases that have ended) and ``segment`` between 0 and their number, and
+    ``step`` inside the phase after the finished ones (at their end when all have).
+
+    Raises:
+        CLIError: one line naming the checkpoint and the field.
+    """
+    import torch
+
+    def bad(field: str, what: str) -> CLIError:
+        return CLIError(f"--resume: {source}: training_state.{field} {what}; the checkpoint was changed or damaged "
+                        "(train without --resume, or from another checkpoint)")
+
+    perm = tstate["perm"]
+    if perm.numel() != N:
+        raise bad("perm", f"orders {perm.numel()} rows, the data has {N}")
+    if not torch.equal(torch.sort(perm).values, torch.arange(N, dtype=perm.dtype)):
+        raise bad("perm", f"is not a permutation of the row numbers 0 to {N - 1}")
+    schedule = tstate.get("schedule")
+    if schedule is None:  # (written before fit kept one: one phase, resumed where it stood)
+        return
+    from ..training.schedule import KINDS
+
+    def count(value, lo: int, hi: Optional[int] = None) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+
+    if not isinstance(schedule, dict) or not isinstance(schedule.get("phases"), list) or not schedule["phases"]:
+        raise bad("schedule", "must hold a non-empty list of phases")
+    phases = schedule["phases"]
+    for i, ph in enumerate(phases):
+        if not (isinstance(ph, dict) and ph.get("kind") in KINDS and count(ph.get("index"), 0) and count(ph.get("steps"), 0)
+                and count(ph.get("seed"), -2 ** 63) and count(ph.get("fit_seed"), -2 ** 63)):
+            raise bad(f"schedule.phases[{i}]", f"must be {{'kind': one of {', '.join(KINDS)}, 'index', 'steps', 'seed', "
+                      f"'fit_seed': integers (index and steps >= 0)}}")
+    for key in ("finished", "segment"):
+        if not count(schedule.get(key, 0), 0, len(phases)):
+            raise bad(f"schedule.{key}", f"must be an integer between 0 and {len(phases)} (the number of phases), got "
+                      f"{short_repr(schedule.get(key))}")
+    if not count(schedule.get("starts", 1), 1) or not isinstance(schedule.get("anneal", False), bool) \
+            or not isinstance(schedule.get("explore", {}), dict):
+        raise bad("schedule", "must hold starts (an integer >= 1), anneal (true or false) and explore (a dict)")
+    if not any(ph["kind"] == "main" for ph in phases[int(schedule.get("segment", 0)):]):
+        raise bad("schedule.phases", "hold no 'main' phase after the segment the run is in")
+    finished = int(schedule["finished"])
+    begin = sum(int(ph["steps"]) for ph in phases[:finished])
+    end = begin + (int(phases[finished]["steps"]) if finished < len(phases) else 0)
+    if not begin <= step <= end:
+        where = f"phase {finished} (steps {begin} to {end})" if finished < len(phases) else f"the end of its {begin} steps"
+        raise bad("schedule.finished", f"is {finished}: the run would stand at {where}, but the checkpoint is at step {step}")
 
 
 class Checkpointer:
