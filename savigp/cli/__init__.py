@@ -8,7 +8,7 @@
 Exit status: 0 success; 2 bad input (files, columns, labels, options; one line on stderr naming
 the file, line and column); 1 a failure while running (e.g. training diverged); 3 the likelihood
 returned NaN or inf (a model problem: the line names the function, the data file's lines and the
-f values); 130 interrupted (Ctrl-C; ``train`` first writes a checkpoint that ``--resume``
+f values); 130 interrupted (Ctrl-C or SIGTERM; ``train`` first writes a checkpoint that ``--resume``
 continues from; an interrupt after the finished model was written: 0, saying so).
 
 Model files are written atomically (a temporary file in the same folder, fsync, ``os.replace``),
@@ -87,8 +87,32 @@ def _out_of_memory(err: MemoryError) -> str:
     return "out of memory (fewer --samples, or a smaller --batch-size for train, needs less)"
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
-    """Run the ``savigp`` command with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    """Run the ``savigp`` command with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+    A SIGTERM (what a cluster scheduler sends before it kills) is a Ctrl-C: ``train`` checkpoints
+    and exits with status 130; a signal that arrives while an error or an interrupt is being
+    reported ends the command with that one line too, never a traceback."""
+    import signal
+
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # a second signal while the first, or an error, was being reported
+        print("\nsavigp: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -1,5 +1,6 @@
 """``savigp train``'s checkpoints: ``--resume`` checks, ``OUT.ckpt`` written every
-``--checkpoint-every`` steps and after a Ctrl-C (or torchrun's SIGTERM), and the last good state
+``--checkpoint-every`` steps and after a Ctrl-C or a SIGTERM (a cluster scheduler's, torchrun's),
+whole even when a second signal arrives while it is written, and the last good state
 kept for a user function that stops the run itself.
 
 A checkpoint is a model file (:meth:`savigp.model_files.SavedModel.save`, written atomically)
@@ -220,11 +221,47 @@ class Checkpointer:
         return out
 
     def write(self, path: str, step: int, complete: bool, elbo: Optional[float]) -> None:
-        """Write the model and its training state at ``step`` to ``path`` (rank 0 only)."""
+        """Write the model and its training state at ``step`` to ``path`` (rank 0 only), whole: a
+        Ctrl-C or SIGTERM that arrives while it is written is held until the file is complete
+        (:meth:`_held_signals`)."""
         if self.rank != 0:
             return
         self.saved.config = dict(self.config, step=int(step), complete=bool(complete), elbo=elbo)
-        self.saved.save(path, self._training_state())
+        with self._held_signals():
+            self.saved.save(path, self._training_state())
+            self.finished = self.finished or bool(complete)
+
+    @contextmanager
+    def _held_signals(self):
+        """Within: SIGINT and SIGTERM are noted, not acted on, so that the file being written is
+        finished (an interrupted atomic write would keep the last good file, but lose this one).
+        After: a signal held is acted on as its handler would have: while training (the handler is
+        :meth:`_on_signal`), the first stops the run after this step and a later one, which would
+        have stopped the run at once, has nothing left to cut; elsewhere it is raised again."""
+        held: list = []
+
+        def hold(signum, frame):
+            if not held and self.rank == 0:
+                print("\nsavigp: interrupted while writing a file; stopping once it is written", file=sys.stderr)
+            held.append(signum)
+
+        try:
+            previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread (no signal reaches it)
+            previous = {}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if not held:
+            return
+        handler = previous.get(held[0])
+        if getattr(handler, "__func__", None) is Checkpointer._on_signal:
+            if not handler.__self__.interrupted:
+                handler(held[0], None)
+            return
+        signal.raise_signal(held[0])
 
     def checkpoint(self, step: int) -> None:
         """``OUT.ckpt`` at ``step``, unless this run already wrote it there."""
@@ -252,17 +289,19 @@ class Checkpointer:
             raise KeyboardInterrupt
         self.interrupted = True
         if self.rank == 0:
-            print("\nsavigp: interrupted; saving a checkpoint after this step (Ctrl-C again to stop at once)",
+            what = "SIGTERM received" if signum == signal.SIGTERM else "interrupted"
+            print(f"\nsavigp: {what}; saving a checkpoint after this step (Ctrl-C again to stop at once)",
                   file=sys.stderr)
 
     @contextmanager
-    def signals(self, sigterm: bool):
-        """Within: a first Ctrl-C (and SIGTERM when ``sigterm``: torchrun stops its workers so)
-        stops training after the current step. Yields whether the handler could be installed
-        (not outside the main thread, where Ctrl-C cannot reach us anyway)."""
+    def signals(self):
+        """Within: a first Ctrl-C or SIGTERM (what cluster schedulers and torchrun send before they
+        kill) stops training after the current step, which writes a checkpoint; a second stops at
+        once (keeping the last checkpoint). Yields whether the handler could be installed (not
+        outside the main thread, where no signal reaches us anyway)."""
         try:
             previous = signal.signal(signal.SIGINT, self._on_signal)
-            previous_term = signal.signal(signal.SIGTERM, self._on_signal) if sigterm else None
+            previous_term = signal.signal(signal.SIGTERM, self._on_signal)
         except ValueError:
             previous = previous_term = None
         try:
