@@ -91,6 +91,15 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _reports() -> bool:
+    """Whether this process prints the one line of bad input or an interrupt: not a rank other
+    than its machine's first of a ``--nproc`` or ``torchrun`` run (every rank reads the same input
+    and meets the same error; the first says it once)."""
+    if not (os.environ.get("RANK") and os.environ.get("WORLD_SIZE")):
+        return True
+    return os.environ.get("LOCAL_RANK", os.environ["RANK"]).strip() in ("", "0")
+
+
 def main(argv=None) -> int:
     """Run the ``savigp`` command with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
     A SIGTERM (what a cluster scheduler sends before it kills) is a Ctrl-C: ``train`` checkpoints
@@ -105,7 +114,8 @@ def main(argv=None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:  # a second signal while the first, or an error, was being reported
-        print("\nsavigp: interrupted", file=sys.stderr)
+        if _reports():
+            print("\nsavigp: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         if previous is not None:
@@ -136,7 +146,8 @@ def _main(argv) -> int:
     try:
         return command(args.command)(args)
     except KeyboardInterrupt:
-        print(f"\nsavigp {args.command}: interrupted", file=sys.stderr)
+        if _reports():
+            print(f"\nsavigp {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except _raised("savigp.training.distributed", "DistributedError") as err:  # another rank died or hung; its checkpoint (rank 0's) is intact
         print(prefix + one_line(err), file=sys.stderr)
@@ -157,7 +168,8 @@ def _main(argv) -> int:
         print(prefix + f"a user function called sys.exit({err.code!r})", file=sys.stderr)
         return EXIT_FAILURE
     except (ValueError, TypeError) as err:  # DataError, CLIError, ModelFileError, LikelihoodImportError, engine checks
-        print(prefix + one_line(err), file=sys.stderr)
+        if _reports():
+            print(prefix + one_line(err), file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # e.g. `savigp predict ... --out - | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
