@@ -171,7 +171,8 @@ def _nested_list(levels):
      "config.model_options.kernel.sum[0]: rbf's lengthscale must be a number, got true"),
     ("composite", lambda p: _options(p)["kernel"]["sum"][0].update(active_dims=[10 ** 400]),
      "config.model_options.kernel.sum[0]: rbf's active_dims must be a bool, a finite number or a list"),
-    ("composite", lambda p: _options(p).update(kernel=_deep(5000)), "more than 256 nodes or 32 levels"),
+    ("composite", lambda p: _options(p).update(kernel=_deep(3000)), "more than 256 nodes or 32 levels"),
+    ("composite", lambda p: _options(p).update(kernel=_deep(6000)), "its pickle stacks more than 10000 values"),
     # a value nested thousands deep where a message quotes it (before: RecursionError in repr)
     ("composite", lambda p: _options(p).update(kernel=_nested_list(5000)),
      "config.model_options.kernel must be a kernel name or a kernel spec (a dict), got list [[[[...]]]]"),
