@@ -134,8 +134,9 @@ def _main(argv) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     prefix = f"savigp {args.command}: error: "
     if getattr(args, "threads", None) is not None:
-        if args.threads < 1:
-            print(prefix + f"--threads must be >= 1, got {args.threads}", file=sys.stderr)
+        most = max(1024, os.cpu_count() or 1)  # (2^31 - 1 threads failed inside torch: an internal error)
+        if not 1 <= args.threads <= most:
+            print(prefix + f"--threads must be between 1 and {most}, got {args.threads}", file=sys.stderr)
             return EXIT_BAD_INPUT
         import torch
 
