@@ -113,7 +113,9 @@ def resume(plan: TrainPlan, config: dict, out: str, ckpt: str, Xm, Ym, user_code
 def _check_training_state(tstate: dict, N: int, step: int, source: str) -> None:
     """What ``--resume`` takes from a checkpoint's ``training_state`` beyond what every model file's
     reader checks (:mod:`savigp.model_files.file_format`: the types of ``perm``, ``pos`` and the
-    generator): the mini-batch order ``perm (N,)``, a permutation of the N data rows; and fit's
+    generator): the optimizer's state dict's layout (``state``, and ``param_groups`` each with its
+    parameters' numbers and a learning rate); the mini-batch order ``perm (N,)``, a permutation of
+    the N data rows; and fit's
     schedule (:mod:`savigp.training.schedule`), whose phases must place the file's ``step``: at
     least one phase, each of a known kind with whole, non-negative steps and integer seeds,
     ``finished`` (the phases that have ended) and ``segment`` between 0 and their number, and
@@ -128,6 +130,20 @@ def _check_training_state(tstate: dict, N: int, step: int, source: str) -> None:
         return CLIError(f"--resume: {source}: training_state.{field} {what}; the checkpoint was changed or damaged "
                         "(train without --resume, or from another checkpoint)")
 
+    def count(value, lo: int, hi: Optional[int] = None) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+
+    opt = tstate["optimizer"]
+    groups = opt.get("param_groups")
+    if not isinstance(opt.get("state"), dict) or not isinstance(groups, list) or not groups:
+        raise bad("optimizer", "must hold 'state' (a dict) and 'param_groups' (a non-empty list)")
+    for i, group in enumerate(groups):
+        params = group.get("params") if isinstance(group, dict) else None
+        lr = group.get("lr") if isinstance(group, dict) else None
+        if not (isinstance(params, list) and params and all(count(p, 0) for p in params)
+                and isinstance(lr, (int, float)) and not isinstance(lr, bool)):
+            raise bad(f"optimizer.param_groups[{i}]", "must hold 'params' (a non-empty list of parameter numbers) "
+                      "and 'lr' (a number)")
     perm = tstate["perm"]
     if perm.numel() != N:
         raise bad("perm", f"orders {perm.numel()} rows, the data has {N}")
@@ -137,9 +153,6 @@ def _check_training_state(tstate: dict, N: int, step: int, source: str) -> None:
     if schedule is None:  # (written before fit kept one: one phase, resumed where it stood)
         return
     from ..training.schedule import KINDS
-
-    def count(value, lo: int, hi: Optional[int] = None) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
 
     if not isinstance(schedule, dict) or not isinstance(schedule.get("phases"), list) or not schedule["phases"]:
         raise bad("schedule", "must hold a non-empty list of phases")

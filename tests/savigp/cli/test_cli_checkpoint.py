@@ -103,6 +103,10 @@ def _schedule(ts, **changes):
 
 
 @pytest.mark.parametrize("edit, needle", [
+    (lambda ts: ts.update(optimizer={"foo": 1}), "training_state.optimizer must hold 'state' (a dict) and 'param_groups'"),
+    (lambda ts: ts["optimizer"].update(param_groups=[]), "training_state.optimizer must hold 'state' (a dict)"),
+    (lambda ts: ts["optimizer"]["param_groups"][0].update(lr="x"), "training_state.optimizer.param_groups[0] must hold"),
+    (lambda ts: ts["optimizer"]["param_groups"][0].update(params=[-1]), "training_state.optimizer.param_groups[0] must"),
     (lambda ts: _perm(ts, ts["perm"][:-1]), "training_state.perm orders 19 rows, the data has 20"),
     (lambda ts: _perm(ts, torch.zeros(20, dtype=torch.int64)), "training_state.perm is not a permutation of the row numbers 0 to 19"),
     (lambda ts: _perm(ts, ts["perm"] + 1), "training_state.perm is not a permutation"),
