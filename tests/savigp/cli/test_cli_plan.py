@@ -137,3 +137,15 @@ def test_threads_are_bounded(capsys):
         capsys.readouterr()
         assert main(["predict", "m.pt", "t.csv", "--threads", threads]) == 2
         assert capsys.readouterr().err.strip() == f"savigp predict: error: --threads must be between 1 and 1024, got {threads}"
+
+
+@pytest.mark.parametrize("value, shown", [("1" * 400, "1111111111"), ("1e400", "inf"), ("[1, -1e999]", "-inf"),
+                                          ("{'a': (2, 1e999)}", "inf")])
+def test_a_lik_option_number_beyond_float64_is_refused_naming_it(value, shown):
+    """A 400-digit --lik-option value overflowed a float inside the likelihood (an internal error,
+    exit 1); any number a float64 does not hold, also inside a list or dict, is refused as it is read."""
+    from savigp.cli.checks import parse_lik_options
+
+    assert parse_lik_options(["df=4", "scale=[1, 2.5]"]) == {"df": 4, "scale": [1, 2.5]}
+    with pytest.raises(CLIError, match=rf"--lik-option df=: the number -?{shown}.* is beyond what a float64 holds"):
+        parse_lik_options([f"df={value}"])
