@@ -115,9 +115,8 @@ def _check_training_state(tstate: dict, N: int, step: int, source: str) -> None:
     reader checks (:mod:`savigp.model_files.file_format`: the types of ``perm``, ``pos`` and the
     generator): the optimizer's state dict's layout (``state``, and ``param_groups`` each with its
     parameters' numbers and a learning rate); the mini-batch order ``perm (N,)``, a permutation of
-    the N data rows; and fit's
-    schedule (:mod:`savigp.training.schedule`), whose phases must place the file's ``step``: at
-    least one phase, each of a known kind with whole, non-negative steps and integer seeds,
+    the N data rows; and fit's schedule (:mod:`savigp.training.schedule`), whose phases must place
+    the file's ``step``: at least one phase, each of a known kind with whole, non-negative steps and integer seeds,
     ``finished`` (the phases that have ended) and ``segment`` between 0 and their number, and
     ``step`` inside the phase after the finished ones (at their end when all have).
 
