@@ -2,6 +2,8 @@
 argument, its shape and the offending rows."""
 from __future__ import annotations
 
+import math
+import reprlib
 from typing import Optional
 
 import numpy as np
@@ -49,6 +51,34 @@ def _check_finite(t: Tensor, name: str) -> None:
 #: deviations are rounded by more than 0.1% of their spread (an offset of 1e8 with a spread of 1
 #: loses all of it; 1e4 with a spread of 1.7, 6e-4 of it, fits as the centred data do: tests/savigp/kernels/test_kernel_offsets.py)
 FLOAT32_MAX_OFFSET = 1e4
+
+
+def finite_number(value) -> bool:
+    """Whether ``value`` is a number (an int or a float, not a bool) that a float64 holds finitely:
+    an integer of more than about 308 digits is not (``float`` of it overflows), nor NaN or inf.
+    For numbers read from data (a model file, a kernel expression), whose ints are unbounded."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 40, 40, 40
+
+
+def short_repr(value, limit: int = 60) -> str:
+    """``repr(value)`` for a one-line message about data read from elsewhere, at most ``limit``
+    characters, at a cost bounded whatever the value: three levels of nesting and a few items
+    shown (a value nested 100,000 deep or holding millions of items costs no recursion and no
+    time), an int past Python's 4300-digit conversion limit by its bits."""
+    try:
+        text = _SHORT.repr(value)
+    except ValueError:  # (an int of more than 4300 digits)
+        return f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def input_offset(X: Tensor) -> float:

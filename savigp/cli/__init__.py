@@ -9,7 +9,7 @@
 Exit status: 0 success; 2 bad input (files, columns, labels, options; one line on stderr naming
 the file, line and column); 1 a failure while running (e.g. training diverged); 3 the likelihood
 returned NaN or inf (a model problem: the line names the function, the data file's lines and the
-f values); 130 interrupted (Ctrl-C; ``train`` first writes a checkpoint that ``--resume``
+f values); 130 interrupted (Ctrl-C or SIGTERM; ``train`` first writes a checkpoint that ``--resume``
 continues from; an interrupt after the finished model was written: 0, saying so).
 
 Model files are written atomically (a temporary file in the same folder, fsync, ``os.replace``),
@@ -89,8 +89,42 @@ def _out_of_memory(err: MemoryError) -> str:
     return "out of memory (fewer --samples, or a smaller --batch-size for train, needs less)"
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _reports() -> bool:
+    """Whether this process prints the one line of bad input or an interrupt: not a rank other
+    than its machine's first of a ``--nproc`` or ``torchrun`` run (every rank reads the same input
+    and meets the same error; the first says it once)."""
+    if not (os.environ.get("RANK") and os.environ.get("WORLD_SIZE")):
+        return True
+    return os.environ.get("LOCAL_RANK", os.environ["RANK"]).strip() in ("", "0")
+
+
 def main(argv=None) -> int:
-    """Run the ``savigp`` command with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    """Run the ``savigp`` command with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+    A SIGTERM (what a cluster scheduler sends before it kills) is a Ctrl-C: ``train`` checkpoints
+    and exits with status 130; a signal that arrives while an error or an interrupt is being
+    reported ends the command with that one line too, never a traceback."""
+    import signal
+
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # a second signal while the first, or an error, was being reported
+        if _reports():
+            print("\nsavigp: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -102,8 +136,9 @@ def main(argv=None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     prefix = f"savigp {args.command}: error: "
     if getattr(args, "threads", None) is not None:
-        if args.threads < 1:
-            print(prefix + f"--threads must be >= 1, got {args.threads}", file=sys.stderr)
+        most = max(1024, os.cpu_count() or 1)  # (2^31 - 1 threads failed inside torch: an internal error)
+        if not 1 <= args.threads <= most:
+            print(prefix + f"--threads must be between 1 and {most}, got {args.threads}", file=sys.stderr)
             return EXIT_BAD_INPUT
         import torch
 
@@ -114,7 +149,8 @@ def main(argv=None) -> int:
     try:
         return command(args.command)(args)
     except KeyboardInterrupt:
-        print(f"\nsavigp {args.command}: interrupted", file=sys.stderr)
+        if _reports():
+            print(f"\nsavigp {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except _raised("savigp.training.distributed", "DistributedError") as err:  # another rank died or hung; its checkpoint (rank 0's) is intact
         print(prefix + one_line(err), file=sys.stderr)
@@ -135,7 +171,8 @@ def main(argv=None) -> int:
         print(prefix + f"a user function called sys.exit({err.code!r})", file=sys.stderr)
         return EXIT_FAILURE
     except (ValueError, TypeError) as err:  # DataError, CLIError, ModelFileError, LikelihoodImportError, engine checks
-        print(prefix + one_line(err), file=sys.stderr)
+        if _reports():
+            print(prefix + one_line(err), file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # e.g. `savigp predict ... --out - | head`
         devnull = os.open(os.devnull, os.O_WRONLY)

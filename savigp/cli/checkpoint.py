@@ -1,5 +1,6 @@
 """``savigp train``'s checkpoints: ``--resume`` checks, ``OUT.ckpt`` written every
-``--checkpoint-every`` steps and after a Ctrl-C (or torchrun's SIGTERM), and the last good state
+``--checkpoint-every`` steps and after a Ctrl-C or a SIGTERM (a cluster scheduler's, torchrun's),
+whole even when a second signal arrives while it is written, and the last good state
 kept for a user function that stops the run itself.
 
 A checkpoint is a model file (:meth:`savigp.model_files.SavedModel.save`, written atomically)
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Optional
 
+from .._checks import short_repr
 from ..settings import TEST_SIGINT_ENV, test_sigint_after  # noqa: F401 (savigp.cli exports TEST_SIGINT_ENV)
 from .errors import CLIError, UserCodeExit
 from .plan import RESUME_KEYS, TrainPlan
@@ -100,11 +102,80 @@ def resume(plan: TrainPlan, config: dict, out: str, ckpt: str, Xm, Ym, user_code
     if tstate is None:
         raise CLIError(f"--resume: {source} holds no optimizer state to resume from")
     step = int(old.get("step", 0))
+    _check_training_state(tstate, len(Xm), step, source)
     config["step"], config["elbo"] = step, old.get("elbo")
     state = {"optimizer_state": tstate["optimizer"], "generator_state": tstate["generator"],
              "draw_generator_state": tstate.get("draw_generator"), "perm": tstate["perm"], "pos": int(tstate["pos"]),
              "step": step, "schedule": tstate.get("schedule")}  # (no schedule: written before fit kept one)
     return source, saved.model, state
+
+
+def _check_training_state(tstate: dict, N: int, step: int, source: str) -> None:
+    """What ``--resume`` takes from a checkpoint's ``training_state`` beyond what every model file's
+    reader checks (:mod:`savigp.model_files.file_format`: the types of ``perm``, ``pos`` and the
+    generator): the optimizer's state dict's layout (``state``, and ``param_groups`` each with its
+    parameters' numbers and a learning rate); the mini-batch order ``perm (N,)``, a permutation of
+    the N data rows; and fit's schedule (:mod:`savigp.training.schedule`), whose phases must place
+    the file's ``step``: at least one phase, each of a known kind with whole, non-negative steps and integer seeds,
+    ``finished`` (the phases that have ended) and ``segment`` between 0 and their number, and
+    ``step`` inside the phase after the finished ones (at their end when all have).
+
+    Raises:
+        CLIError: one line naming the checkpoint and the field.
+    """
+    import torch
+
+    def bad(field: str, what: str) -> CLIError:
+        return CLIError(f"--resume: {source}: training_state.{field} {what}; the checkpoint was changed or damaged "
+                        "(train without --resume, or from another checkpoint)")
+
+    def count(value, lo: int, hi: Optional[int] = None) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+
+    opt = tstate["optimizer"]
+    groups = opt.get("param_groups")
+    if not isinstance(opt.get("state"), dict) or not isinstance(groups, list) or not groups:
+        raise bad("optimizer", "must hold 'state' (a dict) and 'param_groups' (a non-empty list)")
+    for i, group in enumerate(groups):
+        params = group.get("params") if isinstance(group, dict) else None
+        lr = group.get("lr") if isinstance(group, dict) else None
+        if not (isinstance(params, list) and params and all(count(p, 0) for p in params)
+                and isinstance(lr, (int, float)) and not isinstance(lr, bool)):
+            raise bad(f"optimizer.param_groups[{i}]", "must hold 'params' (a non-empty list of parameter numbers) "
+                      "and 'lr' (a number)")
+    perm = tstate["perm"]
+    if perm.numel() != N:
+        raise bad("perm", f"orders {perm.numel()} rows, the data has {N}")
+    if not torch.equal(torch.sort(perm).values, torch.arange(N, dtype=perm.dtype)):
+        raise bad("perm", f"is not a permutation of the row numbers 0 to {N - 1}")
+    schedule = tstate.get("schedule")
+    if schedule is None:  # (written before fit kept one: one phase, resumed where it stood)
+        return
+    from ..training.schedule import KINDS
+
+    if not isinstance(schedule, dict) or not isinstance(schedule.get("phases"), list) or not schedule["phases"]:
+        raise bad("schedule", "must hold a non-empty list of phases")
+    phases = schedule["phases"]
+    for i, ph in enumerate(phases):
+        if not (isinstance(ph, dict) and ph.get("kind") in KINDS and count(ph.get("index"), 0) and count(ph.get("steps"), 0)
+                and count(ph.get("seed"), -2 ** 63) and count(ph.get("fit_seed"), -2 ** 63)):
+            raise bad(f"schedule.phases[{i}]", f"must be {{'kind': one of {', '.join(KINDS)}, 'index', 'steps', 'seed', "
+                      f"'fit_seed': integers (index and steps >= 0)}}")
+    for key in ("finished", "segment"):
+        if not count(schedule.get(key, 0), 0, len(phases)):
+            raise bad(f"schedule.{key}", f"must be an integer between 0 and {len(phases)} (the number of phases), got "
+                      f"{short_repr(schedule.get(key))}")
+    if not count(schedule.get("starts", 1), 1) or not isinstance(schedule.get("anneal", False), bool) \
+            or not isinstance(schedule.get("explore", {}), dict):
+        raise bad("schedule", "must hold starts (an integer >= 1), anneal (true or false) and explore (a dict)")
+    if not any(ph["kind"] == "main" for ph in phases[int(schedule.get("segment", 0)):]):
+        raise bad("schedule.phases", "hold no 'main' phase after the segment the run is in")
+    finished = int(schedule["finished"])
+    begin = sum(int(ph["steps"]) for ph in phases[:finished])
+    end = begin + (int(phases[finished]["steps"]) if finished < len(phases) else 0)
+    if not begin <= step <= end:
+        where = f"phase {finished} (steps {begin} to {end})" if finished < len(phases) else f"the end of its {begin} steps"
+        raise bad("schedule.finished", f"is {finished}: the run would stand at {where}, but the checkpoint is at step {step}")
 
 
 class Checkpointer:
@@ -162,11 +233,47 @@ class Checkpointer:
         return out
 
     def write(self, path: str, step: int, complete: bool, elbo: Optional[float]) -> None:
-        """Write the model and its training state at ``step`` to ``path`` (rank 0 only)."""
+        """Write the model and its training state at ``step`` to ``path`` (rank 0 only), whole: a
+        Ctrl-C or SIGTERM that arrives while it is written is held until the file is complete
+        (:meth:`_held_signals`)."""
         if self.rank != 0:
             return
         self.saved.config = dict(self.config, step=int(step), complete=bool(complete), elbo=elbo)
-        self.saved.save(path, self._training_state())
+        with self._held_signals():
+            self.saved.save(path, self._training_state())
+            self.finished = self.finished or bool(complete)
+
+    @contextmanager
+    def _held_signals(self):
+        """Within: SIGINT and SIGTERM are noted, not acted on, so that the file being written is
+        finished (an interrupted atomic write would keep the last good file, but lose this one).
+        After: a signal held is acted on as its handler would have: while training (the handler is
+        :meth:`_on_signal`), the first stops the run after this step and a later one, which would
+        have stopped the run at once, has nothing left to cut; elsewhere it is raised again."""
+        held: list = []
+
+        def hold(signum, frame):
+            if not held and self.rank == 0:
+                print("\nsavigp: interrupted while writing a file; stopping once it is written", file=sys.stderr)
+            held.append(signum)
+
+        try:
+            previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread (no signal reaches it)
+            previous = {}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        if not held:
+            return
+        handler = previous.get(held[0])
+        if getattr(handler, "__func__", None) is Checkpointer._on_signal:
+            if not handler.__self__.interrupted:
+                handler(held[0], None)
+            return
+        signal.raise_signal(held[0])
 
     def checkpoint(self, step: int) -> None:
         """``OUT.ckpt`` at ``step``, unless this run already wrote it there."""
@@ -194,17 +301,19 @@ class Checkpointer:
             raise KeyboardInterrupt
         self.interrupted = True
         if self.rank == 0:
-            print("\nsavigp: interrupted; saving a checkpoint after this step (Ctrl-C again to stop at once)",
+            what = "SIGTERM received" if signum == signal.SIGTERM else "interrupted"
+            print(f"\nsavigp: {what}; saving a checkpoint after this step (Ctrl-C again to stop at once)",
                   file=sys.stderr)
 
     @contextmanager
-    def signals(self, sigterm: bool):
-        """Within: a first Ctrl-C (and SIGTERM when ``sigterm``: torchrun stops its workers so)
-        stops training after the current step. Yields whether the handler could be installed
-        (not outside the main thread, where Ctrl-C cannot reach us anyway)."""
+    def signals(self):
+        """Within: a first Ctrl-C or SIGTERM (what cluster schedulers and torchrun send before they
+        kill) stops training after the current step, which writes a checkpoint; a second stops at
+        once (keeping the last checkpoint). Yields whether the handler could be installed (not
+        outside the main thread, where no signal reaches us anyway)."""
         try:
             previous = signal.signal(signal.SIGINT, self._on_signal)
-            previous_term = signal.signal(signal.SIGTERM, self._on_signal) if sigterm else None
+            previous_term = signal.signal(signal.SIGTERM, self._on_signal)
         except ValueError:
             previous = previous_term = None
         try:

@@ -58,9 +58,28 @@ def parse_lik_options(items) -> dict:
             raise CLIError(f"--lik-option: expected KEY=VALUE (e.g. depth_scale=10), got {item!r}")
         try:
             out[key] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, RecursionError, MemoryError):
             out[key] = value.strip()
+        bad = _out_of_range(out[key])
+        if bad is not None:
+            raise CLIError(f"--lik-option {key}=: the number {bad} is beyond what a float64 holds (about 1.8e308); "
+                           "give a finite number")
     return out
+
+
+def _out_of_range(value, depth: int = 0) -> Optional[str]:
+    """The first number in a literal (a number, or one in its lists, tuples, sets or dicts) that is
+    not finite in float64 (a 400-digit integer, 1e400), shortened, or None."""
+    from .._checks import finite_number, short_repr
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None if finite_number(value) else short_repr(value, 24)
+    if isinstance(value, (list, tuple, set, dict)) and depth < 100:
+        for item in (list(value.items()) if isinstance(value, dict) else value):
+            found = _out_of_range(item, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def code_inputs(likelihood: Optional[str], mean_function: Optional[str], trusted_model: Optional[str] = None) -> list:

@@ -229,16 +229,17 @@ def _carried(rule: str, value: float, m: list, s: list, per_column: bool):
 
 
 def _check_builds(spec: dict, text: str, names, Qk: int) -> None:
-    """Build each leaf of the kernel once (on no data: the values are the expression's or the
-    defaults), so that a value its family refuses (``nu=2``, a negative period) is one line naming
-    ``--kernel`` and the part now."""
+    """Build each leaf and each scale of the kernel (on no data: the values are the expression's or
+    the defaults), innermost first, so that a value its family refuses (``nu=2``, a negative period,
+    a scale's negative variance) is one line naming ``--kernel`` and the part now."""
     from ..kernels.expression import format_kernel
     from ..kernels.spec import build_kernel
 
     if "kernel" not in spec:
         for part in spec.get("sum") or spec.get("product") or [spec.get("scale")]:
             _check_builds(part, text, names, Qk)
-        return
+        if "scale" not in spec:
+            return
     try:
         build_kernel(spec, len(names), Qk)
     except (ValueError, TypeError) as err:

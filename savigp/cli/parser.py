@@ -2,9 +2,42 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from .._choices import (DEFAULT_ENTROPY, DTYPES, ENTROPY_ESTIMATES, ESTIMATORS, INDUCING_INITS, KERNELS,
                         LIKELIHOODS, MEAN_HEADS, OPTIMIZERS, PARAMETER_GROUPS, POSTERIORS)
+
+#: the largest magnitude of a count option (steps, samples, sizes: a C int) and the seeds' range (what
+#: torch's and numpy's generators take)
+MAX_COUNT, SEEDS = 2 ** 31 - 1, (0, 2 ** 63 - 1)
+
+
+def _bounded(lo: int, hi: int):
+    def parse(text: str) -> int:
+        value = int(text)  # (a ValueError: argparse's "invalid integer value")
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text[:20]}{'...' if len(text) > 20 else ''} is out of range "
+                                             f"({lo} to {hi})")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+#: an integer option's type: a count, at most 2^31 - 1 in magnitude (a 400-digit --iterations overflowed
+#: a float later, an internal error; the sign is checked with the option), or a seed
+_count, _seed = _bounded(-MAX_COUNT, MAX_COUNT), _bounded(*SEEDS)
+
+
+def _finite(text: str) -> float:
+    """A real option's type: a finite float64 (``--lr 1e400`` is inf, which trained to NaN)."""
+    value = float(text)  # (a ValueError: argparse's "invalid number value")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text[:20]}{'...' if len(text) > 20 else ''} is not a finite number")
+    return value
+
+
+_finite.__name__ = "number"
 
 EPILOG_MAIN = """\
 examples:
@@ -132,14 +165,14 @@ def _add_saved_input_options(p) -> None:
 
 def _add_sampling_options(p, samples: int) -> None:
     """predict, evaluate: Monte Carlo samples (default ``samples``), seed and device."""
-    p.add_argument("--samples", type=int, default=samples, help=f"Monte Carlo samples (default {samples})")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--samples", type=_count, default=samples, help=f"Monte Carlo samples (default {samples})")
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--device", default=None)
     _add_memory_option(p)
 
 
 def _add_memory_option(p) -> None:
-    p.add_argument("--max-memory", type=float, metavar="GIB",
+    p.add_argument("--max-memory", type=_finite, metavar="GIB",
                    help="refuse a model whose estimated memory exceeds this many GiB (default 8, or "
                         "SAVIGP_MAX_MODEL_BYTES bytes); see savigp.cost")
 
@@ -156,7 +189,7 @@ def _add_trust_options(p) -> None:
 
 
 def _add_threads_option(p, default=None, chosen="1 for a small problem, else torch's capped at the cores idle now") -> None:
-    p.add_argument("--threads", type=int, default=default, metavar="T",
+    p.add_argument("--threads", type=_count, default=default, metavar="T",
                    help=f"CPU threads for torch (default: {default}; see docs/cli.md, Threads)" if default else
                    f"CPU threads for torch (default: {chosen}; OMP_NUM_THREADS in the environment is respected; "
                    "see docs/cli.md, Threads)")
@@ -186,17 +219,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="built-in: " + ", ".join(LIKELIHOODS)
                    + "; or a function log_lik(y, f) as package.module:function or path/to/file.py:function "
                      "(default gaussian)")
-    g.add_argument("--num-latent", type=int, metavar="Q", help="latent functions read by a user function (default 1)")
-    g.add_argument("--num-classes", type=int, metavar="C", help="softmax, or a user function with --task classification: classes, labels 0..C-1 "
+    g.add_argument("--num-latent", type=_count, metavar="Q", help="latent functions read by a user function (default 1)")
+    g.add_argument("--num-classes", type=_count, metavar="C", help="softmax, or a user function with --task classification: classes, labels 0..C-1 "
                         "(default: softmax: largest label + 1; user function: the distinct target values)")
     g.add_argument("--one-hot", action="store_true", help="softmax: targets are C one-hot columns")
-    g.add_argument("--num-outputs", type=int, metavar="P", help="multi-gaussian, gprn: outputs (default: target columns)")
-    g.add_argument("--num-nodes", type=int, metavar="Q'", help="gprn: latent node functions (default 1)")
-    g.add_argument("--num-layers", type=int, metavar="P", help="seismic: layers (default: target columns)")
-    g.add_argument("--num-tanh", type=int, metavar="I", help="warped: tanh terms of the warping (default 3)")
-    g.add_argument("--df", type=float, help="student-t: degrees of freedom (default 4)")
-    g.add_argument("--bin-width", type=float, help="poisson: width of each count's bin (default 1)")
-    g.add_argument("--noise-variance", type=float, help="initial noise variance (gaussian, multi-gaussian, gprn, warped)")
+    g.add_argument("--num-outputs", type=_count, metavar="P", help="multi-gaussian, gprn: outputs (default: target columns)")
+    g.add_argument("--num-nodes", type=_count, metavar="Q'", help="gprn: latent node functions (default 1)")
+    g.add_argument("--num-layers", type=_count, metavar="P", help="seismic: layers (default: target columns)")
+    g.add_argument("--num-tanh", type=_count, metavar="I", help="warped: tanh terms of the warping (default 3)")
+    g.add_argument("--df", type=_finite, help="student-t: degrees of freedom (default 4)")
+    g.add_argument("--bin-width", type=_finite, help="poisson: width of each count's bin (default 1)")
+    g.add_argument("--noise-variance", type=_finite, help="initial noise variance (gaussian, multi-gaussian, gprn, warped)")
     g.add_argument("--lik-option", action="append", metavar="KEY=VALUE",
                    help="any other constructor argument of the likelihood, e.g. depth_scale=10, or "
                         "differentiable=True for a torch user function (repeatable)")
@@ -210,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="user function: a keyword parameter of log_lik learned with the model (VALUE: a number or "
                         "comma-separated numbers; :positive keeps it > 0, :unit_interval in (0, 1), :fixed holds "
                         "it) (repeatable)")
-    g.add_argument("--min-log-prob", type=float, metavar="L",
+    g.add_argument("--min-log-prob", type=_finite, metavar="L",
                    help="user function: replace -inf and values below L by L (for simulators whose density underflows)")
     g = t.add_argument_group("model")
     g.add_argument("--kernel", default="rbf", metavar="EXPR",
@@ -222,20 +255,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "ELBO (savigp.search_kernels, Duvenaud et al. 2013), then trained")
     g.add_argument("--search-base", default="rbf,periodic,linear", metavar="NAMES",
                    help="--kernel search: the base families it combines (default rbf,periodic,linear)")
-    g.add_argument("--search-max-terms", type=int, default=3, metavar="N",
+    g.add_argument("--search-max-terms", type=_count, default=3, metavar="N",
                    help="--kernel search: the most base kernels in an expression (default 3)")
-    g.add_argument("--search-budget", type=float, default=600.0, metavar="SECONDS",
+    g.add_argument("--search-budget", type=_finite, default=600.0, metavar="SECONDS",
                    help="--kernel search: no candidate is started after this many seconds (default 600)")
-    g.add_argument("--search-iterations", type=int, default=500, metavar="STEPS",
+    g.add_argument("--search-iterations", type=_count, default=500, metavar="STEPS",
                    help="--kernel search: Adam steps per candidate, extended while its ELBO rises (default 500)")
-    g.add_argument("--fourier-features", type=int, metavar="F",
+    g.add_argument("--fourier-features", type=_count, metavar="F",
                    help="inducing variables: the variational Fourier features of --kernel additive-matern (Hensman "
                         "et al. 2018), F frequencies per input (M = D (2F + 1)); with --mean-basis-size G: ODVFF "
                         "(Azzimonti et al. 2020)")
     g.add_argument("--shared-kernel", action="store_true",
                    help="one kernel and one set of inducing inputs for all latent functions (K_zz factorized once "
                         "per step instead of Q times; posterior full or diag)")
-    g.add_argument("--num-inducing", type=int, metavar="M", help="inducing points per latent function (default min(N, 100))")
+    g.add_argument("--num-inducing", type=_count, metavar="M", help="inducing points per latent function (default min(N, 100))")
     g.add_argument("--inducing-init", choices=INDUCING_INITS, default="kmeans", help="initial inducing inputs")
     g.add_argument("--dense", action="store_true", help="inducing inputs = all training inputs, fixed (small N only)")
     g.add_argument("--fixed-inducing", action="store_true", help="do not learn the inducing inputs")
@@ -245,13 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "paper's diagonal components over u (mog; diag before; mean-field variances, narrower "
                         "intervals on dense models); joint: one Gaussian coupled across the latent functions (K = 1; "
                         "for likelihoods that couple them, moderate Q * M)")
-    g.add_argument("--components", type=int, default=1, metavar="K", help="mixture components (default 1)")
+    g.add_argument("--components", type=_count, default=1, metavar="K", help="mixture components (default 1)")
     g.add_argument("--hypers", choices=("two-stage", "joint"),
                    help="diag, diag-u: how the kernel and likelihood are learned. two-stage (the default): "
                         "fit a full Gaussian (--posterior full, K = 1) with the same options first, then the "
                         "factorized q(u) at its kernel, likelihood and inducing inputs; joint: with the factorized "
                         "q(u) on its own ELBO (the paper's mog; biased towards a worse fit, see docs/mixtures.md)")
-    g.add_argument("--max-components", type=int, metavar="KMAX",
+    g.add_argument("--max-components", type=_count, metavar="KMAX",
                    help="choose K up to KMAX by the full-data ELBO (savigp.choose_components: starting from "
                         "--components, K grows while the ELBO gains more than 2 Monte Carlo standard errors; a birth "
                         "and two restarts per K, each trained with the run's options); prints the ELBO per K. Not "
@@ -263,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(Monte Carlo, unbiased)")
     g.add_argument("--prior-mean", metavar="MU", help="constant prior mean: one number or Q comma-separated")
     g.add_argument("--learn-prior-mean", action="store_true", help="learn the prior means")
-    g.add_argument("--mean-basis-size", type=int, default=0, metavar="G",
+    g.add_argument("--mean-basis-size", type=_count, default=0, metavar="G",
                    help="orthogonally decoupled mean basis per latent function (Salimbeni et al. 2018; 0 = off)")
     g.add_argument("--mean-basis", choices=MEAN_HEADS, default="orthogonal",
                    help="how the mean basis of --mean-basis-size enters (savigp.mean_heads): orthogonal (Salimbeni et al. 2018), "
@@ -273,14 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train on standardized targets; means, variances and densities are reported in the original units")
     g.add_argument("--dtype", choices=DTYPES, default="float64")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default cpu)")
-    g.add_argument("--seed", type=int, default=0, help="seeds initialization, mini-batches and Monte Carlo draws")
+    g.add_argument("--seed", type=_seed, default=0, help="seeds initialization, mini-batches and Monte Carlo draws")
     g = t.add_argument_group("training")
-    g.add_argument("--iterations", type=int, help="optimizer steps (default 500)")
-    g.add_argument("--epochs", type=float, help="alternatively, passes over the data")
-    g.add_argument("--batch-size", type=int, metavar="B", help="mini-batch size (default all rows; lbfgs: all rows)")
+    g.add_argument("--iterations", type=_count, help="optimizer steps (default 500)")
+    g.add_argument("--epochs", type=_finite, help="alternatively, passes over the data")
+    g.add_argument("--batch-size", type=_count, metavar="B", help="mini-batch size (default all rows; lbfgs: all rows)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
-    g.add_argument("--lr", type=float, help="learning rate (default: adam 0.01, adadelta 1, lbfgs 1)")
-    g.add_argument("--samples", type=int, default=100, metavar="S", help="Monte Carlo samples per point (default 100)")
+    g.add_argument("--lr", type=_finite, help="learning rate (default: adam 0.01, adadelta 1, lbfgs 1)")
+    g.add_argument("--samples", type=_count, default=100, metavar="S", help="Monte Carlo samples per point (default 100)")
     g.add_argument("--estimator", choices=ESTIMATORS, default="auto",
                    help="expected log-likelihood estimator (default auto: closed form, else reparam, else score)")
     g.add_argument("--warm-start", metavar="SOURCE.pt",
@@ -293,16 +326,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train only these comma-separated parameter groups: " + ", ".join(PARAMETER_GROUPS)
                         + " (default all); e.g. --warm-start fg.pt --learn posterior learns q(u) at the source's "
                           "kernel, likelihood and inducing inputs")
-    g.add_argument("--checkpoint-every", type=int, metavar="N", help="write OUT.ckpt every N steps")
+    g.add_argument("--checkpoint-every", type=_count, metavar="N", help="write OUT.ckpt every N steps")
     g.add_argument("--resume", action="store_true", help="continue from OUT.ckpt (or OUT) with the same options")
     g.add_argument("--trust-code", action="store_true",
                    help="with --resume or --warm-start: run the --likelihood (and --mean-function) file even though "
                         "it changed since the checkpoint (the source) was trained")
     g.add_argument("--quiet", action="store_true", help="no progress bar (the one-line summary is still printed)")
     g.add_argument("--plot", metavar="ELBO.png", help="draw the ELBO per step to this image (needs matplotlib)")
-    g.add_argument("--nproc", type=int, metavar="R",
+    g.add_argument("--nproc", type=_count, metavar="R",
                    help="train data-parallel on R processes of this machine (started as torchrun would; see docs/cli.md)")
-    g.add_argument("--dist-timeout", type=float, metavar="SEC",
+    g.add_argument("--dist-timeout", type=_finite, metavar="SEC",
                    help="data-parallel: seconds a rank waits for the others before failing (default 300)")
     _add_memory_option(g)
     _add_threads_option(g)
@@ -359,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "as train and evaluate.",
                        epilog="example:\n  savigp demo\n  savigp demo --dir demo_files   # keep the CSVs and models\n")
     d.add_argument("--dir", help="folder for the generated CSVs and models (default: a temporary folder)")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=_seed, default=0)
     d.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_threads_option(d, default=1)
     return parser

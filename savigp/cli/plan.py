@@ -18,6 +18,7 @@ helpers: :class:`PredictPlan` (``savigp predict``), :class:`EvaluatePlan` (``sav
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
@@ -136,6 +137,10 @@ class TrainPlan:
         given = vars(args)
         if given["nproc"] is not None and given["nproc"] < 1:
             raise CLIError(f"--nproc must be >= 1, got {given['nproc']}")
+        cores = max(2, os.cpu_count() or 1)
+        if given["nproc"] is not None and given["nproc"] > cores:  # (2^31 - 1 started processes until the machine gave out)
+            raise CLIError(f"--nproc {given['nproc']}: the ranks run on this machine, at most one per core ({cores}); "
+                           "across machines, torchrun (docs/cli.md, Data-parallel training)")
         if given["dist_timeout"] is not None and not given["dist_timeout"] > 0:
             raise CLIError(f"--dist-timeout must be > 0 seconds, got {given['dist_timeout']}")
         values = {f.name: given[f.name] for f in fields(cls) if f.name in given}

@@ -347,7 +347,8 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
     history = _fit(plan, model, ckp, table, spec, quiet, groups)
     done = int(state.get("step", 0))
     if done < total:  # interrupted here or on another rank (interrupted after the last step: just finish)
-        ckp.checkpoint(done)  # unless Ctrl-C came before the last callback, which wrote it
+        with ckp.signals():  # (a signal now: the run is stopping already)
+            ckp.checkpoint(done)  # unless Ctrl-C came before the last callback, which wrote it
         if rank == 0:
             print(f"savigp train: interrupted at step {done} of {total}; checkpoint written to {ckpt}; "
                   f"run the same command with --resume{' (without --warm-start)' if plan.warm_start else ''} to "
@@ -434,12 +435,11 @@ def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer)
 def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups):
     """:func:`savigp.training.fit` of the parameter ``groups`` (None: all) for the remaining steps,
     under ``ckp``'s signal handlers."""
-    from ..training.distributed import launched
     from ..training import ConvergenceWarning, default_log_every, fit
     from ..training.warm_start import FactorizedHyperparameterWarning
 
     remaining = ckp.total - int(ckp.state.get("step", 0))
-    with ckp.signals(sigterm=launched()) as handled:
+    with ckp.signals() as handled:
         estimator = model.resolved_estimator(plan.estimator)  # an impossible choice: one line, exit 2
         if not quiet:
             print(f"estimator: {estimator} ({ESTIMATORS[estimator].summary})", file=sys.stderr)

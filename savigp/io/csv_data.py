@@ -180,6 +180,16 @@ def _blocks(path: str, fh):
             return
 
 
+def _bom_length(data) -> int:
+    """The bytes of the UTF-8 byte-order marks (EF BB BF) that ``data``, the file's start, begins
+    with: every one of them (an editor that adds a mark to a file that has one doubles it; a mark
+    left in the text would become part of the first column's name)."""
+    n = 0
+    while data.startswith(b"\xef\xbb\xbf", n):
+        n += 3
+    return n
+
+
 def _decode(path: str, block, offset: int, line: int, skip: int = 0) -> str:
     """``block[skip:]`` (bytes starting on ``line`` at file ``offset``) as text; a byte that is not
     UTF-8 raises a DataError naming its line, its byte in the line and its file offset."""
@@ -392,7 +402,7 @@ def _read_whole(path: str, fh, header: Optional[bool], delimiter: str) -> Table:
     raw = bytearray()
     for _, _, block, _ in _blocks(path, fh):
         raw += block
-    text = _decode(path, raw, 0, 1, 3 if raw.startswith(b"\xef\xbb\xbf") else 0)
+    text = _decode(path, raw, 0, 1, _bom_length(raw))
     size = len(raw)
     del raw
     rows, lines = _parse_rows(path, text, 1, delimiter)
@@ -492,7 +502,7 @@ def _read_blocks(path: str, fh, header: Optional[bool], delimiter: str, progress
         first_line = line
         if b'"' in block or (b"\r" in block and block.count(b"\r") != block.count(b"\r\n")):
             raise _WholeFile
-        pos = 3 if offset == 0 and block.startswith(b"\xef\xbb\xbf") else 0
+        pos = _bom_length(block) if offset == 0 else 0
         ascii_only = block.isascii()
         if not ascii_only:
             _decode(path, block, offset, line, pos)  # names a byte that is not UTF-8

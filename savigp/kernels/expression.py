@@ -21,11 +21,12 @@ expression is a one-line :class:`ValueError` that quotes the expression up to th
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from typing import Optional, Sequence
 
 from .._choices import KERNELS
-from .spec import check_spec
+from .spec import MAX_DEPTH, check_spec
 
 _TOKEN = re.compile(r"""\s*(?:(?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.]))
                          |(?P<name>[A-Za-z_][\w.\-]*)
@@ -100,6 +101,7 @@ def parse_kernel(text: str, columns: Optional[Sequence[str]] = None, input_dim: 
     columns = list(columns) if columns is not None else None
     D = len(columns) if columns is not None else input_dim
     t = _Tokens(text, columns)
+    depth = [0]  # the parentheses open where the parser is
 
     def column(tok) -> int:
         kind, value, pos = tok
@@ -108,6 +110,8 @@ def parse_kernel(text: str, columns: Optional[Sequence[str]] = None, input_dim: 
             hint = t.quoting_hint(pos, named)
             if not re.fullmatch(r"\d+", value):
                 t.fail(pos, f"column {value!r} is not a column index (0, 1, ...) or name", hint)
+            if len(value) > 9:
+                t.fail(pos, f"column {value[:20]!r}... is out of range (the inputs have {D or 'fewer'} columns)")
             index = int(value)
             if D is not None and index >= D:
                 t.fail(pos, f"column {index} is out of range (the inputs have {D} columns, 0 to {D - 1})", hint)
@@ -127,6 +131,8 @@ def parse_kernel(text: str, columns: Optional[Sequence[str]] = None, input_dim: 
     def value():
         kind, v, pos = t.take()
         if kind == "number":
+            if not math.isfinite(float(v)):  # (a float64 holds about 1.8e308 at most; an int past it would overflow later)
+                t.fail(pos, f"number {v[:20]}{'...' if len(v) > 20 else ''} is out of range (beyond about 1.8e308)")
             return int(v) if re.fullmatch(r"[-+]?\d+", v) else float(v)
         if kind == "name" and v.lower() in ("true", "false"):
             return v.lower() == "true"
@@ -155,17 +161,27 @@ def parse_kernel(text: str, columns: Optional[Sequence[str]] = None, input_dim: 
             if sep[1] != ",":
                 t.fail(sep[2], f"expected ',' or ')', got {sep[1]!r}")
 
+    def nested(pos: int, inner):
+        """``inner()`` one level of parentheses deeper: at most :data:`MAX_DEPTH` levels (the parser
+        recurses once per level, and a spec holds at most that many)."""
+        depth[0] += 1
+        if depth[0] > MAX_DEPTH:
+            t.fail(pos, f"nested more than {MAX_DEPTH} levels deep")
+        node = inner()
+        depth[0] -= 1
+        return node
+
     def factor():
         kind, name, pos = t.take()
         if kind == "op" and name == "(":
-            node = expr()
+            node = nested(pos, expr)
             t.take("op", ")")
             return node
         if kind != "name":
             t.fail(pos, f"expected a kernel name or '(', got {name or 'the end'!r}")
         if name == "scale":
             t.take("op", "(")
-            node = {"scale": expr()}
+            node = {"scale": nested(pos, expr)}
             while t.peek()[1] == ",":
                 t.take()
                 key = t.take("name")

@@ -19,10 +19,11 @@ and Q latent functions.
 """
 from __future__ import annotations
 
+import heapq
 import inspect
-import math
 from typing import Any, Callable, Optional, Sequence
 
+from .._checks import finite_number, short_repr
 from .._choices import KERNELS
 
 #: the nodes of the algebra; a kernel registered under one of these names could not be told apart
@@ -67,13 +68,22 @@ def _is_value(v: Any) -> bool:
     if isinstance(v, bool) or v is None:
         return True
     if isinstance(v, (int, float)):
-        return math.isfinite(v)
+        return finite_number(v)
     if not isinstance(v, list) or len(v) > 4096:
         return False
     rows = v if v and all(isinstance(r, list) for r in v) else [v]  # a (Q, d) value is a list of lists
-    return sum(len(r) for r in rows) <= 65536 and all(
-        isinstance(r, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in r)
-        for r in rows)
+    return sum(len(r) for r in rows) <= 65536 and all(isinstance(r, list) and all(map(finite_number, r)) for r in rows)
+
+
+def _kind_error(name: str, key: str, value: Any, default: Any) -> Optional[str]:
+    """What is wrong with ``value`` for an option whose constructor default is ``default``: a
+    boolean option (``ard``, ``learn``) takes true or false only (an integer is not a boolean), a
+    numeric one no boolean; None when the value fits (or the default says nothing)."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else f"{name}'s {key} must be true or false, got {short_repr(value)}"
+    if isinstance(default, (int, float)) and isinstance(value, bool):
+        return f"{name}'s {key} must be a number, got {str(value).lower()}"
+    return None
 
 
 def check_spec(spec: Any, input_dim: Optional[int] = None, num_latent: Optional[int] = None) -> None:
@@ -98,11 +108,11 @@ def check_spec(spec: Any, input_dim: Optional[int] = None, num_latent: Optional[
             return
         if len(ops) != 1:
             raise ValueError(f"kernel spec at {where}: expected one of 'kernel', {', '.join(repr(c) for c in COMBINATIONS)}; "
-                             f"got keys {sorted(map(str, node))[:8]}")
+                             f"got keys {short_repr(heapq.nsmallest(8, map(str, node)), 120)}")
         op = ops[0]
         extra = set(node) - {op} - ({"variance", "learn"} if op == "scale" else set())
         if extra:
-            raise ValueError(f"kernel spec at {where}: {op!r} takes no key {sorted(map(str, extra))[0]!r}")
+            raise ValueError(f"kernel spec at {where}: {op!r} takes no key {min(map(str, extra))[:40]!r}")
         body = node[op]
         if op == "scale":
             if "learn" in node and not isinstance(node["learn"], bool):
@@ -125,7 +135,7 @@ def check_spec(spec: Any, input_dim: Optional[int] = None, num_latent: Optional[
                 raise ValueError(f"kernel spec at {here}: expected {{'num_latent': q, 'kernel': spec}}")
             q = part["num_latent"]
             if not isinstance(q, int) or isinstance(q, bool) or q < 1:
-                raise ValueError(f"kernel spec at {here}: num_latent must be a positive integer, got {q!r}")
+                raise ValueError(f"kernel spec at {here}: num_latent must be a positive integer, got {short_repr(q)}")
             total += q
             visit(part["kernel"], f"{here}.kernel", depth + 1)
         if num_latent is not None and depth == 0 and total != num_latent:
@@ -137,21 +147,24 @@ def check_spec(spec: Any, input_dim: Optional[int] = None, num_latent: Optional[
 def _check_leaf(node: dict, where: str, input_dim: Optional[int]) -> None:
     name = node["kernel"]
     if not isinstance(name, str) or name not in KERNELS:
-        raise ValueError(f"kernel spec at {where}: unknown kernel {str(name)[:40]!r} (registered: {', '.join(KERNELS)})")
+        raise ValueError(f"kernel spec at {where}: unknown kernel {short_repr(name)} (registered: {', '.join(KERNELS)})")
     options = _options_of(name)
     open_ended = any(p.kind == p.VAR_KEYWORD for p in inspect.signature(KERNELS[name].__init__).parameters.values())
     for key, value in node.items():
         if key == "kernel":
             continue
         if key not in options and not open_ended:
-            raise ValueError(f"kernel spec at {where}: {name} takes no option {str(key)[:40]!r} "
+            raise ValueError(f"kernel spec at {where}: {name} takes no option {short_repr(key)} "
                              f"(it takes {', '.join(options) or 'none'})")
         if not _is_value(value):
             raise ValueError(f"kernel spec at {where}: {name}'s {key} must be a bool, a finite number or a list of them")
+        wrong = _kind_error(name, key, value, options[key].default) if key in options else None
+        if wrong:
+            raise ValueError(f"kernel spec at {where}: {wrong}")
     dims = node.get("active_dims")
     if dims is not None:
         if not isinstance(dims, list) or not dims or any(not isinstance(d, int) or isinstance(d, bool) for d in dims):
-            raise ValueError(f"kernel spec at {where}: active_dims must be a list of column indices, got {str(dims)[:60]}")
+            raise ValueError(f"kernel spec at {where}: active_dims must be a list of column indices, got {short_repr(dims)}")
         bad = [d for d in dims if d < 0 or (input_dim is not None and d >= input_dim)] or (
             dims if len(set(dims)) != len(dims) else [])
         if bad:

@@ -1,6 +1,7 @@
 """Model files: save a trained :class:`~savigp.model.SAVIGP` and rebuild it without its data.
 
-The pieces: :mod:`.file_format` (writing and reading the file), :mod:`.migrations` (format versions and
+The pieces: :mod:`.file_format` (writing and reading the file; :mod:`.pickle_scan` bounds what its
+pickle would build before it is unpickled), :mod:`.migrations` (format versions and
 the upgrades of files written by earlier versions), :mod:`.kernel_record` (the kernel as data),
 :mod:`.schema` (every configuration field checked), :mod:`.user_code` (importing user code with
 consent), :mod:`.likelihood_spec` (the likelihood a file describes), :mod:`.builder` (the model

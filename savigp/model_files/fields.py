@@ -4,9 +4,10 @@ holds and what was expected. Plain values are bounded in nesting, items and stri
 that a small file cannot make the checks (or the loader) do unbounded work."""
 from __future__ import annotations
 
-import math
 import re
 from typing import Optional
+
+from .._checks import finite_number, short_repr
 
 #: plain (non-tensor) values in a model file: nesting depth, items per container, characters per string
 MAX_DEPTH, MAX_ITEMS, MAX_STRING = 12, 1_000_000, 65_536
@@ -49,17 +50,17 @@ class Int(Field):
 
     def check(self, value, where):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise SchemaError(f"{where} must be an integer, got {type(value).__name__} {_short(value)}")
+            raise SchemaError(f"{where} must be an integer, got {type(value).__name__} {short_repr(value)}")
         if not self.lo <= value <= self.hi:
-            raise SchemaError(f"{where} must be between {self.lo} and {self.hi}, got {value}")
+            raise SchemaError(f"{where} must be between {self.lo} and {self.hi}, got {short_repr(value)}")
 
 
 class Float(Field):
     def check(self, value, where):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SchemaError(f"{where} must be a number, got {type(value).__name__} {_short(value)}")
-        if not math.isfinite(value):
-            raise SchemaError(f"{where} must be finite, got {value}")
+            raise SchemaError(f"{where} must be a number, got {type(value).__name__} {short_repr(value)}")
+        if not finite_number(value):
+            raise SchemaError(f"{where} must be finite, got {short_repr(value)}")
 
 
 class Positive(Float):
@@ -72,7 +73,7 @@ class Positive(Float):
 class Bool(Field):
     def check(self, value, where):
         if not isinstance(value, bool):
-            raise SchemaError(f"{where} must be true or false, got {type(value).__name__} {_short(value)}")
+            raise SchemaError(f"{where} must be true or false, got {type(value).__name__} {short_repr(value)}")
 
 
 class Str(Field):
@@ -81,13 +82,13 @@ class Str(Field):
 
     def check(self, value, where):
         if not isinstance(value, str):
-            raise SchemaError(f"{where} must be a string, got {type(value).__name__} {_short(value)}")
+            raise SchemaError(f"{where} must be a string, got {type(value).__name__} {short_repr(value)}")
         if len(value) > self.max_len:
             raise SchemaError(f"{where} is {len(value)} characters long (at most {self.max_len})")
         if self.choices is not None and value not in self.choices:
-            raise SchemaError(f"{where} must be one of {', '.join(map(repr, self.choices))}, got {_short(value)}")
+            raise SchemaError(f"{where} must be one of {', '.join(map(repr, self.choices))}, got {short_repr(value)}")
         if self.pattern is not None and not re.fullmatch(self.pattern, value):
-            raise SchemaError(f"{where} is not of the expected form ({self.pattern}): {_short(value)}")
+            raise SchemaError(f"{where} is not of the expected form ({self.pattern}): {short_repr(value)}")
 
 
 class List(Field):
@@ -96,7 +97,7 @@ class List(Field):
 
     def check(self, value, where):
         if not isinstance(value, list):
-            raise SchemaError(f"{where} must be a list, got {type(value).__name__} {_short(value)}")
+            raise SchemaError(f"{where} must be a list, got {type(value).__name__} {short_repr(value)}")
         if not self.min_len <= len(value) <= self.max_len:
             raise SchemaError(f"{where} has {len(value)} item(s); expected {self.min_len} to {self.max_len}")
         for i, v in enumerate(value):
@@ -140,7 +141,7 @@ class Plain(Field):
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for k, v in items:
                 if isinstance(value, dict) and not isinstance(k, str):
-                    raise SchemaError(f"{where}: key {_short(k)} is not a string")
+                    raise SchemaError(f"{where}: key {short_repr(k)} is not a string")
                 self.check(v, f"{where}[{k!r}]", depth + 1)
             return
         raise SchemaError(f"{where}: a {type(value).__name__} is not a plain value")
@@ -168,7 +169,7 @@ class Dict(Field):
 
     def check(self, value, where):
         if not isinstance(value, dict):
-            raise SchemaError(f"{where} must be a dict, got {type(value).__name__} {_short(value)}")
+            raise SchemaError(f"{where} must be a dict, got {type(value).__name__} {short_repr(value)}")
         for key, field in self.fields.items():
             if key not in value:
                 if not field.optional:
@@ -179,9 +180,9 @@ class Dict(Field):
             raise SchemaError(f"{where} has {len(value)} entries (at most {self.max_len})")
         for key, v in value.items():
             if not isinstance(key, str):
-                raise SchemaError(f"{where}: key {_short(key)} is not a string")
+                raise SchemaError(f"{where}: key {short_repr(key)} is not a string")
             if key not in self.fields and self.key_pattern is not None and not re.fullmatch(self.key_pattern, key):
-                raise SchemaError(f"{where}: key {_short(key)} is not of the expected form ({self.key_pattern})")
+                raise SchemaError(f"{where}: key {short_repr(key)} is not of the expected form ({self.key_pattern})")
             if key not in self.fields:
                 self.extra.check(v, f"{where}.{key}")
 
@@ -198,11 +199,11 @@ class KernelSpec(Field):
 
         if isinstance(value, str):
             if value not in KERNELS:
-                raise SchemaError(f"{where} must be one of {', '.join(map(repr, KERNELS))}, got {_short(value)}")
+                raise SchemaError(f"{where} must be one of {', '.join(map(repr, KERNELS))}, got {short_repr(value)}")
             return
         if not isinstance(value, dict):
             raise SchemaError(f"{where} must be a kernel name or a kernel spec (a dict), got {type(value).__name__} "
-                              f"{_short(value)}")
+                              f"{short_repr(value)}")
         try:
             check_spec(value)
         except ValueError as err:
@@ -216,18 +217,13 @@ def spec_error(where: str, err: ValueError) -> SchemaError:
     return SchemaError(f"{where}{text[len(head):]}" if text.startswith(head) else f"{where}: {text}")
 
 
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 class BoundedPlain(Plain):
     """A plain value whose integers are at most ``MAX_KWARG_INT`` in magnitude and whose lists hold
     at most ``MAX_KWARG_ITEMS`` items: constructor arguments cannot ask for huge allocations."""
 
     def check(self, value, where, depth: int = 0):
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_KWARG_INT:
-            raise SchemaError(f"{where} must be at most {MAX_KWARG_INT} in magnitude, got {value}")
+            raise SchemaError(f"{where} must be at most {MAX_KWARG_INT} in magnitude, got {short_repr(value)}")
         if isinstance(value, (list, dict)) and len(value) > MAX_KWARG_ITEMS:
             raise SchemaError(f"{where}: {len(value)} items (at most {MAX_KWARG_ITEMS})")
         if isinstance(value, (list, dict)):

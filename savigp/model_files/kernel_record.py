@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .._checks import short_repr
 from .._choices import KERNELS
 from ..kernels.spec import check_spec
 from .fields import SchemaError, spec_error
@@ -88,8 +89,7 @@ def check_kernel_record(config: dict) -> None:
 
 
 def _describe(spec) -> str:
-    text = repr(spec)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return short_repr(spec, 80)
 
 
 def kernel_parameter_bytes(config: dict) -> int:

@@ -142,6 +142,14 @@ def test_a_shift_leaves_a_period_and_moves_an_offset():
     ("rbf(time) * (matern32(x)", "expected ), got 'the end'"),
     ("rbf + scale(periodic(time, period=-1))", "periodic(time, period=-1): PositiveParameter"),
     ("additive-matern(nu=2)", "additive-matern(nu=2): nu must be one of [0.5, 1.5, 2.5]"),
+    # bounded before the parser recurses or a float overflows (before: internal errors, exit 1)
+    ("(" * 199 + "rbf" + ")" * 199, "nested more than 32 levels deep at character 33"),
+    ("scale(" * 40 + "rbf" + ")" * 40, "nested more than 32 levels deep"),
+    (f"rbf(time, lengthscale={'1' * 400})", "number 11111111111111111111... is out of range (beyond about 1.8e308)"),
+    (f"rbf({'1' * 400})", "is out of range (the inputs have 2 columns)"),
+    ("scale(rbf, variance=-1)", "scale(rbf, variance=-1): PositiveParameter"),  # (before: no --kernel named)
+    ("rbf(x, ard=7)", "rbf's ard must be true or false, got 7"),  # (before: 7 taken as true)
+    ("periodic(time, period=true)", "periodic's period must be a number, got true"),
 ])
 def test_a_wrong_expression_is_one_line_naming_the_bad_part(data, capsys, expr, needle):
     out = data["dir"] / "bad.pt"

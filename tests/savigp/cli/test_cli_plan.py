@@ -62,6 +62,7 @@ def test_the_plan_reads_the_command_line_once():
     (["--dist-timeout", "0"], "--dist-timeout must be > 0 seconds, got 0.0"),
     (["--learn", "kernels"], "--learn: unknown parameter group(s) 'kernels'"),
     (["--nproc", "0", "--learn", "kernels"], "--nproc must be >= 1"),  # (checked in the order of before)
+    (["--nproc", "2147483647"], "--nproc 2147483647: the ranks run on this machine, at most one per core"),
 ])
 def test_bad_options_are_one_line_errors_when_the_plan_is_built(extra, message):
     with pytest.raises(CLIError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -96,3 +97,56 @@ def test_bad_samples_are_a_one_line_error_when_the_plan_is_built(command):
     plan = PredictPlan if command == "predict" else EvaluatePlan
     with pytest.raises(CLIError, match="--samples must be >= 1, got 0"):
         plan.from_args(build_parser().parse_args([command, "m.pt", "t.csv", "--samples", "0"]))
+
+
+@pytest.mark.parametrize("command", ["train", "predict", "evaluate", "demo"])
+def test_numeric_options_are_bounded_where_they_are_read(command, capsys):
+    """Every integer option is a count within a C int (a seed within 0..2^63 - 1) and every real one a
+    finite float64, refused by the parser naming the option (before: a 400-digit --iterations,
+    --samples, --components or --epochs failed later as internal errors (OverflowError), a negative
+    or 20-digit --seed without naming it, --lr 1e400 trained to NaN, exit 1)."""
+    from savigp.cli import main
+
+    huge = "1" * 400
+    actions = {a.option_strings[0]: a for a in _command_parser(command)._actions if a.option_strings}
+
+    def reads(action, text, kind) -> bool:  # (the option's type, told by what it makes of a value)
+        try:
+            return action.type is not None and type(action.type(text)) is kind
+        except Exception:  # noqa: BLE001 - a type that refuses the probe takes other values
+            return False
+
+    cases = [(o, huge, f"argument {o}: {'1' * 20}... is out of range") for o, a in actions.items() if reads(a, "5", int)]
+    cases += [(o, "1e400", f"argument {o}: 1e400 is not a finite number") for o, a in actions.items()
+              if reads(a, "0.5", float)]
+    cases += [("--seed", "-1", "argument --seed: -1 is out of range (0 to 9223372036854775807)")]
+    assert len(cases) >= (10 if command == "train" else 3)
+    head = {"train": ["train", "d.csv", "--targets", "y", "--out", "m.pt"], "predict": ["predict", "m.pt", "t.csv"],
+            "evaluate": ["evaluate", "m.pt", "t.csv"], "demo": ["demo"]}[command]
+    for option, value, message in cases:
+        capsys.readouterr()
+        assert main([*head, option, value]) == 2, option
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == f"savigp {command}: error: {message}" or message in err[-1], (option, err[-1])
+
+
+def test_threads_are_bounded(capsys):
+    """--threads 2^31 - 1 failed inside torch (an internal error, exit 1)."""
+    from savigp.cli import main
+
+    for threads in ("0", "2147483647"):
+        capsys.readouterr()
+        assert main(["predict", "m.pt", "t.csv", "--threads", threads]) == 2
+        assert capsys.readouterr().err.strip() == f"savigp predict: error: --threads must be between 1 and 1024, got {threads}"
+
+
+@pytest.mark.parametrize("value, shown", [("1" * 400, "1111111111"), ("1e400", "inf"), ("[1, -1e999]", "-inf"),
+                                          ("{'a': (2, 1e999)}", "inf")])
+def test_a_lik_option_number_beyond_float64_is_refused_naming_it(value, shown):
+    """A 400-digit --lik-option value overflowed a float inside the likelihood (an internal error,
+    exit 1); any number a float64 does not hold, also inside a list or dict, is refused as it is read."""
+    from savigp.cli.checks import parse_lik_options
+
+    assert parse_lik_options(["df=4", "scale=[1, 2.5]"]) == {"df": 4, "scale": [1, 2.5]}
+    with pytest.raises(CLIError, match=rf"--lik-option df=: the number -?{shown}.* is beyond what a float64 holds"):
+        parse_lik_options([f"df={value}"])

@@ -292,3 +292,20 @@ def test_a_hard_linked_lock_file_is_refused(tmp_path):
     with pytest.raises(CLIError, match="hard link"):
         lock_output(str(tmp_path / "m.pt"))
     assert victim.read_text() == "precious\n"
+
+
+def test_bad_input_is_said_once_not_once_per_rank(tmp_path, monkeypatch, capsys):
+    """Every rank of ``--nproc``/``torchrun`` reads the same input and meets the same error: the
+    machine's first rank (LOCAL_RANK 0) prints its one line, the others only exit with status 2 (before,
+    ``--nproc 2`` printed each error twice)."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text("x1,x2,y\n1,2,3\n4,abc,6\n7,8,9\n")
+    cmd = ["train", str(bad), "--targets", "y", "--out", str(tmp_path / "m.pt"), *FAST]
+    for rank, says in (("0", True), ("1", False)):
+        for key, value in {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2"}.items():
+            monkeypatch.setenv(key, value)
+        capsys.readouterr()
+        assert main(cmd) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == ([f"savigp train: error: {bad}, line 3, column 'x2' (index 1): 'abc' is not a number "
+                        "(digits 0-9, an optional sign, decimal point and exponent)"] if says else []), err

@@ -100,3 +100,16 @@ def test_running_out_of_memory_names_the_file_its_size_and_rows(tmp_path, monkey
     with pytest.raises(TableMemoryError, match=r"read whole, every cell held as a string, because it has quotes"):
         monkeypatch.setattr(cd, "_parse_cells", lambda *a: (_ for _ in ()).throw(MemoryError()))
         read_csv(str(path))
+
+
+@pytest.mark.parametrize("marks", [1, 2, 3])
+@pytest.mark.parametrize("quoted", [False, True])  # (the block reader, and the careful reader quotes send it to)
+def test_every_leading_byte_order_mark_is_dropped(tmp_path, marks, quoted):
+    """A UTF-8 byte-order mark is not text: an editor that saves a file that has one may add another,
+    and a mark left in (before: the second of two) became part of the first column's name."""
+    path = tmp_path / "bom.csv"
+    first = '"x1"' if quoted else "x1"
+    path.write_bytes(b"\xef\xbb\xbf" * marks + f"{first},x2,y\n1,2,3\n4,5,6\n".encode())
+    table = read_csv(str(path))
+    assert table.header == ["x1", "x2", "y"]
+    assert table.values.tolist() == [[1, 2, 3], [4, 5, 6]]

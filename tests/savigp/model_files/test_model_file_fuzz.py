@@ -358,6 +358,30 @@ def test_the_pickle_is_bounded_in_objects_and_records_in_size(bases, tmp_path, m
         load_model(str(tmp_path / "claims.pt"))
 
 
+def test_a_huge_container_or_deep_nesting_is_refused_before_unpickling(bases, tmp_path, monkeypatch):
+    """A kernel spec of a million integers in one list (a 2 MB file; 7.8 MB of them cost 5.5 s of
+    CPU before the schema refused them), and values nested 20,000 deep: refused from the pickle's
+    opcodes, torch.load never called."""
+    raw, _, _ = bases["mixture"]
+    payload = torch.load(io.BytesIO(raw), weights_only=True)
+    payload["config"]["model_options"]["kernel"] = {"kernel": "rbf", "lengthscale": [1] * 1_000_001}
+    del payload["content_sha256"]
+    torch.save(payload, str(tmp_path / "spec.pt"))
+    (tmp_path / "deep.pt").write_bytes(_archive({"archive/data.pkl": b"\x80\x02" + b"]" * 20_000 + b".",
+                                                 "archive/version": b"3\n"}))
+
+    def never(*args, **kwargs):
+        raise AssertionError("unpickled")
+
+    monkeypatch.setattr(torch, "load", never)
+    with pytest.raises(ModelFileError, match=r"spec.pt: not a savigp model file \(its pickle builds a container of "
+                                             r"more than 1000000 items"):
+        load_model(str(tmp_path / "spec.pt"))
+    with pytest.raises(ModelFileError, match=r"deep.pt: not a savigp model file \(its pickle stacks more than 10000 "
+                                             r"values: values nested thousands deep"):
+        load_model(str(tmp_path / "deep.pt"))
+
+
 def test_bit_flips_never_load_as_other_numbers(bases, tmp_path):
     """Every flipped bit in the tensors' bytes and in the pickle either fails to load or is refused
     by the content digest; none loads (the same file without the digest loads the flipped numbers)."""

@@ -5,6 +5,8 @@ shared by Q > 1 latent functions, Fourier features / ODVFF), files of format 4 (
 field before anything is built."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -38,7 +40,12 @@ def _rewrite(path, edit):
         p["content_sha256"] = content_digest(p)
     except TypeError:
         del p["content_sha256"]
-    torch.save(p, str(path))
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20_000))  # (pickling values nested thousands deep; reading them needs no recursion)
+    try:
+        torch.save(p, str(path))
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _models():
@@ -129,6 +136,13 @@ def _deep(levels):
     return spec
 
 
+def _nested_list(levels):
+    value = [1.0]
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize("source, edit, needle", [
     ("composite", lambda p: _options(p).update(kernel={"mixture": [{"kernel": "rbf"}]}),
      "config.model_options.kernel: expected one of 'kernel', 'sum', 'product', 'scale', 'list'"),
@@ -145,6 +159,27 @@ def _deep(levels):
     ("composite", lambda p: _options(p).update(kernel={"list": [{"num_latent": 2, "kernel": {"kernel": "rbf"}}]}),
      "config.model_options.kernel: the list's parts have 2 latent functions, the model 1"),
     ("composite", lambda p: _options(p).update(kernel=7), "config.model_options.kernel must be a kernel name or a kernel spec"),
+    # numbers a float64 cannot hold (an int of 400 digits: OverflowError before), booleans that are not
+    ("composite", lambda p: _options(p)["kernel"]["sum"][0].update(lengthscale=int("1" * 400)),
+     "config.model_options.kernel.sum[0]: rbf's lengthscale must be a bool, a finite number or a list"),
+    ("composite", lambda p: _options(p)["kernel"]["sum"][0].update(lengthscale=[1.0, -int("9" * 400)]),
+     "config.model_options.kernel.sum[0]: rbf's lengthscale must be a bool, a finite number or a list"),
+    ("composite", lambda p: _options(p).update(prior_mean=10 ** 400), "config.model_options.prior_mean must be finite"),
+    ("composite", lambda p: _options(p)["kernel"]["sum"][0].update(ard=7),
+     "config.model_options.kernel.sum[0]: rbf's ard must be true or false, got 7"),
+    ("composite", lambda p: _options(p)["kernel"]["sum"][0].update(lengthscale=True),
+     "config.model_options.kernel.sum[0]: rbf's lengthscale must be a number, got true"),
+    ("composite", lambda p: _options(p)["kernel"]["sum"][0].update(active_dims=[10 ** 400]),
+     "config.model_options.kernel.sum[0]: rbf's active_dims must be a bool, a finite number or a list"),
+    ("composite", lambda p: _options(p).update(kernel=_deep(3000)), "more than 256 nodes or 32 levels"),
+    ("composite", lambda p: _options(p).update(kernel=_deep(6000)), "its pickle stacks more than 10000 values"),
+    # a value nested thousands deep where a message quotes it (before: RecursionError in repr)
+    ("composite", lambda p: _options(p).update(kernel=_nested_list(5000)),
+     "config.model_options.kernel must be a kernel name or a kernel spec (a dict), got list [[[[...]]]]"),
+    ("composite", lambda p: p["config"]["model"].update(input_dim=_nested_list(5000)),
+     "config.model.input_dim must be an integer, got list [[[[...]]]]"),
+    ("composite", lambda p: _options(p)["kernel"]["sum"][1].update(product=_nested_list(5000)),
+     "config.model_options.kernel.sum[1]: 'product' takes a list of two or more parts"),
     ("composite", lambda p: _options(p).update(kernel_ard=False), "config.model_options.kernel_ard is not allowed"),
     ("composite", lambda p: _options(p).update(fourier_features=2),
      "config.model_options.fourier_features: Fourier features need the kernel 'additive-matern' alone"),
