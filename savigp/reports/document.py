@@ -264,6 +264,8 @@ def _checks(model, inner, X, Y, X_test, Y_test, columns, tnames, num_samples, se
         Y, tnames = observed_classes(model, Y), [f"class of {tnames[0]}"]
         Y_test = None if Y_test is None else observed_classes(model, Y_test)
     fit_body = [_classifier_fit(draws, Y, test_draws, Y_test, tname, figures)] if classifier else []
+    if classifier and X.shape[1] == 2 and draws.max() <= 1 and Y.max() <= 1:
+        fit_body.append(_probability_map(model, X, Y, columns, tname, seed, figures))
     levels = [0.025, 0.5, 0.975]
     for p in range(0 if classifier else Y.shape[1]):
         bands = np.quantile(draws[:, :, p], levels, axis=0)
@@ -345,6 +347,25 @@ def _classifier_fit(draws, Y, test_draws, Y_test, tname: str, figures) -> str:
             + html.figure(figures.reliability_png(tables, what), "reliability of the predicted probabilities",
                           f"Reliability: the rows binned by their predicted probability of {what}, each bin's "
                           "observed share against its mean prediction (a calibrated model lies on the diagonal)."))
+
+
+#: the probability map's grid points per axis, and the latent draws at each
+MAP_GRID, MAP_SAMPLES = 60, 1000
+
+
+def _probability_map(model, X, classes, columns, tname: str, seed: int, figures) -> str:
+    """A binary classifier of two input columns: its predicted probability of the positive class on
+    a :data:`MAP_GRID` x :data:`MAP_GRID` grid over the training rows' range (each point the share
+    of :data:`MAP_SAMPLES` predictive draws in the class), with the training rows ``X (N, 2)`` marked
+    by their observed class ``classes (N, 1)``."""
+    gx, gy = (np.linspace(X[:, d].min(), X[:, d].max(), MAP_GRID) for d in (0, 1))
+    grid = np.stack(np.meshgrid(gx, gy), axis=-1).reshape(-1, 2)
+    prob = predictive_draws(model, grid, None, num_samples=MAP_SAMPLES, seed=seed + 2)[:, :, 0].mean(axis=0)
+    what = f"the positive class of {tname}"
+    png = figures.probability_map_png(gx, gy, prob.reshape(MAP_GRID, MAP_GRID), X, classes[:, 0], columns[:2], what)
+    return html.figure(png, f"probability of {what} over {columns[0]} and {columns[1]}",
+                       f"The predicted probability of {what} over {columns[0]} and {columns[1]} (the 50% contour "
+                       f"in black), with the training rows by their observed class.")
 
 
 def _training_section(history, config: dict, inner, figures) -> str:

@@ -115,6 +115,27 @@ def reliability_png(tables: dict, what: str) -> bytes:
     return _png(fig)
 
 
+def probability_map_png(gx: np.ndarray, gy: np.ndarray, prob: np.ndarray, X: np.ndarray, classes: np.ndarray,
+                        xnames: Sequence[str], what: str) -> bytes:
+    """A binary classifier's predicted probability ``prob (len(gy), len(gx))`` on the grid of
+    ``gx``, ``gy`` as filled contours with its 50% contour, and the rows ``X (N, 2)`` marked by
+    their class ``classes (N,)`` (0 or 1)."""
+    fig, axes = _figure(1, 4.2, ncols=1)
+    ax = axes[0]
+    filled = ax.contourf(gx, gy, prob, levels=np.linspace(0, 1, 11), cmap="RdBu_r", alpha=0.8)
+    ax.contour(gx, gy, prob, levels=[0.5], colors="k", linewidths=1.2)
+    for c, marker, colour in ((0, "o", "C0"), (1, "^", "C3")):
+        keep = classes == c
+        ax.plot(X[keep, 0], X[keep, 1], marker, mfc=colour, mec="k", mew=0.4, ms=4, ls="",
+                label=("positive" if c else "negative") + " class (training)")
+    fig.colorbar(filled, ax=ax, label=f"predicted probability")
+    ax.set_title(f"predicted probability of {what}", fontsize=10, loc="left")
+    ax.set_xlabel(xnames[0])
+    ax.set_ylabel(xnames[1])
+    ax.legend(loc="upper right", fontsize=8)
+    return _png(fig)
+
+
 def trace_png(elbo: Sequence[float]) -> bytes:
     """The ELBO per step."""
     fig, axes = _figure(1, 2.4)

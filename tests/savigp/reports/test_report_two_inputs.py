@@ -1,7 +1,8 @@
 """``savigp.report`` of a classifier on two input columns with a part on each (``rbf(0) + rbf(1)``):
 a figure per part, drawn against that part's own column (the x values handed to the figure are the
 column's, and the alt text and caption name it); the fit is the classifier's accuracy, Brier score
-and reliability on the training and test rows; the residuals are drawn against both columns."""
+and reliability on the training and test rows with a map of the predicted probability over the two
+columns; the residuals are drawn against both columns."""
 import re
 from html.parser import HTMLParser
 
@@ -76,6 +77,7 @@ def test_each_part_of_a_two_column_classifier_is_drawn_against_its_own_column(cl
     assert re.search(r"training 80 [\d.]+% [\d.]+", page.text) and re.search(r"test 30 [\d.]+% [\d.]+", page.text)
     assert "reliability of the predicted probabilities" in page.alts and "predicted interval" not in page.text
     assert any("against size, age (dashed" in c for c in page.captions)
+    assert "probability of the positive class of sick over size and age" in page.alts
     # the parts' words say where each part is lowest and highest, in its own column's values
     mean = parts.mean[0].numpy()
     j = parts.names[0].index("rbf(age)")
