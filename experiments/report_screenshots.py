@@ -13,18 +13,24 @@ series, and their screenshots taken by a headless Chromium.
   (``--likelihood experiments.sunspots:neg_binomial --lik-param r=5:positive``; a torch function, so
   ``--lik-option differentiable=True`` for the reparameterization estimator), the kernel
   ``periodic(period=11) * rbf + rbf`` and a learned constant prior mean at the log of the mean count,
-  trained by Adam.
+  trained by Adam;
+* breast cancer diagnoses (scikit-learn's ``load_breast_cancer``, Wolberg et al.'s Wisconsin
+  diagnostic data, 569 tumours; ``malignant`` = 1 for malignant) against two of its 30 features, the
+  ``mean radius`` and ``mean texture`` of the cell nuclei (columns ``radius``, ``texture``), split at
+  random (seed 0) into :data:`CANCER_TRAIN` training and the rest test rows; a logistic likelihood and
+  the kernel ``rbf(radius) + rbf(texture)`` (an additive part on each column, Duvenaud et al. 2011's
+  additive GP), inputs standardized, trained by Adam.
 
 Each report gets the test years with ``--test``; a model file already in ``--out`` is reused unless
 ``--retrain``. Screenshots: ``chromium --headless --screenshot=... --window-size=1200,HEIGHT``
 (skipped, said on stderr, where no ``chromium`` is installed).
 
-    python -m experiments.report_screenshots --figures docs/figures     # about 3 minutes on 1 core
+    python -m experiments.report_screenshots --figures docs/figures     # 72 s on 1 core (with --retrain)
     python -m experiments.report_screenshots --quick                     # M = 20, few steps: seconds
 
 Outputs in ``--out`` (default ``results/report_screenshots``): ``co2_train.csv``, ``co2_test.csv``,
-``co2.pt``, ``co2_report.html`` and the same for ``sunspots_*``, ``report_screenshots.json`` (the
-commands run and their settings), and the screenshots ``report_co2.png``, ``report_sunspots.png``
+``co2.pt``, ``co2_report.html`` and the same for ``sunspots_*`` and ``cancer_*``, ``report_screenshots.json`` (the
+commands run and their settings), and the screenshots ``report_co2.png``, ``report_sunspots.png``, ``report_cancer.png``
 (in ``--figures``, default ``--out``).
 """
 from __future__ import annotations
@@ -50,16 +56,37 @@ TRAIN = {
                  "--lik-param", "r=5:positive", "--lik-option", "differentiable=True", "--kernel",
                  "periodic(period=11, lengthscale=1) * rbf(lengthscale=50) + rbf(lengthscale=20)",
                  "--learn-prior-mean", "--optimizer", "adam", "--lr", "0.03"],
+    "cancer": ["--targets", "malignant", "--likelihood", "logistic", "--kernel", "rbf(radius) + rbf(texture)",
+               "--standardize-inputs", "--optimizer", "adam", "--lr", "0.05"],
 }
 #: (M, steps) per data set, full and --quick
-SIZES = {"co2": ((150, 60), (20, 5)), "sunspots": ((60, 4000), (20, 20))}
+SIZES = {"co2": ((150, 60), (20, 5)), "sunspots": ((60, 4000), (20, 20)), "cancer": ((40, 2000), (20, 20))}
+#: breast cancer: training rows (of 569; the rest are the test rows)
+CANCER_TRAIN = 380
 #: the screenshot's window (CSS pixels)
-WIDTH, HEIGHT = 1200, 3000
+WIDTH, HEIGHT = 1200, 3400
+
+
+def _load_cancer():
+    """Breast cancer's ``(X (569, 2): mean radius, mean texture; y (569,): 1 = malignant)``, split at
+    random (seed 0) into ``(Xtr, Ytr, Xte, Yte)`` with :data:`CANCER_TRAIN` training rows."""
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    names = list(data.feature_names)
+    X = data.data[:, [names.index("mean radius"), names.index("mean texture")]]
+    y = (data.target == list(data.target_names).index("malignant")).astype(np.float64)
+    order = np.random.default_rng(0).permutation(len(y))
+    train, test = np.sort(order[:CANCER_TRAIN]), np.sort(order[CANCER_TRAIN:])
+    return X[train], y[train], X[test], y[test]
 
 
 def _write_data(out, name: str, every: int):
     """The training and test CSV files of ``name``; returns their paths and the training mean."""
-    if name == "co2":
+    if name == "cancer":
+        Xtr, Ytr, Xte, Yte = _load_cancer()
+        header = ("radius", "texture", "malignant")
+    elif name == "co2":
         t, y, _ = co2.load_co2()
         Xtr, Ytr, Xte, Yte = co2.split(t, y, every)
         header = ("year", "ppm")
@@ -70,7 +97,9 @@ def _write_data(out, name: str, every: int):
     paths = []
     for part, X, Y in (("train", Xtr, Ytr), ("test", Xte, Yte)):
         path = out / f"{name}_{part}.csv"
-        rows = [{header[0]: float(x), header[1]: float(v)} for x, v in zip(np.ravel(X), np.ravel(Y))]
+        X = np.asarray(X, dtype=np.float64).reshape(len(np.ravel(Y)), -1)
+        rows = [{**{h: float(x) for h, x in zip(header[:-1], xs)}, header[-1]: float(v)}
+                for xs, v in zip(X, np.ravel(Y))]
         common.write_csv_atomic(path, rows, header)
         paths.append(path)
     return paths[0], paths[1], float(np.mean(Ytr))

@@ -29,6 +29,8 @@ from .words import describe_likelihood, describe_term
 #: the most rows the checks of fit draw the predictive at (a random subset of more): S draws of each
 #: are held at once (1000 x 20000 float64: 160 MB)
 MAX_CHECK_ROWS = 20000
+#: the residuals are drawn against each of the first this many input columns
+MAX_RESIDUAL_COLUMNS = 3
 
 
 def _checked(name: str, value, rows: Optional[int], cols: int) -> np.ndarray:
@@ -71,6 +73,36 @@ def _part_words(inner, q: int, names: list, columns: list, config: dict) -> list
         out.append(f"the prior mean ({mu:.3g}{', learned' if inner.prior_mean.requires_grad else ''})"
                    + (" and the mean basis's shift" if inner.head.size > 0 else ""))
     return out
+
+
+def _dims(dims, D: int) -> list:
+    """A part's input columns as a list (``None``, all of them: ``0 .. D-1``; the mean's: none)."""
+    return list(range(D)) if dims is None else [int(d) for d in dims]
+
+
+def _extremes(mean, X, columns, dims: list) -> str:
+    """Where a part of one input column is lowest and highest over the data (``mean (N,)`` its
+    posterior mean at ``X (N, D)``), as words; "" for a part of no or several columns."""
+    if len(dims) != 1:
+        return ""
+    x, lo, hi = X[:, int(dims[0])], int(np.argmin(mean)), int(np.argmax(mean))
+    name = columns[int(dims[0])]
+    return f"; lowest ({mean[lo]:.3g}) at {name} {x[lo]:.4g}, highest ({mean[hi]:.3g}) at {name} {x[hi]:.4g}"
+
+
+def _part_figure(figures, X, columns, dims: list, name: str, mean, var, ylabel: str, share: str, where: str) -> str:
+    """One part's figure: its posterior mean ``mean (N,)`` and 95% band (``var (N,)``) against its own
+    (first) input column, ``dims`` (none: the first column), named in the figure's alt text and caption;
+    a note for a part that is one constant over the data."""
+    scale = 1e-9 * (1.0 + float(np.abs(mean).max()))
+    if np.ptp(mean) <= scale and float(np.max(var)) <= scale ** 2:  # a constant (the prior mean): not drawn
+        return html.paragraph(f"{name}: constant ({mean[0]:.4g}) over the data, not drawn.", "note")
+    d = int(dims[0]) if dims else 0
+    others = [columns[int(e)] for e in dims[1:]]
+    against = columns[d] + (f" (the part also reads {', '.join(others)})" if others else "")
+    png = figures.parts_png([X[:, d]], [name], mean[:, None], var[:, None], [columns[d]], ylabel, [share])
+    return html.figure(png, f"{where}part {name} against {columns[d]}",
+                       f"{name}: its posterior mean and 95% band at the training inputs, against {against}.")
 
 
 def _fmt(v: float) -> str:
@@ -121,7 +153,7 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
     cols = config.get("columns") or {}
     columns = list(input_names or cols.get("inputs") or [f"x{d}" for d in range(D)])
     tnames = list(target_names or cols.get("targets") or [f"y{p}" for p in range(P)])
-    figures_png = {}
+    part_figures = []
     sections = []
 
     # ------------------------------------------------------------ the model in words, and its parts
@@ -131,6 +163,8 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
     share_rows = []
     unit = _target_sd(config)  # standardized targets: the parts in the targets' units
     ylabel = f"{tnames[0]} (latent, in its units)" if _stats(config, "targets") is not None else "latent function"
+    if inner.likelihood.task == "classification" and Q == 1:  # a binary classifier: f's sign is the class
+        ylabel = "latent (high: positive class)"
     for q in range(Q):
         names = list(parts.names[q])
         mean = parts.mean[q].detach().cpu().double().numpy() * unit
@@ -141,24 +175,22 @@ def report(model, X, Y, *, X_test=None, Y_test=None, path: Optional[str] = None,
         shares = [float(mean[:, j].var()) / total_var if total_var > 0 else float("nan") for j in range(len(names))]
         lead = f"Latent function {q}: " if Q > 1 else "The latent function is the sum of "
         body.append(html.paragraph(lead + f"{len(names)} part{'s' if len(names) != 1 else ''}:"))
-        body.append(html.bullets([f"{n}: {w}; {100 * s:.1f}% of the latent variance" for n, w, s in
-                                  zip(names, words, shares)], "parts"))
+        body.append(html.bullets([f"{n}: {w}; {100 * s:.1f}% of the latent variance"
+                                  + _extremes(mean[:, j], X, columns, _dims(parts.active_dims[q][j], D))
+                                  for j, (n, w, s) in enumerate(zip(names, words, shares))], "parts"))
         share_rows += [[q, n, f"{100 * s:.1f}%", _fmt(float(np.sqrt(mean[:, j].var())))]
                        for j, (n, s) in enumerate(zip(names, shares))]
-        axis = [int(d[0]) if d else 0 for d in parts.active_dims[q]]  # each part against its first column
-        figures_png[f"parts{q}"] = figures.parts_png([X[:, d] for d in axis], names, mean, var,
-                                                     [columns[d] for d in axis], ylabel,
-                                                     [f"{100 * s:.1f}% of the latent variance" for s in shares])
+        part_figures += [_part_figure(figures, X, columns, _dims(parts.active_dims[q][j], D), name, mean[:, j],
+                                      var[:, j], ylabel, f"{100 * s:.1f}% of the latent variance",
+                                      f"latent function {q}, " if Q > 1 else "")
+                         for j, (name, s) in enumerate(zip(names, shares))]
     body.append(html.table(["latent", "part", "share of latent variance", "sd of its mean over the data"],
                            share_rows, numeric=[True, False, True, True]))
     body.append(html.paragraph("A part's share is the variance over the data of its posterior mean over that of the "
                                "total latent mean; parts that are correlated make the shares add up to more or "
                                "less than 100%.", "note"))
     sections.append(html.section("model", "The model in words", "".join(body)))
-    parts_body = "".join(html.figure(figures_png[f"parts{q}"], f"parts of latent function {q}",
-                                     "Each part's posterior mean and 95% band at the training inputs, against its "
-                                     "(first) input column.")
-                         for q in range(Q))
+    parts_body = "".join(part_figures)
     sections.append(html.section("parts", "Each part", parts_body))
 
     # ------------------------------------------------------------ the fit and the checks of fit
@@ -227,12 +259,15 @@ def _checks(model, inner, X, Y, X_test, Y_test, columns, tnames, num_samples, se
     test_draws = None if X_test is None else predictive_draws(model, X_test, Y_test, num_samples=num_samples,
                                                                seed=seed + 1)
     classifier = inner.likelihood.task == "classification"
+    tname = tnames[0]
     if classifier:  # the draws are class indices: the observed labels' indices, one column
         Y, tnames = observed_classes(model, Y), [f"class of {tnames[0]}"]
         Y_test = None if Y_test is None else observed_classes(model, Y_test)
-    fit_body = []
+    fit_body = [_classifier_fit(draws, Y, test_draws, Y_test, tname, figures)] if classifier else []
+    if classifier and X.shape[1] == 2 and draws.max() <= 1 and Y.max() <= 1:
+        fit_body.append(_probability_map(model, X, Y, columns, tname, seed, figures))
     levels = [0.025, 0.5, 0.975]
-    for p in range(Y.shape[1]):
+    for p in range(0 if classifier else Y.shape[1]):
         bands = np.quantile(draws[:, :, p], levels, axis=0)
         tests = (None, None, None) if X_test is None else (X_test[:, 0], Y_test[:, p],
                                                           np.quantile(test_draws[:, :, p], levels, axis=0))
@@ -250,15 +285,18 @@ def _checks(model, inner, X, Y, X_test, Y_test, columns, tnames, num_samples, se
         ks = kstest(u[:, p], "uniform")
         rows.append([tnames[p], _fmt(float(r[:, p].mean())), _fmt(float(r[:, p].std())), _fmt(float(ks.statistic)),
                      _fmt(float(ks.pvalue)), "consistent with uniform" if ks.pvalue >= 0.05 else "not uniform (p < 0.05)"])
-        body.append(html.figure(figures.residuals_png(r[:, p], X[:, 0], columns[0]), f"quantile residuals of {tnames[p]}",
+        shown = columns[:MAX_RESIDUAL_COLUMNS]
+        body.append(html.figure(figures.residuals_png(r[:, p], [X[:, d] for d in range(len(shown))], shown),
+                                f"quantile residuals of {tnames[p]}",
                                 f"{tnames[p]}: the residuals' histogram against the standard normal, and against "
-                                f"{columns[0]} (dashed: +-1.96)."))
+                                f"{', '.join(shown)} (dashed: +-1.96)."))
     body.insert(1 + any(notes), html.table(["target", "mean", "sd", "KS statistic", "KS p-value", "verdict"], rows,
                               numeric=[False, True, True, True, True, False]))
     if classifier:
         body.append(html.paragraph("A classifier's labels are compared by their class index (any fixed order of "
                                    "the classes leaves the residuals uniform under the model); intervals of a label "
-                                   "mean nothing, so coverage is not shown.", "note"))
+                                   "mean nothing, so coverage is not shown (the fit gives the reliability of the "
+                                   "predicted probabilities instead).", "note"))
         return [html.section("fit", "The fit", "".join(fit_body)), html.section("checks", "Checks of fit",
                                                                                 "".join(body))]
     body.append(html.paragraph("Coverage of the central predictive intervals (share of targets inside; a calibrated "
@@ -284,6 +322,50 @@ def _checks(model, inner, X, Y, X_test, Y_test, columns, tnames, num_samples, se
         body.append(html.table(["target", "statistic", "observed", "simulated mean", "simulated 95% range",
                                 "p-value"], stat_rows, numeric=[False, False, True, True, True, True]))
     return [html.section("fit", "The fit", "".join(fit_body)), html.section("checks", "Checks of fit", "".join(body))]
+
+
+def _classifier_fit(draws, Y, test_draws, Y_test, tname: str, figures) -> str:
+    """A classifier's fit: accuracy, Brier score and reliability (:mod:`.calibration`) on the training
+    and test rows, and the reliability diagram."""
+    from .calibration import reliability, scored_probability
+
+    two = draws.max() <= 1 and Y.max() <= 1
+    what = f"the positive class of {tname}" if two else "the most drawn class"
+    rows, tables = [], {}
+    for name, d, y in (("training", draws, Y), ("test", test_draws, Y_test)):
+        if d is None:
+            continue
+        p, o, correct = scored_probability(d, y)
+        tables[name] = reliability(p, o)
+        rows.append([name, len(o), f"{100 * correct.mean():.1f}%", _fmt(float(np.mean((p - o) ** 2))),
+                     f"{100 * p.mean():.1f}%", f"{100 * o.mean():.1f}%"])
+    return (html.paragraph(f"How often the most probable class is the observed one, the Brier score (mean squared "
+                           f"difference of the predicted probability of {what} and the outcome; 0.25 for always "
+                           f"saying 50%), and the predicted against the observed share of {what}:")
+            + html.table(["data", "n", "accuracy", "Brier score", "mean predicted", "observed"], rows,
+                         numeric=[False, True, True, True, True, True])
+            + html.figure(figures.reliability_png(tables, what), "reliability of the predicted probabilities",
+                          f"Reliability: the rows binned by their predicted probability of {what}, each bin's "
+                          "observed share against its mean prediction (a calibrated model lies on the diagonal)."))
+
+
+#: the probability map's grid points per axis, and the latent draws at each
+MAP_GRID, MAP_SAMPLES = 60, 1000
+
+
+def _probability_map(model, X, classes, columns, tname: str, seed: int, figures) -> str:
+    """A binary classifier of two input columns: its predicted probability of the positive class on
+    a :data:`MAP_GRID` x :data:`MAP_GRID` grid over the training rows' range (each point the share
+    of :data:`MAP_SAMPLES` predictive draws in the class), with the training rows ``X (N, 2)`` marked
+    by their observed class ``classes (N, 1)``."""
+    gx, gy = (np.linspace(X[:, d].min(), X[:, d].max(), MAP_GRID) for d in (0, 1))
+    grid = np.stack(np.meshgrid(gx, gy), axis=-1).reshape(-1, 2)
+    prob = predictive_draws(model, grid, None, num_samples=MAP_SAMPLES, seed=seed + 2)[:, :, 0].mean(axis=0)
+    what = f"the positive class of {tname}"
+    png = figures.probability_map_png(gx, gy, prob.reshape(MAP_GRID, MAP_GRID), X, classes[:, 0], columns[:2], what)
+    return html.figure(png, f"probability of {what} over {columns[0]} and {columns[1]}",
+                       f"The predicted probability of {what} over {columns[0]} and {columns[1]} (the 50% contour "
+                       f"in black), with the training rows by their observed class.")
 
 
 def _training_section(history, config: dict, inner, figures) -> str:

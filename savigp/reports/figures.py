@@ -74,10 +74,10 @@ def total_png(x: np.ndarray, y: np.ndarray, bands: np.ndarray, xname: str, yname
     return _png(fig)
 
 
-def residuals_png(r: np.ndarray, x: np.ndarray, xname: str) -> bytes:
-    """The quantile residuals ``r (N,)``: their histogram with the standard normal density, and
-    against the input ``x (N,)`` with the bands +- 1.96, side by side."""
-    fig, axes = _figure(1, 3.0, ncols=2)
+def residuals_png(r: np.ndarray, xs: Sequence[np.ndarray], xnames: Sequence[str]) -> bytes:
+    """The quantile residuals ``r (N,)``: their histogram with the standard normal density, then
+    against each input ``xs[k] (N,)`` (named ``xnames[k]``) with the bands +- 1.96, side by side."""
+    fig, axes = _figure(1, 3.0, ncols=1 + len(xs))
     ax = axes[0]
     edges = np.linspace(-4, 4, 33)
     ax.hist(np.clip(r, -4, 4), bins=edges, density=True, color="C0", alpha=0.6, label="quantile residuals")
@@ -85,12 +85,54 @@ def residuals_png(r: np.ndarray, x: np.ndarray, xname: str) -> bytes:
     ax.plot(t, np.exp(-0.5 * t * t) / np.sqrt(2 * np.pi), color="k", lw=1.2, label="standard normal")
     ax.set_xlabel("residual")
     ax.legend(loc="upper right", fontsize=8)
-    ax = axes[1]
-    ax.plot(x, r, ".", color="C0", ms=3)
-    for level in (-1.96, 0.0, 1.96):
-        ax.axhline(level, color="0.5", lw=0.7, ls="--" if level else "-")
-    ax.set_xlabel(xname)
-    ax.set_ylabel("residual")
+    for ax, x, xname in zip(axes[1:], xs, xnames):
+        ax.plot(x, r, ".", color="C0", ms=3)
+        for level in (-1.96, 0.0, 1.96):
+            ax.axhline(level, color="0.5", lw=0.7, ls="--" if level else "-")
+        ax.set_xlabel(xname)
+        ax.set_ylabel("residual")
+    return _png(fig)
+
+
+def reliability_png(tables: dict, what: str) -> bytes:
+    """A reliability diagram: for each data set's table (``tables[name]``: the dicts of
+    :func:`savigp.reports.calibration.reliability`) the observed share of ``what`` against the mean
+    predicted probability per bin, with +- 1.96 binomial standard errors about the diagonal."""
+    fig, axes = _figure(1, 3.4, ncols=1)
+    ax = axes[0]
+    ax.plot([0, 1], [0, 1], color="0.5", lw=0.8, ls="--", label="calibrated")
+    for k, (name, rows) in enumerate(tables.items()):
+        pred = np.array([b["predicted"] for b in rows])
+        err = 1.96 * np.array([b["stderr"] for b in rows])
+        ax.errorbar(pred, [b["observed"] for b in rows], yerr=err, fmt="o-", color=f"C{3 * k}", ms=4, lw=1,
+                    capsize=3, label=f"{name} (bars: +-1.96 se of a calibrated model)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(f"predicted probability of {what}")
+    ax.set_ylabel("observed share")
+    ax.set_title(f"predicted against observed: {what}", fontsize=10, loc="left")
+    ax.legend(loc="upper left", fontsize=8)
+    return _png(fig)
+
+
+def probability_map_png(gx: np.ndarray, gy: np.ndarray, prob: np.ndarray, X: np.ndarray, classes: np.ndarray,
+                        xnames: Sequence[str], what: str) -> bytes:
+    """A binary classifier's predicted probability ``prob (len(gy), len(gx))`` on the grid of
+    ``gx``, ``gy`` as filled contours with its 50% contour, and the rows ``X (N, 2)`` marked by
+    their class ``classes (N,)`` (0 or 1)."""
+    fig, axes = _figure(1, 4.2, ncols=1)
+    ax = axes[0]
+    filled = ax.contourf(gx, gy, prob, levels=np.linspace(0, 1, 11), cmap="RdBu_r", alpha=0.8)
+    ax.contour(gx, gy, prob, levels=[0.5], colors="k", linewidths=1.2)
+    for c, marker, colour in ((0, "o", "C0"), (1, "^", "C3")):
+        keep = classes == c
+        ax.plot(X[keep, 0], X[keep, 1], marker, mfc=colour, mec="k", mew=0.4, ms=4, ls="",
+                label=("positive" if c else "negative") + " class (training)")
+    fig.colorbar(filled, ax=ax, label=f"predicted probability")
+    ax.set_title(f"predicted probability of {what}", fontsize=10, loc="left")
+    ax.set_xlabel(xnames[0])
+    ax.set_ylabel(xnames[1])
+    ax.legend(loc="upper right", fontsize=8)
     return _png(fig)
 
 

@@ -25,3 +25,15 @@ def test_tiny_run(tmp_path):
     assert (run["screenshot"] is not None) == (shutil.which("chromium") is not None)
     if run["screenshot"]:
         assert (tmp_path / "report_sunspots.png").stat().st_size > 20000
+
+
+def test_tiny_breast_cancer_run_reports_a_part_per_column(tmp_path):
+    pytest.importorskip("sklearn")
+    res = screenshots.main(["--quick", "--only", "cancer", "--samples", "100", "--out", str(tmp_path)])
+    (run,) = res["runs"]
+    header = (tmp_path / "cancer_train.csv").read_text().splitlines()[0]
+    assert header == "radius,texture,malignant" and len((tmp_path / "cancer_test.csv").read_text().splitlines()) == 190
+    text = (tmp_path / "cancer_report.html").read_text()
+    assert 'alt="part rbf(radius) against radius"' in text and 'alt="part rbf(texture) against texture"' in text
+    assert "Logistic likelihood" in text and "Brier score" in text and "<td>test</td>" in text
+    assert "--likelihood logistic" in run["commands"][0] and "--trust-code" not in run["commands"][1]

@@ -134,3 +134,23 @@ def test_a_classifiers_draws_are_class_indices_and_its_residuals_uniform():
     model = savigp.SAVIGP(X, labels, Softmax(3), num_inducing=10)
     draws = predictive_draws(model, X.numpy(), labels.numpy(), num_samples=50, seed=0)
     assert draws.shape == (50, N, 1) and set(np.unique(draws)) <= {0.0, 1.0, 2.0}
+
+
+def test_reliability_of_calibrated_class_probabilities_is_the_diagonal_and_of_overconfident_ones_is_not():
+    """Rows with P(class 1) = p_n drawn uniform; outcomes ~ Bernoulli(p_n) and draws of the same p_n:
+    every bin's observed share is within 3 binomial standard errors of its mean prediction; draws of
+    sharpened probabilities (p^4 / (p^4 + (1-p)^4)) leave the extreme bins off by more."""
+    from savigp.reports.calibration import reliability, scored_probability
+
+    rng = np.random.default_rng(0)
+    B, S = 4000, 400
+    p = rng.uniform(size=B)
+    y = (rng.uniform(size=B) < p).astype(np.float64)[:, None]
+    for q, calibrated in ((p, True), (p ** 4 / (p ** 4 + (1 - p) ** 4), False)):
+        draws = (rng.uniform(size=(S, B)) < q).astype(np.float64)[:, :, None]
+        pred, o, correct = scored_probability(draws, y)
+        assert np.all(o == y[:, 0]) and abs(pred - q).max() < 5 * 0.5 / math.sqrt(S)
+        z = [abs(b["observed"] - b["predicted"]) / b["stderr"] for b in reliability(pred, o)]
+        assert (max(z) < 3) == calibrated, z
+    with pytest.raises(ValueError, match=r"p and o must both be \(B,\), got \(3,\) and \(2,\)"):
+        reliability(np.zeros(3), np.zeros(2))

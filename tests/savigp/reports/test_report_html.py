@@ -93,7 +93,7 @@ def test_a_gaussian_models_page_has_every_section_figure_and_number(gaussian, tm
     page = _Page(text)
     _self_contained(text, page)
     assert page.sections == ["model", "parts", "fit", "checks", "training"]  # no search: none kept
-    assert len(_png_images(page)) == 4  # parts, fit, residuals, ELBO trace
+    assert len(_png_images(page)) == 2 + 3  # a figure per kernel part, fit, residuals, ELBO trace
     words = page.text
     assert "Gaussian noise with sd" in words
     assert re.search(r"a cycle in time with a period of 1(\.\d+)? \(time\) whose shape changes over about [\d.]+ \(time\)",
@@ -117,7 +117,7 @@ def test_a_poisson_models_page_compares_simulated_and_observed_statistics(poisso
     page = _Page(text)
     _self_contained(text, page)
     assert page.sections == ["model", "parts", "fit", "checks", "training"]
-    assert len(_png_images(page)) == 3  # parts, fit, residuals (no trace given)
+    assert len(_png_images(page)) == 1 + 2  # the kernel's part, fit, residuals (no trace given)
     words = page.text
     assert "Poisson counts whose log-rate is the latent function" in words
     assert "a smooth trend in x0, varying over about" in words
@@ -145,7 +145,7 @@ def test_the_search_table_and_a_stored_trace_of_a_model_file_are_shown(gaussian,
     assert "periodic * rbf + linear -20.25" in page.text and "level expression ELBO" in page.text
     assert "Chosen: periodic * rbf + linear (4 s, stopped by its time budget)." in page.text
     assert "failed" not in page.text  # no candidate failed: no such column
-    assert f"{len(history.elbo)} steps; last ELBO" in page.text and len(page.images) == 4
+    assert f"{len(history.elbo)} steps; last ELBO" in page.text and len(page.images) == 2 + 3
 
 
 def test_text_is_escaped_and_bad_shapes_name_both_shapes(gaussian):
