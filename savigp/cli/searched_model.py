@@ -14,7 +14,8 @@ test NLPD 2.21 against 1.36; issue 57). Now:
   (``--dense``, or another ``--num-inducing`` than the search's), the kernel, the likelihood and the
   prior mean do, and the run says so;
 * with no ``--iterations``/``--epochs`` the run takes no further steps: the search's model, at its
-  optimum, is the model (:data:`DEFAULT_STEPS`);
+  optimum, is the model (:data:`DEFAULT_STEPS`; where its q(u) cannot carry over, the command's
+  default :data:`STEPS_WITHOUT_QU`);
 * with them, the steps go on from it, and if they end lower than it by more than two standard errors
   of the difference of the two full-data ELBOs, the search's model is kept and the run says so
   (:class:`KeepBest`; a ``--warm-start`` run is held to its start the same way);
@@ -30,6 +31,8 @@ from typing import Optional
 
 #: further training steps after ``--kernel search`` when neither ``--iterations`` nor ``--epochs`` is given
 DEFAULT_STEPS = 0
+#: the same, when the search's q(u) cannot carry over (another M, a joint posterior): the command's default
+STEPS_WITHOUT_QU = 500
 
 
 def adopt(model, result, *, seed: int) -> Optional[str]:
@@ -48,9 +51,12 @@ def adopt(model, result, *, seed: int) -> Optional[str]:
         model.likelihood.load_state_dict(source.likelihood.state_dict())
         model.kernel.load_state_dict(source.kernel.state_dict())
         model.prior_mean.copy_(source.prior_mean.to(model.prior_mean))
-    return (f"the search's q(u) and inducing inputs (M = {source.inducing.shape[-2]}) do not carry over to this "
-            f"model's (M = {model.inducing.shape[-2]}{', dense' if model.inducing.shape[-2] == model.num_data else ''}): "
-            "it starts from the search's kernel, likelihood and prior mean")
+    why = (f"its inducing inputs (M = {source.inducing.shape[-2]}) are not this model's (M = "
+           f"{model.inducing.shape[-2]}{', dense' if model.inducing.shape[-2] == model.num_data else ''})"
+           if tuple(model.inducing.shape) != tuple(source.inducing.shape) else
+           f"the {model.posterior.kind!r} posterior (or its mean head) takes no q(u) from another's moments")
+    return (f"the search's q(u) does not carry over ({why}): the model starts from the search's kernel, likelihood "
+            "and prior mean")
 
 
 def record(result) -> dict:

@@ -183,7 +183,8 @@ def _config(plan: TrainPlan, table, icols, tcols, X, Y, spec, likelihood, standa
     elif plan.epochs is not None:
         total = max(1, int(math.ceil(plan.epochs * N / B)))
     elif str(plan.kernel).strip() == SEARCH:  # the search's model, at its optimum, is the model
-        total = searched_model.DEFAULT_STEPS
+        # (a run to resume took steps: those of a search whose q(u) could not carry over)
+        total = searched_model.STEPS_WITHOUT_QU if plan.resume else searched_model.DEFAULT_STEPS
     else:
         total = 500
     return {
@@ -315,6 +316,9 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             start_from(plan, model, types.SimpleNamespace(model=warm_model))
         if searched is not None:
             missing = searched_model.adopt(model, searched, seed=plan.seed)
+            if missing and plan.iterations is None and plan.epochs is None:  # q(u) is fresh: it needs the steps
+                total = config["training"]["iterations"] = searched_model.STEPS_WITHOUT_QU
+                missing += f"; it trains {total} steps (--iterations sets them)"
             if missing and not quiet:
                 print(f"savigp train: note: {missing}", file=sys.stderr)
         if warm is not None:
