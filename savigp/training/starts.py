@@ -103,8 +103,9 @@ def explorable(model, optimizer: str, params: list, mixture: bool = True) -> boo
     """Whether fit explores starts (``mixture``; else: whether it can anneal): a first-order
     optimizer (L-BFGS is left as it was), and for ``mixture`` a family that takes the component
     moves (:attr:`savigp.posteriors.Posterior.component_moves`) with its means
-    among the trained parameters and either K > 1 or a start at a stationary point of the ELBO
-    (:func:`stationary_start`, K = 1: the test runs here, once per run). (A resumed run, one process
+    among the trained parameters and either K > 1 or, for K = 1, a start at the prior mean (every
+    mean 0) that is a stationary point of the ELBO (:func:`stationary_start`: the test runs here,
+    once per run; a fitted model is at a stationary point too, and is not explored again). (A resumed run, one process
     or several under torch.distributed: the same schedule, :mod:`savigp.training.schedule`.)"""
     post = model.posterior
     if optimizer not in ("adam", "adadelta"):
@@ -115,8 +116,13 @@ def explorable(model, optimizer: str, params: list, mixture: bool = True) -> boo
         return False
     if post.num_components >= 2:
         return True
-    # a log-concave likelihood gives a posterior of one mode: no saddle to test for (and no extra calls)
-    return not getattr(model.likelihood, "log_concave", False) and stationary_start(model)
+    # a log-concave likelihood gives a posterior of one mode: no saddle to test for (and no extra calls);
+    # the saddle the starts leave is the prior mean (means 0): a fitted model trained further sits at a
+    # stationary point too, its optimum, and explored four starts and printed a mixture search for its
+    # one component (issue 54)
+    if getattr(model.likelihood, "log_concave", False) or bool(post.component_means.detach().abs().max() > 0):
+        return False
+    return stationary_start(model)
 
 
 #: the leading directions and the stationarity test look at this many training inputs at most (a seeded subset)

@@ -168,3 +168,20 @@ def test_three_components_keep_the_three_modes_of_a_rotation():
     rotations, weights in [0.2, 0.47]."""
     r = mm.run_known(MANY["rot3"], "reparam", 1, 3)
     assert r["keeps"], r
+
+
+def test_a_fitted_one_component_model_trained_further_explores_no_starts():
+    """K = 1 explores starts when it starts at a saddle of the ELBO: the prior mean (means 0) of a
+    likelihood symmetric about it. A fitted model trained further sits at a stationary point too, its
+    optimum: it explored again (starts, a fold of its one component) and savigp train printed a mixture
+    search (issue 54). Only a start at the prior mean is tested now."""
+    from experiments import mixture_modes as mm
+
+    p = mm.problems()["abs5"]
+    model = p.build(1, 0)
+    first = savigp.fit(model, iterations=300, lr=0.05, num_samples=20, estimator="reparam", groups=("posterior",),
+                       progress=False, final_elbo=False)
+    assert first.starts is not None  # (the fresh start at the prior mean explores: here its fold move)
+    again = savigp.fit(model, iterations=400, lr=0.05, num_samples=20, estimator="reparam", groups=("posterior",),
+                       progress=False, final_elbo=False)
+    assert again.starts is None, again.starts
