@@ -28,6 +28,7 @@ from .estimators import checked_log_prob, make_estimator, resolve_estimator
 from .inducing import initial_inducing_inputs
 from .best_constant import FAR, MAX_ROWS, best_constant
 from .kernels import KERNELS, Kernel, build_kernel, parse_kernel
+from .kernels.periodogram import PeriodWarning, period_warnings
 from .kernels.spec import default_lengthscale
 from .estimators.nonfinite import NonFiniteLogProb
 from .posteriors.marginals import LatentMarginals
@@ -253,6 +254,8 @@ class SAVIGP(nn.Module):
         if kernel is None or isinstance(kernel, str):
             # a name or an expression (savigp.kernels.expression) with column indices: "rbf + periodic(0) * rbf(0)"
             spec = parse_kernel(kernel or "rbf", input_dim=D)
+            for line in period_warnings(spec, X.numpy(), Y.numpy()):  # (a period in other units than its column's)
+                warnings.warn(f"SAVIGP: {line}", PeriodWarning, stacklevel=2)
             kernel = build_kernel(spec, D, 1 if shared_kernel else Q, lengthscale=default_lengthscale(X), inputs=X)
         elif isinstance(kernel, dict):  # a spec (savigp.kernels.spec), e.g. from search_kernels or a model file
             kernel = build_kernel(kernel, D, 1 if shared_kernel else Q, lengthscale=default_lengthscale(X), inputs=X)

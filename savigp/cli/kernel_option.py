@@ -33,6 +33,7 @@ its spec is in the model's units already, and holds the search's fitted values a
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 from .._choices import KERNELS
@@ -89,6 +90,11 @@ def kernel_options(plan: TrainPlan, table, icols, input_stats: Optional[dict], n
     spec = _parse(text, table, icols)
     D, names = len(icols), table.names(icols)
     _check_builds(spec, text, names, 1 if plan.shared_kernel else int(num_latent))
+    if data is not None and not quiet:  # a period in other units than its column's (in the file's units)
+        from ..kernels.periodogram import period_warnings
+
+        for line in period_warnings(spec, table.values[:, icols], data[1], names):
+            print(f"savigp train: note: --kernel {line}", file=sys.stderr)
     if input_stats is not None:
         spec = in_model_units(spec, input_stats, names)
     _check_savable(spec, text, D, 1 if plan.shared_kernel else int(num_latent), plan.dtype)
@@ -123,7 +129,6 @@ def _search(plan: TrainPlan, data, names, quiet: bool):
                        f"got {str(plan.search_base)[:80]!r}")
     if plan.search_max_terms < 1 or plan.search_budget < 0 or plan.search_iterations < 1:
         raise CLIError("--search-max-terms and --search-iterations must be >= 1, --search-budget >= 0")
-    import sys
 
     from ..training.kernel_search import search_kernels
 

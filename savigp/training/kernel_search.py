@@ -43,6 +43,7 @@ import numpy as np
 from .._checks import writable
 from .._choices import KERNELS
 from ..kernels.expression import format_kernel
+from ..kernels.periodogram import periodogram_peaks
 from ..kernels.spec import default_lengthscale, kernel_spec
 
 #: the base families the search combines by default
@@ -174,7 +175,7 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     if int(period_starts) < 1 or int(polish) < 0:
         raise ValueError(f"search_kernels: period_starts must be >= 1 and polish >= 0, got {period_starts} and {polish}")
     peaks = max(2, int(period_starts))
-    periods = ({tuple(g or []): _periodogram_peaks(X, Yarr, g, peaks, detrend=True) for g in groups}
+    periods = ({tuple(g or []): periodogram_peaks(X, Yarr, g, peaks, detrend=True) for g in groups}
                if "periodic" in base else {})
     data_periods = periods  # of the targets themselves (less their trend): the cold starts' periods
     starts = {_leaf_key(b): _linear_start(X, b.get("active_dims")) for b in bases if b["kernel"] == "linear"}
@@ -637,7 +638,7 @@ def _residual_peaks(model, X: np.ndarray, Y: np.ndarray, groups, count: int) -> 
     residual, weights = _working_residuals(model, X, Y)
     if residual is None:
         return {}
-    return {tuple(g or []): _periodogram_peaks(X, residual, g, count, weights=weights) for g in groups}
+    return {tuple(g or []): periodogram_peaks(X, residual, g, count, weights=weights) for g in groups}
 
 
 def _working_residuals(model, X: np.ndarray, Y: np.ndarray):
@@ -676,46 +677,3 @@ def _working_residuals(model, X: np.ndarray, Y: np.ndarray):
     if prediction.mean is None:
         return None, None
     return Y - prediction.mean.detach().cpu().numpy().reshape(Y.shape), None
-
-
-def _periodogram_peaks(X: np.ndarray, Y: np.ndarray, dims, count: int = 3,
-                       weights: Optional[np.ndarray] = None, detrend: bool = False) -> list:
-    """Starting periods for a periodic part, whose ELBO is multimodal in the period: the strongest
-    peak of the Lomb-Scargle periodogram (Lomb 1976; Scargle 1982; with ``weights`` ``(N,)``, the
-    weighted, floating-mean form of Zechmeister and Kuerster 2009, scipy's) of the first target column
-    against the input column ``dims[0]`` (or the first), between twice the median spacing of the
-    inputs and half their range, twice that period, then the next strongest peaks; ``count`` in all.
-    ``detrend``: of the targets less their least-squares line in that column (the targets' own
-    periodogram: a trend's power at long periods hid the season of Mauna Loa CO2, whose peaks were
-    11.1, 22.2 and 8.2 years, and 1.0, 2.0 and 14.0 years without the line)."""
-    from scipy.signal import lombscargle
-
-    x = X[:, (dims or [0])[0]]
-    y = Y[:, 0]
-    ok = np.isfinite(x) & np.isfinite(y)
-    if weights is not None:
-        ok &= np.isfinite(weights) & (weights > 0)
-    x, y = x[ok], y[ok]
-    w = None if weights is None else weights[ok]
-    if detrend and np.unique(x).size > 2:
-        y = y - np.polyval(np.polyfit(x, y, 1, w=None if w is None else np.sqrt(w)), x)
-    y = y - (y.mean() if w is None else np.average(y, weights=w))
-    xs = np.unique(x)
-    if xs.size < 8 or not np.any(y):
-        return []
-    spacing = float(np.median(np.diff(xs)))
-    span = float(xs[-1] - xs[0])
-    if spacing <= 0 or span <= 0:
-        return []
-    freqs = 2 * np.pi / np.geomspace(span / 2, 2 * spacing, 2000)  # angular
-    if w is None:
-        power = lombscargle(x, y, freqs)
-    else:
-        power = lombscargle(x, y, freqs, weights=w / w.sum(), floating_mean=True)
-    peaks = [i for i in range(1, len(power) - 1) if power[i] >= power[i - 1] and power[i] >= power[i + 1]]
-    peaks.sort(key=lambda i: -power[i])
-    best = [float(2 * np.pi / freqs[i]) for i in peaks[:count]]
-    # a periodic kernel of period 2 p holds functions of period p too, and the strongest peak of a
-    # draw from one (MacKay's kernel has harmonics) is often its second harmonic: twice the strongest
-    # peak is the second start
-    return (best[:1] + [2 * best[0]] + best[1:])[:count] if best and 2 * best[0] <= span else best[:count]

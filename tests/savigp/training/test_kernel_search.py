@@ -10,7 +10,8 @@ import torch
 import savigp
 from likelihoods import Gaussian
 from savigp.kernels import build_kernel, parse_kernel
-from savigp.training.kernel_search import _extends, _inherit, _key, _periodogram_peaks, _projections, _proposals, _terms_of, _warm_spec, \
+from savigp.kernels.periodogram import periodogram_peaks as _periodogram_peaks
+from savigp.training.kernel_search import _extends, _inherit, _key, _projections, _proposals, _terms_of, _warm_spec, \
     _working_residuals
 
 RBF, PER, LIN = {"kernel": "rbf"}, {"kernel": "periodic"}, {"kernel": "linear"}
