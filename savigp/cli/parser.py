@@ -310,6 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = t.add_argument_group("training")
     g.add_argument("--iterations", type=_count, help="optimizer steps (default 500)")
     g.add_argument("--epochs", type=_finite, help="alternatively, passes over the data")
+    g.add_argument("--until-converged", action="store_true",
+                   help="train until the ELBO has stopped rising (its trend over the last quarter of the path "
+                        "within its Monte Carlo noise; savigp.fit without iterations), at most --iterations steps "
+                        "(default 20000), then a deterministic L-BFGS polish where the data fit in memory")
     g.add_argument("--batch-size", type=_count, metavar="B", help="mini-batch size (default all rows; lbfgs: all rows)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
     g.add_argument("--lr", type=_finite, help="learning rate (default: adam 0.01, adadelta 1, lbfgs 1)")

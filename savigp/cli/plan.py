@@ -106,6 +106,8 @@ class TrainPlan:
     # ---------------------------------------------------------------- training
     iterations: Optional[int]
     epochs: Optional[float]
+    #: ``--until-converged``: fit's rule ends the run, ``iterations`` (default 20000) caps it
+    until_converged: bool = _resumed()
     batch_size: Optional[int] = _resumed()
     optimizer: str = _resumed()
     lr: Optional[float] = _resumed()

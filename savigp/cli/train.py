@@ -43,6 +43,12 @@ def _check_options(plan: TrainPlan) -> None:
 def _check_training_options(plan: TrainPlan) -> None:
     if plan.iterations is not None and plan.epochs is not None:
         raise CLIError("give --iterations or --epochs, not both")
+    if plan.until_converged:
+        clash = [o for o, v in (("--epochs", plan.epochs is not None), ("--max-components", plan.max_components),
+                                ("--kernel search", str(plan.kernel).strip() == SEARCH)) if v]
+        if clash:
+            raise CLIError(f"--until-converged: its run ends by fit's convergence rule (at most --iterations steps); "
+                           f"not with {', '.join(clash)}")
     for opt in ("iterations", "checkpoint_every", "samples", "batch_size", "num_inducing", "components"):
         v = getattr(plan, opt)
         if v is not None and v < (0 if opt == "iterations" else 1):
@@ -178,7 +184,11 @@ def _config(plan: TrainPlan, table, icols, tcols, X, Y, spec, likelihood, standa
     N = X.shape[0]
     optimizer = plan.optimizer
     B = N if (plan.batch_size is None or optimizer == "lbfgs") else int(plan.batch_size)
-    if plan.iterations is not None:
+    if plan.until_converged:  # the cap: the rule ends the run before it, unless the ELBO still rises
+        from ..training.until_converged import MAX_ITERATIONS
+
+        total = int(plan.iterations) if plan.iterations is not None else MAX_ITERATIONS
+    elif plan.iterations is not None:
         total = int(plan.iterations)
     elif plan.epochs is not None:
         total = max(1, int(math.ceil(plan.epochs * N / B)))
@@ -350,6 +360,10 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
                                        seed=plan.seed, what=f"the warm start from {plan.warm_start}")
     history = _fit(plan, model, ckp, table, spec, quiet, groups)
     done = int(state.get("step", 0))
+    if plan.until_converged and not history.stopped:  # (the rule ended it: the run's length is its steps)
+        total = ckp.total = done
+        config["training"]["iterations"] = done
+        config["training"]["convergence"] = history.convergence.as_dict() if history.convergence else None
     if done < total:  # interrupted here or on another rank (interrupted after the last step: just finish)
         with ckp.signals():  # (a signal now: the run is stopping already)
             ckp.checkpoint(done)  # unless Ctrl-C came before the last callback, which wrote it
@@ -386,6 +400,8 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             search = getattr(history, "starts", None)
             if search is not None and (search.starts > 1 or search.reflection is not None) and not quiet:
                 print(f"savigp train: {_search_text(search)}", file=sys.stderr)
+            if history.convergence is not None and history.convergence.converged and not quiet:
+                print(f"savigp train: converged: {history.convergence.reason}", file=sys.stderr)
             if history.still_rising:
                 print(f"savigp train: note: {history.still_rising} (the same command with --resume and a larger "
                       "--iterations continues from the model)", file=sys.stderr)
@@ -473,6 +489,9 @@ def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bo
                     print(f"savigp train: K = {K} of {plan.components}..{plan.max_components} by the full-data ELBO "
                           f"(K + 1 needs a gain > 2 s.e. and > 0.1 nats):\n{format_table(history.components, K)}")
                     return history
+                if plan.until_converged:  # (a resumed run goes on in its rounds: the rule's path is in the state)
+                    return fit(model, groups=groups, progress=not quiet, callback=ckp.callback, state=ckp.state,
+                               log_every=log_every, max_iterations=ckp.total, **plan.fit_options())
                 return fit(model, iterations=remaining, groups=groups, progress=not quiet, callback=ckp.callback,
                            state=ckp.state, log_every=log_every, **plan.fit_options())
         except (SystemExit, KeyboardInterrupt) as err:

@@ -125,8 +125,9 @@ def fit_full_gaussian(plan: TrainPlan, Xm, Ym, spec: dict, model_options: dict, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
-        history = fit(model, iterations=total, groups=plan.learn, progress=not quiet,
-                      log_every=default_log_every(model.device), **plan.fit_options())
+        steps = {"max_iterations": total} if plan.until_converged else {"iterations": total}
+        history = fit(model, groups=plan.learn, progress=not quiet, log_every=default_log_every(model.device),
+                      **steps, **plan.fit_options())
         # (the schedule of the command's --posterior full: it anneals)
     record = {"posterior": "full", "components": 1, "steps": int(history.steps), "estimator": history.estimator,
               "elbo": history.final_elbo, "elbo_stderr": history.final_elbo_stderr}

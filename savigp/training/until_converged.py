@@ -10,8 +10,9 @@ Without ``iterations`` or ``epochs``, fit runs in rounds instead and stops by a 
   the rule says the ELBO still rises, the run is lengthened by :data:`GROWTH` (its own phase takes
   the new steps, with the same optimizer: its moments are not reset), up to ``max_iterations``
   steps or ``time_budget`` seconds. Then the annealing phase runs.
-* **The rule.** The least-squares trend of the per-step ELBO estimates over the last
-  :data:`WINDOW_FRACTION` of the path after the exploration (at least :data:`MIN_WINDOW` steps): the
+* **The rule.** The least-squares trend of the per-step ELBO estimates (at fit's checks: every step
+  on the CPU; kept in the schedule, so that a resumed run reads what the uninterrupted run read) over
+  the last :data:`WINDOW_FRACTION` of the path after the exploration (at least :data:`MIN_WINDOW` steps): the
   ELBO has stopped rising when the rise that trend implies over the window is within
   :data:`~savigp.training.convergence.RISE_Z` of its standard errors (its Monte Carlo noise) or
   below :data:`~savigp.training.convergence.RISE_PER_POINT` nats per data point
@@ -132,20 +133,23 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
         return None
 
     def at_anneal(step, terms):
+        # the ELBO at each check, kept in the schedule (which a resumable state and savigp train's
+        # checkpoints hold), so that a run resumed anywhere reads the rule as the uninterrupted run does
+        state["schedule"].setdefault("converge", {"trail": []})["trail"].append([int(step), float(terms.elbo)])
         if callback is not None and callback(step, terms):
             user_stopped["stop"] = True
             return True
         begin = anneal_begins()  # (without an annealing phase: one step before the schedule's end)
         return step + 1 >= (begin if begin is not None else _schedule.total(state["schedule"]) - 1)
 
-    def main_steps() -> int:
-        """The steps of fit's own phase taken so far (the path after the exploration)."""
+    def main_path() -> list:
+        """The ELBO at the checks of fit's own phase so far (the path after the exploration)."""
         sched = state["schedule"]
         phases = sched["phases"]
         seg = int(sched.get("segment", 0))
         main = next((p for p in range(seg, len(phases)) if phases[p]["kind"] == "main"), seg)
         begin, end = _schedule.bounds(sched, main)
-        return max(0, min(int(state.get("step", 0)), end) - begin)
+        return [v for s, v in sched.get("converge", {}).get("trail", []) if begin <= s < end]
 
     lbfgs = options.get("optimizer", "adam") == "lbfgs"  # (outer steps of 20 iterations each)
     first, min_window = (LBFGS_FIRST_ROUND, LBFGS_MIN_WINDOW) if lbfgs else (FIRST_ROUND, MIN_WINDOW)
@@ -163,8 +167,7 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
             if user_stopped["stop"]:
                 reason = "stopped by the callback"
                 break
-            taken = min(main_steps(), len(history.elbo))
-            converged, window, rise, z = verdict(history.elbo[len(history.elbo) - taken:], model.num_data, min_window)
+            converged, window, rise, z = verdict(main_path(), model.num_data, min_window)
             step = int(state.get("step", 0))
             if converged:
                 reason = (f"the ELBO stopped rising: its trend over the last {window} steps is {rise:+.3g} nats, "

@@ -255,3 +255,25 @@ def test_kernel_search_options_are_checked(data, capsys):
     err = _refused(capsys, data["csv"], "--targets", "y", "--kernel", "search", "--search-base", "rbf,periodc",
                    "--iterations", "1", "--out", data["dir"] / "bad.pt")
     assert "--search-base: expected comma-separated kernel families" in err
+
+
+def test_until_converged_ends_by_the_rule_and_resumes_to_the_uninterrupted_model(data, monkeypatch, capsys):
+    """``savigp train --until-converged``: fit's rule ends the run (the model file records the
+    verdict and the steps), and a run interrupted inside its second round (Ctrl-C at step 600) and
+    resumed ends with the uninterrupted run's parameters, bit for bit: the rule's ELBO path is in the
+    checkpoint's schedule."""
+    t = data["dir"]
+    args = [data["csv"], "--targets", "y", "--inputs", "time", "--kernel", "rbf(time) + periodic(time, period=1)",
+            "--standardize-targets", "--lr", "0.05", "--num-inducing", "12", "--until-converged"]
+    assert _train(*args, "--out", t / "uc_ref.pt") == 0
+    ref = load_model(str(t / "uc_ref.pt"))[0]
+    record = ref.config["training"]["convergence"]
+    assert record["converged"] and ref.config["step"] == record["steps"] == ref.config["training"]["iterations"] > 500
+    monkeypatch.setenv(TEST_SIGINT_ENV, "600")
+    assert _train(*args, "--out", t / "uc_cut.pt") == 130
+    monkeypatch.delenv(TEST_SIGINT_ENV)
+    assert _train(*args, "--out", t / "uc_cut.pt", "--resume") == 0
+    cut = load_model(str(t / "uc_cut.pt"))[0]
+    assert cut.config["step"] == ref.config["step"] and _states_equal(cut.model.state_dict(), ref.model.state_dict())
+    assert "--until-converged: its run ends by fit's convergence rule" in _refused(
+        capsys, *args, "--epochs", "2", "--out", t / "uc_bad.pt")

@@ -18,7 +18,7 @@ RECORDED = ("likelihood", "num_latent", "num_classes", "one_hot", "num_outputs",
             "min_log_prob", "kernel", "fourier_features", "shared_kernel", "num_inducing", "inducing_init", "dense",
             "fixed_inducing", "posterior", "components", "entropy", "prior_mean", "learn_prior_mean",
             "mean_basis_size", "mean_basis", "standardize_inputs", "standardize_targets", "dtype", "seed",
-            "batch_size", "optimizer", "lr", "samples", "estimator", "learn")
+            "until_converged", "batch_size", "optimizer", "lr", "samples", "estimator", "learn")
 
 
 def _train_parser():

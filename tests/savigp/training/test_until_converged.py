@@ -77,3 +77,20 @@ def test_a_stochastic_run_converges_and_keeps_no_worse_than_the_fixed_default():
     h = savigp.fit(model, batch_size=30, estimator="reparam", num_samples=10, progress=False)
     assert h.convergence.converged and math.isfinite(h.final_elbo)
     assert full_data_elbo(model, estimator="closed-form")[0] > full_data_elbo(fixed, estimator="closed-form")[0] - 1.0
+
+
+def test_a_run_to_convergence_stopped_and_resumed_takes_the_uninterrupted_runs_steps():
+    """fit's state keeps the rule's ELBO path (in the schedule): a run stopped by its callback at step
+    700 (inside its second round) and resumed from the state ends where the uninterrupted run ends,
+    bit for bit, after the same number of steps."""
+    whole = _model()
+    h = savigp.fit(whole, lr=0.05, estimator="closed-form", progress=False, final_elbo=False)
+    parts = _model()
+    state: dict = {}
+    first = savigp.fit(parts, lr=0.05, estimator="closed-form", progress=False, final_elbo=False, state=state,
+                       callback=lambda step, terms: step + 1 >= 700)
+    assert first.stopped and int(state["step"]) == 700
+    rest = savigp.fit(parts, lr=0.05, estimator="closed-form", progress=False, final_elbo=False, state=state)
+    assert rest.convergence.converged and rest.convergence.steps == h.convergence.steps
+    for (name, a), b in zip(whole.state_dict().items(), parts.state_dict().values()):
+        assert torch.equal(a, b), name
