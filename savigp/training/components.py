@@ -28,6 +28,7 @@ import torch
 
 from .._choices import ESTIMATORS
 from ..model import SAVIGP
+from .component_checks import ComponentWarning
 from .convergence import ConvergenceWarning, full_data_elbo
 
 
@@ -244,8 +245,9 @@ def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, 
     seed = int(fit_kwargs.get("seed", 0))
 
     def fitted(m) -> _Fitted:
-        with warnings.catch_warnings():  # (the search reports convergence in its table)
+        with warnings.catch_warnings():  # (the search reports convergence in its table, and compares K's)
             warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.simplefilter("ignore", ComponentWarning)  # (K + 1 on a K-mode posterior repeats a mode)
             h, fits = fit(m, **fit_kwargs), 1
             while h.still_rising and fits <= int(max_extensions):
                 h, fits = fit(m, **extend_kwargs), fits + 1

@@ -27,6 +27,7 @@ from ..runtime.allocator import tune_cpu_allocator
 from ..runtime.threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
 from . import loop, schedule as _schedule, starts as _starts, step as _step
+from .component_checks import ComponentWarning, component_notes
 from .components import ComponentSearch, adopt, search_components
 from .convergence import MIN_TREND_STEPS, ConvergenceWarning, full_data_elbo, still_rising
 from .groups import parameter_groups
@@ -385,6 +386,11 @@ def fit(
             report.close()
         if history.still_rising and rank0:
             warnings.warn(f"savigp.fit: {history.still_rising}", ConvergenceWarning, stacklevel=2)  # (fit's caller)
+        if history.steps and not history.stopped:  # (a mixture using fewer components than it has)
+            for line in component_notes(model.posterior):
+                history.notes.append(line)
+                if rank0:
+                    warnings.warn(f"savigp.fit: {line}", ComponentWarning, stacklevel=2)
         if final_elbo:  # (draws seeded by the last phase's seed + 1)
             shard, reduce = distributed.evaluation_shard(model.device)
             history.final_elbo, history.final_elbo_stderr = full_data_elbo(

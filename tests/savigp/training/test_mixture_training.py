@@ -360,3 +360,32 @@ def test_shared_draws_keep_the_estimate_unbiased_and_its_standard_error_right():
         spread = float(values.std())
         assert abs(float(values.mean()) - exact) < 4 * spread / len(runs) ** 0.5, (grad, float(values.mean()), exact, spread)
         assert abs(spread / reported - 1) < 0.15, (grad, spread, reported)
+
+
+def test_a_mixture_that_uses_fewer_components_than_it_has_says_so():
+    """A K = 2 fit ending with a component of weight 3e-4, or with two components on one mode, used
+    one component and said nothing (issue 57): fit warns (ComponentWarning) and keeps the line in
+    history.notes; a fit that keeps both modes of |f| says nothing."""
+    import warnings
+
+    from savigp.training.component_checks import ComponentWarning
+
+    p = PROBLEMS["abs5"]
+    light = p.build(2, 0)
+    with torch.no_grad():
+        light.posterior.logits.copy_(torch.tensor([0.0, -8.0]))
+    with pytest.warns(ComponentWarning, match="component 1 holds weight"):
+        h = savigp.fit(light, iterations=3, lr=1e-4, num_samples=5, groups=("posterior",), progress=False,
+                       final_elbo=False)
+    assert any("holds weight" in n for n in h.notes)
+    same = p.build(2, 0)
+    with torch.no_grad():
+        same.posterior.mean[1].copy_(same.posterior.mean[0] + 1e-3)
+        same.posterior.mean.add_(0.5)
+    with pytest.warns(ComponentWarning, match="components 0 and 1 sit on one mode"):
+        savigp.fit(same, iterations=3, lr=1e-4, num_samples=5, groups=("posterior",), progress=False, final_elbo=False)
+    both = mm.train(p.build(2, 0), p, "reparam", 0, iterations=400)
+    assert mm.both_modes(p, both)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ComponentWarning)
+        savigp.fit(both, iterations=3, lr=1e-4, num_samples=5, groups=("posterior",), progress=False, final_elbo=False)
