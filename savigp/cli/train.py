@@ -403,8 +403,9 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             if history.convergence is not None and history.convergence.converged and not quiet:
                 print(f"savigp train: converged: {history.convergence.reason}", file=sys.stderr)
             if history.still_rising:
+                further = "" if plan.until_converged else "; --until-converged trains until the ELBO stops rising"
                 print(f"savigp train: note: {history.still_rising} (the same command with --resume and a larger "
-                      "--iterations continues from the model)", file=sys.stderr)
+                      f"--iterations continues from the model{further})", file=sys.stderr)
             if plot:
                 from ..io.plotting import save_elbo_plot
 
