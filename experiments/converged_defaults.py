@@ -26,6 +26,7 @@ import copy
 import os
 import sys
 import time
+from pathlib import Path
 import warnings
 
 import numpy as np
@@ -108,15 +109,10 @@ def main(argv=None) -> int:
     rows = [r for seed in parse_ints(p, args.seeds) for name in args.sets.split(",") if name.strip()
             for r in run(name.strip(), seed)]
     head = ["data", "N", "D", "run", "steps", "seconds", "ended", "polished", "elbo", "elbo_se", "estimator"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        lines.append("| " + " | ".join(f"{r[h]:.2f}" if isinstance(r[h], float) else str(r[h]) for h in head) + " |")
-    text = "\n".join(lines)
-    with open(os.path.join(args.out, "converged_defaults.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out, "converged_defaults.csv"), "w") as f:
-        f.write(",".join(head) + "\n" + "\n".join(",".join(str(r[h]) for h in head) for r in rows) + "\n")
-    print(text)
+    from experiments._common import markdown_table, write_table
+
+    write_table(rows, Path(args.out) / "converged_defaults", columns=head)
+    print(markdown_table(rows, head), end="")
     return 0
 
 

@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -115,15 +116,10 @@ def main(argv=None) -> int:
               f"{row['seconds']:.0f} s", file=sys.stderr)
     head = ["series", "rows", "chosen", "search_best_elbo", "chosen_elbo", "saved_elbo", "test_nlpd", "test_mse",
             "seconds", "complete"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        lines.append("| " + " | ".join(f"{r[h]:.3f}" if isinstance(r[h], float) else str(r[h]) for h in head) + " |")
-    text = "\n".join(lines)
-    with open(os.path.join(args.out, "search_handover.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out, "search_handover.csv"), "w") as f:
-        f.write(",".join(head) + "\n" + "\n".join(",".join(str(r[h]) for h in head) for r in rows) + "\n")
-    print(text)
+    from experiments._common import markdown_table, write_table
+
+    write_table(rows, Path(args.out) / "search_handover", columns=head)
+    print(markdown_table(rows, head), end="")
     return 0
 
 

@@ -68,6 +68,30 @@ class Rising:
                 f"{z}): more iterations would likely improve the fit")
 
 
+def trend(values: Sequence[float]) -> Optional[Rising]:
+    """The least-squares trend of ``values`` (per-step estimates): its rise over them and its z, or
+    None for fewer than 3 values or a non-finite one."""
+    n = len(values)
+    if n < 3:
+        return None
+    y = torch.tensor([float(v) for v in values], dtype=torch.float64)
+    if not bool(torch.isfinite(y).all()):
+        return None
+    t = torch.arange(n, dtype=torch.float64)
+    t = t - t.mean()
+    slope = float((t * (y - y.mean())).sum() / (t * t).sum())
+    resid = y - y.mean() - slope * t
+    se = math.sqrt(float((resid * resid).sum()) / (n - 2) / float((t * t).sum()))
+    z = slope / se if se > 0 else (math.inf if slope > 0 else 0.0)
+    return Rising(n, slope * n, z)
+
+
+def rises(found: Rising, num_data: int) -> bool:
+    """Is the trend ``found`` still rising: above :data:`RISE_Z` of its standard errors and by at least
+    :data:`RISE_PER_POINT` nats per data point over its steps?"""
+    return found.z > RISE_Z and found.rise > RISE_PER_POINT * num_data
+
+
 def still_rising(elbo: Sequence[float], num_data: int, *, fraction: float = 0.2,
                  steps: Optional[int] = None) -> Optional[Rising]:
     """The trend of the last ``fraction`` of ``elbo`` (per-step estimates; or of its last ``steps``)
@@ -76,19 +100,8 @@ def still_rising(elbo: Sequence[float], num_data: int, *, fraction: float = 0.2,
     n = int(len(elbo) * fraction) if steps is None else min(int(steps), len(elbo))
     if n < MIN_TREND_STEPS:
         return None
-    y = torch.tensor([float(v) for v in elbo[-n:]], dtype=torch.float64)
-    if not bool(torch.isfinite(y).all()):
-        return None
-    t = torch.arange(n, dtype=torch.float64)
-    t = t - t.mean()
-    slope = float((t * (y - y.mean())).sum() / (t * t).sum())
-    resid = y - y.mean() - slope * t
-    se = math.sqrt(float((resid * resid).sum()) / (n - 2) / float((t * t).sum()))
-    rise = slope * n
-    z = slope / se if se > 0 else (math.inf if slope > 0 else 0.0)
-    if z > RISE_Z and rise > RISE_PER_POINT * num_data:
-        return Rising(n, rise, z)
-    return None
+    found = trend(elbo[-n:])
+    return found if found is not None and rises(found, num_data) else None
 
 
 @torch.no_grad()

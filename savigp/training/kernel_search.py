@@ -119,8 +119,8 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             rejected (its row says so), and no candidate starts after it; the check that guards a
             move (the parent refitted from the child's values) still runs, within
             :data:`CHECK_GRACE` seconds (or a tenth of the budget), and a move whose check does not
-            end in that time is not taken (the result's ``complete`` is then False). Where the budget ended every first-level fit, the best of
-            them is returned.
+            end in that time is not taken (the result's ``complete`` is then False). Where the
+            budget ended every first-level fit, the best of them is returned.
         penalty: ``"bic"`` (score = ELBO - p log(N) / 2) or None (the ELBO alone).
         num_inducing: M of every candidate (default min(N, 100)).
         iterations, lr: of every candidate's :func:`savigp.fit`; ``fit_options`` adds to them.
@@ -374,10 +374,7 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             break
         terms, row, model = max(results, key=lambda r: r[1]["score"])
         if current is not None:
-            def wins() -> bool:
-                return _wins(row, current[1])
-
-            if not wins():
+            if not _wins(row, current[1]):
                 break
             # the child must win by its structure: the parent's structure fitted again from the
             # child's own values (the child less the base kernel it added) may reach a basin the
@@ -398,7 +395,7 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                 if not prow["failed"] and prow["score"] > current[1]["score"]:
                     prow["chosen"] = True
                     current = (current[0], prow, pmodel, kernel_spec(pmodel.kernel, values=True))
-                if not wins():
+                if not _wins(row, current[1]):
                     break
         row["chosen"] = True
         current = (terms, row, model, kernel_spec(model.kernel, values=True))

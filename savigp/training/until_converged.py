@@ -30,12 +30,13 @@ The history's :attr:`~savigp.training.loop.TrainingHistory.convergence` records 
 from __future__ import annotations
 
 import copy
+import math
 import time
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .convergence import ConvergenceWarning, full_data_elbo, still_rising
+from .convergence import RISE_PER_POINT, ConvergenceWarning, full_data_elbo, rises, trend
 
 #: steps of the first round
 FIRST_ROUND = 500
@@ -82,26 +83,12 @@ class Convergence:
 
 def verdict(path: list, num_data: int, min_window: int = MIN_WINDOW) -> tuple:
     """``(converged, window, rise, z)`` of the rule (module docstring) on ``path``, the per-step ELBO
-    estimates after the exploration."""
-    import math
-
-    window = max(min_window, int(WINDOW_FRACTION * len(path)))
-    rising = still_rising(path, num_data, steps=window)
-    if rising is not None:
-        return False, rising.steps, rising.rise, rising.z
-    n = min(window, len(path))
-    if n < min_window:  # (too short to judge: not converged)
-        return False, n, math.nan, math.nan
-    return True, n, _trend_rise(path[-n:]), math.nan
-
-
-def _trend_rise(values: list) -> float:
-    """The least-squares trend of ``values`` times their number (nats over the window)."""
-    n = len(values)
-    mean_t, mean_v = (n - 1) / 2.0, sum(values) / n
-    num = sum((i - mean_t) * (v - mean_v) for i, v in enumerate(values))
-    den = sum((i - mean_t) ** 2 for i in range(n))
-    return num / den * n if den > 0 else 0.0
+    estimates after the exploration (a path shorter than ``min_window`` is not judged converged)."""
+    window = min(len(path), max(min_window, int(WINDOW_FRACTION * len(path))))
+    found = trend(path[len(path) - window:]) if window >= min_window else None
+    if found is None:
+        return False, window, math.nan, math.nan
+    return not rises(found, num_data), window, found.rise, found.z
 
 
 def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], time_budget: Optional[float],
@@ -170,8 +157,9 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
             converged, window, rise, z = verdict(main_path(), model.num_data, min_window)
             step = int(state.get("step", 0))
             if converged:
-                reason = (f"the ELBO stopped rising: its trend over the last {window} steps is {rise:+.3g} nats, "
-                          f"within its noise or below {model.num_data * 1e-3:.3g} nats")
+                why = (f"below {RISE_PER_POINT * model.num_data:.3g} nats" if rise <= RISE_PER_POINT * model.num_data
+                       else f"within its noise ({z:.1f} standard errors)")
+                reason = f"the ELBO stopped rising: its trend over the last {window} steps is {rise:+.3g} nats, {why}"
                 break
             over_time = time_budget is not None and time.perf_counter() - t0 > float(time_budget)
             if total >= cap or over_time:
