@@ -312,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--epochs", type=_finite, help="alternatively, passes over the data")
     g.add_argument("--until-converged", action="store_true",
                    help="train until the ELBO has stopped rising (its trend over the last quarter of the path "
-                        "within its Monte Carlo noise; savigp.fit without iterations), at most --iterations steps "
+                        "and its full-data gain over the last round within their Monte Carlo noise; savigp.fit "
+                        "without iterations), at most --iterations steps "
                         "(default 20000), then a deterministic L-BFGS polish where the data fit in memory")
     g.add_argument("--batch-size", type=_count, metavar="B", help="mini-batch size (default all rows; lbfgs: all rows)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")

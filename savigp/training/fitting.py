@@ -197,7 +197,8 @@ def fit(
             inner iterations each, all with the same Monte Carlo draws). Without ``iterations`` and
             ``epochs``, fit runs until the ELBO has stopped rising, by the rule of
             :mod:`savigp.training.until_converged` (rounds of steps, the trend of the ELBO after the
-            exploration within its noise over a window of a quarter of the path), up to
+            exploration within its noise over a window of a quarter of the path, and the full-data
+            ELBO's gain over the last round within its noise), up to
             ``max_iterations`` steps (default 20000) or ``time_budget`` seconds, then polishes with
             L-BFGS where the full data fit in memory; ``history.convergence`` says how it ended.
         epochs: alternatively, passes over the data (``iterations = epochs * N / batch_size``).
