@@ -116,7 +116,7 @@ class Registry(Mapping):
 
 
 #: the covariance functions (:mod:`savigp.kernels`); a class built as ``cls(D, Q, **options)`` (and
-#: ``lengthscale=`` where its ``takes_lengthscale``); expressions combine them (``rbf + periodic(0) * rbf(0)``)
+#: ``lengthscale=`` where its ``option_units`` puts one in the inputs' units); expressions combine them (``rbf + periodic(0) * rbf(0)``)
 KERNELS = Registry("kernel", {
     "rbf": "savigp.kernels:RBF", "matern12": "savigp.kernels:Matern12", "matern32": "savigp.kernels:Matern32",
     "matern52": "savigp.kernels:Matern52", "rq": "savigp.kernels:RationalQuadratic",

@@ -183,7 +183,7 @@ def in_model_units(spec: dict, stats: dict, names) -> dict:
         return {"list": [{**p, "kernel": in_model_units(p["kernel"], stats, names)} for p in spec["list"]]}
     dims = spec.get("active_dims") or list(range(len(mean)))
     m, s = [mean[d] for d in dims], [std[d] for d in dims]
-    rules = _rules(KERNELS[spec["kernel"]])
+    rules = KERNELS[spec["kernel"]].option_units
     out = dict(spec)
     for key, value in spec.items():
         if key in _UNITLESS or (key == "variance" and "variance" not in rules):
@@ -206,21 +206,6 @@ def in_model_units(spec: dict, stats: dict, names) -> dict:
                            f"{key}=")
         out[key] = _carried(rule, float(value), m, s, per_column)
     return out
-
-
-def _rules(cls) -> dict:
-    """How each option of a family moves with x' = (x - m) / s: ``"scale"`` (divided by s),
-    ``"offset"`` ((c - m) / s), ``"variance"`` (times s^2)."""
-    from ..kernels import Linear, Periodic, Stationary
-    from ..kernels.fourier_features import AdditiveMatern
-
-    if issubclass(cls, (Stationary, AdditiveMatern)):
-        return {"lengthscale": "scale"}
-    if issubclass(cls, Periodic):
-        return {"period": "scale", "lengthscale": "none"}
-    if issubclass(cls, Linear):
-        return {"offset": "offset", "variance": "variance"}
-    return {}  # Constant, White: a variance in the targets' units; a family savigp does not know: nothing
 
 
 def _carried(rule: str, value: float, m: list, s: list, per_column: bool):

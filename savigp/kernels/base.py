@@ -48,8 +48,12 @@ class Kernel(nn.Module):
     num_latent: int
     input_dim: int
     active_dims: Optional[tuple] = None
-    #: the constructor takes ``lengthscale=`` (the builders pass a data-scaled default to such kernels)
-    takes_lengthscale: bool = False
+    #: how each option of the family moves when the inputs are moved and scaled, x' = (x - m) / s:
+    #: ``"scale"`` (divided by s: a length-scale or period, in the inputs' units; the builders give
+    #: a data-scaled default to a ``lengthscale`` of these, :func:`savigp.kernels.spec.default_lengthscale`),
+    #: ``"offset"`` ((c - m) / s), ``"variance"`` (times s^2) or ``"none"`` (no units: a periodic
+    #: kernel's length-scale, relative to its sinusoid). Options it leaves out have no declared units.
+    option_units: dict = {}
     #: ``kernel(X, X)`` with the same tensor twice differs from ``kernel(X, X')`` for an equal copy X' (White)
     identity_terms: bool = False
 

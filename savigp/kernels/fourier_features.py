@@ -121,7 +121,7 @@ class AdditiveMatern(Kernel):
         learn: learn the hyper-parameters.
     """
 
-    takes_lengthscale = True
+    option_units = {"lengthscale": "scale"}
 
     def __init__(self, input_dim: int, num_latent: int = 1, nu: float = 1.5, lengthscale=1.0, variance=1.0,
                  learn: bool = True):

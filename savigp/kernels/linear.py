@@ -29,6 +29,8 @@ class Linear(Kernel):
         active_dims: the input columns the kernel reads (default all D).
     """
 
+    option_units = {"offset": "offset", "variance": "variance"}
+
     def __init__(self, input_dim: int, num_latent: int = 1, variance=1.0, offset=0.0, learn: bool = True,
                  active_dims: Optional[Sequence[int]] = None):
         super().__init__()

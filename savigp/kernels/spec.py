@@ -180,7 +180,8 @@ def build_kernel(spec: Any, input_dim: int, num_latent: int,
     Args:
         spec: a spec (the module docstring), or a registered kernel name.
         input_dim: D. num_latent: Q.
-        lengthscale: the initial length-scale of a leaf that takes one and was given none:
+        lengthscale: the initial length-scale of a leaf whose length-scale is in the inputs' units
+            (its family's ``option_units``) and was given none:
             ``lengthscale(active_dims, ard)`` (active_dims None for all D columns); None keeps each
             class's default.
         inputs: the training inputs ``(N, D)`` (a tensor), or None: a leaf whose family declares
@@ -206,7 +207,7 @@ def build_kernel(spec: Any, input_dim: int, num_latent: int,
             return KernelList([build(p["kernel"], p["num_latent"]) for p in node["list"]])
         options = {k: v for k, v in node.items() if k != "kernel"}
         cls = KERNELS[node["kernel"]]
-        if lengthscale is not None and getattr(cls, "takes_lengthscale", False) and "lengthscale" not in options:
+        if lengthscale is not None and cls.option_units.get("lengthscale") == "scale" and "lengthscale" not in options:
             options["lengthscale"] = lengthscale(options.get("active_dims"), options.get("ard", True))
         from_data = getattr(cls, "initial_from_data", None)
         if inputs is not None and from_data is not None:

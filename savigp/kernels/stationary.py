@@ -47,7 +47,7 @@ class Stationary(Kernel):
             of the first column alone.
     """
 
-    takes_lengthscale = True
+    option_units = {"lengthscale": "scale"}
 
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0,
                  ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):
