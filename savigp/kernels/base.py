@@ -134,6 +134,13 @@ class Kernel(nn.Module):
         builds a kernel equal to this one (warm starts, e.g. of :func:`savigp.search_kernels`)."""
         return {}
 
+    def step_scales(self, inputs: Tensor) -> dict:
+        """Parameters of this kernel (not of its parts) whose first-order steps must be smaller than
+        the optimizer's learning rate, ``{parameter: factor in (0, 1)}``, for training inputs
+        ``inputs (N, D)``: a parameter on which the ELBO is sharp in proportion to the data's extent
+        (a period over many cycles). Default: none. Used by :mod:`savigp.training.step_scales`."""
+        return {}
+
     def identity_diag(self, x: Tensor) -> Optional[Tensor]:
         """What only ``kernel(x, x)`` with the same tensor twice has on its diagonal, ``(Q, N)`` for ``x``
         ``(N, D)`` or ``(Q, N, D)``: ``diag(x)`` less the diagonal of ``kernel(x, x')`` for ``x'`` an equal

@@ -63,6 +63,23 @@ class Periodic(Kernel):
     def structure(self) -> dict:
         return {**super().structure(), "ard": self.ard, **({} if self.learn else {"learn": False})}
 
+    def step_scales(self, inputs: Tensor) -> dict:
+        """The period's step scaled by p / L (L the inputs' extent along its column, at most 1): a
+        change dp of the period moves the phase at the far end of the data by L dp / p^2 cycles, so
+        a step of the learning rate's size in p (elnino: 48 cycles, p = 1 year) turns the season
+        by about half a cycle there, and Adam's steps of that size throw the learned period away
+        (issue 57: to 0.95, 1.10 or 0.80 years). Scaled, a step moves the far phase by about the
+        learning rate in cycles, whatever the units or the number of cycles. None for a fixed
+        period or fewer than one cycle."""
+        if not self.learn or inputs.shape[0] < 2:
+            return {}
+        x = self._columns(inputs.detach())
+        span = (x.max(0).values - x.min(0).values).to(torch.float64)  # (d,)
+        if not self.ard:
+            span = span.max().reshape(1)
+        factor = float((self.period().detach().to(torch.float64) / span.clamp_min(1e-300)).min())
+        return {self.period.raw: factor} if factor < 1.0 else {}
+
     def initial_values(self) -> dict:
         return {name: getattr(self, attr)().detach().cpu().tolist()
                 for name, attr in (("lengthscale", "lengthscales"), ("period", "period"), ("variance", "variance"))}

@@ -34,6 +34,7 @@ from .groups import parameter_groups
 from .loop import Batches, TrainingHistory
 from .rules import GradientStep, SyncFreeStep
 from .starts import DEFAULT_FRACTION
+from .step_scales import scaled_groups
 
 
 
@@ -536,13 +537,14 @@ def _resume_entries(state: dict) -> dict:
 
 
 def _optimizer(model: SAVIGP, steps: StepOptions, params: list, graphs: bool) -> torch.optim.Optimizer:
-    """A fresh optimizer of ``steps`` over ``params`` (a mixture's logits at their own rate under
-    Adam/Adadelta, :func:`mixture_param_groups`; state on the device for a CUDA graph)."""
+    """A fresh optimizer of ``steps`` over ``params`` (under Adam/Adadelta a mixture's logits at their
+    own rate, :func:`mixture_param_groups`, and sharp parameters such as a period at a scaled one,
+    :func:`savigp.training.step_scales.scaled_groups`; state on the device for a CUDA graph)."""
     lr = steps.lr
     if steps.optimizer == "lbfgs":
         return torch.optim.LBFGS(params, lr=lr, max_iter=steps.lbfgs_max_iter, history_size=50,
                                  line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)
-    opt_params = mixture_param_groups(model, params, lr, steps.weight_lr)
+    opt_params = scaled_groups(model, mixture_param_groups(model, params, lr, steps.weight_lr), lr)
     if steps.optimizer == "adam":
         return make_adam(opt_params, lr, capturable=graphs)
     return torch.optim.Adadelta(opt_params, lr=lr, **({"capturable": True} if graphs else {}))

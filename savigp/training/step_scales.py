@@ -1,0 +1,52 @@
+"""Learning rates per parameter for the first-order optimizers: steps scaled to what each parameter
+can move.
+
+Adam's step is about its learning rate in every coordinate, whatever the ELBO's curvature along it
+(Kingma & Ba 2015, §2.1: the effective step |m_hat / sqrt(v_hat)| <= 1 times the rate). For most
+parameters of a GP model that is harmless; for a period learned over many cycles it is not: a change
+dp moves the phase at the far end of the data by L dp / p^2 cycles (L the data's extent), so at
+fit's rate the period of a monthly series over 48 years jumps by half a cycle there per step and
+leaves its optimum (issue 57: elnino's period drifted to 0.95, 1.10 and 0.80 years). A kernel family
+declares such parameters and their factor (:meth:`savigp.kernels.base.Kernel.step_scales`); here
+they get optimizer groups of their own at the learning rate times that factor. Models without them
+keep their groups (and their traces) as they were.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def parameter_step_scales(model) -> dict:
+    """``{parameter: factor}`` of every kernel module of ``model`` (:meth:`Kernel.step_scales`, on
+    the model's training inputs), the smallest factor where two modules name one parameter."""
+    from ..kernels.base import Kernel
+
+    out: dict = {}
+    X = model.train_x
+    for module in model.kernel.modules():
+        if isinstance(module, Kernel):
+            for p, f in module.step_scales(X).items():
+                out[p] = min(float(f), out.get(p, 1.0))
+    return out
+
+
+def scaled_groups(model, groups: list, lr: float) -> list:
+    """``groups`` (parameters, or optimizer group dicts whose ``lr`` defaults to ``lr``) with each
+    parameter of :func:`parameter_step_scales` moved to a group of its own at its group's rate times
+    its factor; ``groups`` itself where no parameter has one."""
+    scales = {p: f for p, f in parameter_step_scales(model).items() if p.requires_grad}
+    if not scales:
+        return groups
+    dicts = [g if isinstance(g, dict) else {"params": [g]} for g in groups] if any(isinstance(g, dict) for g in groups) \
+        else [{"params": list(groups)}]
+    out = []
+    for g in dicts:
+        rate = float(g.get("lr", lr))
+        kept = [p for p in g["params"] if not any(p is q for q in scales)]
+        if kept:
+            out.append({**g, "params": kept})
+        for p in g["params"]:
+            factor = next((f for q, f in scales.items() if q is p), None)
+            if factor is not None:
+                out.append({**g, "params": [p], "lr": rate * factor})
+    return out
