@@ -54,6 +54,9 @@ MAX_ITERATIONS = 20000
 #: the rule's window: this fraction of the path after the exploration, at least MIN_WINDOW steps
 WINDOW_FRACTION = 0.25
 MIN_WINDOW = 50
+#: a run whose full-data ELBO falls more than this many nats (and its noise, and RISE_PER_POINT nats per
+#: point) below its best round's stops there, puts the best round's parameters back and says so
+FALL_NATS = 1.0
 #: L-BFGS outer steps of the polish (20 inner iterations each, strong Wolfe line search)
 POLISH_STEPS = 5
 #: the polish runs where N * S * K * Q (the draws of one full-data evaluation) is at most this
@@ -162,6 +165,10 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
             converged, window, rise, z = verdict(main_path(), model.num_data, min_window)
             gained = round_gain(state["schedule"], int(state.get("step", 0)), model, options)  # (and this round's kept)
             step = int(state.get("step", 0))
+            fell = _fell(state["schedule"], model)
+            if fell is not None:
+                converged, reason = False, fell
+                break
             if converged and gained is not None and gained[0] <= max(2.0 * gained[1], RISE_PER_POINT * model.num_data):
                 why = (f"below {RISE_PER_POINT * model.num_data:.3g} nats" if rise <= RISE_PER_POINT * model.num_data
                        else f"within its noise ({z:.1f} standard errors)")
@@ -185,9 +192,14 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
         if rest > 0 and not user_stopped["stop"]:
             h = fit(model, iterations=rest, state=state, callback=callback, **quiet)
             history = _joined(history, h)
+    polished = _polish(model, fit, options) if not user_stopped["stop"] else None
+    if not user_stopped["stop"]:  # the annealing phase (or the polish) must not end below the best round either
+        round_gain(state["schedule"], int(state.get("step", 0)), model, options)
+        fell = _fell(state["schedule"], model, final=True)
+        if fell is not None:
+            converged, reason = False, fell
     history.seconds = time.perf_counter() - t0
     history.still_rising = None if converged else reason
-    polished = _polish(model, fit, options) if not user_stopped["stop"] else None
     history.convergence = Convergence(converged, int(state.get("step", 0)), rounds, int(window), float(rise),
                                       float(z), reason, polished)
     if not converged and not user_stopped["stop"]:
@@ -209,6 +221,7 @@ def round_gain(schedule: dict, step: int, model, options: dict) -> Optional[tupl
     fit 10 nats short (Poisson, batches of 50 of 300 rows: ELBO -612.0 at its 500 steps, -602.2 at
     5000): their noise hides a trend the full-data ELBO shows."""
     from . import distributed
+    from .loop import parameter_copies
 
     from .._choices import ESTIMATORS
 
@@ -221,9 +234,40 @@ def round_gain(schedule: dict, step: int, model, options: dict) -> Optional[tupl
                               seed=int(options.get("seed", 0)) + ROUND_SEED, shard=shard, reduce=reduce)
     last = record.get("round_elbo")
     record["round_elbo"] = [float(elbo), float(se), int(step)]
+    best = record.get("best")
+    if best is None or float(elbo) > best[0]:  # (a NaN never replaces it)
+        record["best"] = [float(elbo), float(se), int(step), parameter_copies(model)]
     if last is None:
         return None
     return float(elbo) - last[0], math.hypot(float(se), last[1]), last[2]
+
+
+def _fell(schedule: dict, model, final: bool = False) -> Optional[str]:
+    """Where the full-data ELBO at the last round's end (:func:`round_gain`) is below the best round's
+    by more than twice the standard error of their difference, :data:`FALL_NATS` and RISE_PER_POINT
+    nats per point: the best round's parameters put back, and one line saying so; else None (and,
+    at the run's ``final`` check, the best round's parameters put back where it is below them by
+    more than the noise: a smaller fall is Adam's noise floor, not worth a warning). Adam at a fixed rate can
+    throw a sharp optimum away (a period over many cycles: elnino's period went from 1 to 0.80
+    years at standardized inputs, the ELBO 400 nats down), and a run that ends there must not hand
+    the user its last state."""
+    from .loop import restore_parameters
+
+    record = schedule.get("converge", {})
+    now, best = record.get("round_elbo"), record.get("best")
+    if now is None or best is None or best[2] == now[2]:
+        return None
+    drop = best[0] - now[0]
+    noise = 2.0 * math.hypot(now[1], best[1])
+    if not drop > max(noise, FALL_NATS, RISE_PER_POINT * model.num_data):
+        if final and drop > noise:  # (Adam's noise floor: the better point kept, nothing to say)
+            restore_parameters(model, best[3])
+            record["round_elbo"] = best[:3]
+        return None
+    restore_parameters(model, best[3])
+    record["round_elbo"] = best[:3]
+    return (f"the full-data ELBO fell {drop:.3g} nats below its best (at step {best[2]}: {best[0]:.6g}) by step "
+            f"{now[2]}: the model at step {best[2]} is kept; a lower learning rate (lr=) keeps a sharp optimum")
 
 
 def _joined(history, more):
