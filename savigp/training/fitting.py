@@ -389,7 +389,7 @@ def fit(
         if history.still_rising and rank0:
             warnings.warn(f"savigp.fit: {history.still_rising}", ConvergenceWarning, stacklevel=2)  # (fit's caller)
         if history.steps and not history.stopped:  # (a mixture using fewer components than it has)
-            for line in component_notes(model.posterior):
+            for line in component_notes(model):
                 history.notes.append(line)
                 if rank0:
                     warnings.warn(f"savigp.fit: {line}", ComponentWarning, stacklevel=2)
