@@ -89,6 +89,11 @@ def resume(plan: TrainPlan, config: dict, out: str, ckpt: str, Xm, Ym, user_code
         # an option a checkpoint from an older savigp lacks had its default then
         a = recorded[key] if key in recorded else _train_default(key)
         b = config["training"]["options"].get(key)
+        if a != b and key == "until_converged":  # (set without the flag where no length is given)
+            raise CLIError(f"--resume: {source} was trained " + (
+                "to convergence (no --iterations or --epochs, or --until-converged): resume without --iterations "
+                "and --epochs, or with --until-converged (--iterations N: its cap)" if a else
+                "for a fixed number of steps (--iterations or --epochs): resume with --iterations N or --epochs E"))
         if a != b:
             raise CLIError(f"--resume: --{key.replace('_', '-')} is {b!r} here but {source} was trained with "
                            f"{a!r}; resume with the same options")
@@ -99,6 +104,8 @@ def resume(plan: TrainPlan, config: dict, out: str, ckpt: str, Xm, Ym, user_code
                        f"{hypers}; resume with --hypers {old_hypers}")
     if "stage1" in ot:  # a two-stage fit resumes its stage 2; stage 1's record is kept
         config["training"]["stage1"] = ot["stage1"]
+    if ot.get("convergence") is not None:  # (a finished run to convergence: how it ended)
+        config["training"]["convergence"] = ot["convergence"]
     if tstate is None:
         raise CLIError(f"--resume: {source} holds no optimizer state to resume from")
     step = int(old.get("step", 0))

@@ -56,8 +56,9 @@ run 'savigp COMMAND --help' for the options of each command.
 
 EPILOG_TRAIN = """\
 examples:
-  # regression; every column but 'y' is an input; standardized inputs and targets
-  savigp train data.csv --targets y --standardize-inputs --standardize-targets --out model.pt
+  # regression; every column but 'y' is an input; standardized inputs and targets; trained until
+  # the ELBO stops rising (no --iterations: at most 20000 steps; here at most 10 minutes of rounds)
+  savigp train data.csv --targets y --standardize-inputs --standardize-targets --time-budget 600 --out model.pt
   # binary classification with labels in {0, 1} or {-1, +1}, mini-batches of 200
   savigp train data.csv --targets label --likelihood logistic --batch-size 200 \\
       --iterations 3000 --out clf.pt
@@ -308,13 +309,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default cpu)")
     g.add_argument("--seed", type=_seed, default=0, help="seeds initialization, mini-batches and Monte Carlo draws")
     g = t.add_argument_group("training")
-    g.add_argument("--iterations", type=_count, help="optimizer steps (default 500)")
-    g.add_argument("--epochs", type=_finite, help="alternatively, passes over the data")
+    g.add_argument("--iterations", type=_count,
+                   help="a fixed run of this many optimizer steps (default: train until the ELBO has stopped "
+                        "rising, at most 20000 steps; see --until-converged)")
+    g.add_argument("--epochs", type=_finite, help="alternatively, a fixed run of this many passes over the data")
     g.add_argument("--until-converged", action="store_true",
                    help="train until the ELBO has stopped rising (its trend over the last quarter of the path "
                         "and its full-data gain over the last round within their Monte Carlo noise; savigp.fit "
-                        "without iterations), at most --iterations steps "
-                        "(default 20000), then a deterministic L-BFGS polish where the data fit in memory")
+                        "without iterations), at most --iterations steps (default 20000), then a deterministic "
+                        "L-BFGS polish where the data fit in memory. The default when neither --iterations nor "
+                        "--epochs is given; with --iterations N it makes N the cap instead of the run's length")
+    g.add_argument("--time-budget", type=_finite, metavar="SECONDS",
+                   help="a run to convergence: start no further round of steps after this many seconds (the "
+                        "model is saved, still rising, and the summary line says so); not with a fixed "
+                        "--iterations or --epochs")
     g.add_argument("--batch-size", type=_count, metavar="B", help="mini-batch size (default all rows; lbfgs: all rows)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
     g.add_argument("--lr", type=_finite, help="learning rate (default: adam 0.01, adadelta 1, lbfgs 1)")

@@ -106,8 +106,12 @@ class TrainPlan:
     # ---------------------------------------------------------------- training
     iterations: Optional[int]
     epochs: Optional[float]
-    #: ``--until-converged``: fit's rule ends the run, ``iterations`` (default 20000) caps it
+    #: ``--until-converged``: fit's rule ends the run, ``iterations`` (default 20000) caps it; ``savigp
+    #: train`` sets it where no length is given (:func:`savigp.cli.train.with_run_length`), so that the
+    #: model file records whether the run trains to convergence and ``--resume`` keeps to it
     until_converged: bool = _resumed()
+    #: ``--time-budget``: seconds after which a run to convergence starts no further round
+    time_budget: Optional[float]
     batch_size: Optional[int] = _resumed()
     optimizer: str = _resumed()
     lr: Optional[float] = _resumed()

@@ -15,7 +15,7 @@ test NLPD 2.21 against 1.36; issue 57). Now:
   prior mean do, and the run says so;
 * with no ``--iterations``/``--epochs`` the run takes no further steps: the search's model, at its
   optimum, is the model (:data:`DEFAULT_STEPS`; where its q(u) cannot carry over, the command's
-  default :data:`STEPS_WITHOUT_QU`);
+  default: it trains until the ELBO stops rising, :func:`savigp.cli.train.with_run_length`);
 * with them, the steps go on from it, and if they end lower than it by more than two standard errors
   of the difference of the two full-data ELBOs, the search's model is kept and the run says so
   (:class:`KeepBest`; a ``--warm-start`` run is held to its start the same way);
@@ -30,9 +30,8 @@ import sys
 from typing import Optional
 
 #: further training steps after ``--kernel search`` when neither ``--iterations`` nor ``--epochs`` is given
+#: (when the search's q(u) cannot carry over -- another M, a joint posterior -- the run trains to convergence)
 DEFAULT_STEPS = 0
-#: the same, when the search's q(u) cannot carry over (another M, a joint posterior): the command's default
-STEPS_WITHOUT_QU = 500
 
 
 def adopt(model, result, *, seed: int) -> Optional[str]:

@@ -4,6 +4,7 @@ runs the same command as R data-parallel ranks, started and watched by :mod:`sav
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import sys
@@ -49,6 +50,15 @@ def _check_training_options(plan: TrainPlan) -> None:
         if clash:
             raise CLIError(f"--until-converged: its run ends by fit's convergence rule (at most --iterations steps); "
                            f"not with {', '.join(clash)}")
+    if plan.time_budget is not None:
+        if not plan.time_budget > 0:
+            raise CLIError(f"--time-budget must be > 0 seconds, got {plan.time_budget}")
+        fixed = "--epochs" if plan.epochs is not None else "--iterations" if (
+            plan.iterations is not None and not plan.until_converged) else "--max-components" if (
+            plan.max_components is not None) else None
+        if fixed:
+            raise CLIError(f"--time-budget bounds a run to convergence (no --iterations or --epochs, or "
+                           f"--until-converged): not with {'a fixed ' if fixed != '--max-components' else ''}{fixed}")
     for opt in ("iterations", "checkpoint_every", "samples", "batch_size", "num_inducing", "components"):
         v = getattr(plan, opt)
         if v is not None and v < (0 if opt == "iterations" else 1):
@@ -66,6 +76,18 @@ def _check_training_options(plan: TrainPlan) -> None:
             raise CLIError(f"--max-components needs a mixture posterior (full, diag, diag-u), not {plan.posterior}")
     if plan.lr is not None and not plan.lr > 0:
         raise CLIError(f"--lr must be > 0, got {plan.lr}")
+
+
+def with_run_length(plan: TrainPlan) -> TrainPlan:
+    """The plan with ``until_converged`` set where the run trains to convergence by default: neither
+    ``--iterations`` nor ``--epochs`` given (``savigp.fit`` without ``iterations``: at most 20000 steps).
+    A ``--kernel search`` run decides after its search (its model, at its optimum, takes no further
+    steps unless its q(u) cannot carry over); a resumed one took those steps, to convergence."""
+    if plan.until_converged or plan.iterations is not None or plan.epochs is not None:
+        return plan
+    if str(plan.kernel).strip() == SEARCH and not plan.resume:
+        return plan
+    return dataclasses.replace(plan, until_converged=True)
 
 
 def _output_files(plan: TrainPlan) -> tuple:
@@ -192,11 +214,8 @@ def _config(plan: TrainPlan, table, icols, tcols, X, Y, spec, likelihood, standa
         total = int(plan.iterations)
     elif plan.epochs is not None:
         total = max(1, int(math.ceil(plan.epochs * N / B)))
-    elif str(plan.kernel).strip() == SEARCH:  # the search's model, at its optimum, is the model
-        # (a run to resume took steps: those of a search whose q(u) could not carry over)
-        total = searched_model.STEPS_WITHOUT_QU if plan.resume else searched_model.DEFAULT_STEPS
-    else:
-        total = 500
+    else:  # --kernel search: the search's model, at its optimum, is the model (with_run_length)
+        total = searched_model.DEFAULT_STEPS
     return {
         "model_options": {k: model_options[k] for k in ("kernel", "inducing_init", "seed", "dtype", "prior_mean")},
         "likelihood": spec,
@@ -210,6 +229,7 @@ def _config(plan: TrainPlan, table, icols, tcols, X, Y, spec, likelihood, standa
                      "options": plan.resume_options(), "iterations": total, "optimizer": optimizer,
                      "lr": plan.learning_rate,
                      "batch_size": B, "num_samples": plan.samples, "estimator": plan.estimator, "seed": plan.seed,
+                     "time_budget": plan.time_budget,
                      "warm_start": os.path.abspath(plan.warm_start) if plan.warm_start else None},
         "step": 0, "complete": False, "elbo": None,
     }
@@ -250,6 +270,7 @@ def cmd_train(args) -> int:
     from ..training.distributed import launched
 
     _check_training_options(plan)
+    plan = with_run_length(plan)
     out, ckpt, plot = _output_files(plan)
     lock = lock_output(out, plan.argv)  # one run per --out (None: a rank whose launcher holds it)
     try:
@@ -302,6 +323,10 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
     if plan.resume:
         source, model, state = resume(plan, config, out, ckpt, Xm, Ym, user_code=spec["name"] in USER_KINDS)
         step = config["step"]
+        if plan.until_converged and source == out and (config["training"].get("convergence") or {}).get("converged"):
+            if not quiet:
+                print(f"{out} converged at step {step} (the ELBO had stopped rising); nothing to do")
+            return EXIT_OK
         if step >= total:
             if source == out and step == total:
                 if not quiet:
@@ -310,7 +335,8 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             if step > total:
                 raise CLIError(f"--resume: {source} is at step {step}, beyond the requested {total} iterations")
         if not quiet:
-            print(f"resuming from {source} at step {step} of {total}", file=sys.stderr)
+            print(f"resuming from {source} at step {step} of {'at most ' if plan.until_converged else ''}{total}",
+                  file=sys.stderr)
     else:
         if hypers == "two-stage":
             if not quiet:
@@ -326,9 +352,13 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             start_from(plan, model, types.SimpleNamespace(model=warm_model))
         if searched is not None:
             missing = searched_model.adopt(model, searched, seed=plan.seed)
-            if missing and plan.iterations is None and plan.epochs is None:  # q(u) is fresh: it needs the steps
-                total = config["training"]["iterations"] = searched_model.STEPS_WITHOUT_QU
-                missing += f"; it trains {total} steps (--iterations sets them)"
+            if missing and plan.iterations is None and plan.epochs is None:  # q(u) is fresh: to convergence
+                plan = dataclasses.replace(plan, until_converged=True)
+                config["training"]["options"] = plan.resume_options()
+                from ..training.until_converged import MAX_ITERATIONS
+
+                total = config["training"]["iterations"] = MAX_ITERATIONS  # (the cap)
+                missing += "; it trains until the ELBO stops rising (--iterations N: N steps)"
             if missing and not quiet:
                 print(f"savigp train: note: {missing}", file=sys.stderr)
         if warm is not None:
@@ -368,7 +398,8 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
         with ckp.signals():  # (a signal now: the run is stopping already)
             ckp.checkpoint(done)  # unless Ctrl-C came before the last callback, which wrote it
         if rank == 0:
-            print(f"savigp train: interrupted at step {done} of {total}; checkpoint written to {ckpt}; "
+            print(f"savigp train: interrupted at step {done} of {'at most ' if plan.until_converged else ''}{total}; "
+                  f"checkpoint written to {ckpt}; "
                   f"run the same command with --resume{' (without --warm-start)' if plan.warm_start else ''} to "
                   "continue", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -395,17 +426,23 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             # the one-line summary is printed even with --quiet (which silences progress only)
             threads = f", {history.threads} thread{'s' if history.threads != 1 else ''}" if history.threads else ""
             chosen = f"kernel {searched.expression} chosen by the search, " if searched is not None else ""
+            ending = _ending(history.convergence, X.shape[0]) if plan.until_converged else ""
             print(f"trained {done} step(s) ({done - begun} in this run, {time.perf_counter() - t0:.1f} s{threads}, "
-                  f"{chosen}estimator {history.estimator}), final ELBO {elbo_text}; wrote {out}")
+                  f"{chosen}estimator {history.estimator}), {ending}final ELBO {elbo_text}; wrote {out}")
             search = getattr(history, "starts", None)
             if search is not None and (search.starts > 1 or search.reflection is not None) and not quiet:
                 print(f"savigp train: {_search_text(search)}", file=sys.stderr)
             if history.convergence is not None and history.convergence.converged and not quiet:
                 print(f"savigp train: converged: {history.convergence.reason}", file=sys.stderr)
             if history.still_rising:
-                further = "" if plan.until_converged else "; --until-converged trains until the ELBO stops rising"
-                print(f"savigp train: note: {history.still_rising} (the same command with --resume and a larger "
-                      f"--iterations continues from the model{further})", file=sys.stderr)
+                if plan.until_converged:  # (fit's reason less its advice in Python's words)
+                    print(f"savigp train: note: {history.still_rising.rsplit(': give ', 1)[0]} (the same command with "
+                          "--resume, --until-converged and a larger --iterations cap, or a larger --time-budget, "
+                          "goes on in its rounds)", file=sys.stderr)
+                else:
+                    print(f"savigp train: note: {history.still_rising} (the same command with --resume and a larger "
+                          "--iterations continues from the model; without --iterations, savigp train trains until "
+                          "the ELBO stops rising)", file=sys.stderr)
             if plot:
                 from ..io.plotting import save_elbo_plot
 
@@ -481,8 +518,12 @@ def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bo
                 warnings.simplefilter("ignore", ConvergenceWarning)  # (the still-rising note follows the summary)
                 warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
                 if plan.max_components is not None:  # the search (no checkpoints: refused with it), then done
-                    history = fit(model, iterations=remaining, groups=groups, progress=False, log_every=log_every,
-                                  max_components=plan.max_components, **plan.fit_options())
+                    # (without --iterations/--epochs each candidate K is fitted to convergence)
+                    history = fit(model, iterations=None if plan.until_converged else remaining, groups=groups,
+                                  progress=False, log_every=log_every, max_components=plan.max_components,
+                                  **plan.fit_options())
+                    if plan.until_converged and history.convergence is not None:
+                        ckp.total = int(history.convergence.steps)
                     ckp.state["step"] = ckp.total
                     from ..training.components import format_table
 
@@ -492,7 +533,8 @@ def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bo
                     return history
                 if plan.until_converged:  # (a resumed run goes on in its rounds: the rule's path is in the state)
                     return fit(model, groups=groups, progress=not quiet, callback=ckp.callback, state=ckp.state,
-                               log_every=log_every, max_iterations=ckp.total, **plan.fit_options())
+                               log_every=log_every, max_iterations=ckp.total, time_budget=plan.time_budget,
+                               **plan.fit_options())
                 return fit(model, iterations=remaining, groups=groups, progress=not quiet, callback=ckp.callback,
                            state=ckp.state, log_every=log_every, **plan.fit_options())
         except (SystemExit, KeyboardInterrupt) as err:
@@ -507,6 +549,22 @@ def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bo
             if failure is None:
                 raise
             raise ckp.user_code_exit(failure[0], spec.get("import_path") or spec["name"], failure[1]) from None
+
+
+def _ending(convergence, num_data: int) -> str:
+    """The summary line's words on how a run to convergence ended (``convergence``: the history's
+    :class:`~savigp.training.until_converged.Convergence`, or None), each followed by ", "."""
+    from ..training.convergence import RISE_PER_POINT
+
+    if convergence is None:
+        return ""
+    if convergence.converged:
+        how = (f"below {RISE_PER_POINT:g} nats per row" if convergence.rise <= RISE_PER_POINT * num_data else
+               f"within its Monte Carlo noise ({convergence.z:.1f} s.e.)")
+        return (f"converged after {convergence.steps} steps (the ELBO's trend over the last {convergence.window} "
+                f"steps {how}; the full-data ELBO's gain over the last round within its noise), ")
+    cap = convergence.reason.split(" ended the run")[0] if " ended the run" in convergence.reason else "its end"
+    return f"not converged: {cap} stopped it with the ELBO still rising, "
 
 
 def _search_text(search) -> str:

@@ -125,12 +125,14 @@ def fit_full_gaussian(plan: TrainPlan, Xm, Ym, spec: dict, model_options: dict, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
-        steps = {"max_iterations": total} if plan.until_converged else {"iterations": total}
+        steps = ({"max_iterations": total, "time_budget": plan.time_budget} if plan.until_converged
+                 else {"iterations": total})
         history = fit(model, groups=plan.learn, progress=not quiet, log_every=default_log_every(model.device),
                       **steps, **plan.fit_options())
         # (the schedule of the command's --posterior full: it anneals)
     record = {"posterior": "full", "components": 1, "steps": int(history.steps), "estimator": history.estimator,
-              "elbo": history.final_elbo, "elbo_stderr": history.final_elbo_stderr}
+              "elbo": history.final_elbo, "elbo_stderr": history.final_elbo_stderr,
+              "convergence": history.convergence.as_dict() if history.convergence is not None else None}
     if rank == 0:  # (also with --quiet, as the summary line: what was fitted)
         se = f" +- {history.final_elbo_stderr:.2g}" if history.final_elbo_stderr else ""
         elbo = "n/a" if history.final_elbo is None else f"{history.final_elbo:.6g}{se}"

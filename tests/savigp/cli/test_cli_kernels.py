@@ -226,18 +226,20 @@ def test_kernel_search_saves_the_search_model_with_its_table(data, capsys):
     assert full_data_elbo(model, estimator="closed-form")[0] >= chosen["elbo"] - 1e-6 * abs(chosen["elbo"])
 
 
-def test_kernel_search_whose_q_u_cannot_carry_over_trains_the_default_steps(data, capsys):
+def test_kernel_search_whose_q_u_cannot_carry_over_trains_to_convergence(data, capsys):
     """A joint posterior takes no q(u) from the search's moments: the run says so, starts from the
-    search's kernel and likelihood, and trains the command's default 500 steps (with no steps it saved a
-    model at ELBO -2400 on 40 points where the search's was at 11.9)."""
+    search's kernel and likelihood, and trains as the command does by default, until the ELBO stops
+    rising (with no steps it saved a model at ELBO -2400 on 40 points where the search's was at 11.9)."""
     out = data["dir"] / "search_joint.pt"
     capsys.readouterr()
     assert main(["train", str(data["csv"]), "--targets", "y", "--kernel", "search", "--search-base", "rbf",
                  "--search-max-terms", "1", "--search-iterations", "20", "--num-inducing", "12", "--posterior", "joint",
                  "--threads", "1", "--out", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "q(u) does not carry over" in err and "trains 500 steps" in err, err
-    assert load_model(str(out))[0].config["training"]["iterations"] == 500
+    assert "q(u) does not carry over" in err and "it trains until the ELBO stops rising" in err, err
+    training = load_model(str(out))[0].config["training"]
+    assert training["convergence"]["converged"] and training["iterations"] == training["convergence"]["steps"]
+    assert training["options"]["until_converged"] is True
 
 
 def _model_units(saved, data) -> tuple:
