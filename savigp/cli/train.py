@@ -435,7 +435,9 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             if history.convergence is not None and history.convergence.converged and not quiet:
                 print(f"savigp train: converged: {history.convergence.reason}", file=sys.stderr)
             if history.still_rising:
-                if plan.until_converged:  # (fit's reason less its advice in Python's words)
+                if history.convergence is not None and history.convergence.ended == "fall":
+                    print(f"savigp train: note: {history.still_rising.replace('(lr=)', '(--lr)')}", file=sys.stderr)
+                elif plan.until_converged:  # (fit's reason less its advice in Python's words)
                     print(f"savigp train: note: {history.still_rising.rsplit(': give ', 1)[0]} (the same command with "
                           "--resume, --until-converged and a larger --iterations cap, or a larger --time-budget, "
                           "goes on in its rounds)", file=sys.stderr)
@@ -563,6 +565,8 @@ def _ending(convergence, num_data: int) -> str:
                f"within its Monte Carlo noise ({convergence.z:.1f} s.e.)")
         return (f"converged after {convergence.steps} steps (the ELBO's trend over the last {convergence.window} "
                 f"steps {how}; the full-data ELBO's gain over the last round within its noise), ")
+    if convergence.ended == "fall":
+        return "not converged: the ELBO fell below its best round, whose model is kept, "
     cap = convergence.reason.split(" ended the run")[0] if " ended the run" in convergence.reason else "its end"
     return f"not converged: {cap} stopped it with the ELBO still rising, "
 

@@ -74,6 +74,9 @@ class Convergence:
             trend over its standard error (inf without noise).
         reason: one line saying why the run stopped.
         polished: whether the L-BFGS polish ran and raised the ELBO (None: it did not run).
+        ended: what ended it: ``"rule"`` (converged), ``"cap"``, ``"time budget"``, ``"fall"`` (the
+            full-data ELBO fell below its best round's, whose parameters were put back) or
+            ``"callback"``.
     """
 
     converged: bool
@@ -84,9 +87,11 @@ class Convergence:
     z: float
     reason: str
     polished: Optional[bool] = None
+    ended: str = ""
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("converged", "steps", "rounds", "window", "rise", "z", "reason", "polished")}
+        return {k: getattr(self, k) for k in ("converged", "steps", "rounds", "window", "rise", "z", "reason", "polished",
+                                              "ended")}
 
 
 def verdict(path: list, num_data: int, min_window: int = MIN_WINDOW) -> tuple:
@@ -151,7 +156,7 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
     done = int(state.get("step", 0))
     total = max(done + 2, min(cap, first)) if "schedule" not in state else max(done, _schedule.total(state["schedule"]))
     history = None
-    rounds, reason, converged, window, rise, z = 0, "", False, 0, float("nan"), float("nan")
+    rounds, reason, converged, window, rise, z, ended = 0, "", False, 0, float("nan"), float("nan"), ""
     quiet = {**options, "progress": progress, "final_elbo": False}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # (the rule's verdict is said once, below)
@@ -160,18 +165,19 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
             h = fit(model, iterations=total - int(state.get("step", 0)), state=state, callback=at_anneal, **quiet)
             history = _joined(history, h)
             if user_stopped["stop"]:
-                reason = "stopped by the callback"
+                reason, ended = "stopped by the callback", "callback"
                 break
             converged, window, rise, z = verdict(main_path(), model.num_data, min_window)
             gained = round_gain(state["schedule"], int(state.get("step", 0)), model, options)  # (and this round's kept)
             step = int(state.get("step", 0))
             fell = _fell(state["schedule"], model)
             if fell is not None:
-                converged, reason = False, fell
+                converged, reason, ended = False, fell, "fall"
                 break
             if converged and gained is not None and gained[0] <= max(2.0 * gained[1], RISE_PER_POINT * model.num_data):
                 why = (f"below {RISE_PER_POINT * model.num_data:.3g} nats" if rise <= RISE_PER_POINT * model.num_data
                        else f"within its noise ({z:.1f} standard errors)")
+                ended = "rule"
                 reason = (f"the ELBO stopped rising: its trend over the last {window} steps is {rise:+.3g} nats, {why}; "
                           f"the full-data ELBO gained {gained[0]:+.3g} nats (s.e. {gained[1]:.2g}) over the last round")
                 break
@@ -182,6 +188,7 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
             over_time = time_budget is not None and time.perf_counter() - t0 > float(time_budget)
             if total >= cap or over_time:
                 what = f"the cap of {cap} steps" if total >= cap else f"the time budget of {float(time_budget):g} s"
+                ended = "cap" if total >= cap else "time budget"
                 reason = (f"{what} ended the run with the ELBO still rising (+{rise:.3g} nats over the last "
                           f"{window} steps): give max_iterations= or time_budget= more")
                 break
@@ -197,11 +204,11 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
         round_gain(state["schedule"], int(state.get("step", 0)), model, options)
         fell = _fell(state["schedule"], model, final=True)
         if fell is not None:
-            converged, reason = False, fell
+            converged, reason, ended = False, fell, "fall"
     history.seconds = time.perf_counter() - t0
     history.still_rising = None if converged else reason
     history.convergence = Convergence(converged, int(state.get("step", 0)), rounds, int(window), float(rise),
-                                      float(z), reason, polished)
+                                      float(z), reason, polished, ended)
     if not converged and not user_stopped["stop"]:
         warnings.warn(f"savigp.fit: {reason}", ConvergenceWarning, stacklevel=3)
     if final_elbo:
