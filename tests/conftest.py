@@ -32,6 +32,18 @@ def _float64_and_threads():
     torch.set_default_dtype(old)
 
 
+def refused_train(capsys, *args) -> str:
+    """The one stderr line of ``savigp train ARGS --threads 1 --quiet`` run in-process, which must
+    exit with status 2 (a usage error) and say ``savigp train: error: ...`` without a traceback."""
+    from savigp.cli import main
+
+    capsys.readouterr()
+    assert main(["train", *map(str, args), "--threads", "1", "--quiet"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("savigp train: error: ") and "Traceback" not in lines[0], lines
+    return lines[0]
+
+
 def exact_gp(X, Y, kernel, noise_var):
     """Exact GP regression (Q = 1): log marginal likelihood and posterior mean/var at X."""
     with torch.no_grad():

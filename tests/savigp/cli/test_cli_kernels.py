@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import refused_train
 from savigp.cli import TEST_SIGINT_ENV, main
 from savigp.cli.errors import CLIError
 from savigp.cli.kernel_option import in_model_units
@@ -26,13 +27,7 @@ def _train(*args) -> int:
     return main(["train", *map(str, args), *QUIET])
 
 
-def _refused(capsys, *args) -> str:
-    """The one stderr line of a ``train`` that exits with status 2."""
-    capsys.readouterr()
-    assert _train(*args) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("savigp train: error: ") and "Traceback" not in lines[0], lines
-    return lines[0]
+_refused = refused_train
 
 
 def _states_equal(a: dict, b: dict) -> bool:

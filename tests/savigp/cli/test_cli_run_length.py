@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from savigp.cli import TEST_SIGINT_ENV
+from conftest import refused_train as _refused
+from savigp.cli import TEST_SIGINT_ENV, main
 from savigp.io.csv_data import write_csv
 from savigp.model_files import load_model
 
-from test_cli_kernels import _refused, _train  # (this folder is on sys.path: pytest's rootdir-relative imports)
+
+def _train(*args) -> int:
+    return main(["train", *map(str, args), "--threads", "1", "--quiet"])
 
 
 @pytest.fixture(scope="module")
