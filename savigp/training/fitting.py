@@ -229,13 +229,15 @@ def fit(
             any posterior fitted by Adam/Adadelta (so that fits of different K compared by their
             ELBO have had the same schedule); False: never. Measured on Gaussian regression
             (docs/mixtures.md), K = 1 with the score estimator at ``lr=0.05`` ends up to 0.3 nats
-            below its annealed fit. Its first :data:`~savigp.training.warmup.WARMUP_STEPS` steps
-            warm up (below).
+            below its annealed fit. Its first :data:`~savigp.training.warmup.ANNEAL_WARMUP_STEPS`
+            (10) steps warm up (below).
         warmup: Adam/Adadelta: a fresh optimizer that starts at a fitted point takes its first
-            :data:`~savigp.training.warmup.WARMUP_STEPS` steps at rates rising geometrically from
-            a hundredth of ``lr`` to ``lr`` (:mod:`savigp.training.warmup`: lr_i = lr 0.01^(1 - i/50);
-            Goyal et al. 2017), so that it does not throw the fit out of its optimum (a fresh Adam's
-            first step moves every coordinate by ``lr``). None (the default): the annealing phase,
+            W steps at rates rising geometrically from a hundredth of its rate to it
+            (:mod:`savigp.training.warmup`: lr_i = lr 0.01^(1 - i/W); Goyal et al. 2017), so that
+            it does not throw the fit out of its optimum (a fresh Adam's first step moves every
+            coordinate by ``lr``): W = :data:`~savigp.training.warmup.ANNEAL_WARMUP_STEPS` (10) in
+            the annealing phase, :data:`~savigp.training.warmup.WARMUP_STEPS` (100) in the first
+            phase of a fit of a fitted model. None (the default): the annealing phase,
             and the first phase when ``model`` is fitted (a fit took steps on it, or
             :func:`savigp.warm_start` started it, or it was read from a model file) or ``state``
             continues a run that has ended; True: also the first phase of a fresh model; False:

@@ -86,12 +86,13 @@ def test_which_phases_warm_up_and_their_rates():
     assert not warmup.fitted(model)
     first = _rates(model, 600)  # fit's own phase (540 steps), the annealing phase (60)
     assert first[:540] == [0.05] * 540  # a fresh model: the full rate from its first step, as before
-    annealed = [0.05 * 0.1 * warmup.factor(i) for i in range(60)]
-    assert first[540:] == annealed and annealed[0] == pytest.approx(0.05 * 0.1 / 100) and first[-1] == 0.05 * 0.1
+    annealed = [0.05 * 0.1 * warmup.factor(i, 10) for i in range(60)]  # (10 steps)
+    assert first[540:] == annealed and annealed[0] == pytest.approx(0.05 * 0.1 / 100) and first[-50:] == [0.05 * 0.1] * 50
     assert warmup.fitted(model)
-    again = _rates(model, 100, anneal=False)  # a fitted model: its first phase warms up
-    assert again[:50] == [0.05 * warmup.factor(i) for i in range(50)] and again[50:] == [0.05] * 50
-    assert all(a < b for a, b in zip(again[:50], again[1:51]))  # geometric, from lr / 100 up to lr
+    again = _rates(model, 150, anneal=False)  # a fitted model: its first phase warms up (100 steps)
+    assert again[:100] == [0.05 * warmup.factor(i) for i in range(100)] and again[100:] == [0.05] * 50
+    assert again[50] == pytest.approx(0.05 / 10)
+    assert all(a < b for a, b in zip(again[:100], again[1:101]))  # geometric, from lr / 100 up to lr
     assert _rates(model, 30, anneal=False, warmup=False) == [0.05] * 30
     assert _rates(_small(), 30, anneal=False, warmup=True)[0] == pytest.approx(0.05 / 100)
 
