@@ -5,8 +5,9 @@ scale (the bias-corrected first step is lr * sign(g); Kingma & Ba 2015, §2-3), 
 move them by nearly as much while its second-moment estimate rests on a few draws. At a fitted
 optimum of SAVIGP's ELBO (Bonilla et al. 2019, eq. (17)) -- q(u)'s means, the inducing inputs, log
 length-scales and a period, some of them sharp -- that throws the fit out: from elnino's fitted
-``rbf + periodic * rbf`` model (ELBO -518.1) the first full-rate step fell to -1023.6 and the first
-50 averaged -566.8 (docs/experiments.md, "Warm starts keep their optimum").
+``rbf + periodic * rbf`` model (closed form, ELBO -537.7) the first full-rate step fell to -1461 and
+the first 50 averaged -652.6; with the warm-up they averaged -537.0 (docs/experiments.md, "Warm
+starts keep their optimum").
 
 The rule (a warm-up of the step size, Goyal et al. 2017, §2.2, here geometric): in a phase of
 :func:`savigp.fit` that warms up, step i of the phase (i = 0, 1, ...) takes every parameter group
@@ -16,17 +17,22 @@ at
 
 with ``START`` = :data:`WARMUP_START` (the first step moves each coordinate by lr / 100) and
 ``STEPS`` = :data:`WARMUP_STEPS` (100) in the first phase of a fit of a fitted model,
-:data:`ANNEAL_WARMUP_STEPS` (10) in the annealing phase; ``lr`` is the group's own rate (a mixture's
-weights keep theirs relative to it). The rate is a function of the step's index within its phase alone, so a run resumed
-inside a warm-up (``fit(state=...)``, ``savigp train --resume``) takes the rates of the uninterrupted
-run. Which phases warm up (:func:`phase_steps`): the annealing phase (a fresh optimizer at a tenth of
-the rate, started where fit's own phase ended: at the noise floor of Adam at lr, often still
-rising, where a long warm-up would cost progress -- 4.4 nats of elnino's 500-step fit with 50
-steps, 0.6 with 10 -- and the first steps are the ones that jump), and the first phase of a fit of a model already
-fitted: one that a fit has taken steps on (:func:`mark_fitted`, set by :func:`savigp.fit`), started
-by :func:`savigp.warm_start`, or read from a model file (``savigp train --warm-start``, a search's
-model trained further, ``fit`` called again). A fresh model's first phase takes lr from its first
-step, as before. L-BFGS sets its own steps by its line search and is left alone.
+:data:`ANNEAL_WARMUP_STEPS` (10) in the annealing phase; ``lr`` is the group's own rate (a
+mixture's weights keep theirs relative to it). The rate is a function of the step's index within
+its phase alone, so a run resumed inside a warm-up (``fit(state=...)``, ``savigp train --resume``)
+takes the rates of the uninterrupted run.
+
+Which phases warm up (:func:`phase_steps`): the first phase of a fit of a model already fitted --
+one that a fit has taken steps on (:func:`mark_fitted`, set by :func:`savigp.fit`), started by
+:func:`savigp.warm_start`, or read from a model file (``savigp train --warm-start``, a search's
+model trained further, ``fit`` called again) -- and the annealing phase (a fresh optimizer at a
+tenth of the rate, started where fit's own phase ended: at Adam's noise floor at lr, often still
+rising, where a long warm-up costs progress -- elnino's 500-step fit ended 4.4 nats lower with 50
+steps, 0.6 with 10 -- and the first steps are the ones that jump). A fresh model's first phase
+takes lr from its first step, as before. L-BFGS sets its own steps by its line search and is left
+alone. Under a CUDA graph, Adam on float32 parameters reads the changing rate from a device tensor;
+with float64 parameters a changed rate drops the graph (:mod:`savigp.training.step`), so most
+warm-up steps run eagerly.
 """
 from __future__ import annotations
 
