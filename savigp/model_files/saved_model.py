@@ -183,6 +183,7 @@ def load_model(path: str, device=None, X=None, Y=None, likelihood=None, trust_co
     try:
         lik = resolve_likelihood(config, likelihood, trust_code, source=str(path), code=code)
         model = rebuild_model(config, payload["state_dict"], X=X, Y=Y, device=device, likelihood=lik)
+        model.fitted = True  # (its values were trained: a fit of it warms up, savigp.training.warmup)
     except LikelihoodImportError as err:
         msg = str(err)
         raise type(err)(msg if msg.startswith(str(path)) else f"{path}: the model's likelihood cannot be imported: {msg}") from None

@@ -26,7 +26,7 @@ from .._choices import ESTIMATORS, OPTIMIZERS, PARAMETER_GROUPS
 from ..runtime.allocator import tune_cpu_allocator
 from ..runtime.threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
-from . import loop, schedule as _schedule, starts as _starts, step as _step
+from . import loop, schedule as _schedule, starts as _starts, step as _step, warmup as _warmup
 from .component_checks import ComponentWarning, component_notes
 from .components import ComponentSearch, adopt, search_components
 from .convergence import MIN_TREND_STEPS, ConvergenceWarning, full_data_elbo, still_rising
@@ -190,6 +190,7 @@ def fit(
     anneal: Optional[bool] = None,
     max_iterations: Optional[int] = None,
     time_budget: Optional[float] = None,
+    warmup: Optional[bool] = None,
 ) -> TrainingHistory:
     """Optimize the ELBO of ``model``.
 
@@ -229,7 +230,19 @@ def fit(
             any posterior fitted by Adam/Adadelta (so that fits of different K compared by their
             ELBO have had the same schedule); False: never. Measured on Gaussian regression
             (docs/mixtures.md), K = 1 with the score estimator at ``lr=0.05`` ends up to 0.3 nats
-            below its annealed fit.
+            below its annealed fit. Its first :data:`~savigp.training.warmup.ANNEAL_WARMUP_STEPS`
+            (10) steps warm up (below).
+        warmup: Adam/Adadelta: a fresh optimizer that starts at a fitted point takes its first
+            W steps at rates rising geometrically from a hundredth of its rate to it
+            (:mod:`savigp.training.warmup`: lr_i = lr 0.01^(1 - i/W); Goyal et al. 2017), so that
+            it does not throw the fit out of its optimum (a fresh Adam's first step moves every
+            coordinate by ``lr``): W = :data:`~savigp.training.warmup.ANNEAL_WARMUP_STEPS` (10) in
+            the annealing phase, :data:`~savigp.training.warmup.WARMUP_STEPS` (100) in the first
+            phase of a fit of a fitted model. None (the default): the annealing phase,
+            and the first phase when ``model`` is fitted (a fit took steps on it, or
+            :func:`savigp.warm_start` started it, or it was read from a model file) or ``state``
+            continues a run that has ended; True: also the first phase of a fresh model; False:
+            never (kept in ``state``'s schedule). A fresh model's steps are those they were.
         reflect: Adam/Adadelta, mixtures (K > 1): after half the iterations, try replacing the
             lightest component by the reflection of the heaviest through the prior mean
             (:meth:`savigp.posteriors.MixturePosterior.reflect`): the fit as it is and the reflected
@@ -336,7 +349,7 @@ def fit(
                                    estimator=estimator, groups=groups, seed=seed, lbfgs_max_iter=lbfgs_max_iter,
                                    tune_allocator=tune_allocator, log_every=log_every, cuda_graphs=cuda_graphs,
                                    weight_lr=weight_lr, threads=threads, starts=starts,
-                                   start_fraction=start_fraction, reflect=reflect, anneal=anneal)
+                                   start_fraction=start_fraction, reflect=reflect, anneal=anneal, warmup=warmup)
     if max_components is not None:  # the K search: fits of this function, one kept
         if state is not None or callback is not None:
             raise ValueError("fit(max_components=...) fits several models: it takes no state= or callback=")
@@ -346,7 +359,7 @@ def fit(
                                  progress=False, lbfgs_max_iter=lbfgs_max_iter, tune_allocator=tune_allocator,
                                  log_every=log_every, cuda_graphs=cuda_graphs, weight_lr=weight_lr, threads=threads,
                                  final_elbo=False, starts=starts, start_fraction=start_fraction, reflect=reflect,
-                                 anneal=anneal)
+                                 anneal=anneal, warmup=warmup)
     N = model.num_data
     B = N if (batch_size is None or optimizer == "lbfgs") else int(batch_size)
     if not 1 <= B <= N:
@@ -372,7 +385,7 @@ def fit(
                         cuda_graphs=cuda_graphs)
     state = {} if state is None else state
     done = int(state.get("step", 0))
-    _schedule_run(model, state, done, iterations, steps, phases, trained, seed)
+    _schedule_run(model, state, done, iterations, steps, phases, trained, seed, warmup)
     with _process(model, n_threads, tune_allocator):
         _warn_joint_factorized(model, groups)
         rank0 = distributed.rank() == 0
@@ -386,6 +399,8 @@ def fit(
             history = _run(model, state, done, steps, report, callback)
         finally:
             report.close()
+        if history.steps:  # (a later fit's first phase warms up)
+            _warmup.mark_fitted(model)
         if history.still_rising and rank0:
             warnings.warn(f"savigp.fit: {history.still_rising}", ConvergenceWarning, stacklevel=2)  # (fit's caller)
         if history.steps and not history.stopped:  # (a mixture using fewer components than it has)
@@ -408,6 +423,7 @@ def _choose_and_adopt(model: SAVIGP, max_components: int, *, record_elbo: bool, 
     ``record_elbo``, the search's own full-data estimate of the chosen fit)."""
     search = choose_components(model, max_components=max_components, **options)
     adopt(model, search.model)
+    _warmup.mark_fitted(model)
     h = search.history
     h.components = search.table
     if record_elbo:
@@ -428,11 +444,13 @@ def _process(model: SAVIGP, n_threads: Optional[int], tune_allocator: bool):
 
 
 def _schedule_run(model: SAVIGP, state: dict, done: int, iterations: int, steps: StepOptions, phases: PhaseOptions,
-                  trained: list, seed: int) -> None:
+                  trained: list, seed: int, warmup: Optional[bool] = None) -> None:
     """``state["schedule"]``: the phases of a new run of ``iterations`` steps (the starts, the
     reflection move and the annealing of ``phases`` where they apply: a mixture, Adam/Adadelta, its
     means trained), or the schedule in ``state`` continued to ``done + iterations`` steps
-    (:mod:`savigp.training.schedule`)."""
+    (:mod:`savigp.training.schedule`). A new run's (or a new segment's) first phase warms up
+    (``"warmup"``, :func:`savigp.training.warmup.phase_steps`) when ``warmup`` is True, or None and
+    the model is fitted or the steps go on from a run that has ended."""
     optimizer, anneal = steps.optimizer, phases.anneal
 
     def planned(n: int) -> list:  # the phases of a new run of n steps
@@ -442,16 +460,20 @@ def _schedule_run(model: SAVIGP, state: dict, done: int, iterations: int, steps:
             plan = _starts.plan(n, 1, float(phases.start_fraction), False, True)
         else:
             plan = None
-        return _schedule.phases(plan, n, starts=phases.starts, seed=seed)
+        run_phases = _schedule.phases(plan, n, starts=phases.starts, seed=seed)
+        if warmup or (warmup is None and (_warmup.fitted(model) or done > 0)):
+            run_phases[0]["warmup"] = True
+        return run_phases
 
     if state.get("schedule") is not None:  # a run of fit's schedule, resumed or continued
         _schedule.continue_to(state["schedule"], done, done + iterations, planned)
     elif done > 0:  # a state from before the schedule was kept in it: one phase, resumed where it stood
         state["schedule"] = _schedule.new(_schedule.phases(None, done + iterations, starts=phases.starts, seed=seed),
-                                          anneal=False, starts=phases.starts)
+                                          anneal=False, starts=phases.starts, warmup=warmup is not False)
     else:
         anneals = anneal is not False and _starts.explorable(model, optimizer, trained, mixture=False)
-        state["schedule"] = _schedule.new(planned(iterations), anneal=anneals, starts=phases.starts)
+        state["schedule"] = _schedule.new(planned(iterations), anneal=anneals, starts=phases.starts,
+                                          warmup=warmup is not False)
 
 
 def _run(model, state: dict, done: int, steps: StepOptions, report, callback) -> TrainingHistory:
@@ -482,7 +504,8 @@ def _run(model, state: dict, done: int, steps: StepOptions, report, callback) ->
         if done < end:
             phase_history = _fit(model, steps.annealed() if phase["kind"] == "anneal" else steps,
                                  iterations=end - done, start=done, seed=int(phase["seed"]), report=report,
-                                 callback=callback, state=state, resume=_resume_entries(state) if done > begin else None)
+                                 callback=callback, state=state, resume=_resume_entries(state) if done > begin else None,
+                                 warmup=(begin, _warmup.phase_steps(schedule, phase, steps.optimizer)))
             done = int(state.get("step", done))
             traces[p] = phase_history
             history.notes.extend(phase_history.notes)
@@ -550,12 +573,14 @@ def _optimizer(model: SAVIGP, steps: StepOptions, params: list, graphs: bool) ->
     return torch.optim.Adadelta(opt_params, lr=lr, **({"capturable": True} if graphs else {}))
 
 
-def _fit(model, steps: StepOptions, *, iterations, start, seed, report, callback, state, resume) -> TrainingHistory:
+def _fit(model, steps: StepOptions, *, iterations, start, seed, report, callback, state, resume,
+         warmup: tuple = (0, 0)) -> TrainingHistory:
     """One phase of :func:`fit`, the loop (:func:`savigp.training.loop.run`): steps ``start .. start +
     iterations - 1`` of the rule of ``steps`` (:mod:`savigp.training.rules`: per-step checks for
     L-BFGS and under a process group, else sync-free) with a fresh optimizer and the mini-batch
     order and draws of ``seed`` or, with ``resume`` (:func:`_resume_entries`), the optimizer,
-    generators and batch order it restores."""
+    generators and batch order it restores. ``warmup``: ``(begin, steps)``, the phase's first step
+    and the steps of its learning-rate warm-up (:class:`savigp.training.warmup.RateWarmUp`)."""
     N, B, estimator, num_samples = model.num_data, steps.batch_size, steps.estimator, steps.num_samples
     window = default_log_every(model.device) if steps.log_every is None else int(steps.log_every)
     graphs, why = _step.graph_decision(steps.cuda_graphs, device=model.device, optimizer=steps.optimizer,
@@ -565,6 +590,7 @@ def _fit(model, steps: StepOptions, *, iterations, start, seed, report, callback
         _step.say_once(f"savigp.fit: the step is not captured in a CUDA graph: {why}")
     params = parameter_groups(model, steps.groups)
     opt = _optimizer(model, steps, params, graphs)
+    rates = _warmup.rate_warm_up(opt, begin=warmup[0], steps=warmup[1])  # (the full rates, before a resume's)
 
     gen = torch.Generator().manual_seed(seed)
     # the draws: from gen on the CPU (as always); from a generator on the device elsewhere (no copy
@@ -591,7 +617,7 @@ def _fit(model, steps: StepOptions, *, iterations, start, seed, report, callback
                             batch_generator=gen, start=start, window=window, graphs=graphs)
     try:
         loop.run(model, rule, Batches(N, B, gen, perm, pos, model.device), history, start=start,
-                 iterations=iterations, callback=callback, state=state, report=report)
+                 iterations=iterations, callback=callback, state=state, report=report, rates=rates)
     finally:
         if ddp is not None:
             ddp.close()

@@ -245,7 +245,7 @@ def diverged_error(model, bad: BadStep) -> Exception:
 
 def run(model, rule, batches: Batches, history: TrainingHistory, *, start: int, iterations: int,
         progress: bool = False, callback: Optional[Callable] = None, state: Optional[dict] = None,
-        report: Optional[Progress] = None) -> None:
+        report: Optional[Progress] = None, rates: Optional[Callable[[int], None]] = None) -> None:
     """Steps ``start .. start + iterations - 1`` of ``rule`` on ``batches`` (module docstring).
 
     ``progress`` reports on stderr (:class:`Progress`, labelled with ``history.estimator``), or
@@ -256,13 +256,15 @@ def run(model, rule, batches: Batches, history: TrainingHistory, *, start: int, 
     ``history.seconds`` is set to the loop's wall-clock time when it ends without an error, and
     ``history.still_rising`` to the hint of :func:`savigp.training.convergence.still_rising` when the
     ELBO was still rising at the end (the callers warn with :class:`ConvergenceWarning`).
+    ``rates(step)``, when given, sets the optimizer's learning rates before each step (a warm-up,
+    :class:`savigp.training.warmup.RateWarmUp`).
     """
     own = report is None
     if own:
         report = Progress(progress, start, iterations, history.estimator)
     t0 = time.perf_counter()
     try:
-        _steps(model, rule, batches, history, report, start, start + iterations, callback, state)
+        _steps(model, rule, batches, history, report, start, start + iterations, callback, state, rates)
     finally:
         if own:
             report.close()
@@ -272,8 +274,10 @@ def run(model, rule, batches: Batches, history: TrainingHistory, *, start: int, 
 
 
 def _steps(model, rule, batches: Batches, history: TrainingHistory, report: Progress, start: int, last: int,
-           callback: Optional[Callable], state: Optional[dict]) -> None:
+           callback: Optional[Callable], state: Optional[dict], rates: Optional[Callable[[int], None]] = None) -> None:
     for step in range(start, last):
+        if rates is not None:
+            rates(step)
         terms = rule.step(batches.next(), step)
         history.cuda_graph = rule.captured
         if state is not None:

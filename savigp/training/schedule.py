@@ -16,7 +16,8 @@ A run of ``iterations`` steps with Adam or Adadelta is a list of phases whose st
   decreasing step sizes, in two steps).
 
 Every phase starts a fresh optimizer and its own seeded mini-batch order and draws (the phase's
-``seed``); the steps are counted through all phases, so the number of steps taken (``state["step"]``)
+``seed``); the annealing phase, and the first phase of a fit of a fitted model (marked
+``"warmup"``), warm up its learning rates over their first steps (:mod:`savigp.training.warmup`); the steps are counted through all phases, so the number of steps taken (``state["step"]``)
 says which phase the run is in and how far. The schedule (a dict of plain values and tensors,
 ``state["schedule"]``, written into ``savigp train``'s checkpoints) holds the phases, how many of them
 have ended (``finished``) and what the exploration has found so far (the given and the best
@@ -66,11 +67,13 @@ def _phase(kind: str, index: int, steps: int, seed: int, fit_seed: int) -> dict:
     return {"kind": kind, "index": int(index), "steps": int(steps), "seed": int(seed), "fit_seed": int(fit_seed)}
 
 
-def new(run_phases: list, *, anneal: bool, starts: int) -> dict:
+def new(run_phases: list, *, anneal: bool, starts: int, warmup: bool = True) -> dict:
     """A schedule at its first step: ``run_phases`` (:func:`phases`); ``anneal``: whether the run
-    anneals when its length changes; ``starts``: fit's number of starts (the annealing phase's seed)."""
+    anneals when its length changes; ``starts``: fit's number of starts (the annealing phase's seed);
+    ``warmup``: whether its fresh optimizers at a fitted point warm up their learning rates
+    (:func:`savigp.training.warmup.phase_steps`)."""
     return {"phases": list(run_phases), "finished": 0, "segment": 0, "explore": {}, "anneal": bool(anneal),
-            "starts": int(starts)}
+            "starts": int(starts), "warmup": bool(warmup)}
 
 
 def bounds(schedule: dict, p: int) -> tuple:

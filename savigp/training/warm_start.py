@@ -19,6 +19,7 @@ from ..model import SAVIGP
 from .._choices import PARAMETER_GROUPS
 from ..posteriors.moments import VARIANCE_RULES
 from .groups import parameter_groups
+from .warmup import mark_fitted
 
 
 def _copy_module(name: str, target: nn.Module, source: nn.Module) -> None:
@@ -83,6 +84,8 @@ def warm_start(model: SAVIGP, source: SAVIGP, *, moments: bool = True, variances
     full Gaussian with K = 1 holds the source's q(u) exactly and has its ELBO. With
     ``moments=False`` only the hyper-parameters are copied and ``model`` keeps its own q(u) (then
     ``fit(model, groups=["posterior"])`` fits q(u) from its own start at the source's kernel).
+    The model is marked fitted (:func:`savigp.training.warmup.mark_fitted`): the first steps of
+    its next :func:`savigp.fit` warm up their learning rate, so that they keep the source's optimum.
 
     Args:
         model: the model to start; its number of latent functions Q, inducing values M and input
@@ -124,6 +127,7 @@ def warm_start(model: SAVIGP, source: SAVIGP, *, moments: bool = True, variances
     _copy_module("mean head", model.head, source.head)  # (the zero heads: nothing to copy)
     model.inducing.copy_(source.inducing)
     model.prior_mean.copy_(source.prior_mean)
+    mark_fitted(model)  # (its fit's first steps warm up their learning rate)
     floor = max(float(getattr(model, "jitter_floor", 0.0)), float(getattr(source, "jitter_floor", 0.0)))
     if floor > 0.0:
         model.jitter_floor = floor
