@@ -20,6 +20,11 @@ Without ``iterations`` or ``epochs``, fit runs in rounds instead and stops by a 
   most twice its standard error, or RISE_PER_POINT nats per point, over the last round
   (:func:`round_gain`; so at least two rounds are taken): a mini-batch's noise hides a trend that
   the full-data estimate shows.
+* **The best round.** The full-data ELBO at each round's end is kept with the round's parameters;
+  where a round ends more than :data:`FALL_NATS` (and twice the standard error of the difference,
+  and RISE_PER_POINT nats per point) below the best, the run stops there, puts the best round's
+  parameters back and warns (:func:`_fell`); at the run's end (after the annealing phase and the
+  polish) a smaller fall below the best is put back silently.
 * **Polish.** Where the full data fit in memory (N S K Q at most :data:`POLISH_MAX_WORK`) and the
   estimator's draws can be held fixed (not a score-function estimator, whose fixed-draw objective
   is not the ELBO's), :data:`POLISH_STEPS` outer steps of L-BFGS with fixed draws follow, and are
