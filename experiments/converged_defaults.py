@@ -12,7 +12,9 @@ Data (all read offline): statsmodels ``elnino`` (monthly sea temperatures, t in 
 ``co2`` (monthly means), ``sunspots`` (yearly counts, Poisson), ``heart`` (log survival days against
 age, Gaussian: censoring ignored), scikit-learn ``breast_cancer`` (logistic, 30 standardized
 features) and ``wine`` (softmax, 3 classes, 13 standardized features), and the shipped UCI split 1 of
-``boston_housing`` (Gaussian, 13 inputs standardized; ``../shared/data``).
+``boston_housing`` (Gaussian, 13 inputs standardized; ``../shared/data``), split 5 of ``abalone``
+(Gaussian, 10 inputs standardized) and ``mining`` (coal-mining disasters per bin, Poisson, the bin's
+day standardized).
 
     python -m experiments.converged_defaults                  # every data set (minutes on one core)
     python -m experiments.converged_defaults --sets elnino    # one
@@ -63,11 +65,17 @@ def load(name: str) -> tuple:
         if name == "breast_cancer":
             return X, data.target.astype(float)[:, None], likelihoods.Logistic()
         return X, data.target.astype(float)[:, None], likelihoods.Softmax(3)
-    if name == "boston":
+    if name in ("boston", "abalone"):
         from experiments._common import read_split, resolve_data_dir
 
-        X, Y, _, _ = read_split(resolve_data_dir(None, "boston_housing"), 1)
+        folder, split = ("boston_housing", 1) if name == "boston" else ("abalone", 5)
+        X, Y, _, _ = read_split(resolve_data_dir(None, folder), split)
         return _standardize(X), _standardize(Y), likelihoods.Gaussian(1.0)
+    if name == "mining":  # counts of coal-mining disasters per bin against the bin's midpoint (days)
+        from experiments._common import read_csv_matrix, resolve_data_dir
+
+        d = read_csv_matrix(Path(resolve_data_dir(None, "mining")) / "data.csv")
+        return _standardize(d[:, 1:2]), d[:, :1], likelihoods.Poisson()
     raise ValueError(f"unknown data set {name!r}")
 
 
@@ -99,7 +107,7 @@ def run(name: str, seed: int = 0) -> list:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default="elnino,co2,sunspots,heart,breast_cancer,wine,boston")
+    p.add_argument("--sets", default="elnino,co2,sunspots,heart,breast_cancer,wine,boston,abalone,mining")
     from experiments._common import add_seeds_argument, parse_ints
 
     add_seeds_argument(p)

@@ -271,8 +271,43 @@ def keeps_modes(problem: Problem, model, low: float = 0.6, high: float = 1.4) ->
     return None not in idx and distinct and bool((w >= low / K).all() and (w <= high / K).all())
 
 
+ROUND_SD = 0.3  # the noise sd of the rounded problem
+
+
+def _rounded_lik(y, f):
+    """log p(y | f) = log[Phi((y + 1/2 - |f|) / sd) - Phi((y - 1/2 - |f|) / sd)]: |f| plus Gaussian noise,
+    rounded to an integer, written in numpy/scipy (a black box: no gradient, a score-function
+    estimator). ``y`` (B, 1), ``f`` (..., B, 1) numpy arrays -> (..., B)."""
+    import numpy as np
+    from scipy.special import log_ndtr
+
+    a = (y[:, 0] + 0.5 - np.abs(f[..., 0])) / ROUND_SD
+    b = (y[:, 0] - 0.5 - np.abs(f[..., 0])) / ROUND_SD
+    return log_ndtr(a) + np.log1p(-np.exp(np.minimum(log_ndtr(b) - log_ndtr(a), -1e-12)))
+
+
+def _round320():
+    """y = round(|g(x)| + noise (sd 0.3)), g = 2 + 1.2 sin(0.9 x), at 320 inputs on [0, 10], a black-box
+    numpy likelihood (:func:`_rounded_lik`), RBF length-scale 1, M = 20 fixed inducing inputs,
+    mini-batches of 32, fit's defaults (lr 0.01, S = 100): modes f ~ +-g."""
+    X = torch.linspace(0, 10, 320, dtype=torch.float64)[:, None]
+    g = 2 + 1.2 * torch.sin(0.9 * X)
+    noise = ROUND_SD * torch.randn(320, 1, generator=torch.Generator().manual_seed(1320), dtype=torch.float64)
+    Y = torch.round((g + noise).abs())
+    Z = torch.linspace(0, 10, 20, dtype=torch.float64)[:, None]
+
+    def build(K, seed, entropy=None, **kw):
+        kw.update({} if entropy is None else {"entropy": entropy})
+        kernel = savigp.RBF(1, 1, lengthscale=1.0, variance=1.0, learn=False)
+        like = CallableLikelihood(_rounded_lik, backend="numpy", differentiable=False)
+        return savigp.SAVIGP(X, Y, like, kernel, inducing_inputs=Z, learn_inducing=False, num_components=K,
+                             seed=seed, **kw)
+
+    return _known_modes("round320", build, torch.stack([g, -g]), 0.3, 32, 2000, {"lr": 0.01, "num_samples": 100})
+
+
 def many_modes_problems() -> dict:
-    return {p.name: p for p in [_abs300(), _square2d(), _rotation_problem(3), _rotation_problem(4)]}
+    return {p.name: p for p in [_abs300(), _square2d(), _rotation_problem(3), _rotation_problem(4), _round320()]}
 
 
 def problems() -> dict:
@@ -351,23 +386,38 @@ def run_cell(problem: Problem, estimator: str, seed: int, iterations: int, entro
             "modes": [round(float(c), 2) for c in problem.modes(m2)]}
 
 
-def run_known(problem: Problem, estimator: str, seed: int, K: int, options: Optional[dict] = None) -> dict:
+def run_known(problem: Problem, estimator: str, seed: int, K: int, options: Optional[dict] = None,
+              converge: bool = False) -> dict:
     """One ``savigp.fit`` with fit's defaults at the problem's settings (its ``iterations``, ``lr``, S,
-    mini-batches; only q(u) learned): whether it keeps the modes (:func:`keeps_modes`), the mode of
-    each component, the weights, the full-data ELBO, the seconds, and whether fit warned that it
-    ended below a start or a move of its own."""
+    mini-batches; only q(u) learned; ``converge``: no ``iterations``, fit's convergence rule ends it):
+    whether it keeps the modes (:func:`keeps_modes`), the mode of each component, the weights, the
+    full-data ELBO (:func:`full_elbo`, with its standard error) and fit's last estimate, the steps
+    and seconds, whether fit warned that it ended below a start or a move of its own, and every
+    warning fit gave that says a fit may have stopped short (``short``: still rising, below a start
+    or branch, a component of little weight or on another's mode)."""
     import warnings
+
+    from savigp.training.component_checks import ComponentWarning
+    from savigp.training.starts import LocalOptimumWarning
 
     model = problem.build(K, seed)
     t0 = time.time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        h = savigp.fit(model, iterations=problem.iterations, batch_size=problem.batch_size, estimator=estimator,
-                       groups=("posterior",), seed=seed, progress=False, **dict(problem.fit_options, **(options or {})))
+        h = savigp.fit(model, iterations=None if converge else problem.iterations, batch_size=problem.batch_size,
+                       estimator=estimator, groups=("posterior",), seed=seed, progress=False,
+                       **dict(problem.fit_options, **(options or {})))
+    seconds = time.time() - t0
     below = any("below" in str(w.message) and "start" in str(w.message) for w in caught)
+    short = sorted({w.category.__name__ for w in caught
+                    if issubclass(w.category, (ComponentWarning, LocalOptimumWarning)) or "still rising" in str(w.message)})
+    elbo, se = full_elbo(model, estimator, num_samples=4000)
+    conv = getattr(h, "convergence", None)
     return {"keeps": keeps_modes(problem, model), "modes": problem.modes_of(model),
             "weights": [round(float(w), 2) for w in model.posterior.weights().detach()],
-            "elbo": round(float(h.final_elbo), 2), "seconds": round(time.time() - t0, 1), "warned": below}
+            "elbo": round(float(h.final_elbo), 2), "full_elbo": round(elbo, 2), "se": round(se, 3),
+            "steps": len(h.elbo), "converged": None if conv is None else bool(conv.converged),
+            "seconds": round(seconds, 1), "warned": below, "short": short}
 
 
 def run_search(problem: Problem, estimator: str, seed: int, max_components: int, restarts: int) -> dict:
@@ -415,6 +465,9 @@ def main(argv=None):
     ap.add_argument("--search", type=int, default=0, metavar="MAX_K",
                     help="run savigp.choose_components up to MAX_K on each problem and seed instead")
     ap.add_argument("--search-restarts", type=int, default=2, help="the search's restarts per K (default 2)")
+    ap.add_argument("--converge", action="store_true",
+                    help="the problems that know their modes: fit without iterations (fit's convergence rule), and "
+                         "count the fits more than 1 nat below the best of their cell with and without a warning")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if args.search or any(n in many_modes_problems() for n in args.problems.split(",")):
@@ -469,7 +522,7 @@ def _main_known(args) -> None:
                     if args.search:
                         r = run_search(p, est, s, args.search, args.search_restarts)
                     else:
-                        r = run_known(p, est, s, K, _options(args.options))
+                        r = run_known(p, est, s, K, _options(args.options), converge=args.converge)
                     rows.append(r)
                     if args.verbose:
                         print(f"  {name} {est} {'search' if args.search else f'K={K}'} seed {s}: "
@@ -491,6 +544,22 @@ def _main_known(args) -> None:
                     print(f"{name:9s} {est:8s} K = {K}: {'on one mode' if K == 1 else 'keeps the modes'} in {kept}/{n}; "
                           f"warned below a start or move in {warned}/{n}; {statistics.median(secs):.0f} s per fit "
                           f"(median); {time.time() - t0:.0f} s", flush=True)
+                    _short_of_best(name, est, K, rows)
+
+
+def _short_of_best(name: str, estimator: str, K: int, rows: list) -> None:
+    """The fits of one cell against its best full-data ELBO: how many end more than 1 nat below it,
+    and how many of those without a warning that they may have stopped short (issue 57's criterion:
+    none)."""
+    best = max(r["full_elbo"] for r in rows)
+    low = [r for r in rows if r["full_elbo"] < best - 1.0]
+    silent = [r for r in low if not r["short"]]
+    steps = [r["steps"] for r in rows]
+    conv = sum(bool(r["converged"]) for r in rows)
+    print(f"{name:9s} {estimator:8s} K = {K}: best full-data ELBO {best:.2f} (s.e. <= {max(r['se'] for r in rows):.2f}); "
+          f"{len(low)}/{len(rows)} more than 1 nat below it, {len(silent)} of them without a warning "
+          f"({', '.join(format(r['full_elbo'], '.2f') for r in silent) or 'none'}); converged {conv}/{len(rows)}; steps "
+          f"{statistics.median(steps):.0f} (median; {min(steps)}-{max(steps)})", flush=True)
 
 
 if __name__ == "__main__":
