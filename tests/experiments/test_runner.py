@@ -115,7 +115,15 @@ def test_ctrl_c_ends_a_script_with_one_line(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "experiments.threads", "readme", "--steps", "1000000",
                              "--repeats", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    time.sleep(3)  # (the hook is set as the package is imported, before the script's imports)
+    # the hook is set as the package is imported, before the script's imports: wait 3 s, and on a
+    # loaded machine until the child has had 1 s of CPU time (its start-up, well past the hook)
+    time.sleep(3)
+    stat, deadline = Path(f"/proc/{proc.pid}/stat"), time.time() + 60
+    while stat.exists() and time.time() < deadline:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        if (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") >= 1.0:  # utime + stime
+            break
+        time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode in (-signal.SIGINT, 130), (proc.returncode, err)
