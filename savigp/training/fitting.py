@@ -58,8 +58,8 @@ def mixture_param_groups(model: SAVIGP, params: list, lr: float, weight_lr: Opti
     :meth:`savigp.posteriors.MixturePosterior.precondition_gradients`.
     """
     post = model.posterior
-    logits = getattr(post, "logits", None)
-    if getattr(post, "num_components", 1) == 1 or logits is None or not any(p is logits for p in params):
+    logits = post.weight_logits
+    if post.num_components == 1 or logits is None or not any(p is logits for p in params):
         return params
     rate = WEIGHT_LR_FACTOR * lr if weight_lr is None else float(weight_lr)
     if not rate > 0:
