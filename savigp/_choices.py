@@ -154,8 +154,13 @@ ESTIMATORS = Registry("estimator", {
     "quadrature": "savigp.estimators.quadrature:Quadrature",
     "closed-form": "savigp.estimators.closed_form:ClosedForm",
 })
-#: the optimizers of :func:`savigp.fit` (``optimizer=``, the command's ``--optimizer``)
-OPTIMIZERS = ("adam", "adadelta", "lbfgs")
+#: the optimizers of :func:`savigp.fit` (``optimizer=``, the command's ``--optimizer``); a class of
+#: :mod:`savigp.training.optimizers` declaring what fit asks of it (``first_order``, ``line_search``,
+#: ``takes_groups``, ``graph_obstacle``, ``default_lr``) and building the torch optimizer (``make``)
+OPTIMIZERS = Registry("optimizer", {
+    "adam": "savigp.training.optimizers:Adam", "adadelta": "savigp.training.optimizers:Adadelta",
+    "lbfgs": "savigp.training.optimizers:LBFGS",
+})
 #: the parameter groups that :func:`savigp.fit` trains (``groups=``, the command's ``--learn``)
 PARAMETER_GROUPS = ("posterior", "kernel", "inducing", "likelihood", "prior_mean", "mean_head")
 #: the likelihood classes by name (``savigp train --likelihood NAME``, and a model file's name of a class

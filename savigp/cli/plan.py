@@ -22,8 +22,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional
 
-#: the learning rate of each optimizer when ``--lr`` is not given
-DEFAULT_LR = {"adam": 0.01, "adadelta": 1.0, "lbfgs": 1.0}
+from .._choices import OPTIMIZERS
 
 
 def _resumed():
@@ -168,8 +167,8 @@ class TrainPlan:
 
     @property
     def learning_rate(self) -> float:
-        """``--lr``, else the optimizer's default (:data:`DEFAULT_LR`)."""
-        return self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
+        """``--lr``, else the optimizer's own default (its ``default_lr``, :mod:`savigp.training.optimizers`)."""
+        return self.lr if self.lr is not None else OPTIMIZERS[self.optimizer].default_lr
 
     def fit_options(self) -> dict:
         """The keyword arguments of :func:`savigp.fit` that every fit of this run shares (the run

@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from .._choices import ESTIMATORS, POSTERIORS
+from .._choices import ESTIMATORS, OPTIMIZERS, POSTERIORS
 from ..io.csv_data import DataError, data_checksum, read_csv, split_columns
 from ..io.output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
@@ -228,7 +228,7 @@ def _config(plan: TrainPlan, table, icols, tcols, X, Y, spec, likelihood, standa
     """The model file's configuration (see :mod:`savigp.model_files`) at step 0."""
     N = X.shape[0]
     optimizer = plan.optimizer
-    B = N if (plan.batch_size is None or optimizer == "lbfgs") else int(plan.batch_size)
+    B = N if (plan.batch_size is None or OPTIMIZERS[optimizer].line_search) else int(plan.batch_size)
     if plan.until_converged:  # the cap: the rule ends the run before it, unless the ELBO still rises
         from ..training.until_converged import MAX_ITERATIONS
 

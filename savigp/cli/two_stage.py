@@ -77,18 +77,16 @@ def resolve_hypers(plan: TrainPlan) -> Optional[str]:
 
 
 def mean_field_warning(plan: TrainPlan, model, groups=None) -> str:
-    """One stderr line when ``--posterior diag-u`` (the diagonal family over u) learns q(u) on a
-    dense model with a Gaussian likelihood, else ''. Its optimum at given hyper-parameters has the
+    """One stderr line when a family diagonal over u (its ``mean_field_over_u``: ``--posterior diag-u``)
+    learns q(u) on a dense model with a Gaussian likelihood, else ''. Its optimum at given hyper-parameters has the
     mean-field variances 1 / diag(C^-1) of the exact posterior covariance C, never above diag(C)
     (Bishop 2006, §10.1.2): its predictive intervals are narrower than the full Gaussian's (boston,
     SF 1: 90% coverage 0.026-0.033 below it, docs/mixtures.md), however well it is trained.
     ``groups``: the groups the run learns (None: all)."""
     from likelihoods import Gaussian
 
-    from ..posteriors import UDiagonalMixture
-
     learns_q = groups is None or "posterior" in groups
-    if not (learns_q and model.dense and isinstance(model.posterior, UDiagonalMixture)
+    if not (learns_q and model.dense and model.posterior.mean_field_over_u
             and isinstance(model.likelihood, Gaussian)):
         return ""
     return (f"savigp train: warning: --posterior {plan.posterior} (diagonal over u) on a dense model with a Gaussian "

@@ -56,6 +56,34 @@ class Kernel(nn.Module):
     option_units: dict = {}
     #: ``kernel(X, X)`` with the same tensor twice differs from ``kernel(X, X')`` for an equal copy X' (White)
     identity_terms: bool = False
+    # What callers outside savigp/kernels/ read instead of the family's registered name (docs/architecture.md,
+    # "Capabilities, not names"):
+    #: its value depends on the inputs only through x - x' (Stationary, Periodic, Constant, White):
+    #: :func:`savigp.testing.check_kernel` checks that shifting both inputs alike changes nothing
+    stationary: bool = False
+    #: a ``period`` option in the inputs' units (Periodic): the kernel search starts a new one at the
+    #: targets' periodogram peaks and :func:`savigp.kernels.periodogram.period_warnings` checks a given one
+    has_period: bool = False
+    #: :meth:`initial_from_data` gives the initial values a spec leaves out, from the inputs it reads (Linear)
+    starts_from_data: bool = False
+    #: tends to 1 at variance 1 as its length-scales grow, with a gradient in them still there at ten
+    #: times their default: the kernel search's neutral start of a new factor (the stationary families)
+    search_neutral_factor: bool = False
+    #: a product of two of it on the same columns is one of it again (the length-scales combine: RBF),
+    #: so the kernel search leaves such a product out (Duvenaud et al. 2013 leave SE x SE out too)
+    repeat_is_redundant: bool = False
+    #: what a part of this family alone is in a report (:mod:`savigp.reports.words`): ``"variation"``
+    #: (over its length-scale, called ``smoothness``), ``"cycle"``, ``"trend"`` (a polynomial when several
+    #: multiply), ``"noise"`` or ``"offset"``; None: named, not described
+    in_words: Optional[str] = None
+    #: a stationary family's variation in words (``"a smooth"``, ``"a rough"``, ...)
+    smoothness: Optional[str] = None
+
+    @classmethod
+    def initial_from_data(cls, columns) -> dict:
+        """The initial values of options a spec leaves out, from the ``(N, d)`` ``columns`` the kernel
+        reads (read where :attr:`starts_from_data`); none by default."""
+        return {}
 
     # ------------------------------------------------------------ inputs
     def _set_inputs(self, input_dim: int, num_latent: int, active_dims: Optional[Sequence[int]]) -> None:

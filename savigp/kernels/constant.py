@@ -20,6 +20,8 @@ from .base import Kernel
 class _Level(Kernel):
     """A variance s ``(Q,)`` and nothing else."""
 
+    stationary = True
+
     def __init__(self, input_dim: int, num_latent: int = 1, variance=1.0, learn: bool = True,
                  active_dims: Optional[Sequence[int]] = None):
         super().__init__()
@@ -45,6 +47,8 @@ class Constant(_Level):
         input_dim: D; num_latent: Q; variance: initial s, a float or ``(Q,)``; learn: learn s.
     """
 
+    in_words = "offset"
+
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         x1, x2 = self._inputs(x1, x2)
         ones = x1.new_ones(self.num_latent, x1.shape[-2], x2.shape[-2])
@@ -59,6 +63,7 @@ class White(_Level):
     """
 
     identity_terms = True
+    in_words = "noise"
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         same = x1 is x2

@@ -30,6 +30,7 @@ class Linear(Kernel):
     """
 
     option_units = {"offset": "offset", "variance": "variance"}
+    starts_from_data, in_words = True, "trend"
 
     def __init__(self, input_dim: int, num_latent: int = 1, variance=1.0, offset=0.0, learn: bool = True,
                  active_dims: Optional[Sequence[int]] = None):
@@ -43,8 +44,8 @@ class Linear(Kernel):
         else:
             self.register_buffer("offset", c)
 
-    @staticmethod
-    def initial_from_data(columns: Tensor) -> dict:
+    @classmethod
+    def initial_from_data(cls, columns: Tensor) -> dict:
         """The initial values of a linear part on ``columns`` ``(N, d)`` (its active input columns)
         that a spec leaves out: the offset c at the columns' means and the variance s at one over the
         sum of their variances, so that s (x - c) . (x - c) is about 1 over the data. From c = 0 and

@@ -48,6 +48,7 @@ class Periodic(Kernel):
     #: the period is in the inputs' units; the length-scale is not (it is relative to the sinusoid
     #: sin(pi d / p), whatever the units of d), so it is not given the columns' spread as a default
     option_units = {"period": "scale", "lengthscale": "none"}
+    stationary, has_period, in_words = True, True, "cycle"
 
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0, period=1.0,
                  ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):

@@ -16,6 +16,8 @@ from typing import Optional
 
 import numpy as np
 
+from .._choices import KERNELS
+
 #: a given period is near a peak P when within this factor of P, 2P or P/2 (harmonics: a periodic
 #: kernel of period 2P holds functions of period P, and a season's strongest peak is often a harmonic)
 NEAR = 1.10
@@ -128,7 +130,7 @@ def _near(p: float, peaks: list) -> bool:
 
 
 def _periodic_leaves(spec) -> list:
-    """The leaves of ``spec`` whose family is ``periodic`` (through sums, products, scales and lists)."""
+    """The leaves of ``spec`` whose family declares ``has_period`` (through sums, products, scales and lists)."""
     if isinstance(spec, str) or not isinstance(spec, dict):
         return []
     if "sum" in spec or "product" in spec:
@@ -137,4 +139,5 @@ def _periodic_leaves(spec) -> list:
         return _periodic_leaves(spec["scale"])
     if "list" in spec:
         return [leaf for part in spec["list"] for leaf in _periodic_leaves(part.get("kernel"))]
-    return [spec] if spec.get("kernel") == "periodic" else []
+    family = KERNELS.get(spec["kernel"]) if isinstance(spec.get("kernel"), str) else None
+    return [spec] if family is not None and family.has_period else []

@@ -185,8 +185,8 @@ def build_kernel(spec: Any, input_dim: int, num_latent: int,
             ``lengthscale(active_dims, ard)`` (active_dims None for all D columns); None keeps each
             class's default.
         inputs: the training inputs ``(N, D)`` (a tensor), or None: a leaf whose family declares
-            ``initial_from_data(columns)`` (its active columns ``(N, d)``) takes from it the initial
-            values the spec leaves out (a linear part's offset and variance,
+            ``starts_from_data`` takes from ``initial_from_data(columns)`` (its active columns
+            ``(N, d)``) the initial values the spec leaves out (a linear part's offset and variance,
             :meth:`savigp.kernels.linear.Linear.initial_from_data`).
     """
     from .base import Product, Sum
@@ -209,11 +209,10 @@ def build_kernel(spec: Any, input_dim: int, num_latent: int,
         cls = KERNELS[node["kernel"]]
         if lengthscale is not None and cls.option_units.get("lengthscale") == "scale" and "lengthscale" not in options:
             options["lengthscale"] = lengthscale(options.get("active_dims"), options.get("ard", True))
-        from_data = getattr(cls, "initial_from_data", None)
-        if inputs is not None and from_data is not None:
+        if inputs is not None and cls.starts_from_data:
             dims = options.get("active_dims")
             columns = inputs if dims is None else inputs[:, list(dims)]
-            options = {**{k: v for k, v in from_data(columns).items() if k not in options}, **options}
+            options = {**{k: v for k, v in cls.initial_from_data(columns).items() if k not in options}, **options}
         return cls(input_dim, q, **options)
 
     return build(spec, num_latent)

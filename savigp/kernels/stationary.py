@@ -48,6 +48,7 @@ class Stationary(Kernel):
     """
 
     option_units = {"lengthscale": "scale"}
+    stationary = True
 
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0,
                  ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):
@@ -157,6 +158,8 @@ class RBF(Stationary):
     ``ard=False`` and inputs shared by the latent functions, :class:`_IsotropicRBF`, which computes
     the distances once for all of them)."""
 
+    in_words, smoothness, search_neutral_factor, repeat_is_redundant = "variation", "a smooth", True, True
+
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         given = x1 if x1 is x2 else None  # K(X, X): the cache is keyed on the tensor given, not its active columns
         x1, x2 = self._inputs(x1, x2)
@@ -209,12 +212,16 @@ class RBF(Stationary):
 class Matern12(Stationary):
     """Matern 1/2 (exponential, the Ornstein-Uhlenbeck process in one dimension): k = s exp(-r)."""
 
+    in_words, smoothness, search_neutral_factor = "variation", "a rough", True
+
     def profile(self, r2: Tensor) -> Tensor:
         return torch.exp(-torch.sqrt(r2 + 1e-36))
 
 
 class Matern32(Stationary):
     """Matern 3/2: k = s (1 + sqrt(3) r) exp(-sqrt(3) r)."""
+
+    in_words, smoothness, search_neutral_factor = "variation", "a rougher", True
 
     def profile(self, r2: Tensor) -> Tensor:
         r = torch.sqrt(r2 + 1e-36)
@@ -223,6 +230,8 @@ class Matern32(Stationary):
 
 class Matern52(Stationary):
     """Matern 5/2: k = s (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)."""
+
+    in_words, smoothness, search_neutral_factor = "variation", "a fairly smooth", True
 
     def profile(self, r2: Tensor) -> Tensor:
         r = torch.sqrt(r2 + 1e-36)
@@ -237,6 +246,8 @@ class RationalQuadratic(Stationary):
     Args:
         alpha: initial shape alpha, a float or ``(Q,)``; the other arguments as :class:`Stationary`.
     """
+
+    in_words, smoothness, search_neutral_factor = "variation", "a smooth, many-scaled", True
 
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0, alpha=1.0,
                  ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):

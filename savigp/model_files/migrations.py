@@ -129,7 +129,7 @@ def u_diagonal_former_coordinates(model, state: dict) -> None:
     Such a state is marked ``parametrization = 0`` here and converted by
     :func:`u_diagonal_to_whitened` once the kernel and inducing inputs are loaded."""
     post = getattr(model, "posterior", None)
-    if (getattr(post, "PARAMETRIZATION", None) is not None and "posterior.raw_scale" in state
+    if (post is not None and post.PARAMETRIZATION is not None and "posterior.raw_scale" in state
             and "posterior.parametrization" not in state):
         state["posterior.parametrization"] = torch.tensor(0)
 
@@ -156,7 +156,7 @@ def u_diagonal_to_whitened(model) -> bool:
     :meth:`~savigp.posteriors.UDiagonalMixture.u_parameters`). The same q(u). Returns whether it
     converted."""
     post = model.posterior
-    target = getattr(post, "PARAMETRIZATION", None)
+    target = post.PARAMETRIZATION
     if target is None or int(post.parametrization) == target:
         return False
     Lzz = model.prior_factor()

@@ -106,6 +106,14 @@ class Posterior(nn.Module):
     #: covariances diagonal in the family's own coordinates (a factorized q(u), whose ELBO biases
     #: hyper-parameters learned with it on dense models: :func:`savigp.training.warm_start.joint_factorized_fit`)
     diagonal: bool = False
+    #: diagonal over the inducing values u themselves (not over whitened coordinates): with a Gaussian
+    #: likelihood on a dense model its optimum at given hyper-parameters is the mean-field one, whose
+    #: variances 1 / diag(C^-1) are never above the exact posterior's diag(C) (narrower predictive
+    #: intervals, Bishop 2006, §10.1.2; ``savigp train`` warns, :func:`savigp.cli.two_stage.mean_field_warning`)
+    mean_field_over_u: bool = False
+    #: the version of the parametrization a family records in its ``parametrization`` buffer (None: the
+    #: family has none; :mod:`savigp.model_files.migrations` converts a file's older one)
+    PARAMETRIZATION: Optional[int] = None
     #: takes the component moves of :func:`savigp.fit`'s exploration of starts and of the search for
     #: K (:meth:`spread_along`, :meth:`restart_means`, :meth:`fold`,
     #: :meth:`transform`, :meth:`component_pairs`, :meth:`grown`, :meth:`restarted`;
@@ -248,6 +256,13 @@ class Posterior(nn.Module):
         :attr:`mean_whitened`), as the parameter itself (a gradient in the means is taken with
         respect to it; a mean head that fixes the coupled mean sets it)."""
         raise NotImplementedError(f"{type(self).__name__} does not give its component means (component_means)")
+
+    @property
+    def weight_logits(self) -> Optional[Tensor]:
+        """The parameter ``(K,)`` whose softmax is the mixture weights, trained at a rate of its own
+        (:func:`savigp.training.fitting.mixture_param_groups`); None where the family has no weights
+        to learn."""
+        return None
 
     # ------------------------------------------------------------------ component moves (component_moves)
     def _no_moves(self, what: str) -> NotImplementedError:

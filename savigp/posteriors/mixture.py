@@ -103,6 +103,11 @@ class MixturePosterior(ScaledPosterior):
         """The means m ``(K, Q, M)``, the parameter itself (:attr:`Posterior.component_means`)."""
         return self.mean
 
+    @property
+    def weight_logits(self) -> Tensor:
+        """The logits ``(K,)``, the parameter itself (:attr:`Posterior.weight_logits`)."""
+        return self.logits
+
     def weights(self) -> Tensor:
         """Mixture weights pi, shape ``(K,)``."""
         return torch.softmax(self.logits, dim=0)

@@ -92,6 +92,7 @@ class UDiagonalMixture(MixtureFamily):
 
     covariance_diagonal = True
     diagonal = True
+    mean_field_over_u = True
 
     def __init__(self, num_latent: int, num_inducing: int, num_components: int | None = None, init_scale: float = 1.0,
                  mean_spread: float = 1.0, generator: torch.Generator | None = None, entropy: str = DEFAULT_ENTROPY,

@@ -9,16 +9,23 @@ length-scale (MacKay 1998's quasi-periodic kernel); a linear kernel a linear tre
 linear kernel: a polynomial; times a stationary kernel: a trend whose slope changes); white noise
 independent noise. A term's amplitude is the square root of the product of its variances (the
 latent function's prior sd from that term), in the targets' units when they were standardized.
-Length-scales and periods of standardized inputs are multiplied back by each column's sd.
+Length-scales and periods of standardized inputs are multiplied back by each column's sd. What a
+part of each family is comes from the family itself (its ``in_words`` and ``smoothness``,
+:class:`savigp.kernels.Kernel`), never from its registered name.
 """
 from __future__ import annotations
 
 import math
 from typing import Optional, Sequence
 
-#: how a stationary family's variation is called
-_SMOOTHNESS = {"rbf": "a smooth", "rq": "a smooth, many-scaled", "matern52": "a fairly smooth",
-               "matern32": "a rougher", "matern12": "a rough"}
+from .._choices import KERNELS
+
+
+def _in_words(leaf: dict) -> Optional[str]:
+    """What a part of the leaf's family alone is (its ``in_words``: ``"variation"``, ``"cycle"``,
+    ``"trend"``, ``"noise"``, ``"offset"``), None for a class not registered."""
+    family = KERNELS.get(leaf["kernel"]) if isinstance(leaf.get("kernel"), str) else None
+    return None if family is None else family.in_words
 
 
 def _leaves(term, latent: int) -> list:
@@ -98,21 +105,22 @@ def describe_term(term, columns: Sequence[str], input_std: Optional[Sequence[flo
         variance *= extra * (_first(leaf["variance"], latent) if "variance" in leaf else 1.0)
     sd = math.sqrt(max(variance, 0.0)) * target_std
     kinds = [leaf.get("kernel") for leaf, _ in leaves]
-    periodic = [leaf for leaf, _ in leaves if leaf.get("kernel") == "periodic"]
-    stationary = [leaf for leaf, _ in leaves if leaf.get("kernel") in _SMOOTHNESS]
-    linear = [leaf for leaf, _ in leaves if leaf.get("kernel") == "linear"]
+    roles = [_in_words(leaf) for leaf, _ in leaves]
+    periodic = [leaf for (leaf, _), role in zip(leaves, roles) if role == "cycle"]
+    stationary = [leaf for (leaf, _), role in zip(leaves, roles) if role == "variation"]
+    linear = [leaf for (leaf, _), role in zip(leaves, roles) if role == "trend"]
     amplitude = f" (prior sd {sd:.3g})"
 
     def scale(leaf):
         return "about " + _amounts(leaf, "lengthscale", latent, columns, input_std)
 
-    if kinds == ["white"]:
+    if roles == ["noise"]:
         return f"independent noise with sd {sd:.3g}"
-    if kinds == ["constant"]:
+    if roles == ["offset"]:
         return f"a constant offset{amplitude}"
     if len(leaves) == 1 and stationary:
         leaf = stationary[0]
-        return f"{_SMOOTHNESS[leaf['kernel']]} trend in {_names(leaf, columns)}, varying over {scale(leaf)}{amplitude}"
+        return f"{KERNELS[leaf['kernel']].smoothness} trend in {_names(leaf, columns)}, varying over {scale(leaf)}{amplitude}"
     if periodic and len(periodic) == 1 and len(leaves) <= 2:
         p = periodic[0]
         cycle = f"a cycle in {_names(p, columns)} with a period of {_amounts(p, 'period', latent, columns, input_std)}"

@@ -155,11 +155,11 @@ def _active_dims(p: _Problem):
 
 
 def _claims_stationary(kernel) -> bool:
-    """A :class:`~savigp.kernels.Stationary` or periodic kernel, a constant or white one, or savigp's
-    sums, products, scales and lists of those."""
-    from ..kernels import Constant, KernelList, Periodic, Product, Scale, Stationary, Sum, White
+    """A kernel whose family declares ``stationary`` (:class:`~savigp.kernels.Stationary`, periodic,
+    constant and white kernels), or savigp's sums, products, scales and lists of those."""
+    from ..kernels import Kernel, KernelList, Product, Scale, Sum
 
-    if isinstance(kernel, (Stationary, Periodic, Constant, White)):
+    if isinstance(kernel, Kernel) and kernel.stationary:
         return True
     if type(kernel) in (Sum, Product, KernelList):
         return all(_claims_stationary(m) for m in kernel.parts)

@@ -27,8 +27,9 @@ def randomize(model, seed: int = 1, head_scale: float = 1.0):
         post = model.posterior
         post.mean.copy_(0.5 * torch.randn(post.mean.shape, generator=g, dtype=torch.float64))
         post.raw_scale.add_(0.2 * torch.randn(post.raw_scale.shape, generator=g, dtype=torch.float64))
-        if hasattr(post, "logits"):
-            post.logits.copy_(torch.randn(post.logits.shape, generator=g, dtype=torch.float64))
+        logits = post.weight_logits
+        if logits is not None:
+            logits.copy_(torch.randn(logits.shape, generator=g, dtype=torch.float64))
         for a in model.head.natural_parameters():  # (the coefficients a; none for the zero head)
             a.copy_(head_scale * torch.randn(a.shape, generator=g, dtype=torch.float64))
     return model

@@ -32,10 +32,10 @@ from .components import ComponentSearch, adopt, search_components
 from .convergence import MIN_TREND_STEPS, ConvergenceWarning, full_data_elbo, still_rising
 from .groups import parameter_groups
 from .loop import Batches, TrainingHistory
+from .optimizers import make_adam
 from .rules import GradientStep, SyncFreeStep
 from .starts import DEFAULT_FRACTION
 from .step_scales import scaled_groups
-
 
 
 #: the mixture weights' learning rate relative to fit's ``lr`` (first-order optimizers, K > 1)
@@ -57,8 +57,8 @@ def mixture_param_groups(model: SAVIGP, params: list, lr: float, weight_lr: Opti
     :meth:`savigp.posteriors.MixturePosterior.precondition_gradients`.
     """
     post = model.posterior
-    logits = getattr(post, "logits", None)
-    if getattr(post, "num_components", 1) == 1 or logits is None or not any(p is logits for p in params):
+    logits = post.weight_logits
+    if post.num_components == 1 or logits is None or not any(p is logits for p in params):
         return params
     rate = WEIGHT_LR_FACTOR * lr if weight_lr is None else float(weight_lr)
     if not rate > 0:
@@ -88,24 +88,6 @@ def choose_components(model: SAVIGP, **options) -> ComponentSearch:
     chosen, fitted model, its K and the ELBO per K."""
     return search_components(model, fit, **options)
 
-
-
-def make_adam(params, lr: float, capturable: bool = False) -> torch.optim.Adam:
-    """Adam with PyTorch's fused kernel where it applies (floating parameters on the CPU or CUDA):
-    the same update in one pass per tensor (faster than the default's loop over the tensors:
-    docs/performance.md). Falls back to the default implementation
-    elsewhere. (Fused steps do not bump version counters; the decoupled head's prediction cache
-    keys on the values too, see :mod:`savigp.mean_heads.orthogonal_basis`.) ``capturable``: keep the step counters
-    on the device, as a CUDA graph of the step needs."""
-    flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
-    fusable = bool(flat) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in flat)
-    extra = {"capturable": True} if capturable else {}
-    if fusable:
-        try:
-            return torch.optim.Adam(params, lr=lr, fused=True, **extra)
-        except (RuntimeError, ValueError):  # an unsupported dtype or device: the portable update
-            return torch.optim.Adam(params, lr=lr, **extra)
-    return torch.optim.Adam(params, lr=lr, **extra)
 
 
 def default_log_every(device: torch.device) -> int:
@@ -339,7 +321,7 @@ def fit(
         :class:`TrainingHistory`.
     """
     if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS.names()}, got {optimizer!r}")
     if iterations is None and epochs is None and max_components is None:  # to convergence
         from .until_converged import fit_until_converged
 
@@ -361,7 +343,7 @@ def fit(
                                  final_elbo=False, starts=starts, start_fraction=start_fraction, reflect=reflect,
                                  anneal=anneal, warmup=warmup)
     N = model.num_data
-    B = N if (batch_size is None or optimizer == "lbfgs") else int(batch_size)
+    B = N if (batch_size is None or OPTIMIZERS[optimizer].line_search) else int(batch_size)
     if not 1 <= B <= N:
         raise ValueError(f"batch_size must be between 1 and N={N}, got {batch_size}")
     if iterations is None:
@@ -560,17 +542,14 @@ def _resume_entries(state: dict) -> dict:
 
 
 def _optimizer(model: SAVIGP, steps: StepOptions, params: list, graphs: bool) -> torch.optim.Optimizer:
-    """A fresh optimizer of ``steps`` over ``params`` (under Adam/Adadelta a mixture's logits at their
-    own rate, :func:`mixture_param_groups`, and sharp parameters such as a period at a scaled one,
-    :func:`savigp.training.step_scales.scaled_groups`; state on the device for a CUDA graph)."""
-    lr = steps.lr
-    if steps.optimizer == "lbfgs":
-        return torch.optim.LBFGS(params, lr=lr, max_iter=steps.lbfgs_max_iter, history_size=50,
-                                 line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)
-    opt_params = scaled_groups(model, mixture_param_groups(model, params, lr, steps.weight_lr), lr)
-    if steps.optimizer == "adam":
-        return make_adam(opt_params, lr, capturable=graphs)
-    return torch.optim.Adadelta(opt_params, lr=lr, **({"capturable": True} if graphs else {}))
+    """A fresh optimizer of ``steps`` over ``params`` (under one that ``takes_groups``, Adam and Adadelta,
+    a mixture's logits at their own rate, :func:`mixture_param_groups`, and sharp parameters such as a
+    period at a scaled one, :func:`savigp.training.step_scales.scaled_groups`; state on the device for a
+    CUDA graph), built by its entry of :data:`savigp._choices.OPTIMIZERS`."""
+    lr, kind = steps.lr, OPTIMIZERS[steps.optimizer]
+    if kind.takes_groups:
+        params = scaled_groups(model, mixture_param_groups(model, params, lr, steps.weight_lr), lr)
+    return kind.make(params, lr, capturable=graphs, max_iter=steps.lbfgs_max_iter)
 
 
 def _fit(model, steps: StepOptions, *, iterations, start, seed, report, callback, state, resume,
@@ -610,7 +589,7 @@ def _fit(model, steps: StepOptions, *, iterations, start, seed, report, callback
     # under torch.distributed (torchrun): this rank's share of every global batch, gradients summed
     ddp = distributed.setup(model, params, seed, {"N": N, "batch_size": B, "iterations": iterations,
                                                   "start step": start, "seed": seed, "batch position": pos})
-    if steps.optimizer == "lbfgs" or ddp is not None:  # (the last good state: rank 0's broadcast parameters)
+    if OPTIMIZERS[steps.optimizer].line_search or ddp is not None:  # (the last good state: rank 0's broadcast parameters)
         rule = GradientStep(model, opt, num_samples=num_samples, estimator=estimator, generator=gen, ddp=ddp)
     else:
         rule = SyncFreeStep(model, opt, num_samples=num_samples, estimator=estimator, draw_generator=draw_gen,

@@ -175,13 +175,14 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     if int(period_starts) < 1 or int(polish) < 0:
         raise ValueError(f"search_kernels: period_starts must be >= 1 and polish >= 0, got {period_starts} and {polish}")
     peaks = max(2, int(period_starts))
+    seasonal = any(KERNELS[name].has_period for name in base)  # (a base family with a period)
     periods = ({tuple(g or []): periodogram_peaks(X, Yarr, g, peaks, detrend=True) for g in groups}
-               if "periodic" in base else {})
+               if seasonal else {})
     data_periods = periods  # of the targets themselves (less their trend): the cold starts' periods
-    starts = {_leaf_key(b): _linear_start(X, b.get("active_dims")) for b in bases if b["kernel"] == "linear"}
+    starts = {_leaf_key(b): _start_from_data(X, b) for b in bases if _family(b).starts_from_data}
     lengthscale = default_lengthscale(torch.as_tensor(writable(X)))
     neutral = {_leaf_key(b): [[float(v) for v in np.atleast_1d(lengthscale(b.get("active_dims"), True))]]
-               for b in bases if b["kernel"] in _NEUTRAL_FACTORS}
+               for b in bases if _family(b).search_neutral_factor}
     M = int(num_inducing or min(N, 100))
     options = {"iterations": iterations, "lr": lr, "progress": False, "seed": seed, **(fit_options or {})}
     estimation = {k: options[k] for k in ("num_samples", "estimator") if k in options}
@@ -327,7 +328,7 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                 fresh.append(terms)
         if not fresh:
             break
-        if current is not None and "periodic" in base:  # new seasons start at what the parent leaves unexplained
+        if current is not None and seasonal:  # new seasons start at what the parent leaves unexplained
             periods = _residual_peaks(current[2], X, Yarr, groups, peaks) or periods
         if current is not None and not over_budget():
             # the parent trains further as its children do from its values (polished again; without
@@ -459,6 +460,12 @@ def _leaf(name: str, dims) -> dict:
     return {"kernel": name} if dims is None else {"kernel": name, "active_dims": list(dims)}
 
 
+def _family(leaf: dict):
+    """The kernel class of a leaf (its capabilities: ``has_period``, ``starts_from_data``,
+    ``search_neutral_factor``, ``repeat_is_redundant``; never its name, docs/architecture.md)."""
+    return KERNELS[leaf["kernel"]]
+
+
 def _leaf_key(leaf: dict) -> str:
     return json.dumps({"kernel": leaf["kernel"], "active_dims": leaf.get("active_dims")}, sort_keys=True)
 
@@ -478,13 +485,14 @@ def _proposals(terms, bases) -> list:
     for i, t in enumerate(terms):  # B_j -> B'
         for j, leaf in enumerate(t):
             out += [terms[:i] + [t[:j] + [b] + t[j + 1:]] + terms[i + 1:] for b in bases if _leaf_key(b) != _leaf_key(leaf)]
-    return [t for t in out if not any(_repeats_rbf(term) for term in t)]
+    return [t for t in out if not any(_redundant_repeat(term) for term in t)]
 
 
-def _repeats_rbf(term) -> bool:
-    """A product with two RBFs on the same columns: an RBF again (the length-scales combine), so it
-    adds hyper-parameters and nothing else (Duvenaud et al. 2013 leave SE x SE out too)."""
-    keys = [_leaf_key(x) for x in term if x["kernel"] == "rbf"]
+def _redundant_repeat(term) -> bool:
+    """A product with two factors on the same columns of a family whose product is itself again
+    (``repeat_is_redundant``: two RBFs, whose length-scales combine), so it adds hyper-parameters and
+    nothing else (Duvenaud et al. 2013 leave SE x SE out too)."""
+    keys = [_leaf_key(x) for x in term if _family(x).repeat_is_redundant]
     return len(keys) != len(set(keys))
 
 
@@ -496,12 +504,14 @@ def _plain(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k in ("kernel", "active_dims")}
 
 
-def _linear_start(X: np.ndarray, dims) -> dict:
-    """A new linear leaf's start (:meth:`savigp.kernels.linear.Linear.initial_from_data`)."""
+def _start_from_data(X: np.ndarray, leaf: dict) -> dict:
+    """A new leaf's start from the columns it reads, for a family that ``starts_from_data`` (a linear
+    part's offset and variance, :meth:`savigp.kernels.linear.Linear.initial_from_data`)."""
     import torch
 
+    dims = leaf.get("active_dims")
     cols = X[:, list(dims)] if dims is not None else X
-    return KERNELS["linear"].initial_from_data(torch.as_tensor(writable(cols)))
+    return _family(leaf).initial_from_data(torch.as_tensor(writable(cols)))
 
 
 def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, starts: Optional[dict] = None,
@@ -515,8 +525,8 @@ def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, sta
     neutral start of a child that adds one base kernel to its parent: the new kernel leaves the
     parent's prior almost as it was, so that the child starts at about the parent's ELBO and its
     fit can only climb from there. A new term starts at variance 0.01 (``k + 0.01 k_new``); a new
-    factor of a stationary family at variance 1 and ten times its default length-scales (``k x
-    k_new`` with ``k_new`` >= 0.94 over the data). None where no such start exists (a new periodic
+    factor of a family that declares ``search_neutral_factor`` (the stationary ones) at variance 1 and
+    ten times its default length-scales (``k x k_new`` with ``k_new`` >= 0.94 over the data). None where no such start exists (a new periodic
     or linear factor: flat in its parameters near 1, or never 1)."""
     fitted = _terms_of(parent) if parent is not None else []
     used = set()
@@ -543,7 +553,7 @@ def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, sta
                 fresh.append(len(leaves))
                 if starts and _leaf_key(leaf) in starts:
                     new.update(starts[_leaf_key(leaf)])
-                elif leaf["kernel"] == "periodic":  # the first new one at the strongest peak, the next at the next
+                elif _family(leaf).has_period:  # the first new one at the strongest peak, the next at the next
                     dims = tuple(leaf.get("active_dims") or [])
                     peaks = periods.get(dims, [])
                     if peaks:
@@ -555,7 +565,7 @@ def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, sta
             leaf = leaves[fresh[0]]
             if len(fresh) == len(leaves):  # a new term
                 leaf["variance"] = [0.01]
-            elif leaf["kernel"] in _NEUTRAL_FACTORS and _leaf_key(leaf) in neutral:
+            elif _family(leaf).search_neutral_factor and _leaf_key(leaf) in neutral:
                 leaf["variance"] = [1.0]
                 leaf["lengthscale"] = [[10.0 * float(v) for v in row] for row in neutral[_leaf_key(leaf)]]
             else:
@@ -578,11 +588,6 @@ def _inherit(child, parent) -> None:
             if k in ours and ours[k].shape == v.shape and not k.startswith(("kernel.", "inducing"))
             and (same_z or not k.startswith(("posterior.", "mean_head.")))}
     child.load_state_dict({**ours, **take})
-
-
-#: the families whose kernel tends to 1 (at variance 1) as their length-scales grow, with a gradient
-#: in them still there at ten times the default (a neutral factor, :func:`_warm_spec`)
-_NEUTRAL_FACTORS = ("rbf", "matern12", "matern32", "matern52", "rq")
 
 
 def _extends(terms, parent_terms) -> bool:
@@ -614,12 +619,12 @@ def _projections(child: dict, parent_terms) -> list:
 
 
 def _count_periodic(terms) -> int:
-    return sum(leaf["kernel"] == "periodic" for term in terms for leaf in term)
+    return sum(_family(leaf).has_period for term in terms for leaf in term)
 
 
 def _periods_of(spec: dict) -> list:
     """The starting periods of ``spec``'s periodic leaves, in order (None where unset)."""
-    return [leaf.get("period") for term in _terms_of(spec) for leaf in term if leaf["kernel"] == "periodic"]
+    return [leaf.get("period") for term in _terms_of(spec) for leaf in term if _family(leaf).has_period]
 
 
 def _terms_of(spec: dict) -> list:

@@ -35,6 +35,7 @@ from typing import Callable, Optional
 
 import torch
 
+from .._choices import OPTIMIZERS
 from .convergence import full_data_elbo
 from .loop import parameter_copies, restore_parameters
 
@@ -101,14 +102,14 @@ def plan(iterations: int, starts: int, fraction: float, reflect: bool, anneal: b
 
 def explorable(model, optimizer: str, params: list, mixture: bool = True) -> bool:
     """Whether fit explores starts (``mixture``; else: whether it can anneal): a first-order
-    optimizer (L-BFGS is left as it was), and for ``mixture`` a family that takes the component
+    optimizer (its ``first_order``: L-BFGS is left as it was), and for ``mixture`` a family that takes the component
     moves (:attr:`savigp.posteriors.Posterior.component_moves`) with its means
     among the trained parameters and either K > 1 or, for K = 1, a start at the prior mean (every
     mean 0) that is a stationary point of the ELBO (:func:`stationary_start`: the test runs here,
     once per run; a fitted model is at a stationary point too, and is not explored again). (A resumed run, one process
     or several under torch.distributed: the same schedule, :mod:`savigp.training.schedule`.)"""
     post = model.posterior
-    if optimizer not in ("adam", "adadelta"):
+    if not OPTIMIZERS[optimizer].first_order:
         return False
     if not mixture:
         return True

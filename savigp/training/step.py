@@ -48,7 +48,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .._choices import ESTIMATORS
+from .._choices import ESTIMATORS, OPTIMIZERS
 from ..mean_heads import ZERO_HEAD, MeanHead
 from ..model import ELBOTerms
 from ..runtime import compilation
@@ -87,8 +87,8 @@ def graph_decision(requested: Optional[bool], *, device: torch.device, optimizer
     reasons = []
     if torch.device(device).type != "cuda":
         reasons.append(f"the model is on {torch.device(device).type}, not CUDA")
-    if optimizer == "lbfgs":
-        reasons.append("L-BFGS evaluates its closure a data-dependent number of times")
+    if OPTIMIZERS[optimizer].graph_obstacle is not None:
+        reasons.append(OPTIMIZERS[optimizer].graph_obstacle)
     if getattr(likelihood, "backend", "torch") != "torch":
         reasons.append(f"{type(likelihood).__name__} calls a numpy function (backend={likelihood.backend!r})")
     if not ESTIMATORS[estimator].cuda_graph_safe:

@@ -44,6 +44,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from .._choices import OPTIMIZERS
 from .convergence import RISE_PER_POINT, ConvergenceWarning, full_data_elbo, rises, trend
 
 #: steps of the first round
@@ -156,7 +157,7 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
         begin, end = _schedule.bounds(sched, main)
         return [v for s, v in sched.get("converge", {}).get("trail", []) if begin <= s < end]
 
-    lbfgs = options.get("optimizer", "adam") == "lbfgs"  # (outer steps of 20 iterations each)
+    lbfgs = OPTIMIZERS[options.get("optimizer", "adam")].line_search  # (outer steps of 20 iterations each)
     first, min_window = (LBFGS_FIRST_ROUND, LBFGS_MIN_WINDOW) if lbfgs else (FIRST_ROUND, MIN_WINDOW)
     done = int(state.get("step", 0))
     total = max(done + 2, min(cap, first)) if "schedule" not in state else max(done, _schedule.total(state["schedule"]))
@@ -306,7 +307,7 @@ def _polish(model, fit: Callable, options: dict) -> Optional[bool]:
     S = int(options.get("num_samples", 100)) if ESTIMATORS[estimator].monte_carlo else 1
     work = model.num_data * S * model.posterior.num_components * model.num_latent
     if ESTIMATORS[estimator].score_function or work > POLISH_MAX_WORK or distributed.launched() \
-            or options.get("optimizer", "adam") == "lbfgs":
+            or OPTIMIZERS[options.get("optimizer", "adam")].line_search:
         return None
 
     seed = int(options.get("seed", 0)) + 7

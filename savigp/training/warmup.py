@@ -40,6 +40,8 @@ from typing import Optional
 
 import torch
 
+from .._choices import OPTIMIZERS
+
 #: steps of the warm-up of a fitted model's first phase (docs/experiments.md, "Warm starts keep their
 #: optimum": with 50, elnino's steps 50-100 after a warm start fell 17 standard errors below it)
 WARMUP_STEPS = 100
@@ -69,10 +71,10 @@ def fitted(model) -> bool:
 
 def phase_steps(schedule: dict, phase: dict, optimizer: str) -> int:
     """The warm-up's steps in ``phase`` of fit's ``schedule`` (:mod:`savigp.training.schedule`)
-    under Adam or Adadelta: :data:`WARMUP_STEPS` for a phase planned with ``"warmup"`` (the first of
+    under a first-order optimizer (Adam, Adadelta: its ``first_order``): :data:`WARMUP_STEPS` for a phase planned with ``"warmup"`` (the first of
     a fit of a fitted model), :data:`ANNEAL_WARMUP_STEPS` for the annealing phase, unless the run
     was started with ``warmup=False`` (kept in the schedule); else 0."""
-    if optimizer == "lbfgs" or not schedule.get("warmup", True):
+    if not OPTIMIZERS[optimizer].first_order or not schedule.get("warmup", True):
         return 0
     if phase.get("warmup"):
         return WARMUP_STEPS

@@ -57,6 +57,18 @@ def test_the_plan_reads_the_command_line_once():
     assert default.learning_rate == 1.0 and default.argv is None
 
 
+def test_the_default_learning_rates_are_the_optimizers_own():
+    """Without --lr, each optimizer's declared ``default_lr`` (savigp.training.optimizers), which
+    ``--lr``'s help names (the parser, read before torch, cannot import the classes)."""
+    from savigp._choices import OPTIMIZERS
+
+    help_text = next(a.help for a in _train_parser()._actions if a.dest == "lr")
+    for name in OPTIMIZERS:
+        plan = TrainPlan.from_args(build_parser().parse_args(ARGV + ["--optimizer", name]))
+        assert plan.learning_rate == OPTIMIZERS[name].default_lr
+        assert f"{name} {OPTIMIZERS[name].default_lr:g}" in help_text, (name, help_text)
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--nproc", "0"], "--nproc must be >= 1, got 0"),
     (["--dist-timeout", "0"], "--dist-timeout must be > 0 seconds, got 0.0"),
