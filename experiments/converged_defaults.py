@@ -97,7 +97,7 @@ def run(name: str, seed: int = 0) -> list:
         conv = h.convergence
         rows.append({"data": name, "N": X.shape[0], "D": X.shape[1], "run": label, "steps": len(h.elbo) if conv is None
                      else conv.steps, "seconds": seconds, "ended": ("still rising" if rising else "not rising")
-                     if conv is None else ("converged" if conv.converged else "cap reached"),
+                     if conv is None else ("converged" if conv.converged else f"not converged ({conv.ended})"),
                      "polished": None if conv is None else conv.polished, "elbo": h.final_elbo,
                      "elbo_se": h.final_elbo_stderr, "estimator": h.estimator})
         print(f"{name} {label}: {rows[-1]['steps']} steps, {seconds:.1f} s, {rows[-1]['ended']}, ELBO {h.final_elbo:.2f}",
