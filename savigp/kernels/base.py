@@ -21,7 +21,9 @@ constraints, and a composite costs its parts plus one elementwise pass over the 
 per part. A learned variance on any kernel is :class:`~savigp.kernels.scale.Scale`.
 
 A family subclasses :class:`Kernel`, calls :meth:`Kernel._set_inputs` in its constructor and
-implements ``forward`` and ``diag``; :meth:`structure` returns the constructor options that fix its
+implements ``forward`` and ``forward_diag``, which get the active columns only: ``kernel(X1, X2)``,
+``kernel(X)`` (K(X, X)), ``kernel.diag(X)`` and ``kernel.exp_features`` check the inputs and take the
+columns once, in :meth:`Kernel.__call__` (as GPflow's); :meth:`structure` returns the constructor options that fix its
 shape (not the values: those are the state dict), so that a model file rebuilds it from data alone
 (:mod:`savigp.kernels.spec`).
 """
@@ -96,32 +98,54 @@ class Kernel(nn.Module):
         start = dims[0]
         if dims == tuple(range(start, start + len(dims))):
             return x.narrow(-1, start, len(dims))
-        return x.index_select(-1, torch.tensor(dims, device=x.device))
+        out = x.index_select(-1, torch.tensor(dims, device=x.device))
+        out._columns_of = x  # the tensor given, for caches keyed on it (RBF._fixed_sqdist)
+        return out
 
-    def _inputs(self, x1: Tensor, x2: Tensor) -> tuple[Tensor, Tensor]:
-        """Both inputs checked and reduced to the active columns; the same object twice when
-        ``x1 is x2`` (kernels use that to recognise K(X, X))."""
+    def _active(self, x1: Tensor, x2: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+        """Both inputs checked and reduced to the active columns; the same object twice for K(X, X)
+        (``x2`` None or ``x1`` itself: kernels use that to recognise it)."""
         self._check(x1, "x1")
-        if x2 is x1:
+        if x2 is None or x2 is x1:
             a = self._columns(x1)
             return a, a
         self._check(x2, "x2")
         return self._columns(x1), self._columns(x2)
 
     # ------------------------------------------------------------ the protocol
+    def __call__(self, x1: Tensor, x2: Optional[Tensor] = None) -> Tensor:
+        """The Q kernel matrices ``(Q, N1, N2)`` of ``x1 (N1, D)`` or ``(Q, N1, D)`` against ``x2``;
+        ``x2`` None (or ``x1`` itself) for K(x1, x1). The one call path, as GPflow's ``Kernel.__call__``:
+        the shapes are checked and the active columns taken here, once, and :meth:`forward` gets them
+        (the same object twice for K(X, X)); a composite's parts, whose ``active_dims`` are their own,
+        get the whole inputs and take theirs."""
+        return super().__call__(*self._active(x1, x2))
+
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:  # pragma: no cover - abstract
-        """The Q kernel matrices ``(Q, N1, N2)`` of ``x1 (N1, D)`` or ``(Q, N1, D)`` against ``x2``."""
+        """The family's kernel matrices ``(Q, N1, N2)`` of the active columns ``x1 (N1, d)`` or ``(Q, N1, d)``
+        against ``x2`` (``x2 is x1`` for K(X, X)); called by :meth:`__call__`, which checked and sliced them."""
         raise NotImplementedError
 
-    def diag(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
-        """The diagonal ``(Q, N)`` of ``kernel(x, x)``."""
+    def diag(self, x: Tensor) -> Tensor:
+        """The diagonal ``(Q, N)`` of ``kernel(x)``: ``x`` checked and sliced as by :meth:`__call__`,
+        then :meth:`forward_diag`."""
+        return self.forward_diag(self._active(x, None)[0])
+
+    def forward_diag(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
+        """The family's diagonal ``(Q, N)`` of K(x, x) for the active columns ``x (N, d)`` or ``(Q, N, d)``."""
         raise NotImplementedError
 
-    def exp_features(self, x1: Tensor, x2: Tensor) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+    def exp_features(self, x1: Tensor, x2: Optional[Tensor] = None) -> Optional[tuple[Tensor, Tensor, Tensor]]:
         """Features ``a (Q, N1, d)``, ``b (Q, N2, d)`` and ``log_var (Q,)`` with kernel(x1, x2) =
         exp(log_var - ||a_i - b_j||^2 / 2), for a kernel of that form (the RBF, the periodic kernel, their
-        scales and products: :mod:`savigp.kernels.fused`), else None (the default). A :class:`Product`
-        of such kernels computes them as one fused exponential."""
+        scales and products: :mod:`savigp.kernels.fused`), else None. The inputs are checked and
+        sliced as by :meth:`__call__`, then :meth:`forward_exp_features`. A :class:`Product` of such
+        kernels computes them as one fused exponential."""
+        return self.forward_exp_features(*self._active(x1, x2))
+
+    def forward_exp_features(self, x1: Tensor, x2: Tensor) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+        """The family's :meth:`exp_features` of the active columns (``x2 is x1`` for K(X, X)); None
+        (the default) for a kernel not of the exp form."""
         return None
 
     def structure(self) -> dict:
@@ -137,8 +161,13 @@ class Kernel(nn.Module):
     def step_scales(self, inputs: Tensor) -> dict:
         """Parameters of this kernel (not of its parts) whose first-order steps must be smaller than
         the optimizer's learning rate, ``{parameter: factor in (0, 1)}``, for training inputs
-        ``inputs (N, D)``: a parameter on which the ELBO is sharp in proportion to the data's extent
-        (a period over many cycles). Default: none. Used by :mod:`savigp.training.step_scales`."""
+        ``inputs (N, D)`` (checked and sliced as by :meth:`__call__`, then :meth:`forward_step_scales`):
+        a parameter on which the ELBO is sharp in proportion to the data's extent (a period over
+        many cycles). Used by :mod:`savigp.training.step_scales`."""
+        return self.forward_step_scales(self._active(inputs, None)[0])
+
+    def forward_step_scales(self, columns: Tensor) -> dict:
+        """The family's :meth:`step_scales` of the training inputs' active columns ``(N, d)``. Default: none."""
         return {}
 
     def identity_diag(self, x: Tensor) -> Optional[Tensor]:
@@ -231,7 +260,7 @@ class Sum(_Combination):
             out = out + k(x1, x2)
         return out
 
-    def diag(self, x: Tensor) -> Tensor:
+    def forward_diag(self, x: Tensor) -> Tensor:
         out = self.parts[0].diag(x)
         for k in self.parts[1:]:
             out = out + k.diag(x)
@@ -262,7 +291,7 @@ class Product(_Combination):
         b = torch.cat([f[1].expand(Q, *f[1].shape[-2:]) for f in feats], dim=-1)
         return (a, b, sum(f[2] for f in feats)), rest
 
-    def exp_features(self, x1: Tensor, x2: Tensor):
+    def forward_exp_features(self, x1: Tensor, x2: Tensor):
         fused = self._fused(x1, x2)
         return fused[0] if fused is not None and not fused[1] else None
 
@@ -278,7 +307,7 @@ class Product(_Combination):
             out = out * k(x1, x2)
         return out
 
-    def diag(self, x: Tensor) -> Tensor:
+    def forward_diag(self, x: Tensor) -> Tensor:
         out = self.parts[0].diag(x)
         for k in self.parts[1:]:
             out = out * k.diag(x)

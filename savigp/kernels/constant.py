@@ -33,8 +33,7 @@ class _Level(Kernel):
     def initial_values(self) -> dict:
         return {"variance": self.variance().detach().cpu().tolist()}
 
-    def diag(self, x: Tensor) -> Tensor:
-        self._check(x, "x")
+    def forward_diag(self, x: Tensor) -> Tensor:
         return self.variance()[:, None].expand(self.num_latent, x.shape[-2])
 
 
@@ -46,7 +45,6 @@ class Constant(_Level):
     """
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        x1, x2 = self._inputs(x1, x2)
         ones = x1.new_ones(self.num_latent, x1.shape[-2], x2.shape[-2])
         return ones * self.variance()[:, None, None]
 
@@ -61,10 +59,8 @@ class White(_Level):
     identity_terms = True
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        same = x1 is x2
-        x1, x2 = self._inputs(x1, x2)
         n1, n2 = x1.shape[-2], x2.shape[-2]
-        if not same:
+        if x2 is not x1:  # kernel(Z, X): two sets (kernel(X) and kernel(X, X) give the same object twice)
             return x1.new_zeros(self.num_latent, n1, n2)
         eye = torch.eye(n1, dtype=x1.dtype, device=x1.device)
         return eye * self.variance()[:, None, None]

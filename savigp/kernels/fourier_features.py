@@ -152,21 +152,13 @@ class AdditiveMatern(Kernel):
         """lambda_d = sqrt(2 nu) / l_d, ``(Q, D)``."""
         return math.sqrt(2 * self.nu) / self.lengthscales()
 
-    def _check(self, x: Tensor, name: str) -> None:
-        if x.dim() not in (2, 3) or x.shape[-1] != self.input_dim or (x.dim() == 3 and x.shape[0] not in (1, self.num_latent)):
-            raise ValueError(f"{type(self).__name__}: {name} must have shape (N, {self.input_dim}) or "
-                             f"({self.num_latent}, N, {self.input_dim}), got {tuple(x.shape)}")
-
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        self._check(x1, "x1")
-        self._check(x2, "x2")
         lam, var = self.rates(), self.variances()  # (Q, D)
         r = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()  # (Q or 1, N1, N2, D)
         k = kappa_derivatives(r, lam[:, None, None, :], var[:, None, None, :], self.order, 0)[0]
         return k.sum(-1).expand(self.num_latent, x1.shape[-2], x2.shape[-2])
 
-    def diag(self, x: Tensor) -> Tensor:
-        self._check(x, "x")
+    def forward_diag(self, x: Tensor) -> Tensor:
         return self.variances().sum(-1, keepdim=True).expand(self.num_latent, x.shape[-2])
 
     def extra_repr(self) -> str:
@@ -294,10 +286,10 @@ class FourierFeatureKernel(AdditiveMatern):
             return self.kuf(x1.as_subclass(Tensor)).transpose(-1, -2)
         return super().forward(x1, x2)
 
-    def diag(self, x: Tensor) -> Tensor:
+    def forward_diag(self, x: Tensor) -> Tensor:
         if isinstance(x, FeatureIndices):
             return self.kuu().diagonal(dim1=-2, dim2=-1)
-        return super().diag(x)
+        return super().forward_diag(x)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", num_frequencies={self.num_frequencies}, M={self.num_features}"

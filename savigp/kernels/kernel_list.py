@@ -37,8 +37,8 @@ class KernelList(Kernel):
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         if x2 is x1:  # keep K(X, X) recognisable to the parts
-            return torch.cat([k(a, a) for k, a in zip(self.parts, self._slices(x1))], dim=0)
+            return torch.cat([k(a) for k, a in zip(self.parts, self._slices(x1))], dim=0)
         return torch.cat([k(a, b) for k, a, b in zip(self.parts, self._slices(x1), self._slices(x2))], dim=0)
 
-    def diag(self, x: Tensor) -> Tensor:
+    def forward_diag(self, x: Tensor) -> Tensor:
         return torch.cat([k.diag(a) for k, a in zip(self.parts, self._slices(x))], dim=0)

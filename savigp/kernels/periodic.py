@@ -63,7 +63,7 @@ class Periodic(Kernel):
     def structure(self) -> dict:
         return {**super().structure(), "ard": self.ard, **({} if self.learn else {"learn": False})}
 
-    def step_scales(self, inputs: Tensor) -> dict:
+    def forward_step_scales(self, columns: Tensor) -> dict:
         """The period's step scaled by p / L (L the inputs' extent along its column, at most 1): a
         change dp of the period moves the phase at the far end of the data by L dp / p^2 cycles, so
         a step of the learning rate's size in p (elnino: 48 cycles, p = 1 year) turns the season
@@ -71,9 +71,9 @@ class Periodic(Kernel):
         (issue 57: to 0.95, 1.10 or 0.80 years). Scaled, a step moves the far phase by about the
         learning rate in cycles, whatever the units or the number of cycles. None for a fixed
         period or fewer than one cycle."""
-        if not self.learn or inputs.shape[0] < 2:
+        if not self.learn or columns.shape[0] < 2:
             return {}
-        x = self._columns(inputs.detach())
+        x = columns.detach()
         span = (x.max(0).values - x.min(0).values).to(torch.float64)  # (d,)
         if not self.ard:
             span = span.max().reshape(1)
@@ -91,9 +91,8 @@ class Periodic(Kernel):
         angle = (2.0 * math.pi) * (x - centre) / p  # (Q, N, d): broadcasts one p over the columns
         return torch.cat([sw * torch.cos(angle), sw * torch.sin(angle)], dim=-1)
 
-    def exp_features(self, x1: Tensor, x2: Tensor):
+    def forward_exp_features(self, x1: Tensor, x2: Tensor):
         """u(x1), u(x2) ``(Q, N, 2 d)`` and log s: k = s exp(-||u(x) - u(x')||^2 / 2) (module docstring)."""
-        x1, x2 = self._inputs(x1, x2)
         centre = x1.detach().mean(-2, keepdim=True)
         a = self._features(x1, centre)
         b = a if x2 is x1 else self._features(x2, centre)
@@ -101,10 +100,9 @@ class Periodic(Kernel):
         return a.expand(Q, *a.shape[-2:]), b.expand(Q, *b.shape[-2:]), torch.log(self.variance())
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        return exp_quadratic(*self.exp_features(x1, x2))
+        return exp_quadratic(*self.forward_exp_features(x1, x2))
 
-    def diag(self, x: Tensor) -> Tensor:
-        self._check(x, "x")
+    def forward_diag(self, x: Tensor) -> Tensor:
         return self.variance()[:, None].expand(self.num_latent, x.shape[-2])
 
     def extra_repr(self) -> str:

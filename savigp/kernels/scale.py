@@ -34,7 +34,7 @@ class Scale(Kernel):
     def initial_values(self) -> dict:
         return {"variance": self.variance().detach().cpu().tolist()}
 
-    def exp_features(self, x1: Tensor, x2: Tensor):
+    def forward_exp_features(self, x1: Tensor, x2: Tensor):
         f = self.base.exp_features(x1, x2)
         return None if f is None else (f[0], f[1], f[2] + torch.log(self.variance()))
 
@@ -44,5 +44,5 @@ class Scale(Kernel):
             return exp_quadratic(f[0], f[1], f[2] + torch.log(self.variance()))
         return self.variance()[:, None, None] * self.base(x1, x2)
 
-    def diag(self, x: Tensor) -> Tensor:
+    def forward_diag(self, x: Tensor) -> Tensor:
         return self.variance()[:, None] * self.base.diag(x)

@@ -146,7 +146,6 @@ class _Cosine(Kernel):
         self.variance = torch.nn.Parameter(torch.full((num_latent,), 1.3, dtype=torch.float64))
 
     def forward(self, x1, x2):
-        x1, x2 = self._inputs(x1, x2)
         r2 = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).square().sum(-1)
         return self.variance[:, None, None] * torch.cos(torch.sqrt(r2 + 1e-30))
 
@@ -177,7 +176,10 @@ class _Drifting(RBF):
 
 
 class _WholeInput(RBF):
-    """An RBF that reads every column, whatever its active_dims (it skips ``self._inputs``)."""
+    """An RBF that reads every column, whatever its active_dims (its ``__call__`` is nn.Module's, which
+    skips the base class's slicing of the active columns)."""
+
+    __call__ = torch.nn.Module.__call__
 
     def forward(self, x1, x2):
         r2 = ((x1.unsqueeze(-2) - x2.unsqueeze(-3)) / self.lengthscales()[:, None, None, :]).square().sum(-1)  # (Q, N1, N2)
@@ -189,7 +191,6 @@ class _BatchLengthscale(RBF):
     the data inside the kernel): symmetric and PSD, but entry (i, j) depends on the other rows."""
 
     def forward(self, x1, x2):
-        x1, x2 = self._inputs(x1, x2)
         r2 = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).square().sum(-1)
         return self.variance()[:, None, None] * torch.exp(-0.5 * r2 / r2.mean())
 
