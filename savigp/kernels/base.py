@@ -29,6 +29,7 @@ shape (not the values: those are the state dict), so that a model file rebuilds 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
@@ -37,6 +38,31 @@ from torch import Tensor, nn
 from .._checks import writable
 from .fused import exp_quadratic
 from likelihoods.parameters import PositiveParameter
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """One hyper-parameter of a kernel family, declared once in the family's :attr:`Kernel.hypers`
+    (as GPyTorch's ``register_parameter`` with its constraint): the constructor makes it
+    (:meth:`Kernel._set_hypers`), :meth:`Kernel.initial_values` reads it back, and
+    :attr:`Kernel.option_units` follows from ``units``.
+
+    Args:
+        name: the constructor option that gives its initial value, and its key in ``initial_values``.
+        attr: the attribute holding it (default ``name``).
+        shape: ``"latent"``, ``(Q,)``; or ``"columns"``, ``(Q, d)`` with d the active columns (1 for a
+            family with ``ard=False``).
+        floor: positive above this floor (a :class:`~likelihoods.parameters.PositiveParameter`); None
+            for an unconstrained one (a parameter, or a buffer when not learned).
+        units: how the option moves when the inputs are moved and scaled (:attr:`Kernel.option_units`),
+            or None for none declared.
+    """
+
+    name: str
+    attr: Optional[str] = None
+    shape: str = "latent"
+    floor: Optional[float] = 1e-8
+    units: Optional[str] = None
 
 
 class Kernel(nn.Module):
@@ -55,9 +81,21 @@ class Kernel(nn.Module):
     #: a data-scaled default to a ``lengthscale`` of these, :func:`savigp.kernels.spec.default_lengthscale`),
     #: ``"offset"`` ((c - m) / s), ``"variance"`` (times s^2) or ``"none"`` (no units: a periodic
     #: kernel's length-scale, relative to its sinusoid). Options it leaves out have no declared units.
+    #: A family declaring :attr:`hypers` gets it from their ``units``.
     option_units: dict = {}
+    #: the family's hyper-parameters (:class:`Hyper`), from which its construction (:meth:`_set_hypers`),
+    #: :meth:`initial_values` and :attr:`option_units` follow
+    hypers: tuple = ()
+    #: constructor options besides ``active_dims`` and ``learn`` that fix the parameters' shapes or the
+    #: family's form (``ard``; AdditiveMatern's ``nu``): :meth:`structure` records them
+    shape_options: tuple = ()
     #: ``kernel(X, X)`` with the same tensor twice differs from ``kernel(X, X')`` for an equal copy X' (White)
     identity_terms: bool = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "hypers" in cls.__dict__ and "option_units" not in cls.__dict__:
+            cls.option_units = {h.name: h.units for h in cls.hypers if h.units is not None}
 
     # ------------------------------------------------------------ inputs
     def _set_inputs(self, input_dim: int, num_latent: int, active_dims: Optional[Sequence[int]]) -> None:
@@ -150,13 +188,20 @@ class Kernel(nn.Module):
 
     def structure(self) -> dict:
         """The constructor options besides D and Q that fix the kernel's parameters' shapes (JSON
-        values): a model file stores them and the state dict, and rebuilds the kernel from both."""
-        return {} if self.active_dims is None else {"active_dims": list(self.active_dims)}
+        values): a model file stores them and the state dict, and rebuilds the kernel from both.
+        ``active_dims`` when not all, the :attr:`shape_options`, and ``learn`` when false."""
+        return {**({} if self.active_dims is None else {"active_dims": list(self.active_dims)}),
+                **{option: getattr(self, option) for option in self.shape_options},
+                **({} if getattr(self, "learn", True) else {"learn": False})}
 
     def initial_values(self) -> dict:
-        """The current hyper-parameters as constructor options (JSON lists): a spec holding them
-        builds a kernel equal to this one (warm starts, e.g. of :func:`savigp.search_kernels`)."""
-        return {}
+        """The current hyper-parameters (:attr:`hypers`) as constructor options (JSON lists): a spec
+        holding them builds a kernel equal to this one (warm starts, e.g. of :func:`savigp.search_kernels`)."""
+        out = {}
+        for h in self.hypers:
+            value = getattr(self, h.attr or h.name)
+            out[h.name] = (value if isinstance(value, Tensor) else value()).detach().cpu().tolist()
+        return out
 
     def step_scales(self, inputs: Tensor) -> dict:
         """Parameters of this kernel (not of its parts) whose first-order steps must be smaller than
@@ -185,9 +230,25 @@ class Kernel(nn.Module):
             out.append(self.diag(xb) - self(xb, xb.clone()).diagonal(dim1=-2, dim2=-1))
         return torch.cat(out, dim=-1)
 
-    def _positive(self, value, shape: tuple, name: str, floor: float, learn: bool):
-        """A :class:`~likelihoods.parameters.PositiveParameter` initialised from ``value`` (see :meth:`_initial`)."""
-        return PositiveParameter(self._initial(value, shape, name), floor=floor, learnable=learn)
+    def _set_hypers(self, learn: bool, **values) -> None:
+        """Make the hyper-parameters of :attr:`hypers` that ``values`` names (in the table's order)
+        from their initial values (:meth:`_initial`), learned or fixed (``learn``, recorded)."""
+        unknown = set(values) - {h.name for h in self.hypers}
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: no hyper-parameter {min(unknown)!r} in its hypers table")
+        self.learn = bool(learn)
+        shapes = {"latent": (self.num_latent,),
+                  "columns": (self.num_latent, self.num_active if getattr(self, "ard", True) else 1)}
+        for h in self.hypers:
+            if h.name not in values:
+                continue
+            value = self._initial(values[h.name], shapes[h.shape], h.name)
+            if h.floor is not None:
+                setattr(self, h.attr or h.name, PositiveParameter(value, floor=h.floor, learnable=self.learn))
+            elif self.learn:
+                setattr(self, h.attr or h.name, nn.Parameter(value))
+            else:
+                self.register_buffer(h.attr or h.name, value)
 
     # ------------------------------------------------------------ the algebra
     def __add__(self, other):
@@ -239,9 +300,6 @@ class _Combination(Kernel):
             flat.extend(k.parts if type(k) is type(self) else [k])
         self.parts = nn.ModuleList(flat)
         self._set_inputs(first.input_dim, first.num_latent, None)
-
-    def structure(self) -> dict:  # the parts carry theirs (savigp.kernels.spec)
-        return {}
 
     def extra_repr(self) -> str:
         return f"input_dim={self.input_dim}, num_latent={self.num_latent}"

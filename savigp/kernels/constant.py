@@ -14,24 +14,19 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .base import Kernel
+from .base import Hyper, Kernel
 
 
 class _Level(Kernel):
     """A variance s ``(Q,)`` and nothing else."""
 
+    hypers = (Hyper("variance"),)
+
     def __init__(self, input_dim: int, num_latent: int = 1, variance=1.0, learn: bool = True,
                  active_dims: Optional[Sequence[int]] = None):
         super().__init__()
         self._set_inputs(input_dim, num_latent, active_dims)
-        self.learn = bool(learn)
-        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
-
-    def structure(self) -> dict:
-        return {**super().structure(), **({} if self.learn else {"learn": False})}
-
-    def initial_values(self) -> dict:
-        return {"variance": self.variance().detach().cpu().tolist()}
+        self._set_hypers(learn, variance=variance)
 
     def forward_diag(self, x: Tensor) -> Tensor:
         return self.variance()[:, None].expand(self.num_latent, x.shape[-2])

@@ -64,10 +64,8 @@ import math
 
 import torch
 from torch import Tensor
-from likelihoods.parameters import PositiveParameter
 
-from .._checks import writable
-from .base import Kernel
+from .base import Hyper, Kernel
 
 ORDERS = {0.5: 0, 1.5: 1, 2.5: 2}  # nu -> p
 
@@ -121,32 +119,16 @@ class AdditiveMatern(Kernel):
         learn: learn the hyper-parameters.
     """
 
-    option_units = {"lengthscale": "scale"}
+    hypers = (Hyper("lengthscale", "lengthscales", "columns", floor=1e-6, units="scale"),
+              Hyper("variance", "variances", "columns"))
+    shape_options = ("nu",)
 
     def __init__(self, input_dim: int, num_latent: int = 1, nu: float = 1.5, lengthscale=1.0, variance=1.0,
                  learn: bool = True):
         super().__init__()
-        self.input_dim, self.num_latent = int(input_dim), int(num_latent)
+        self._set_inputs(input_dim, num_latent, None)
         self.nu, self.order = float(nu), _check_nu(nu)
-        self.learn = bool(learn)
-        shape = (self.num_latent, self.input_dim)
-        vals = []
-        for name, v in (("lengthscale", lengthscale), ("variance", variance)):
-            t = torch.as_tensor(writable(v), dtype=torch.float64)
-            if t.dim() < 2 and t.numel() in (1, self.input_dim):
-                t = t.expand(shape)
-            if tuple(t.shape) != shape:
-                raise ValueError(f"AdditiveMatern: {name} must be a float, ({self.input_dim},) or {shape}, got {tuple(t.shape)}")
-            vals.append(t.clone())
-        self.lengthscales = PositiveParameter(vals[0], floor=1e-6, learnable=learn)
-        self.variances = PositiveParameter(vals[1], floor=1e-8, learnable=learn)
-
-    def structure(self) -> dict:
-        return {"nu": self.nu, **({} if self.learn else {"learn": False})}
-
-    def initial_values(self) -> dict:
-        return {"lengthscale": self.lengthscales().detach().cpu().tolist(),
-                "variance": self.variances().detach().cpu().tolist()}
+        self._set_hypers(learn, lengthscale=lengthscale, variance=variance)
 
     def rates(self) -> Tensor:
         """lambda_d = sqrt(2 nu) / l_d, ``(Q, D)``."""

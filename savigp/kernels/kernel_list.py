@@ -27,9 +27,6 @@ class KernelList(Kernel):
         self._set_inputs(dims.pop(), sum(k.num_latent for k in kernels), None)
         self._splits = [k.num_latent for k in kernels]
 
-    def structure(self) -> dict:  # the parts carry theirs (savigp.kernels.spec)
-        return {}
-
     def _slices(self, x: Tensor):
         if x.dim() == 3 and x.shape[0] == self.num_latent and self.num_latent > 1:
             return torch.split(x, self._splits, dim=0)

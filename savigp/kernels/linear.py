@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from .base import Kernel
+from .base import Hyper, Kernel
 
 
 class Linear(Kernel):
@@ -29,19 +29,13 @@ class Linear(Kernel):
         active_dims: the input columns the kernel reads (default all D).
     """
 
-    option_units = {"offset": "offset", "variance": "variance"}
+    hypers = (Hyper("variance", units="variance"), Hyper("offset", shape="columns", floor=None, units="offset"))
 
     def __init__(self, input_dim: int, num_latent: int = 1, variance=1.0, offset=0.0, learn: bool = True,
                  active_dims: Optional[Sequence[int]] = None):
         super().__init__()
         self._set_inputs(input_dim, num_latent, active_dims)
-        self.learn = bool(learn)
-        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
-        c = self._initial(offset, (self.num_latent, self.num_active), "offset")
-        if learn:
-            self.offset = nn.Parameter(c)
-        else:
-            self.register_buffer("offset", c)
+        self._set_hypers(learn, variance=variance, offset=offset)
 
     @staticmethod
     def initial_from_data(columns: Tensor) -> dict:
@@ -54,12 +48,6 @@ class Linear(Kernel):
         c = columns.double().mean(0) if columns.shape[0] else torch.zeros(columns.shape[1], dtype=torch.float64)
         var = float(columns.double().var(0, unbiased=False).sum()) if columns.shape[0] > 1 else 0.0
         return {"offset": [float(v) for v in c], "variance": 1.0 / var if var > 0 else 1.0}
-
-    def structure(self) -> dict:
-        return {**super().structure(), **({} if self.learn else {"learn": False})}
-
-    def initial_values(self) -> dict:
-        return {"variance": self.variance().detach().cpu().tolist(), "offset": self.offset.detach().cpu().tolist()}
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         c = self.offset.unsqueeze(-2)  # (Q, 1, d)

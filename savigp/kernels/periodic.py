@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .base import Kernel
+from .base import Hyper, Kernel
 from .fused import exp_quadratic
 
 
@@ -47,21 +47,16 @@ class Periodic(Kernel):
 
     #: the period is in the inputs' units; the length-scale is not (it is relative to the sinusoid
     #: sin(pi d / p), whatever the units of d), so it is not given the columns' spread as a default
-    option_units = {"period": "scale", "lengthscale": "none"}
+    hypers = (Hyper("lengthscale", "lengthscales", "columns", floor=1e-6, units="none"),
+              Hyper("period", shape="columns", floor=1e-6, units="scale"), Hyper("variance"))
+    shape_options = ("ard",)
 
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0, period=1.0,
                  ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):
         super().__init__()
         self._set_inputs(input_dim, num_latent, active_dims)
         self.ard = bool(ard)
-        self.learn = bool(learn)
-        d = self.num_active if self.ard else 1
-        self.lengthscales = self._positive(lengthscale, (self.num_latent, d), "lengthscale", 1e-6, learn)
-        self.period = self._positive(period, (self.num_latent, d), "period", 1e-6, learn)
-        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
-
-    def structure(self) -> dict:
-        return {**super().structure(), "ard": self.ard, **({} if self.learn else {"learn": False})}
+        self._set_hypers(learn, lengthscale=lengthscale, period=period, variance=variance)
 
     def forward_step_scales(self, columns: Tensor) -> dict:
         """The period's step scaled by p / L (L the inputs' extent along its column, at most 1): a
@@ -79,10 +74,6 @@ class Periodic(Kernel):
             span = span.max().reshape(1)
         factor = float((self.period().detach().to(torch.float64) / span.clamp_min(1e-300)).min())
         return {self.period.raw: factor} if factor < 1.0 else {}
-
-    def initial_values(self) -> dict:
-        return {name: getattr(self, attr)().detach().cpu().tolist()
-                for name, attr in (("lengthscale", "lengthscales"), ("period", "period"), ("variance", "variance"))}
 
     def _features(self, x: Tensor, centre: Tensor) -> Tensor:
         """[sqrt(w) cos A, sqrt(w) sin A] ``(Q, N, 2 d)`` of inputs ``(N, d)`` or ``(Q, N, d)``."""

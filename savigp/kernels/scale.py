@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Kernel, Product
+from .base import Hyper, Kernel, Product
 from .fused import exp_quadratic
 
 
@@ -19,20 +19,15 @@ class Scale(Kernel):
         learn: learn s (False fixes it).
     """
 
+    hypers = (Hyper("variance"),)
+
     def __init__(self, kernel: Kernel, variance=1.0, learn: bool = True):
         super().__init__()
         if not isinstance(kernel, Kernel):
             raise TypeError(f"Scale: kernel is a {type(kernel).__name__}, not a savigp Kernel")
         self.base = kernel
         self._set_inputs(kernel.input_dim, kernel.num_latent, None)
-        self.learn = bool(learn)
-        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
-
-    def structure(self) -> dict:
-        return {} if self.learn else {"learn": False}
-
-    def initial_values(self) -> dict:
-        return {"variance": self.variance().detach().cpu().tolist()}
+        self._set_hypers(learn, variance=variance)
 
     def forward_exp_features(self, x1: Tensor, x2: Tensor):
         f = self.base.exp_features(x1, x2)

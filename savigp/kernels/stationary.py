@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from .._choices import KERNELS  # noqa: F401 (the kernels by name: a registry, KERNELS.register(name, cls))
-from .base import Kernel
+from .base import Hyper, Kernel
 from .fused import exp_quadratic
 
 
@@ -47,24 +47,15 @@ class Stationary(Kernel):
             of the first column alone.
     """
 
-    option_units = {"lengthscale": "scale"}
+    hypers = (Hyper("lengthscale", "lengthscales", "columns", floor=1e-6, units="scale"), Hyper("variance"))
+    shape_options = ("ard",)
 
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0,
                  ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):
         super().__init__()
         self._set_inputs(input_dim, num_latent, active_dims)
         self.ard = bool(ard)
-        self.learn = bool(learn)
-        d = self.num_active if self.ard else 1
-        self.lengthscales = self._positive(lengthscale, (self.num_latent, d), "lengthscale", 1e-6, learn)
-        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
-
-    def structure(self) -> dict:
-        return {**super().structure(), "ard": self.ard, **({} if self.learn else {"learn": False})}
-
-    def initial_values(self) -> dict:
-        return {"lengthscale": self.lengthscales().detach().cpu().tolist(),
-                "variance": self.variance().detach().cpu().tolist()}
+        self._set_hypers(learn, lengthscale=lengthscale, variance=variance)
 
     def _scaled_sqdist(self, x1: Tensor, x2: Tensor) -> Tensor:
         """Squared scaled distances, shape (Q, N1, N2), from inputs centred on the mean of x1."""
@@ -234,13 +225,12 @@ class RationalQuadratic(Stationary):
         alpha: initial shape alpha, a float or ``(Q,)``; the other arguments as :class:`Stationary`.
     """
 
+    hypers = Stationary.hypers + (Hyper("alpha", floor=1e-6),)
+
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0, alpha=1.0,
                  ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):
         super().__init__(input_dim, num_latent, lengthscale, variance, ard=ard, learn=learn, active_dims=active_dims)
-        self.alpha = self._positive(alpha, (self.num_latent,), "alpha", 1e-6, learn)
-
-    def initial_values(self) -> dict:
-        return {**super().initial_values(), "alpha": self.alpha().detach().cpu().tolist()}
+        self._set_hypers(learn, alpha=alpha)
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         alpha = self.alpha()[:, None, None]
