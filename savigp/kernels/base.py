@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import writable
-from .fused import exp_quadratic
+from .fused import fused_product, joined_features
 from likelihoods.parameters import PositiveParameter
 
 
@@ -335,30 +335,13 @@ class Product(_Combination):
         kernels: two or more kernels of equal ``num_latent`` and ``input_dim``.
     """
 
-    def _fused(self, x1: Tensor, x2: Tensor):
-        """The exp-form factors' features joined, ``(a, b, log_var)``, and the other factors; None
-        when fewer than two factors are of the exp form."""
-        feats, rest = [], []
-        for k in self.parts:
-            f = k.exp_features(x1, x2)
-            (rest if f is None else feats).append(k if f is None else f)
-        if len(feats) < 2:
-            return None
-        Q = self.num_latent
-        a = torch.cat([f[0].expand(Q, *f[0].shape[-2:]) for f in feats], dim=-1)
-        b = torch.cat([f[1].expand(Q, *f[1].shape[-2:]) for f in feats], dim=-1)
-        return (a, b, sum(f[2] for f in feats)), rest
-
     def forward_exp_features(self, x1: Tensor, x2: Tensor):
-        fused = self._fused(x1, x2)
-        return fused[0] if fused is not None and not fused[1] else None
+        joined = joined_features(self.parts, x1, x2, self.num_latent)
+        return joined[0] if joined is not None and not joined[1] else None
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        fused = self._fused(x1, x2)
-        if fused is not None:
-            out = exp_quadratic(*fused[0])
-            for k in fused[1]:
-                out = out * k(x1, x2)
+        out = fused_product(self.parts, x1, x2, self.num_latent)
+        if out is not None:
             return out
         out = self.parts[0](x1, x2)
         for k in self.parts[1:]:

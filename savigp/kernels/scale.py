@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from .base import Hyper, Kernel, Product
-from .fused import exp_quadratic
+from .fused import fused_product
 
 
 class Scale(Kernel):
@@ -34,9 +34,10 @@ class Scale(Kernel):
         return None if f is None else (f[0], f[1], f[2] + torch.log(self.variance()))
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        f = self.base.exp_features(x1, x2) if isinstance(self.base, Product) else None
-        if f is not None:  # a product of exp-form kernels: one fused exponential (savigp.kernels.fused), s in it
-            return exp_quadratic(f[0], f[1], f[2] + torch.log(self.variance()))
+        if isinstance(self.base, Product):  # s inside the product's fused exponential (savigp.kernels.fused)
+            out = fused_product(self.base.parts, x1, x2, self.num_latent, torch.log(self.variance()))
+            if out is not None:
+                return out
         return self.variance()[:, None, None] * self.base(x1, x2)
 
     def forward_diag(self, x: Tensor) -> Tensor:
