@@ -123,6 +123,7 @@ KERNELS = Registry("kernel", {
     "periodic": "savigp.kernels:Periodic", "linear": "savigp.kernels:Linear",
     "constant": "savigp.kernels:Constant", "white": "savigp.kernels:White",
     "additive-matern": "savigp.kernels.fourier_features:AdditiveMatern",
+    "cosine": "savigp.kernels.cosine:Cosine",
 }, aliases={"se": "rbf", "exponential": "matern12", "rational_quadratic": "rq", "rational-quadratic": "rq"})
 #: the posterior families (:mod:`savigp.posteriors`); a :class:`~savigp.posteriors.Posterior` class built
 #: by its ``build(num_latent, num_inducing, num_components, generator=, entropy=, entropy_samples=)``.

@@ -330,7 +330,7 @@ class SAVIGP(nn.Module):
         self._check_shared_kernel(self.posterior, mean_basis_size)
         if not given:  # a family built here starts from the prior
             with torch.no_grad():
-                self.posterior.start(lambda: self._factorize(kernel(Z, Z).detach())[0])
+                self.posterior.start(lambda: self._factorize(kernel(Z).detach())[0])
 
         # ---- optional mean head (Salimbeni et al. 2018): a basis for the mean (None: the zero head, :attr:`head`)
         self.mean_head = None
@@ -433,7 +433,7 @@ class SAVIGP(nn.Module):
         """Cholesky factors L_zz of K_zz for every latent function, ``(Q, M, M)``, or the one factor of a
         kernel shared by them, ``(1, M, M)`` (see :meth:`_factorize`)."""
         Z = self.kernel_inducing()
-        return self._factorize(self.kernel(Z, Z))[0]
+        return self._factorize(self.kernel(Z))[0]
 
     def _factorize(self, Kzz: Tensor) -> tuple[Tensor, Tensor]:
         """Lower Cholesky factor of K_zz + rel * mean(diag K_zz) I, and rel ``(Q,)``. Differentiable.
@@ -475,7 +475,7 @@ class SAVIGP(nn.Module):
         (e.g. :meth:`savigp.posteriors.MixturePosterior.moments`), which hand the gradient to K_zz.
         """
         Z = self.kernel_inducing()
-        Kzz = self.kernel(Z, Z)
+        Kzz = self.kernel(Z)
         with torch.no_grad():
             Lzz, jitter_rel = self._factorize(Kzz.detach())
         return Kzz, Lzz, jitter_rel

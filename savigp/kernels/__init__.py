@@ -1,7 +1,8 @@
 """Covariance functions, batched over the Q latent functions: ``kernel(X1, X2) -> (Q, N1, N2)``,
 ``kernel.diag(X) -> (Q, N)``, composed with ``+`` and ``*`` as in GPflow.
 
-* :mod:`savigp.kernels.base`: :class:`Kernel` (the protocol: ``active_dims``, ``structure``, ``+``, ``*``);
+* :mod:`savigp.kernels.base`: :class:`Kernel` (the protocol: the one call path, ``active_dims``,
+  ``structure``, ``+``, ``*``) and :class:`Hyper` (a family's hyper-parameters, declared once);
 * :mod:`savigp.kernels.stationary`: :class:`Stationary` (a kernel of the scaled distance),
   :class:`RBF`, :class:`Matern12`, :class:`Matern32`, :class:`Matern52`, :class:`RationalQuadratic`;
 * :mod:`savigp.kernels.periodic`: :class:`Periodic` (MacKay's exp-sine-squared);
@@ -18,7 +19,7 @@
 files; a new kernel is a module here and one ``KERNELS`` entry (docs/architecture.md).
 """
 from .._choices import KERNELS
-from .base import Kernel
+from .base import Hyper, Kernel
 from .base import Product, Sum
 from .scale import Scale
 from .constant import Constant, White
@@ -29,6 +30,6 @@ from .periodic import Periodic
 from .spec import build_kernel, kernel_spec
 from .stationary import RBF, Matern12, Matern32, Matern52, RationalQuadratic, Stationary
 
-__all__ = ["KERNELS", "Kernel", "Stationary", "RBF", "Matern12", "Matern32", "Matern52", "RationalQuadratic",
+__all__ = ["KERNELS", "Kernel", "Hyper", "Stationary", "RBF", "Matern12", "Matern32", "Matern52", "RationalQuadratic",
            "Periodic", "Linear", "Constant", "White", "Sum", "Product", "Scale", "KernelList",
            "parse_kernel", "format_kernel", "build_kernel", "kernel_spec"]

@@ -21,20 +21,48 @@ constraints, and a composite costs its parts plus one elementwise pass over the 
 per part. A learned variance on any kernel is :class:`~savigp.kernels.scale.Scale`.
 
 A family subclasses :class:`Kernel`, calls :meth:`Kernel._set_inputs` in its constructor and
-implements ``forward`` and ``diag``; :meth:`structure` returns the constructor options that fix its
+implements ``forward`` and ``forward_diag``, which get the active columns only: ``kernel(X1, X2)``,
+``kernel(X)`` (K(X, X)), ``kernel.diag(X)`` and ``kernel.exp_features`` check the inputs and take the
+columns once, in :meth:`Kernel.__call__` (as GPflow's); :meth:`structure` returns the constructor options that fix its
 shape (not the values: those are the state dict), so that a model file rebuilds it from data alone
 (:mod:`savigp.kernels.spec`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from .._checks import writable
-from .fused import exp_quadratic
+from .fused import fused_product, joined_features
 from likelihoods.parameters import PositiveParameter
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """One hyper-parameter of a kernel family, declared once in the family's :attr:`Kernel.hypers`
+    (as GPyTorch's ``register_parameter`` with its constraint): the constructor makes it
+    (:meth:`Kernel._set_hypers`), :meth:`Kernel.initial_values` reads it back, and
+    :attr:`Kernel.option_units` follows from ``units``.
+
+    Args:
+        name: the constructor option that gives its initial value, and its key in ``initial_values``.
+        attr: the attribute holding it (default ``name``).
+        shape: ``"latent"``, ``(Q,)``; or ``"columns"``, ``(Q, d)`` with d the active columns (1 for a
+            family with ``ard=False``).
+        floor: positive above this floor (a :class:`~likelihoods.parameters.PositiveParameter`); None
+            for an unconstrained one (a parameter, or a buffer when not learned).
+        units: how the option moves when the inputs are moved and scaled (:attr:`Kernel.option_units`),
+            or None for none declared.
+    """
+
+    name: str
+    attr: Optional[str] = None
+    shape: str = "latent"
+    floor: Optional[float] = 1e-8
+    units: Optional[str] = None
 
 
 class Kernel(nn.Module):
@@ -53,7 +81,14 @@ class Kernel(nn.Module):
     #: a data-scaled default to a ``lengthscale`` of these, :func:`savigp.kernels.spec.default_lengthscale`),
     #: ``"offset"`` ((c - m) / s), ``"variance"`` (times s^2) or ``"none"`` (no units: a periodic
     #: kernel's length-scale, relative to its sinusoid). Options it leaves out have no declared units.
+    #: A family declaring :attr:`hypers` gets it from their ``units``.
     option_units: dict = {}
+    #: the family's hyper-parameters (:class:`Hyper`), from which its construction (:meth:`_set_hypers`),
+    #: :meth:`initial_values` and :attr:`option_units` follow
+    hypers: tuple = ()
+    #: constructor options besides ``active_dims`` and ``learn`` that fix the parameters' shapes or the
+    #: family's form (``ard``; AdditiveMatern's ``nu``): :meth:`structure` records them
+    shape_options: tuple = ()
     #: ``kernel(X, X)`` with the same tensor twice differs from ``kernel(X, X')`` for an equal copy X' (White)
     identity_terms: bool = False
     # What callers outside savigp/kernels/ read instead of the family's registered name (docs/architecture.md,
@@ -84,6 +119,11 @@ class Kernel(nn.Module):
         """The initial values of options a spec leaves out, from the ``(N, d)`` ``columns`` the kernel
         reads (read where :attr:`starts_from_data`); none by default."""
         return {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "hypers" in cls.__dict__ and "option_units" not in cls.__dict__:
+            cls.option_units = {h.name: h.units for h in cls.hypers if h.units is not None}
 
     # ------------------------------------------------------------ inputs
     def _set_inputs(self, input_dim: int, num_latent: int, active_dims: Optional[Sequence[int]]) -> None:
@@ -124,49 +164,83 @@ class Kernel(nn.Module):
         start = dims[0]
         if dims == tuple(range(start, start + len(dims))):
             return x.narrow(-1, start, len(dims))
-        return x.index_select(-1, torch.tensor(dims, device=x.device))
+        out = x.index_select(-1, torch.tensor(dims, device=x.device))
+        out._columns_of = x  # the tensor given, for caches keyed on it (RBF._fixed_sqdist)
+        return out
 
-    def _inputs(self, x1: Tensor, x2: Tensor) -> tuple[Tensor, Tensor]:
-        """Both inputs checked and reduced to the active columns; the same object twice when
-        ``x1 is x2`` (kernels use that to recognise K(X, X))."""
+    def _active(self, x1: Tensor, x2: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+        """Both inputs checked and reduced to the active columns; the same object twice for K(X, X)
+        (``x2`` None or ``x1`` itself: kernels use that to recognise it)."""
         self._check(x1, "x1")
-        if x2 is x1:
+        if x2 is None or x2 is x1:
             a = self._columns(x1)
             return a, a
         self._check(x2, "x2")
         return self._columns(x1), self._columns(x2)
 
     # ------------------------------------------------------------ the protocol
+    def __call__(self, x1: Tensor, x2: Optional[Tensor] = None) -> Tensor:
+        """The Q kernel matrices ``(Q, N1, N2)`` of ``x1 (N1, D)`` or ``(Q, N1, D)`` against ``x2``;
+        ``x2`` None (or ``x1`` itself) for K(x1, x1). The one call path, as GPflow's ``Kernel.__call__``:
+        the shapes are checked and the active columns taken here, once, and :meth:`forward` gets them
+        (the same object twice for K(X, X)); a composite's parts, whose ``active_dims`` are their own,
+        get the whole inputs and take theirs."""
+        return super().__call__(*self._active(x1, x2))
+
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:  # pragma: no cover - abstract
-        """The Q kernel matrices ``(Q, N1, N2)`` of ``x1 (N1, D)`` or ``(Q, N1, D)`` against ``x2``."""
+        """The family's kernel matrices ``(Q, N1, N2)`` of the active columns ``x1 (N1, d)`` or ``(Q, N1, d)``
+        against ``x2`` (``x2 is x1`` for K(X, X)); called by :meth:`__call__`, which checked and sliced them."""
         raise NotImplementedError
 
-    def diag(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
-        """The diagonal ``(Q, N)`` of ``kernel(x, x)``."""
+    def diag(self, x: Tensor) -> Tensor:
+        """The diagonal ``(Q, N)`` of ``kernel(x)``: ``x`` checked and sliced as by :meth:`__call__`,
+        then :meth:`forward_diag`."""
+        return self.forward_diag(self._active(x, None)[0])
+
+    def forward_diag(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
+        """The family's diagonal ``(Q, N)`` of K(x, x) for the active columns ``x (N, d)`` or ``(Q, N, d)``."""
         raise NotImplementedError
 
-    def exp_features(self, x1: Tensor, x2: Tensor) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+    def exp_features(self, x1: Tensor, x2: Optional[Tensor] = None) -> Optional[tuple[Tensor, Tensor, Tensor]]:
         """Features ``a (Q, N1, d)``, ``b (Q, N2, d)`` and ``log_var (Q,)`` with kernel(x1, x2) =
         exp(log_var - ||a_i - b_j||^2 / 2), for a kernel of that form (the RBF, the periodic kernel, their
-        scales and products: :mod:`savigp.kernels.fused`), else None (the default). A :class:`Product`
-        of such kernels computes them as one fused exponential."""
+        scales and products: :mod:`savigp.kernels.fused`), else None. The inputs are checked and
+        sliced as by :meth:`__call__`, then :meth:`forward_exp_features`. A :class:`Product` of such
+        kernels computes them as one fused exponential."""
+        return self.forward_exp_features(*self._active(x1, x2))
+
+    def forward_exp_features(self, x1: Tensor, x2: Tensor) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+        """The family's :meth:`exp_features` of the active columns (``x2 is x1`` for K(X, X)); None
+        (the default) for a kernel not of the exp form."""
         return None
 
     def structure(self) -> dict:
         """The constructor options besides D and Q that fix the kernel's parameters' shapes (JSON
-        values): a model file stores them and the state dict, and rebuilds the kernel from both."""
-        return {} if self.active_dims is None else {"active_dims": list(self.active_dims)}
+        values): a model file stores them and the state dict, and rebuilds the kernel from both.
+        ``active_dims`` when not all, the :attr:`shape_options`, and ``learn`` when false."""
+        return {**({} if self.active_dims is None else {"active_dims": list(self.active_dims)}),
+                **{option: getattr(self, option) for option in self.shape_options},
+                **({} if getattr(self, "learn", True) else {"learn": False})}
 
     def initial_values(self) -> dict:
-        """The current hyper-parameters as constructor options (JSON lists): a spec holding them
-        builds a kernel equal to this one (warm starts, e.g. of :func:`savigp.search_kernels`)."""
-        return {}
+        """The current hyper-parameters (:attr:`hypers`) as constructor options (JSON lists): a spec
+        holding them builds a kernel equal to this one (warm starts, e.g. of :func:`savigp.search_kernels`)."""
+        out = {}
+        for h in self.hypers:
+            value = getattr(self, h.attr or h.name)
+            out[h.name] = (value if isinstance(value, Tensor) else value()).detach().cpu().tolist()
+        return out
 
     def step_scales(self, inputs: Tensor) -> dict:
         """Parameters of this kernel (not of its parts) whose first-order steps must be smaller than
         the optimizer's learning rate, ``{parameter: factor in (0, 1)}``, for training inputs
-        ``inputs (N, D)``: a parameter on which the ELBO is sharp in proportion to the data's extent
-        (a period over many cycles). Default: none. Used by :mod:`savigp.training.step_scales`."""
+        ``inputs (N, D)`` (checked and sliced as by :meth:`__call__`, then :meth:`forward_step_scales`):
+        a parameter on which the ELBO is sharp in proportion to the data's extent (a period over
+        many cycles). Used by :mod:`savigp.training.step_scales`."""
+        return self.forward_step_scales(self._active(inputs, None)[0])
+
+    def forward_step_scales(self, columns: Tensor) -> dict:
+        """The family's :meth:`step_scales` of the training inputs' active columns ``(N, d)``. Default: none."""
         return {}
 
     def identity_diag(self, x: Tensor) -> Optional[Tensor]:
@@ -184,9 +258,25 @@ class Kernel(nn.Module):
             out.append(self.diag(xb) - self(xb, xb.clone()).diagonal(dim1=-2, dim2=-1))
         return torch.cat(out, dim=-1)
 
-    def _positive(self, value, shape: tuple, name: str, floor: float, learn: bool):
-        """A :class:`~likelihoods.parameters.PositiveParameter` initialised from ``value`` (see :meth:`_initial`)."""
-        return PositiveParameter(self._initial(value, shape, name), floor=floor, learnable=learn)
+    def _set_hypers(self, learn: bool, **values) -> None:
+        """Make the hyper-parameters of :attr:`hypers` that ``values`` names (in the table's order)
+        from their initial values (:meth:`_initial`), learned or fixed (``learn``, recorded)."""
+        unknown = set(values) - {h.name for h in self.hypers}
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: no hyper-parameter {min(unknown)!r} in its hypers table")
+        self.learn = bool(learn)
+        shapes = {"latent": (self.num_latent,),
+                  "columns": (self.num_latent, self.num_active if getattr(self, "ard", True) else 1)}
+        for h in self.hypers:
+            if h.name not in values:
+                continue
+            value = self._initial(values[h.name], shapes[h.shape], h.name)
+            if h.floor is not None:
+                setattr(self, h.attr or h.name, PositiveParameter(value, floor=h.floor, learnable=self.learn))
+            elif self.learn:
+                setattr(self, h.attr or h.name, nn.Parameter(value))
+            else:
+                self.register_buffer(h.attr or h.name, value)
 
     # ------------------------------------------------------------ the algebra
     def __add__(self, other):
@@ -239,9 +329,6 @@ class _Combination(Kernel):
         self.parts = nn.ModuleList(flat)
         self._set_inputs(first.input_dim, first.num_latent, None)
 
-    def structure(self) -> dict:  # the parts carry theirs (savigp.kernels.spec)
-        return {}
-
     def extra_repr(self) -> str:
         return f"input_dim={self.input_dim}, num_latent={self.num_latent}"
 
@@ -259,7 +346,7 @@ class Sum(_Combination):
             out = out + k(x1, x2)
         return out
 
-    def diag(self, x: Tensor) -> Tensor:
+    def forward_diag(self, x: Tensor) -> Tensor:
         out = self.parts[0].diag(x)
         for k in self.parts[1:]:
             out = out + k.diag(x)
@@ -276,37 +363,20 @@ class Product(_Combination):
         kernels: two or more kernels of equal ``num_latent`` and ``input_dim``.
     """
 
-    def _fused(self, x1: Tensor, x2: Tensor):
-        """The exp-form factors' features joined, ``(a, b, log_var)``, and the other factors; None
-        when fewer than two factors are of the exp form."""
-        feats, rest = [], []
-        for k in self.parts:
-            f = k.exp_features(x1, x2)
-            (rest if f is None else feats).append(k if f is None else f)
-        if len(feats) < 2:
-            return None
-        Q = self.num_latent
-        a = torch.cat([f[0].expand(Q, *f[0].shape[-2:]) for f in feats], dim=-1)
-        b = torch.cat([f[1].expand(Q, *f[1].shape[-2:]) for f in feats], dim=-1)
-        return (a, b, sum(f[2] for f in feats)), rest
-
-    def exp_features(self, x1: Tensor, x2: Tensor):
-        fused = self._fused(x1, x2)
-        return fused[0] if fused is not None and not fused[1] else None
+    def forward_exp_features(self, x1: Tensor, x2: Tensor):
+        joined = joined_features(self.parts, x1, x2, self.num_latent)
+        return joined[0] if joined is not None and not joined[1] else None
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        fused = self._fused(x1, x2)
-        if fused is not None:
-            out = exp_quadratic(*fused[0])
-            for k in fused[1]:
-                out = out * k(x1, x2)
+        out = fused_product(self.parts, x1, x2, self.num_latent)
+        if out is not None:
             return out
         out = self.parts[0](x1, x2)
         for k in self.parts[1:]:
             out = out * k(x1, x2)
         return out
 
-    def diag(self, x: Tensor) -> Tensor:
+    def forward_diag(self, x: Tensor) -> Tensor:
         out = self.parts[0].diag(x)
         for k in self.parts[1:]:
             out = out * k.diag(x)

@@ -14,29 +14,22 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .base import Kernel
+from .base import Hyper, Kernel
 
 
 class _Level(Kernel):
     """A variance s ``(Q,)`` and nothing else."""
 
+    hypers = (Hyper("variance"),)
     stationary = True
 
     def __init__(self, input_dim: int, num_latent: int = 1, variance=1.0, learn: bool = True,
                  active_dims: Optional[Sequence[int]] = None):
         super().__init__()
         self._set_inputs(input_dim, num_latent, active_dims)
-        self.learn = bool(learn)
-        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
+        self._set_hypers(learn, variance=variance)
 
-    def structure(self) -> dict:
-        return {**super().structure(), **({} if self.learn else {"learn": False})}
-
-    def initial_values(self) -> dict:
-        return {"variance": self.variance().detach().cpu().tolist()}
-
-    def diag(self, x: Tensor) -> Tensor:
-        self._check(x, "x")
+    def forward_diag(self, x: Tensor) -> Tensor:
         return self.variance()[:, None].expand(self.num_latent, x.shape[-2])
 
 
@@ -50,7 +43,6 @@ class Constant(_Level):
     in_words = "offset"
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        x1, x2 = self._inputs(x1, x2)
         ones = x1.new_ones(self.num_latent, x1.shape[-2], x2.shape[-2])
         return ones * self.variance()[:, None, None]
 
@@ -66,10 +58,8 @@ class White(_Level):
     in_words = "noise"
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        same = x1 is x2
-        x1, x2 = self._inputs(x1, x2)
         n1, n2 = x1.shape[-2], x2.shape[-2]
-        if not same:
+        if x2 is not x1:  # kernel(Z, X): two sets (kernel(X) and kernel(X, X) give the same object twice)
             return x1.new_zeros(self.num_latent, n1, n2)
         eye = torch.eye(n1, dtype=x1.dtype, device=x1.device)
         return eye * self.variance()[:, None, None]

@@ -64,10 +64,8 @@ import math
 
 import torch
 from torch import Tensor
-from likelihoods.parameters import PositiveParameter
 
-from .._checks import writable
-from .base import Kernel
+from .base import Hyper, Kernel
 
 ORDERS = {0.5: 0, 1.5: 1, 2.5: 2}  # nu -> p
 
@@ -121,52 +119,28 @@ class AdditiveMatern(Kernel):
         learn: learn the hyper-parameters.
     """
 
-    option_units = {"lengthscale": "scale"}
+    hypers = (Hyper("lengthscale", "lengthscales", "columns", floor=1e-6, units="scale"),
+              Hyper("variance", "variances", "columns"))
+    shape_options = ("nu",)
 
     def __init__(self, input_dim: int, num_latent: int = 1, nu: float = 1.5, lengthscale=1.0, variance=1.0,
                  learn: bool = True):
         super().__init__()
-        self.input_dim, self.num_latent = int(input_dim), int(num_latent)
+        self._set_inputs(input_dim, num_latent, None)
         self.nu, self.order = float(nu), _check_nu(nu)
-        self.learn = bool(learn)
-        shape = (self.num_latent, self.input_dim)
-        vals = []
-        for name, v in (("lengthscale", lengthscale), ("variance", variance)):
-            t = torch.as_tensor(writable(v), dtype=torch.float64)
-            if t.dim() < 2 and t.numel() in (1, self.input_dim):
-                t = t.expand(shape)
-            if tuple(t.shape) != shape:
-                raise ValueError(f"AdditiveMatern: {name} must be a float, ({self.input_dim},) or {shape}, got {tuple(t.shape)}")
-            vals.append(t.clone())
-        self.lengthscales = PositiveParameter(vals[0], floor=1e-6, learnable=learn)
-        self.variances = PositiveParameter(vals[1], floor=1e-8, learnable=learn)
-
-    def structure(self) -> dict:
-        return {"nu": self.nu, **({} if self.learn else {"learn": False})}
-
-    def initial_values(self) -> dict:
-        return {"lengthscale": self.lengthscales().detach().cpu().tolist(),
-                "variance": self.variances().detach().cpu().tolist()}
+        self._set_hypers(learn, lengthscale=lengthscale, variance=variance)
 
     def rates(self) -> Tensor:
         """lambda_d = sqrt(2 nu) / l_d, ``(Q, D)``."""
         return math.sqrt(2 * self.nu) / self.lengthscales()
 
-    def _check(self, x: Tensor, name: str) -> None:
-        if x.dim() not in (2, 3) or x.shape[-1] != self.input_dim or (x.dim() == 3 and x.shape[0] not in (1, self.num_latent)):
-            raise ValueError(f"{type(self).__name__}: {name} must have shape (N, {self.input_dim}) or "
-                             f"({self.num_latent}, N, {self.input_dim}), got {tuple(x.shape)}")
-
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        self._check(x1, "x1")
-        self._check(x2, "x2")
         lam, var = self.rates(), self.variances()  # (Q, D)
         r = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()  # (Q or 1, N1, N2, D)
         k = kappa_derivatives(r, lam[:, None, None, :], var[:, None, None, :], self.order, 0)[0]
         return k.sum(-1).expand(self.num_latent, x1.shape[-2], x2.shape[-2])
 
-    def diag(self, x: Tensor) -> Tensor:
-        self._check(x, "x")
+    def forward_diag(self, x: Tensor) -> Tensor:
         return self.variances().sum(-1, keepdim=True).expand(self.num_latent, x.shape[-2])
 
     def extra_repr(self) -> str:
@@ -294,10 +268,10 @@ class FourierFeatureKernel(AdditiveMatern):
             return self.kuf(x1.as_subclass(Tensor)).transpose(-1, -2)
         return super().forward(x1, x2)
 
-    def diag(self, x: Tensor) -> Tensor:
+    def forward_diag(self, x: Tensor) -> Tensor:
         if isinstance(x, FeatureIndices):
             return self.kuu().diagonal(dim1=-2, dim2=-1)
-        return super().diag(x)
+        return super().forward_diag(x)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", num_frequencies={self.num_frequencies}, M={self.num_features}"

@@ -13,9 +13,13 @@ hand-written backward pass. The kernels of this form give their features
   exp(e_1) exp(e_2) = exp(e_1 + e_2) and ||[a_1, a_2] - [b_1, b_2]||^2 = ||a_1 - b_1||^2 + ||a_2 - b_2||^2.
 
 So ``periodic * rbf`` is one :class:`ScaledRBF` of 2 d + d columns: one product, one exponential and one
-backward pass over the (Q, N1, N2) matrix instead of one per factor and the product's.
+backward pass over the (Q, N1, N2) matrix instead of one per factor and the product's. The seam the
+algebra uses is :func:`fused_product` (a :class:`~savigp.kernels.base.Product`'s matrix, and a
+:class:`~savigp.kernels.scale.Scale`'s of a product) and :func:`joined_features` (a product's features).
 """
 from __future__ import annotations
+
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -76,3 +80,36 @@ def exp_quadratic(a: Tensor, b: Tensor, log_var: Tensor) -> Tensor:
     """exp(log s - ||a_i - b_j||^2 / 2), ``(Q, N1, N2)``, for features ``a (Q, N1, d)``, ``b (Q, N2, d)``
     and ``log_var (Q,)`` (:class:`ScaledRBF`: fused forward and backward)."""
     return ScaledRBF.apply(a, b, log_var)
+
+
+def joined_features(factors: Sequence, x1: Tensor, x2: Tensor, num_latent: int):
+    """The features of the exp-form factors of a product (:meth:`savigp.kernels.Kernel.exp_features`)
+    side by side, ``(a (Q, N1, d), b (Q, N2, d), log_var (Q,))``, and the other factors (a list); None
+    when fewer than two factors are of the exp form."""
+    feats, rest = [], []
+    for k in factors:
+        f = k.exp_features(x1, x2)
+        (rest if f is None else feats).append(k if f is None else f)
+    if len(feats) < 2:
+        return None
+    Q = num_latent
+    a = torch.cat([f[0].expand(Q, *f[0].shape[-2:]) for f in feats], dim=-1)
+    b = torch.cat([f[1].expand(Q, *f[1].shape[-2:]) for f in feats], dim=-1)
+    return (a, b, sum(f[2] for f in feats)), rest
+
+
+def fused_product(factors: Sequence, x1: Tensor, x2: Tensor, num_latent: int,
+                  log_scale: Optional[Tensor] = None) -> Optional[Tensor]:
+    """prod_i k_i(x1, x2) ``(Q, N1, N2)`` for the ``factors`` of a product, the exp-form ones as one
+    fused exponential (:func:`joined_features`, :func:`exp_quadratic`) and the others multiplied in;
+    with ``log_scale`` (Q,), times exp(log_scale) inside the exponential, only when every factor is of
+    the exp form. None when the product has fewer than two exp-form factors, or a scale and other
+    factors: the caller then multiplies."""
+    joined = joined_features(factors, x1, x2, num_latent)
+    if joined is None or (log_scale is not None and joined[1]):
+        return None
+    (a, b, log_var), rest = joined
+    out = exp_quadratic(a, b, log_var if log_scale is None else log_var + log_scale)
+    for k in rest:
+        out = out * k(x1, x2)
+    return out

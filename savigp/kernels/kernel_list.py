@@ -27,9 +27,6 @@ class KernelList(Kernel):
         self._set_inputs(dims.pop(), sum(k.num_latent for k in kernels), None)
         self._splits = [k.num_latent for k in kernels]
 
-    def structure(self) -> dict:  # the parts carry theirs (savigp.kernels.spec)
-        return {}
-
     def _slices(self, x: Tensor):
         if x.dim() == 3 and x.shape[0] == self.num_latent and self.num_latent > 1:
             return torch.split(x, self._splits, dim=0)
@@ -37,8 +34,8 @@ class KernelList(Kernel):
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         if x2 is x1:  # keep K(X, X) recognisable to the parts
-            return torch.cat([k(a, a) for k, a in zip(self.parts, self._slices(x1))], dim=0)
+            return torch.cat([k(a) for k, a in zip(self.parts, self._slices(x1))], dim=0)
         return torch.cat([k(a, b) for k, a, b in zip(self.parts, self._slices(x1), self._slices(x2))], dim=0)
 
-    def diag(self, x: Tensor) -> Tensor:
+    def forward_diag(self, x: Tensor) -> Tensor:
         return torch.cat([k.diag(a) for k, a in zip(self.parts, self._slices(x))], dim=0)

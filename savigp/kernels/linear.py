@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from .base import Kernel
+from .base import Hyper, Kernel
 
 
 class Linear(Kernel):
@@ -29,20 +29,14 @@ class Linear(Kernel):
         active_dims: the input columns the kernel reads (default all D).
     """
 
-    option_units = {"offset": "offset", "variance": "variance"}
+    hypers = (Hyper("variance", units="variance"), Hyper("offset", shape="columns", floor=None, units="offset"))
     starts_from_data, in_words = True, "trend"
 
     def __init__(self, input_dim: int, num_latent: int = 1, variance=1.0, offset=0.0, learn: bool = True,
                  active_dims: Optional[Sequence[int]] = None):
         super().__init__()
         self._set_inputs(input_dim, num_latent, active_dims)
-        self.learn = bool(learn)
-        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
-        c = self._initial(offset, (self.num_latent, self.num_active), "offset")
-        if learn:
-            self.offset = nn.Parameter(c)
-        else:
-            self.register_buffer("offset", c)
+        self._set_hypers(learn, variance=variance, offset=offset)
 
     @classmethod
     def initial_from_data(cls, columns: Tensor) -> dict:
@@ -56,20 +50,12 @@ class Linear(Kernel):
         var = float(columns.double().var(0, unbiased=False).sum()) if columns.shape[0] > 1 else 0.0
         return {"offset": [float(v) for v in c], "variance": 1.0 / var if var > 0 else 1.0}
 
-    def structure(self) -> dict:
-        return {**super().structure(), **({} if self.learn else {"learn": False})}
-
-    def initial_values(self) -> dict:
-        return {"variance": self.variance().detach().cpu().tolist(), "offset": self.offset.detach().cpu().tolist()}
-
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        x1, x2 = self._inputs(x1, x2)
         c = self.offset.unsqueeze(-2)  # (Q, 1, d)
         a = (x1 - c) * self.variance().sqrt()[:, None, None]  # (Q, N1, d)
         b = a if x2 is x1 else (x2 - c) * self.variance().sqrt()[:, None, None]
         return torch.bmm(a, b.transpose(-1, -2))
 
-    def diag(self, x: Tensor) -> Tensor:
-        self._check(x, "x")
-        d = self._columns(x) - self.offset.unsqueeze(-2)
+    def forward_diag(self, x: Tensor) -> Tensor:
+        d = x - self.offset.unsqueeze(-2)
         return self.variance()[:, None] * (d * d).sum(-1)

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .base import Kernel
+from .base import Hyper, Kernel
 from .fused import exp_quadratic
 
 
@@ -47,7 +47,9 @@ class Periodic(Kernel):
 
     #: the period is in the inputs' units; the length-scale is not (it is relative to the sinusoid
     #: sin(pi d / p), whatever the units of d), so it is not given the columns' spread as a default
-    option_units = {"period": "scale", "lengthscale": "none"}
+    hypers = (Hyper("lengthscale", "lengthscales", "columns", floor=1e-6, units="none"),
+              Hyper("period", shape="columns", floor=1e-6, units="scale"), Hyper("variance"))
+    shape_options = ("ard",)
     stationary, has_period, in_words = True, True, "cycle"
 
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0, period=1.0,
@@ -55,16 +57,9 @@ class Periodic(Kernel):
         super().__init__()
         self._set_inputs(input_dim, num_latent, active_dims)
         self.ard = bool(ard)
-        self.learn = bool(learn)
-        d = self.num_active if self.ard else 1
-        self.lengthscales = self._positive(lengthscale, (self.num_latent, d), "lengthscale", 1e-6, learn)
-        self.period = self._positive(period, (self.num_latent, d), "period", 1e-6, learn)
-        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
+        self._set_hypers(learn, lengthscale=lengthscale, period=period, variance=variance)
 
-    def structure(self) -> dict:
-        return {**super().structure(), "ard": self.ard, **({} if self.learn else {"learn": False})}
-
-    def step_scales(self, inputs: Tensor) -> dict:
+    def forward_step_scales(self, columns: Tensor) -> dict:
         """The period's step scaled by p / L (L the inputs' extent along its column, at most 1): a
         change dp of the period moves the phase at the far end of the data by L dp / p^2 cycles, so
         a step of the learning rate's size in p (elnino: 48 cycles, p = 1 year) turns the season
@@ -72,18 +67,14 @@ class Periodic(Kernel):
         (issue 57: to 0.95, 1.10 or 0.80 years). Scaled, a step moves the far phase by about the
         learning rate in cycles, whatever the units or the number of cycles. None for a fixed
         period or fewer than one cycle."""
-        if not self.learn or inputs.shape[0] < 2:
+        if not self.learn or columns.shape[0] < 2:
             return {}
-        x = self._columns(inputs.detach())
+        x = columns.detach()
         span = (x.max(0).values - x.min(0).values).to(torch.float64)  # (d,)
         if not self.ard:
             span = span.max().reshape(1)
         factor = float((self.period().detach().to(torch.float64) / span.clamp_min(1e-300)).min())
         return {self.period.raw: factor} if factor < 1.0 else {}
-
-    def initial_values(self) -> dict:
-        return {name: getattr(self, attr)().detach().cpu().tolist()
-                for name, attr in (("lengthscale", "lengthscales"), ("period", "period"), ("variance", "variance"))}
 
     def _features(self, x: Tensor, centre: Tensor) -> Tensor:
         """[sqrt(w) cos A, sqrt(w) sin A] ``(Q, N, 2 d)`` of inputs ``(N, d)`` or ``(Q, N, d)``."""
@@ -92,9 +83,8 @@ class Periodic(Kernel):
         angle = (2.0 * math.pi) * (x - centre) / p  # (Q, N, d): broadcasts one p over the columns
         return torch.cat([sw * torch.cos(angle), sw * torch.sin(angle)], dim=-1)
 
-    def exp_features(self, x1: Tensor, x2: Tensor):
+    def forward_exp_features(self, x1: Tensor, x2: Tensor):
         """u(x1), u(x2) ``(Q, N, 2 d)`` and log s: k = s exp(-||u(x) - u(x')||^2 / 2) (module docstring)."""
-        x1, x2 = self._inputs(x1, x2)
         centre = x1.detach().mean(-2, keepdim=True)
         a = self._features(x1, centre)
         b = a if x2 is x1 else self._features(x2, centre)
@@ -102,10 +92,9 @@ class Periodic(Kernel):
         return a.expand(Q, *a.shape[-2:]), b.expand(Q, *b.shape[-2:]), torch.log(self.variance())
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        return exp_quadratic(*self.exp_features(x1, x2))
+        return exp_quadratic(*self.forward_exp_features(x1, x2))
 
-    def diag(self, x: Tensor) -> Tensor:
-        self._check(x, "x")
+    def forward_diag(self, x: Tensor) -> Tensor:
         return self.variance()[:, None].expand(self.num_latent, x.shape[-2])
 
     def extra_repr(self) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import Kernel, Product
-from .fused import exp_quadratic
+from .base import Hyper, Kernel, Product
+from .fused import fused_product
 
 
 class Scale(Kernel):
@@ -19,30 +19,26 @@ class Scale(Kernel):
         learn: learn s (False fixes it).
     """
 
+    hypers = (Hyper("variance"),)
+
     def __init__(self, kernel: Kernel, variance=1.0, learn: bool = True):
         super().__init__()
         if not isinstance(kernel, Kernel):
             raise TypeError(f"Scale: kernel is a {type(kernel).__name__}, not a savigp Kernel")
         self.base = kernel
         self._set_inputs(kernel.input_dim, kernel.num_latent, None)
-        self.learn = bool(learn)
-        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
+        self._set_hypers(learn, variance=variance)
 
-    def structure(self) -> dict:
-        return {} if self.learn else {"learn": False}
-
-    def initial_values(self) -> dict:
-        return {"variance": self.variance().detach().cpu().tolist()}
-
-    def exp_features(self, x1: Tensor, x2: Tensor):
+    def forward_exp_features(self, x1: Tensor, x2: Tensor):
         f = self.base.exp_features(x1, x2)
         return None if f is None else (f[0], f[1], f[2] + torch.log(self.variance()))
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        f = self.base.exp_features(x1, x2) if isinstance(self.base, Product) else None
-        if f is not None:  # a product of exp-form kernels: one fused exponential (savigp.kernels.fused), s in it
-            return exp_quadratic(f[0], f[1], f[2] + torch.log(self.variance()))
+        if isinstance(self.base, Product):  # s inside the product's fused exponential (savigp.kernels.fused)
+            out = fused_product(self.base.parts, x1, x2, self.num_latent, torch.log(self.variance()))
+            if out is not None:
+                return out
         return self.variance()[:, None, None] * self.base(x1, x2)
 
-    def diag(self, x: Tensor) -> Tensor:
+    def forward_diag(self, x: Tensor) -> Tensor:
         return self.variance()[:, None] * self.base.diag(x)

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from .._choices import KERNELS  # noqa: F401 (the kernels by name: a registry, KERNELS.register(name, cls))
-from .base import Kernel
+from .base import Hyper, Kernel
 from .fused import exp_quadratic
 
 
@@ -47,7 +47,8 @@ class Stationary(Kernel):
             of the first column alone.
     """
 
-    option_units = {"lengthscale": "scale"}
+    hypers = (Hyper("lengthscale", "lengthscales", "columns", floor=1e-6, units="scale"), Hyper("variance"))
+    shape_options = ("ard",)
     stationary = True
 
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0,
@@ -55,17 +56,7 @@ class Stationary(Kernel):
         super().__init__()
         self._set_inputs(input_dim, num_latent, active_dims)
         self.ard = bool(ard)
-        self.learn = bool(learn)
-        d = self.num_active if self.ard else 1
-        self.lengthscales = self._positive(lengthscale, (self.num_latent, d), "lengthscale", 1e-6, learn)
-        self.variance = self._positive(variance, (self.num_latent,), "variance", 1e-8, learn)
-
-    def structure(self) -> dict:
-        return {**super().structure(), "ard": self.ard, **({} if self.learn else {"learn": False})}
-
-    def initial_values(self) -> dict:
-        return {"lengthscale": self.lengthscales().detach().cpu().tolist(),
-                "variance": self.variance().detach().cpu().tolist()}
+        self._set_hypers(learn, lengthscale=lengthscale, variance=variance)
 
     def _scaled_sqdist(self, x1: Tensor, x2: Tensor) -> Tensor:
         """Squared scaled distances, shape (Q, N1, N2), from inputs centred on the mean of x1."""
@@ -78,12 +69,10 @@ class Stationary(Kernel):
         return sq.clamp_min(0.0)
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        x1, x2 = self._inputs(x1, x2)
         r2 = self._scaled_sqdist(x1, x2)
         return self.variance()[:, None, None] * self.profile(r2)
 
-    def diag(self, x: Tensor) -> Tensor:
-        self._check(x, "x")
+    def forward_diag(self, x: Tensor) -> Tensor:
         n = x.shape[-2]
         return self.variance()[:, None].expand(self.num_latent, n)
 
@@ -161,29 +150,24 @@ class RBF(Stationary):
     in_words, smoothness, search_neutral_factor, repeat_is_redundant = "variation", "a smooth", True, True
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        given = x1 if x1 is x2 else None  # K(X, X): the cache is keyed on the tensor given, not its active columns
-        x1, x2 = self._inputs(x1, x2)
         if not self.ard and (x1.dim() == 2 or x1.shape[0] == 1) and (x2.dim() == 2 or x2.shape[0] == 1):
             c = -0.5 / self.lengthscales()[:, 0].square()  # (Q,)
-            r2 = self._fixed_sqdist(given) if given is not None and not given.requires_grad else None
+            r2 = self._fixed_sqdist(x1) if x2 is x1 and not x1.requires_grad else None  # K(X, X)
             x1, x2 = _centred(x1.reshape(x1.shape[-2:]), x2.reshape(x2.shape[-2:]))
             return _IsotropicRBF.apply(x1, x2, torch.log(self.variance()), c, r2)
-        ls = self.lengthscales().unsqueeze(-2)  # (Q, 1, D or 1)
-        x1, x2 = _centred(x1, x2)  # distances of inputs with a large common offset stay accurate
-        a, b = x1 / ls, x2 / ls  # (Q, N1, D), (Q, N2, D)
-        return exp_quadratic(a, b, torch.log(self.variance()))
+        return exp_quadratic(*self.forward_exp_features(x1, x2))  # centred: a large common offset stays accurate
 
-    def exp_features(self, x1: Tensor, x2: Tensor):
+    def forward_exp_features(self, x1: Tensor, x2: Tensor):
         """x1 / l, x2 / l ``(Q, N, d)`` of the centred active columns and log s (:mod:`savigp.kernels.fused`)."""
-        x1, x2 = _centred(*self._inputs(x1, x2))
+        x1, x2 = _centred(x1, x2)
         ls = self.lengthscales().unsqueeze(-2)  # (Q, 1, d or 1)
         Q = self.num_latent
         a, b = x1 / ls, x2 / ls
         return a.expand(Q, *a.shape[-2:]), b.expand(Q, *b.shape[-2:]), torch.log(self.variance())
 
     def _fixed_sqdist(self, x: Tensor) -> Tensor:
-        """The distances ||x_i - x_j||^2 ``(N, N)`` over the active columns of inputs ``x`` ``(N, D)`` or
-        ``(1, N, D)`` that need no gradient (K_zz of fixed
+        """The distances ||x_i - x_j||^2 ``(N, N)`` of the active columns ``x`` ``(N, d)`` or
+        ``(1, N, d)`` of inputs that need no gradient (K_zz of fixed
         inducing inputs, recomputed at every training step otherwise: 2 N^2 D flops, 33 ms of a
         0.5 s step at N = 2400, D = 784), kept from the last call. The entry is keyed on the tensor
         that owns the memory (a weak reference: a freed tensor never matches, even if a new one
@@ -191,15 +175,18 @@ class RBF(Stationary):
         in-place version counter (shared by all views: ``copy_``, ``load_state_dict`` and any edit
         invalidate it). Inference tensors have no version counter and are not cached, and neither is
         anything while a CUDA graph is being captured (a replay runs no Python to check the key, so
-        the graph computes the distances itself, as it did before the cache)."""
-        if x.is_inference() or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
-            return _self_sqdist(self._columns(x))
-        base = x if x._base is None else x._base
-        key = (x.data_ptr(), x.storage_offset(), tuple(x.shape), tuple(x.stride()), x.dtype, x.device, x._version)
+        the graph computes the distances itself, as it did before the cache). A gathered copy of the
+        active columns (:meth:`Kernel._columns`) is new every call: the key is then the given tensor's."""
+        given = getattr(x, "_columns_of", x)
+        if x.is_inference() or given.is_inference() or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+            return _self_sqdist(x)
+        base = given if given._base is None else given._base
+        key = (given.data_ptr(), given.storage_offset(), tuple(given.shape), tuple(given.stride()), given.dtype,
+               given.device, given._version)
         hit = getattr(self, "_sqdist_cache", None)
         if hit is not None and hit[0] == key and hit[1]() is base:
             return hit[2]
-        r2 = _self_sqdist(self._columns(x))  # the key is the given tensor's: a gathered copy is new every call
+        r2 = _self_sqdist(x)
         self._sqdist_cache = (key, weakref.ref(base), r2)
         return r2
 
@@ -247,18 +234,15 @@ class RationalQuadratic(Stationary):
         alpha: initial shape alpha, a float or ``(Q,)``; the other arguments as :class:`Stationary`.
     """
 
+    hypers = Stationary.hypers + (Hyper("alpha", floor=1e-6),)
     in_words, smoothness, search_neutral_factor = "variation", "a smooth, many-scaled", True
 
     def __init__(self, input_dim: int, num_latent: int = 1, lengthscale=1.0, variance=1.0, alpha=1.0,
                  ard: bool = True, learn: bool = True, active_dims: Optional[Sequence[int]] = None):
         super().__init__(input_dim, num_latent, lengthscale, variance, ard=ard, learn=learn, active_dims=active_dims)
-        self.alpha = self._positive(alpha, (self.num_latent,), "alpha", 1e-6, learn)
-
-    def initial_values(self) -> dict:
-        return {**super().initial_values(), "alpha": self.alpha().detach().cpu().tolist()}
+        self._set_hypers(learn, alpha=alpha)
 
     def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
-        x1, x2 = self._inputs(x1, x2)
         alpha = self.alpha()[:, None, None]
         base = torch.log1p(self._scaled_sqdist(x1, x2) / (2.0 * alpha))
         return self.variance()[:, None, None] * torch.exp(-alpha * base)

@@ -216,7 +216,7 @@ def grow_jitter(model, step: int) -> None:
     jitter helps."""
     with torch.no_grad():
         Z = model.inducing
-        Kzz = model.kernel(Z, Z)
+        Kzz = model.kernel(Z)
         old = max(base_jitter(Kzz.dtype), float(getattr(model, "jitter_floor", 0.0)))
         _, rel = robust_cholesky(Kzz, name="K_zz (inducing-point kernel matrix)", return_jitter=True,
                                  initial_jitter=old)

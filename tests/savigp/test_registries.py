@@ -5,6 +5,7 @@ file and loaded back with the same predictions (the estimator: called by the mod
 passing the estimator kit)."""
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -90,8 +91,9 @@ def test_the_registries_are_the_models_the_commands_and_the_schemas_lists():
     parser = build_parser()
     train = next(a for a in parser._subparsers._group_actions[0].choices["train"]._actions if a.dest == "kernel")
     assert train.choices is None and all(name in train.help for name in KERNELS)  # (--kernel takes expressions)
-    assert KERNELS.names() == ("rbf", "matern12", "matern32", "matern52", "rq", "periodic", "linear", "constant", "white",
-                               "additive-matern")
+    # a family is appended (the order is the docs' and the messages'); the registry-driven tests check a new one
+    assert KERNELS.names()[:10] == ("rbf", "matern12", "matern32", "matern52", "rq", "periodic", "linear", "constant",
+                                    "white", "additive-matern")
     assert POSTERIORS.names() == ("full", "diag", "diag-u", "joint")
     assert MEAN_HEADS.names() == ("orthogonal", "decoupled", "hybrid")
     assert ESTIMATORS.names() == ("auto", "score", "score-nocv", "reparam", "quadrature", "closed-form")
@@ -203,7 +205,7 @@ def test_the_schema_reads_the_registry_when_it_checks():
     config = {"kernel": "rq1"}
     from savigp.model_files.schema import MODEL_OPTION_FIELDS
 
-    with pytest.raises(SchemaError, match="must be one of 'rbf', 'matern12', .*'additive-matern', got 'rq1'"):
+    with pytest.raises(SchemaError, match=re.escape(f"must be one of {', '.join(map(repr, KERNELS))}, got 'rq1'")):
         MODEL_OPTION_FIELDS["kernel"].check(config["kernel"], "config.model_options.kernel")
     KERNELS.register("rq1", RationalQuadratic1)
     try:

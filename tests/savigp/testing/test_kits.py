@@ -79,11 +79,24 @@ FAMILIES = {  # Rasmussen & Williams 2006, eq. (4.9), (4.14), (4.17), (4.19); Ma
 
 
 @pytest.mark.parametrize("name", _choices.KERNELS.names())
-def test_every_registered_kernel_passes_with_its_closed_form(name):
-    options, reference = FAMILIES[name]
+def test_every_registered_kernel_passes_the_kit(name):
+    """Read from the registry: a family added to it is checked here with no edit, at hyper-parameters
+    that differ between the latent functions (its default values moved), and against its closed form
+    when FAMILIES gives one."""
+    options, reference = FAMILIES.get(name, ({}, None))
     kernel = _choices.KERNELS[name](3, 2, **options)
+    if not options:
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in kernel.parameters():
+                p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
     report = check_kernel(kernel, reference=reference)
-    assert report["closed_form"].status == "passed" and report["gradients"].status == "passed"
+    assert report["gradients"].status == "passed"
+    assert report["closed_form"].status == ("passed" if reference is not None else "skipped")
+
+
+def test_the_closed_forms_are_of_registered_kernels():
+    assert set(FAMILIES) <= set(_choices.KERNELS.names())
 
 
 def test_isotropic_and_mixed_kernels_pass():
@@ -146,7 +159,6 @@ class _Cosine(Kernel):
         self.variance = torch.nn.Parameter(torch.full((num_latent,), 1.3, dtype=torch.float64))
 
     def forward(self, x1, x2):
-        x1, x2 = self._inputs(x1, x2)
         r2 = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).square().sum(-1)
         return self.variance[:, None, None] * torch.cos(torch.sqrt(r2 + 1e-30))
 
@@ -177,7 +189,10 @@ class _Drifting(RBF):
 
 
 class _WholeInput(RBF):
-    """An RBF that reads every column, whatever its active_dims (it skips ``self._inputs``)."""
+    """An RBF that reads every column, whatever its active_dims (its ``__call__`` is nn.Module's, which
+    skips the base class's slicing of the active columns)."""
+
+    __call__ = torch.nn.Module.__call__
 
     def forward(self, x1, x2):
         r2 = ((x1.unsqueeze(-2) - x2.unsqueeze(-3)) / self.lengthscales()[:, None, None, :]).square().sum(-1)  # (Q, N1, N2)
@@ -189,7 +204,6 @@ class _BatchLengthscale(RBF):
     the data inside the kernel): symmetric and PSD, but entry (i, j) depends on the other rows."""
 
     def forward(self, x1, x2):
-        x1, x2 = self._inputs(x1, x2)
         r2 = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).square().sum(-1)
         return self.variance()[:, None, None] * torch.exp(-0.5 * r2 / r2.mean())
 
