@@ -168,6 +168,13 @@ class Kernel(nn.Module):
         out._columns_of = x  # the tensor given, for caches keyed on it (RBF._fixed_sqdist)
         return out
 
+    @staticmethod
+    def columns_source(x: Tensor) -> Tensor:
+        """The tensor whose active columns ``x`` is: the given input for a gathered copy made by
+        :meth:`_columns` (new at every call), else ``x`` itself; what a cache keyed on the input's
+        memory keys on (:meth:`savigp.kernels.stationary.Stationary._fixed_sqdist`)."""
+        return getattr(x, "_columns_of", x)
+
     def _active(self, x1: Tensor, x2: Optional[Tensor]) -> tuple[Tensor, Tensor]:
         """Both inputs checked and reduced to the active columns; the same object twice for K(X, X)
         (``x2`` None or ``x1`` itself: kernels use that to recognise it)."""

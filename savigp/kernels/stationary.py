@@ -177,7 +177,7 @@ class RBF(Stationary):
         anything while a CUDA graph is being captured (a replay runs no Python to check the key, so
         the graph computes the distances itself, as it did before the cache). A gathered copy of the
         active columns (:meth:`Kernel._columns`) is new every call: the key is then the given tensor's."""
-        given = getattr(x, "_columns_of", x)
+        given = self.columns_source(x)
         if x.is_inference() or given.is_inference() or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
             return _self_sqdist(x)
         base = given if given._base is None else given._base
