@@ -13,9 +13,7 @@ first grid's gap). It needs values only
 (no gradient, no closed form), so it works for any likelihood, a numpy black box included; a
 value that is not finite counts as -inf, and a likelihood flat in c_j (it ignores f_j) keeps
 c_j = 0. This is the maximum-likelihood constant (a type-II estimate of the prior mean with the
-GP's variation left out), the start Bonilla et al. (2019, §7) leave to the user. Where the
-likelihood scores -c_j as well as c_j (a sign-symmetric one), c_j is 0: the targets do not say
-the latent function's sign (:data:`SIGN_TOLERANCE`).
+GP's variation left out), the start Bonilla et al. (2019, §7) leave to the user.
 
 :class:`savigp.SAVIGP` uses it when ``prior_mean`` is not given (:data:`FAR`: only where the
 constant is far from 0 for the prior).
@@ -30,12 +28,6 @@ from torch import Tensor
 
 #: the constant replaces a prior mean of 0 where abs(c_j) exceeds FAR prior standard deviations of f_j
 FAR = 2.0
-#: c_j is 0 where the log-likelihood at -c_j is within this fraction of its value at c_j: a
-#: sign-symmetric likelihood (y = |f| + noise, f^2, rounded |f|) has two best constants, and one of
-#: them as the prior mean would make one of the posterior's two mirror modes the prior's and the
-#: other unlikely (a black-box rounded |f| at N = 320 with c = 2.19: both components of a K = 2 fit
-#: on the prior's mode in 20/20 seeds; experiments/mixture_modes.py's round320)
-SIGN_TOLERANCE = 1e-9
 #: at most this many rows (evenly spaced) are read
 MAX_ROWS = 2000
 #: uniform grids after the geometric one, each 8 times narrower: the last step is 2^-17 of the first gap
@@ -55,10 +47,6 @@ def best_constant(likelihood, Y: Tensor) -> Tensor:
     for _ in range(2 if Q > 1 else 1):
         for j in range(Q):
             c[j] = _search(lambda v: _total(likelihood, y, c, j, v))
-    for j in range(Q):  # a likelihood that scores c_j and -c_j alike does not say its sign
-        pair = _total(likelihood, y, c, j, torch.stack([c[j], -c[j]]))
-        if bool(c[j] != 0) and bool(torch.isfinite(pair[0])) and bool(pair[1] >= pair[0] - SIGN_TOLERANCE * (1 + pair[0].abs())):
-            c[j] = 0.0
     return c
 
 
