@@ -112,9 +112,11 @@ def test_ctrl_c_ends_a_script_with_one_line(tmp_path):
     import time
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # SIGINT as a terminal's foreground process has it: a suite started in the background (nohup, a
+    # CI runner's shell without job control) ignores SIGINT, and its children would inherit that
     proc = subprocess.Popen([sys.executable, "-m", "experiments.threads", "readme", "--steps", "1000000",
                              "--repeats", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # the hook is set as the package is imported, before the script's imports: wait 3 s, and on a
     # loaded machine until the child has had 1 s of CPU time (its start-up, well past the hook)
     time.sleep(3)

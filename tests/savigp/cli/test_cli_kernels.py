@@ -258,9 +258,10 @@ def test_until_converged_ends_by_the_rule_and_resumes_to_the_uninterrupted_model
     """``savigp train --until-converged``: fit's rule ends the run (the model file records the
     verdict and the steps), and a run interrupted inside its second round (Ctrl-C at step 600) and
     resumed ends with the uninterrupted run's parameters, bit for bit: the rule's ELBO path is in the
-    checkpoint's schedule."""
+    checkpoint's schedule. (A trend kernel: with the periodic part, whose period steps at p / L of the
+    rate, the run takes 8538 steps to converge, 1687 without.)"""
     t = data["dir"]
-    args = [data["csv"], "--targets", "y", "--inputs", "time", "--kernel", "rbf(time) + periodic(time, period=1)",
+    args = [data["csv"], "--targets", "y", "--inputs", "time", "--kernel", "rbf(time) + linear(time)",
             "--standardize-targets", "--lr", "0.05", "--num-inducing", "12", "--until-converged"]
     assert _train(*args, "--out", t / "uc_ref.pt") == 0
     ref = load_model(str(t / "uc_ref.pt"))[0]
