@@ -27,7 +27,7 @@ from ..runtime.allocator import tune_cpu_allocator
 from ..runtime.threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
 from . import loop, schedule as _schedule, starts as _starts, step as _step, warmup as _warmup
-from .component_checks import ComponentWarning, component_notes
+from .component_checks import ComponentWarning, component_notes, fold_notes
 from .components import ComponentSearch, adopt, search_components
 from .convergence import MIN_TREND_STEPS, ConvergenceWarning, full_data_elbo, still_rising
 from .groups import parameter_groups
@@ -390,6 +390,10 @@ def fit(
                 history.notes.append(line)
                 if rank0:
                     warnings.warn(f"savigp.fit: {line}", ComponentWarning, stacklevel=2)
+            for line in fold_notes(model, int(seed)):  # (a latent function that changes sign: a local optimum)
+                history.notes.append(line)
+                if rank0:
+                    warnings.warn(f"savigp.fit: {line}", _starts.LocalOptimumWarning, stacklevel=2)
         if final_elbo:  # (draws seeded by the last phase's seed + 1)
             shard, reduce = distributed.evaluation_shard(model.device)
             history.final_elbo, history.final_elbo_stderr = full_data_elbo(

@@ -239,7 +239,7 @@ def _start(model, index: int, memo: dict, seed: int) -> None:
         post.restart_means(model.prior_factor, gen)
 
 
-#: draws per point of :func:`_direct_score`
+#: draws per point of :func:`direct_score`
 DIRECT_SAMPLES = 128
 #: the symmetry maps a move tries at most (the reflection, label switches, rotations of two latent functions)
 MAX_MAPS = 16
@@ -265,7 +265,7 @@ def symmetry_maps(Q: int, K: int) -> dict:
     return dict(list(out.items())[:MAX_MAPS])
 
 
-def _direct_score(model, seed: int) -> float:
+def direct_score(model, seed: int) -> float:
     """The ELBO on at most :data:`MAX_POINTS` training points (scaled to N), :data:`DIRECT_SAMPLES`
     draws per point shared by the components, the model's ``"auto"`` estimator, the draws of ``seed``: a
     comparison of candidate parameters without fitting them (common random numbers)."""
@@ -283,7 +283,7 @@ def move(model, seed: int = 0) -> tuple:
     """The move of the exploration's second branch, in place; returns ``(source, target, what it
     did)``. Each component is folded to one sign per latent function
     (:meth:`~savigp.posteriors.MixturePosterior.fold`: a sign flip on the inputs where its mean has
-    the minority's sign) where that raises the ELBO on the spot (:func:`_direct_score`; a component
+    the minority's sign) where that raises the ELBO on the spot (:func:`direct_score`; a component
     on a mode whose functions cross zero loses by it); then, for K > 1, one component (the target)
     is replaced by the image of another (the source) under a map of :func:`symmetry_maps`
     (:meth:`~savigp.posteriors.MixturePosterior.transform`: the reflection through the prior mean,
@@ -298,8 +298,8 @@ def move(model, seed: int = 0) -> tuple:
     post = model.posterior
     folded = []
     for k in range(post.num_components):  # (a fold is kept where it raises the ELBO on the spot)
-        before, score = parameter_copies(model), _direct_score(model, seed)
-        if bool(post.fold(k, model.prior_factor).any()) and _direct_score(model, seed) > score:
+        before, score = parameter_copies(model), direct_score(model, seed)
+        if bool(post.fold(k, model.prior_factor).any()) and direct_score(model, seed) > score:
             folded.append(k)
         else:
             restore_parameters(model, before)
@@ -314,7 +314,7 @@ def move(model, seed: int = 0) -> tuple:
         for k, l, name in candidates:
             restore_parameters(model, base)
             post.transform(k, l, maps[name], model.prior_factor)
-            scores[(k, l, name)] = _direct_score(model, seed)
+            scores[(k, l, name)] = direct_score(model, seed)
         restore_parameters(model, base)
         best = max(scores, key=scores.get)
         if done and not scores[best] > current:  # (a further replacement only where it gains)

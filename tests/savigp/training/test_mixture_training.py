@@ -389,3 +389,31 @@ def test_a_mixture_that_uses_fewer_components_than_it_has_says_so():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ComponentWarning)
         savigp.fit(both, iterations=3, lr=1e-4, num_samples=5, groups=("posterior",), progress=False, final_elbo=False)
+
+
+def test_a_fit_that_ends_changing_sign_over_part_of_the_inputs_says_so():
+    """y = |f| + noise: a K = 1 fit whose mean is +g on half the inputs and -g on the other half is a
+    local optimum no step leaves (round320 at prior mean 0 ended so, 28 nats below its fold, and
+    the rule called it converged): fit warns (LocalOptimumWarning) and keeps the line in
+    history.notes; the same fit on one sign says nothing."""
+    import warnings
+
+    from savigp.training.starts import LocalOptimumWarning
+
+    p = PROBLEMS["abs10"]
+    one_sign = mm.train(p.build(1, 0), p, "reparam", 0, iterations=300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LocalOptimumWarning)
+        savigp.fit(one_sign, iterations=3, lr=1e-4, num_samples=5, groups=("posterior",), progress=False,
+                   final_elbo=False)
+    mixed = p.build(1, 0)
+    mixed.load_state_dict(one_sign.state_dict())
+    with torch.no_grad():  # u = L m flipped on the second half of the inducing (= training) inputs
+        L = mixed.prior_factor().detach()[0]
+        u = L @ mixed.posterior.mean[0, 0]
+        u[u.shape[0] // 2:] *= -1
+        mixed.posterior.mean[0, 0].copy_(torch.linalg.solve_triangular(L, u[:, None], upper=False)[:, 0])
+    with pytest.warns(LocalOptimumWarning, match="changes sign over part of the inputs"):
+        h = savigp.fit(mixed, iterations=3, lr=1e-4, num_samples=5, groups=("posterior",), progress=False,
+                       final_elbo=False)
+    assert any("changes sign" in n for n in h.notes)
