@@ -387,7 +387,7 @@ def run_cell(problem: Problem, estimator: str, seed: int, iterations: int, entro
 
 
 def run_known(problem: Problem, estimator: str, seed: int, K: int, options: Optional[dict] = None,
-              converge: bool = False) -> dict:
+              converge: bool = False, model_options: Optional[dict] = None) -> dict:
     """One ``savigp.fit`` with fit's defaults at the problem's settings (its ``iterations``, ``lr``, S,
     mini-batches; only q(u) learned; ``converge``: no ``iterations``, fit's convergence rule ends it):
     whether it keeps the modes (:func:`keeps_modes`), the mode of each component, the weights, the
@@ -400,7 +400,7 @@ def run_known(problem: Problem, estimator: str, seed: int, K: int, options: Opti
     from savigp.training.component_checks import ComponentWarning
     from savigp.training.starts import LocalOptimumWarning
 
-    model = problem.build(K, seed)
+    model = problem.build(K, seed, **(model_options or {}))
     t0 = time.time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -465,6 +465,9 @@ def main(argv=None):
     ap.add_argument("--search", type=int, default=0, metavar="MAX_K",
                     help="run savigp.choose_components up to MAX_K on each problem and seed instead")
     ap.add_argument("--search-restarts", type=int, default=2, help="the search's restarts per K (default 2)")
+    ap.add_argument("--prior-mean", type=float, default=None,
+                    help="the problems that know their modes: this prior mean for every latent function "
+                         "(default: the model's, the targets' best constant where far from 0)")
     ap.add_argument("--converge", action="store_true",
                     help="the problems that know their modes: fit without iterations (fit's convergence rule), and "
                          "count the fits more than 1 nat below the best of their cell with and without a warning")
@@ -522,7 +525,8 @@ def _main_known(args) -> None:
                     if args.search:
                         r = run_search(p, est, s, args.search, args.search_restarts)
                     else:
-                        r = run_known(p, est, s, K, _options(args.options), converge=args.converge)
+                        r = run_known(p, est, s, K, _options(args.options), converge=args.converge,
+                                      model_options=None if args.prior_mean is None else {"prior_mean": [args.prior_mean]})
                     rows.append(r)
                     if args.verbose:
                         print(f"  {name} {est} {'search' if args.search else f'K={K}'} seed {s}: "
