@@ -127,7 +127,12 @@ def test_ctrl_c_ends_a_script_with_one_line(tmp_path):
             break
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:  # (a child that did not stop must not run on after the test: it takes a core for hours)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode in (-signal.SIGINT, 130), (proc.returncode, err)
     assert err.strip() == "python -m experiments.threads: interrupted" and out == "", err
 
