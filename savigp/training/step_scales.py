@@ -31,22 +31,19 @@ def parameter_step_scales(model) -> dict:
 
 
 def scaled_groups(model, groups: list, lr: float) -> list:
-    """``groups`` (parameters, or optimizer group dicts whose ``lr`` defaults to ``lr``) with each
-    parameter of :func:`parameter_step_scales` moved to a group of its own at its group's rate times
-    its factor; ``groups`` itself where no parameter has one."""
+    """``groups`` (a list of parameters, or of optimizer group dicts whose ``lr`` defaults to ``lr``)
+    with each parameter of :func:`parameter_step_scales` moved to a group of its own at its group's
+    rate times its factor; ``groups`` itself where no parameter has one. (A tensor hashes by
+    identity, so the factors are looked up by the parameter itself.)"""
     scales = {p: f for p, f in parameter_step_scales(model).items() if p.requires_grad}
-    if not scales:
+    if not scales or not groups:
         return groups
-    dicts = [g if isinstance(g, dict) else {"params": [g]} for g in groups] if any(isinstance(g, dict) for g in groups) \
-        else [{"params": list(groups)}]
+    dicts = groups if isinstance(groups[0], dict) else [{"params": list(groups)}]
     out = []
     for g in dicts:
         rate = float(g.get("lr", lr))
-        kept = [p for p in g["params"] if not any(p is q for q in scales)]
+        kept = [p for p in g["params"] if p not in scales]
         if kept:
             out.append({**g, "params": kept})
-        for p in g["params"]:
-            factor = next((f for q, f in scales.items() if q is p), None)
-            if factor is not None:
-                out.append({**g, "params": [p], "lr": rate * factor})
+        out += [{**g, "params": [p], "lr": rate * scales[p]} for p in g["params"] if p in scales]
     return out
