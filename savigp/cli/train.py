@@ -179,18 +179,23 @@ FAR_SCALE = 10.0
 
 def _far_from_unit_scale(X: np.ndarray, names) -> None:
     """A note when an input column's spread is far from 1 (std above :data:`FAR_SCALE` or below its
-    inverse): the optimizer's steps are in the inputs' units, so the length-scales and inducing
-    inputs of a column of spread s move about s times more slowly (or faster) than in standardized
-    units. elnino in years (std 14): 20000 steps still rising, against converged after 3795 steps
-    with --standardize-inputs (docs/experiments.md, "A learned period under the CLI's defaults")."""
+    inverse) and fit cannot scale the steps to it: the optimizer steps in the inputs' units, and fit
+    moves a parameter in the units of its columns' spread only where all of them are far from unit
+    scale alike (:func:`savigp.kernels.base.column_step_factor`; one factor per parameter), so with
+    columns of mixed spreads the inducing inputs (and an ARD length-scale) move about s times more
+    slowly (or faster) along a column of spread s than in standardized units."""
+    import torch
+
+    from ..kernels.base import column_step_factor
+
     std = X.std(axis=0) if X.shape[0] > 1 else np.ones(X.shape[1])
     far = [d for d in range(X.shape[1]) if std[d] > 0 and not 1 / FAR_SCALE <= std[d] <= FAR_SCALE]
-    if far:
+    if far and column_step_factor(torch.as_tensor(X, dtype=torch.float64), positive=False) == 1.0:
         cols = ", ".join(f"{names[d]} (std {std[d]:.3g})" for d in far[:4]) + (", ..." if len(far) > 4 else "")
-        print(f"savigp train: note: input column{'s' if len(far) > 1 else ''} {cols} far from unit scale: the optimizer "
-              "steps in the inputs' units, so length-scales and inducing inputs there move slowly (or coarsely); "
-              "--standardize-inputs trains the same model in standardized units (recorded in the model, undone at "
-              "prediction)", file=sys.stderr)
+        print(f"savigp train: note: input column{'s' if len(far) > 1 else ''} {cols} far from unit scale, beside "
+              "columns that are not: the optimizer steps in the inputs' units, so the inducing inputs there move "
+              "slowly (or coarsely); --standardize-inputs trains the same model in standardized units (recorded in "
+              "the model, undone at prediction)", file=sys.stderr)
 
 
 def _centred_for_float32(X: np.ndarray, quiet: bool):
@@ -316,7 +321,8 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
     check_device(plan.device)
     rank, plan = join_ranks(plan)
     quiet = plan.quiet or rank != 0
-    spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(plan, table, icols, tcols, X, Y)
+    spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(  # (its notes on rank 0 alone)
+        dataclasses.replace(plan, quiet=quiet), table, icols, tcols, X, Y)
     model_options = _model_options(plan)
     if model_options["prior_mean"] is not None:  # (before a two-stage first stage trains from it)
         import torch
@@ -579,10 +585,20 @@ def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bo
 def _ending(convergence, num_data: int) -> str:
     """The summary line's words on how a run to convergence ended (``convergence``: the history's
     :class:`~savigp.training.until_converged.Convergence`, or None), each followed by ", "."""
-    from ..training.convergence import RISE_PER_POINT
-
     if convergence is None:
         return ""
+    moved = "".join(f"moved {m['part']}'s length-scale to {m['lengthscale']:.4g} at step {m['step']} (+{m['gain']:.4g} "
+                    "nats), "
+                    for m in convergence.moves)
+    backed = (f"went on from its best round at half the learning rate after {convergence.backoffs} fall"
+              f"{'s' if convergence.backoffs > 1 else ''}, ") if convergence.backoffs else ""
+    return moved + backed + _verdict(convergence, num_data)
+
+
+def _verdict(convergence, num_data: int) -> str:
+    """How a run to convergence ended, in words (:func:`_ending`)."""
+    from ..training.convergence import RISE_PER_POINT
+
     if convergence.converged:
         how = (f"below {RISE_PER_POINT:g} nats per row" if convergence.rise <= RISE_PER_POINT * num_data else
                f"within its Monte Carlo noise ({convergence.z:.1f} s.e.)")

@@ -86,6 +86,12 @@ class MeanHead(nn.Module):
         """The head's KL term, a 0-dim tensor (the zero head: 0, on ``Lzz``'s device and dtype)."""
         return Lzz.new_zeros(())
 
+    def input_locations(self) -> list:
+        """Learned parameters that are points in the input space, ``(..., D)`` in the inputs' units (as
+        the inducing inputs): their first-order steps are scaled to the columns' spread
+        (:mod:`savigp.training.step_scales`); the zero head: none."""
+        return []
+
     # ------------------------------------------------------------------ natural-gradient training
     def natural_parameters(self) -> list:
         """The parameters that take the head's own (preconditioned) step in :func:`savigp.fit_orthnat`

@@ -273,6 +273,10 @@ class OrthogonalMeanHead(MeanHead):
         """The coefficients a ``(Q, G)`` (the inputs gamma train with Adam)."""
         return [self.a]
 
+    def input_locations(self) -> list:
+        """The basis inputs gamma ``(Q, G, D)`` where they are learned."""
+        return [self.gamma] if isinstance(self.gamma, nn.Parameter) else []
+
     @torch.no_grad()
     def natural_preconditioner(self, kernel, Z: Tensor, Lzz: Tensor, *, jitter: float = 1e-3, kind: str = "eq16",
                                X: Optional[Tensor] = None, curvature: Optional[Tensor] = None, block: int = 2048,

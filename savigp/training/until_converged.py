@@ -22,9 +22,21 @@ Without ``iterations`` or ``epochs``, fit runs in rounds instead and stops by a 
   the full-data estimate shows.
 * **The best round.** The full-data ELBO at each round's end is kept with the round's parameters;
   where a round ends more than :data:`FALL_NATS` (and twice the standard error of the difference,
-  and RISE_PER_POINT nats per point) below the best, the run stops there, puts the best round's
-  parameters back and warns (:func:`_fell`); at the run's end (after the annealing phase and the
-  polish) a smaller fall below the best is put back silently.
+  and RISE_PER_POINT nats per point) below the best, the best round's parameters are put back
+  (:func:`_fell`) and the run goes on from them at half the learning rate (:func:`_slow_down`: the
+  optimizer's rates halved, its moments kept), up to :data:`MAX_BACKOFFS` times; a fall after that
+  stops the run there and warns. At the run's end (after the annealing phase and the polish) a
+  smaller fall below the best is put back silently. Stopping at the first fall handed back a point
+  on the way up: elnino's ``rbf(t, lengthscale=1) + periodic(t, period=1) * rbf(t)`` fell 10 nats
+  at step 675 and stopped at ELBO -157.5, where the same model climbs to about +2.
+* **Shorter length-scales.** At the first round whose full-data ELBO gained at most
+  :data:`PROBE_GAIN_NATS` (or :data:`PROBE_GAIN_PER_POINT` nats per point; on a plateau, or nearly
+  converged; a plateau's slow creep kept elnino's run from converging for 19000 steps), copies of the model
+  with each long length-scale at a tenth (and a hundredth) of its column's spread are fitted briefly,
+  and the best replaces the model
+  where it gains beyond the noise (:mod:`savigp.training.shorter_lengthscales`: a plateau where the
+  data's variation was taken for noise); the rounds then go on from it, up to :data:`MAX_MOVES` such
+  moves. First-order optimizers, one process, the kernel learned.
 * **Polish.** Where the full data fit in memory (N S K Q at most :data:`POLISH_MAX_WORK`) and the
   estimator's draws can be held fixed (not a score-function estimator, whose fixed-draw objective
   is not the ELBO's), :data:`POLISH_STEPS` outer steps of L-BFGS with fixed draws follow, and are
@@ -41,8 +53,10 @@ import copy
 import math
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
+
+import torch
 
 from .._choices import OPTIMIZERS
 from .convergence import RISE_PER_POINT, ConvergenceWarning, full_data_elbo, rises, trend
@@ -63,6 +77,15 @@ MIN_WINDOW = 50
 #: a run whose full-data ELBO falls more than this many nats (and its noise, and RISE_PER_POINT nats per
 #: point) below its best round's stops there, puts the best round's parameters back and says so
 FALL_NATS = 1.0
+#: falls (each: the best round put back, the learning rate halved) after which a fall stops the run
+MAX_BACKOFFS = 3
+#: the factor on the learning rate at each fall
+BACKOFF = 0.5
+#: moves to shorter length-scales (savigp.training.shorter_lengthscales) a run takes at most
+MAX_MOVES = 2
+#: they are tried (once, and again after each move taken) at the first round whose full-data ELBO gained
+#: at most this many nats, or this many per point: the run is on a plateau, or converging
+PROBE_GAIN_NATS, PROBE_GAIN_PER_POINT = 5.0, 0.01
 #: L-BFGS outer steps of the polish (20 inner iterations each, strong Wolfe line search)
 POLISH_STEPS = 5
 #: the polish runs where N * S * K * Q (the draws of one full-data evaluation) is at most this
@@ -81,8 +104,11 @@ class Convergence:
         reason: one line saying why the run stopped.
         polished: whether the L-BFGS polish ran and raised the ELBO (None: it did not run).
         ended: what ended it: ``"rule"`` (converged), ``"cap"``, ``"time budget"``, ``"fall"`` (the
-            full-data ELBO fell below its best round's, whose parameters were put back) or
-            ``"callback"``.
+            full-data ELBO fell below its best round's, whose parameters were put back, more than
+            :data:`MAX_BACKOFFS` times) or ``"callback"``.
+        backoffs: the falls after which the run went on from its best round at half the rate.
+        moves: the moves to shorter length-scales taken (:mod:`savigp.training.shorter_lengthscales`),
+            each ``{"part", "lengthscale", "step", "gain"}``.
     """
 
     converged: bool
@@ -94,10 +120,12 @@ class Convergence:
     reason: str
     polished: Optional[bool] = None
     ended: str = ""
+    backoffs: int = 0
+    moves: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("converged", "steps", "rounds", "window", "rise", "z", "reason", "polished",
-                                              "ended")}
+                                              "ended", "backoffs", "moves")}
 
 
 def verdict(path: list, num_data: int, min_window: int = MIN_WINDOW) -> tuple:
@@ -178,9 +206,25 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
             step = int(state.get("step", 0))
             fell = _fell(state["schedule"], model)
             if fell is not None:
-                converged, reason, ended = False, fell, "fall"
-                break
-            if converged and gained is not None and gained[0] <= max(2.0 * gained[1], RISE_PER_POINT * model.num_data):
+                record = state["schedule"]["converge"]
+                record["backoffs"] = int(record.get("backoffs", 0)) + 1
+                if record["backoffs"] > MAX_BACKOFFS:
+                    again = (f" (after {MAX_BACKOFFS} such falls, each followed by half the learning rate from the "
+                             "best round)") if MAX_BACKOFFS else ""
+                    converged, reason, ended = False, fell + again, "fall"
+                    break
+                _slow_down(state, BACKOFF)  # (and on, from the best round, at half the rate)
+                converged = False
+            over_time = time_budget is not None and time.perf_counter() - t0 > float(time_budget)
+            record = state["schedule"]["converge"]
+            if fell is None and gained is not None and not record.get("probed") and total < cap and not over_time \
+                    and gained[0] <= max(PROBE_GAIN_NATS, PROBE_GAIN_PER_POINT * model.num_data):
+                record["probed"] = True  # (once per plateau: again only after a move)
+                if _moved(model, fit, state, options, step):
+                    record["probed"] = False
+                    total = min(cap, max(step + 2, int(total * GROWTH)))
+                    continue  # (and on, from the moved model)
+            if converged and fell is None and gained is not None and gained[0] <= max(2.0 * gained[1], RISE_PER_POINT * model.num_data):
                 why = (f"below {RISE_PER_POINT * model.num_data:.3g} nats" if rise <= RISE_PER_POINT * model.num_data
                        else f"within its noise ({z:.1f} standard errors)")
                 ended = "rule"
@@ -213,8 +257,10 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
             converged, reason, ended = False, fell, "fall"
     history.seconds = time.perf_counter() - t0
     history.still_rising = None if converged else reason
+    record = state["schedule"].get("converge", {})
     history.convergence = Convergence(converged, int(state.get("step", 0)), rounds, int(window), float(rise),
-                                      float(z), reason, polished, ended)
+                                      float(z), reason, polished, ended, int(record.get("backoffs", 0)),
+                                      list(record.get("moves", [])))
     if not converged and not user_stopped["stop"]:
         warnings.warn(f"savigp.fit: {reason}", ConvergenceWarning, stacklevel=3)
     if final_elbo:
@@ -233,18 +279,10 @@ def round_gain(schedule: dict, step: int, model, options: dict) -> Optional[tupl
     step; None at the first round's end. The per-step estimates' trend alone stopped a score-function
     fit 10 nats short (Poisson, batches of 50 of 300 rows: ELBO -612.0 at its 500 steps, -602.2 at
     5000): their noise hides a trend the full-data ELBO shows."""
-    from . import distributed
     from .loop import parameter_copies
 
-    from .._choices import ESTIMATORS
-
     record = schedule.setdefault("converge", {"trail": []})
-    estimator = model.resolved_estimator(options.get("estimator", "auto"))
-    if ESTIMATORS[estimator].score_function:  # (the model's own choice: a closed form, quadrature or the
-        estimator = model.resolved_estimator("auto")  # reparameterization where it can; as the K search does)
-    shard, reduce = distributed.evaluation_shard(model.device)
-    elbo, se = full_data_elbo(model, num_samples=int(options.get("num_samples", 100)), estimator=estimator,
-                              seed=int(options.get("seed", 0)) + ROUND_SEED, shard=shard, reduce=reduce)
+    elbo, se = _round_score(model, options)
     last = record.get("round_elbo")
     record["round_elbo"] = [float(elbo), float(se), int(step)]
     best = record.get("best")
@@ -253,6 +291,49 @@ def round_gain(schedule: dict, step: int, model, options: dict) -> Optional[tupl
     if last is None:
         return None
     return float(elbo) - last[0], math.hypot(float(se), last[1]), last[2]
+
+
+def _round_score(model, options: dict) -> tuple:
+    """``(elbo, se)``: the full-data ELBO of ``model`` as the rounds read it (common draws seeded by
+    fit's ``seed``; with the model's ``"auto"`` estimator where fit's is a score function)."""
+    from .._choices import ESTIMATORS
+    from . import distributed
+
+    estimator = model.resolved_estimator(options.get("estimator", "auto"))
+    if ESTIMATORS[estimator].score_function:  # (the model's own choice: a closed form, quadrature or the
+        estimator = model.resolved_estimator("auto")  # reparameterization where it can; as the K search does)
+    shard, reduce = distributed.evaluation_shard(model.device)
+    return full_data_elbo(model, num_samples=int(options.get("num_samples", 100)), estimator=estimator,
+                          seed=int(options.get("seed", 0)) + ROUND_SEED, shard=shard, reduce=reduce)
+
+
+def _moved(model, fit: Callable, state: dict, options: dict, step: int) -> bool:
+    """A move to shorter length-scales (:func:`savigp.training.shorter_lengthscales.try_shorter`)
+    where one gains: the model takes the moved copy's parameters and the run its optimizer state; the
+    move is recorded in ``state["schedule"]["converge"]["moves"]``. False where none gains, the run
+    has taken :data:`MAX_MOVES`, or it does not apply (module docstring)."""
+    from . import distributed
+    from .shorter_lengthscales import try_shorter
+
+    record = state["schedule"]["converge"]
+    groups = options.get("groups")
+    if len(record.get("moves", [])) >= MAX_MOVES or distributed.launched() \
+            or not OPTIMIZERS[options.get("optimizer", "adam")].first_order or (groups is not None and "kernel" not in groups):
+        return False
+    now = record.get("round_elbo")
+    found = try_shorter(model, fit, lambda m: _round_score(m, options), options, tuple(now[:2]))
+    if found is None:
+        return False
+    with torch.no_grad():
+        model.load_state_dict(found["model"].state_dict())
+    state["optimizer"], state["optimizer_state"] = None, found["optimizer_state"]
+    from .loop import parameter_copies
+
+    record["round_elbo"] = [found["elbo"], found["se"], int(step)]
+    record["best"] = [found["elbo"], found["se"], int(step), parameter_copies(model)]  # (the rounds' best is now this)
+    record.setdefault("moves", []).append({"part": found["part"], "lengthscale": found["lengthscale"], "step": int(step),
+                                           "gain": round(found["gain"], 3)})
+    return True
 
 
 def _fell(schedule: dict, model, final: bool = False) -> Optional[str]:
@@ -281,6 +362,16 @@ def _fell(schedule: dict, model, final: bool = False) -> Optional[str]:
     record["round_elbo"] = best[:3]
     return (f"the full-data ELBO fell {drop:.3g} nats below its best (at step {best[2]}: {best[0]:.6g}) by step "
             f"{now[2]}: the model at step {best[2]} is kept; a lower learning rate (lr=) keeps a sharp optimum")
+
+
+def _slow_down(state: dict, factor: float) -> None:
+    """The learning rates of the run's optimizer (the live one fit left in ``state``, else its saved
+    state, which a resume loads with its rates) times ``factor``; its moments kept. The annealing
+    phase's fresh optimizer takes fit's own rate / 10 as before."""
+    live = state.get("optimizer")
+    groups = live.param_groups if live is not None else (state.get("optimizer_state") or {}).get("param_groups", [])
+    for group in groups:
+        group["lr"] = float(group["lr"]) * factor
 
 
 def _joined(history, more):

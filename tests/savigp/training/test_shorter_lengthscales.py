@@ -1,0 +1,86 @@
+"""Shorter length-scales tried at a plateau (issue 57: a fit that converges where the data's
+variation was taken for noise is not handed back as the optimum)."""
+import math
+import warnings
+
+import torch
+
+import savigp
+from likelihoods import Gaussian
+from savigp.training import shorter_lengthscales as shorter
+from savigp.training.convergence import full_data_elbo
+from savigp.training.until_converged import _round_score
+
+
+def _wiggle(w: float, n: int = 100, span: float = 20.0):
+    """0.8 sin(w t) + N(0, 0.2^2) noise on t in [0, span] (spread 5.8)."""
+    g = torch.Generator().manual_seed(0)
+    t = torch.linspace(0, span, n, dtype=torch.float64)[:, None]
+    return t, 0.8 * torch.sin(w * t) + 0.2 * torch.randn(n, 1, generator=g, dtype=torch.float64)
+
+
+def _plateau(t, Y):
+    """The RBF at ten times the column's spread and the noise at the targets' variance: everything noise."""
+    return savigp.SAVIGP(t, Y, Gaussian(float(Y.var())), kernel="rbf(0, lengthscale=60)", num_inducing=25, seed=0)
+
+
+def _score(model):
+    return _round_score(model, {})
+
+
+def test_a_long_lengthscale_is_tried_at_a_tenth_and_a_hundredth_of_the_spread_above_the_spacing():
+    t, Y = _wiggle(2.0)
+    spread, spacing = float(t.std(unbiased=False)), 20.0 / 99
+    (index, hyper, values), = shorter.long_lengthscales(_plateau(t, Y))
+    assert hyper.name == "lengthscale" and index == 0
+    assert values == [spread * 0.1]  # (a hundredth, 0.058, is below twice the spacing, 0.40)
+    assert spread * 0.01 < 2 * spacing
+    # a length-scale already short, or a fixed one, is not tried
+    short = savigp.SAVIGP(t, Y, Gaussian(0.1), kernel="rbf(0, lengthscale=1)", num_inducing=25, seed=0)
+    assert shorter.long_lengthscales(short) == []
+    fixed = savigp.SAVIGP(t, Y, Gaussian(0.1), kernel=savigp.RBF(1, lengthscale=60.0, learn=False), num_inducing=25,
+                          seed=0)
+    assert shorter.long_lengthscales(fixed) == []
+
+
+def test_a_plateau_where_the_variation_is_noise_is_left_for_the_shorter_lengthscale():
+    """Closed-form ELBO (Gaussian): the copy at a tenth of the spread gains 147 nats over the
+    plateau in 300 steps; the model itself is not changed by the trial."""
+    t, Y = _wiggle(2.0)
+    m = _plateau(t, Y)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    now = _score(m)
+    found = shorter.try_shorter(m, savigp.fit, _score, {}, now)
+    assert found is not None and found["gain"] > 100.0, found
+    assert found["elbo"] == _score(found["model"])[0]
+    assert float(found["model"].kernel.lengthscales().detach().max()) < 0.2 * float(t.std())
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+
+
+def test_a_long_lengthscale_that_is_right_stays():
+    """A slow sine (its length-scale is long) fitted to its optimum: no shorter copy gains beyond
+    the noise, so nothing moves."""
+    t, Y = _wiggle(0.125)
+    m = _plateau(t, Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        savigp.fit(m, iterations=1500, progress=False, seed=0)
+    assert shorter.long_lengthscales(m)  # (it is long, so it is tried)
+    assert shorter.try_shorter(m, savigp.fit, _score, {}, _score(m)) is None
+
+
+def test_a_run_to_convergence_moves_off_the_plateau_and_records_it():
+    """fit without iterations from the plateau (ELBO -232): before, the run crept for 12807 steps and
+    the rule called it converged at -89.0 with the length-scale at 62.7, all noise; now it moves at
+    its first slow round (step 675, +50 nats) and converges after 2530 steps at -34.7, the move in
+    history.convergence.moves."""
+    t, Y = _wiggle(2.0)
+    m = _plateau(t, Y)
+    plateau = _score(m)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        h = savigp.fit(m, progress=False, seed=0)
+    assert len(h.convergence.moves) == 1 and h.convergence.moves[0]["gain"] > 10.0, h.convergence
+    elbo = full_data_elbo(m, estimator="closed-form")[0]
+    assert plateau < -200.0 and elbo > -89.0 + 30.0 and math.isfinite(elbo)
+    assert float(m.kernel.lengthscales().detach().max()) < 2.0
