@@ -11,7 +11,7 @@ import savigp
 from likelihoods import Gaussian
 from savigp.kernels import build_kernel, parse_kernel
 from savigp.kernels.periodogram import periodogram_peaks as _periodogram_peaks
-from savigp.training.kernel_search import _extends, _inherit, _key, _projections, _proposals, _terms_of, _warm_spec, \
+from savigp.selection.kernel_search import _extends, _inherit, _key, _projections, _proposals, _terms_of, _warm_spec, \
     _working_residuals
 
 RBF, PER, LIN = {"kernel": "rbf"}, {"kernel": "periodic"}, {"kernel": "linear"}
@@ -266,10 +266,9 @@ def test_a_spent_time_budget_stops_the_search_and_says_so():
 def test_an_lbfgs_line_search_into_a_non_positive_definite_kernel_leaves_the_candidate_where_it_was(monkeypatch):
     """torch's L-BFGS raises from inside its line search (here: the kernel matrix at a trial point)
     and leaves the parameters at that point; the search puts the candidate back and goes on."""
-    import savigp.training as training
     from savigp.linalg.cholesky import CholeskyError
-
-    real_fit = training.fit
+    from savigp.selection import candidates, kernel_search, settle
+    from savigp.training.fitting import fit as real_fit
 
     def fit(model, **options):
         if options.get("optimizer") == "lbfgs":
@@ -279,7 +278,8 @@ def test_an_lbfgs_line_search_into_a_non_positive_definite_kernel_leaves_the_can
             raise CholeskyError("K_zz has non-finite entries")
         return real_fit(model, **options)
 
-    monkeypatch.setattr(training, "fit", fit)
+    for module in (candidates, settle, kernel_search):  # (the selection package's calls of fit)
+        monkeypatch.setattr(module, "fit", fit)
     X, Y = _two_harmonics(30)
     result = savigp.search_kernels(X, Y, Gaussian(), base=("rbf",), max_terms=1, num_inducing=8, iterations=20,
                                    progress=False)
@@ -290,7 +290,12 @@ def test_an_lbfgs_line_search_into_a_non_positive_definite_kernel_leaves_the_can
 def test_a_move_needs_a_gain_above_the_minimum_whatever_its_standard_error():
     """With a closed-form ELBO (standard error 0) a child 0.06 nats above its parent was moved to
     (issue 57); a move now needs more than MIN_GAIN = 1 nat as well as 2 standard errors."""
-    from savigp.training.kernel_search import MIN_GAIN, _wins
+    from savigp.selection.candidates import wins
+    from savigp.selection.kernel_search import MIN_GAIN
+
+    def _wins(child, parent):  # (the rule the search gives the loop: 2 s.e. and MIN_GAIN)
+        return wins(child["score"] - parent["score"], math.hypot(child["elbo_stderr"], parent["elbo_stderr"]),
+                    min_gain_se=2.0, min_gain=MIN_GAIN)
 
     parent = {"score": 100.0, "elbo_stderr": 0.0}
     assert not _wins({"score": 100.06, "elbo_stderr": 0.0}, parent)
@@ -303,9 +308,8 @@ def test_a_failed_candidate_is_rejected_with_its_reason_and_leaves_its_parent_as
     """A candidate whose fit ends with non-finite parameters and ELBO (no error raised: raw day numbers
     under a Poisson likelihood did it to every two-part candidate, issue 57) is a row with its reason,
     never chosen; the chosen model and spec stay finite."""
-    import savigp.training as training
-
-    real_fit = training.fit
+    from savigp.selection import candidates, kernel_search, settle
+    from savigp.training.fitting import fit as real_fit
 
     def fit(model, **options):
         history = real_fit(model, **options)
@@ -315,7 +319,8 @@ def test_a_failed_candidate_is_rejected_with_its_reason_and_leaves_its_parent_as
                     p.fill_(float("nan"))
         return history
 
-    monkeypatch.setattr(training, "fit", fit)
+    for module in (candidates, settle, kernel_search):  # (the selection package's calls of fit)
+        monkeypatch.setattr(module, "fit", fit)
     X, Y = _two_harmonics(30)
     result = savigp.search_kernels(X, Y, Gaussian(), base=("rbf",), max_terms=2, num_inducing=8, iterations=20,
                                    polish=2, period_starts=1, progress=False)

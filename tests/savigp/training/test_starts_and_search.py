@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import savigp
-from savigp.training import components, starts
+from savigp.selection import candidates, components
+from savigp.training import starts
 
 from experiments import mixture_modes as mm
 
@@ -122,15 +123,15 @@ def test_the_search_gives_k_and_k_plus_1_equal_budgets_and_extends_rising_fits(m
     monkeypatch.setattr(components, "elbo_estimate", lambda m, **kw: (m._elbo, 0.01))
     calls = []
     model = PROBLEMS["abs5"].build(1, 0)
-    found = components.search_components(model, _fake_fit(calls, lambda K, n: -10.0 + 0.5 * n), max_components=3,
-                                         restarts=1, verbose=False, iterations=10)
+    monkeypatch.setattr(candidates, "fit", _fake_fit(calls, lambda K, n: -10.0 + 0.5 * n))
+    found = components.choose_components(model, max_components=3, restarts=1, verbose=False, iterations=10)
     assert found.num_components == 1, found.format()
     assert found.table[1]["start"] == "continued" and "continued" in found.table[1]["starts"]
     assert found.table[2]["gain"] == pytest.approx(0.0) and found.table[1]["converged"]
     calls = []
-    found = components.search_components(PROBLEMS["abs5"].build(1, 0), _fake_fit(calls, lambda K, n: -10.0 + K,
-                                                                                 rising_until=5),
-                                         max_components=2, restarts=0, max_extensions=2, verbose=False, iterations=10)
+    monkeypatch.setattr(candidates, "fit", _fake_fit(calls, lambda K, n: -10.0 + K, rising_until=5))
+    found = components.choose_components(PROBLEMS["abs5"].build(1, 0), max_components=2, restarts=0, max_extensions=2,
+                                         verbose=False, iterations=10)
     fits = {}
     for key, K, s in calls:
         fits.setdefault(key, []).append(s)

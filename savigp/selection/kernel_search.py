@@ -26,6 +26,11 @@ the marginal likelihood; for a likelihood without one, the score here is the ful
 Monte Carlo estimate, with its standard error) less (1/2) p log N for p kernel hyper-parameters
 (``penalty="bic"``; ``penalty=None`` ranks by the ELBO alone, which a point estimate of more
 hyper-parameters never lowers by much, so it drifts towards larger expressions).
+
+The search proposes the candidates (the expansions of the current expression, their starting
+specs, the parent trained further, the parent's structure fitted again from a winning child's
+values); the candidate loop (:class:`savigp.selection.candidates.CandidateLoop`) fits, scores,
+rejects and compares them, the same loop as :func:`savigp.choose_components`'.
 """
 from __future__ import annotations
 
@@ -45,6 +50,11 @@ from .._choices import KERNELS
 from ..kernels.expression import format_kernel
 from ..kernels.periodogram import periodogram_peaks
 from ..kernels.spec import default_lengthscale, kernel_spec
+from ..training.convergence import ConvergenceWarning, full_data_elbo
+from ..training.fitting import fit
+from ..training.loop import TrainingDiverged
+from .candidates import BUDGET_ENDED, Budget, Candidate, CandidateLoop, Fitted, fit_while_rising
+from .settle import lbfgs_steps, settle
 
 #: the base families the search combines by default
 DEFAULT_BASE = ("rbf", "periodic", "linear")
@@ -52,9 +62,6 @@ DEFAULT_BASE = ("rbf", "periodic", "linear")
 #: log Bayes factor below 1 is "not worth more than a bare mention" (Kass & Raftery 1995, §3.2); with a
 #: closed-form ELBO (standard error 0) a move on a 0.06-nat gain was taken (issue 57)
 MIN_GAIN = 1.0
-#: seconds (or a tenth of the budget, if more) that the check guarding a move may take once the
-#: time budget is spent: the check is never skipped, and a move whose check does not end is not taken
-CHECK_GRACE = 10.0
 
 
 @dataclass
@@ -118,7 +125,7 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         time_budget: seconds; the fit in hand stops within one of its steps of the deadline and is
             rejected (its row says so), and no candidate starts after it; the check that guards a
             move (the parent refitted from the child's values) still runs, within
-            :data:`CHECK_GRACE` seconds (or a tenth of the budget), and a move whose check does not
+            :data:`~savigp.selection.candidates.CHECK_GRACE` seconds (or a tenth of the budget), and a move whose check does not
             end in that time is not taken (the result's ``complete`` is then False). Where the
             budget ended every first-level fit, the best of them is returned.
         penalty: ``"bic"`` (score = ELBO - p log(N) / 2) or None (the ELBO alone).
@@ -150,177 +157,15 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     Returns:
         a :class:`KernelSearchResult` (``print(result)`` shows the table).
     """
-    from ..model import SAVIGP
-    import torch
-
-    from ..training import ConvergenceWarning, TrainingDiverged, fit
-    from ..training.convergence import full_data_elbo
-
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"search_kernels: X must have shape (N, D), got {X.shape}")
-    Yarr = np.asarray(Y, dtype=np.float64)
-    Yarr = Yarr[:, None] if Yarr.ndim == 1 else Yarr
-    if Yarr.shape[0] != X.shape[0]:
-        raise ValueError(f"search_kernels: Y has {Yarr.shape[0]} rows but X has {X.shape[0]} (X {X.shape}, Y {Yarr.shape})")
-    N, D = X.shape
-    if columns is not None and len(columns) != D:
-        raise ValueError(f"search_kernels: columns names {len(columns)} columns but X has D={D}")
-    if penalty not in ("bic", None):
-        raise ValueError(f"search_kernels: penalty must be 'bic' or None, got {penalty!r}")
-    base = [KERNELS.canonical(name) for name in base]
-    per_column = (1 < D <= 8) if per_column is None else per_column
-    groups = [[d] for d in range(D)] if per_column and D > 1 else [None]
-    bases = [_leaf(name, dims) for name in base for dims in groups]
-    if int(period_starts) < 1 or int(polish) < 0:
-        raise ValueError(f"search_kernels: period_starts must be >= 1 and polish >= 0, got {period_starts} and {polish}")
-    peaks = max(2, int(period_starts))
-    seasonal = any(KERNELS[name].has_period for name in base)  # (a base family with a period)
-    periods = ({tuple(g or []): periodogram_peaks(X, Yarr, g, peaks, detrend=True) for g in groups}
-               if seasonal else {})
-    data_periods = periods  # of the targets themselves (less their trend): the cold starts' periods
-    starts = {_leaf_key(b): _start_from_data(X, b) for b in bases if _family(b).starts_from_data}
-    lengthscale = default_lengthscale(torch.as_tensor(writable(X)))
-    neutral = {_leaf_key(b): [[float(v) for v in np.atleast_1d(lengthscale(b.get("active_dims"), True))]]
-               for b in bases if _family(b).search_neutral_factor}
-    M = int(num_inducing or min(N, 100))
-    options = {"iterations": iterations, "lr": lr, "progress": False, "seed": seed, **(fit_options or {})}
-    estimation = {k: options[k] for k in ("num_samples", "estimator") if k in options}
-    model_options = {"learn_inducing": False, **(model_options or {})}
-    start, table = time.perf_counter(), []
-    deadline = None if time_budget is None else start + float(time_budget)
-    # the deadline of the fit in hand (the budget's, or a move's check's grace) and whether it stopped it
-    clock = {"stopped": False, "deadline": deadline}
-
-    def out_of_time(step=None, terms=None) -> bool:
-        """fit's callback: True (stop) once the fit's deadline has passed, within one step of it."""
-        if clock["deadline"] is not None and time.perf_counter() > clock["deadline"]:
-            clock["stopped"] = True
-        return clock["stopped"]
-
-    def train(model) -> bool:
-        """Adam (extended while fit says the ELBO still rises), then the L-BFGS polish; converged?"""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
-            for _ in range(1 + extend):
-                caught.clear()
-                fit(model, **options, final_elbo=False, callback=out_of_time)
-                if clock["stopped"] or not any(issubclass(w.category, ConvergenceWarning) for w in caught):
-                    break
-            converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
-            polished(model)
-        return converged
-
-    def polished(model):
-        if polish > 0:
-            lbfgs(model, {"iterations": polish})
-        return model
-
-    def lbfgs(model, extra: dict) -> None:
-        """L-BFGS steps; a trial point of its line search where the kernel matrix is not positive
-        definite or the ELBO not finite raises inside torch's L-BFGS and leaves the parameters
-        there: the model goes back to where the last whole outer step ended (a start whose first
-        steps were good keeps them: going back to where the steps began lost them, and so the
-        right period on Poisson seed 9 of docs/experiments.md)."""
-        last_good = [copy.deepcopy(model.state_dict())]
-        if out_of_time():
-            return
-
-        def keep(step, terms):
-            last_good[0] = copy.deepcopy(model.state_dict())
-            return out_of_time()
-
-        try:
-            fit(model, **{**options, "optimizer": "lbfgs", "lr": 1.0, "log_every": 1, "callback": keep, **extra},
-                final_elbo=False)
-        except _candidate_errors():
-            model.load_state_dict(last_good[0])
-
-    def settled(model):
-        """L-BFGS on q(u) alone at the start's hyper-parameters, then on everything (the polish)."""
-        lbfgs(model, {"iterations": 3, "groups": ["posterior"]})
-        return polished(model)
-
-    def run(specs, level: int, model=None, parent=None):
-        """Fit a candidate from the best of its starting ``specs`` (or polish ``model`` further); the
-        last start takes q(u) and the likelihood's parameters from the ``parent`` model where given
-        (the neutral start, :func:`_inherit`). A fit that fails -- an error, a non-finite ELBO or
-        parameter, the budget's end -- is a row with its reason in ``failed`` (and a ``model``
-        given is put back as it was: a failed continuation never changes the parent)."""
-        t0 = time.perf_counter()
-        clock["stopped"] = False
-        before = None if model is None else copy.deepcopy(model.state_dict())
-        try:
-            model, converged = fitted(specs, model, parent)
-            elbo, se = full_data_elbo(model, seed=seed, **estimation)
-            failed = _failure(model, elbo)
-        except _candidate_errors() as err:
-            failed = f"{type(err).__name__}: {_first_line(err)}"
-            elbo, se, converged = math.nan, math.nan, False
-        broken = failed is not None  # (an error or a non-finite value: no score, no model)
-        if failed is None and clock["stopped"]:
-            failed = f"{_BUDGET_ENDED} ({time_budget:g} s) ended its fit"
-        if failed is not None and before is not None:
-            model.load_state_dict(before)
-        kernel = kernel_spec(model.kernel) if model is not None else specs[0]
-        hypers = sum(p.numel() for p in model.kernel.parameters() if p.requires_grad) if model is not None else 0
-        row = {"expression": format_kernel(_plain(kernel), columns), "level": level,
-               "elbo": float(elbo), "elbo_stderr": float(se or 0.0) if math.isfinite(se) else math.nan,
-               "num_hypers": int(hypers),
-               "score": -math.inf if broken else float(elbo) - (0.5 * hypers * math.log(N) if penalty == "bic" else 0.0),
-               "seconds": time.perf_counter() - t0, "converged": converged, "chosen": False,
-               "period_starts": [] if specs is None else [_periods_of(sp) for sp in specs], "failed": failed}
-        table.append(row)
-        if progress:
-            outcome = f"failed: {failed}" if failed else \
-                f"ELBO {row['elbo']:.2f} +- {row['elbo_stderr']:.2f}, score {row['score']:.2f}"
-            print(f"search_kernels: {row['expression']}: {outcome} ({row['seconds']:.1f} s)", file=sys.stderr)
-        return row, (None if broken and before is None else model)
-
-    def fitted(specs, model, parent) -> tuple:
-        """``(model, converged)``: ``model`` polished further, or the best start of ``specs`` fitted."""
-        if model is not None:
-            if polish > 0:
-                polished(model)
-                converged = True
-            else:
-                converged = train(model)
-        else:
-            models = [SAVIGP(X, Y, copy.deepcopy(likelihood), kernel=s, num_inducing=min(M, N), seed=seed, **model_options)
-                      for s in specs]
-            if parent is not None:
-                _inherit(models[-1], parent)
-            if polish > 0:  # each start settled by L-BFGS, which stays in the start's basin
-                for m in models:
-                    settled(m)
-                scored = [(_finite_or_worst(full_data_elbo(m, seed=seed, **estimation)[0]), i) for i, m in enumerate(models)]
-                first, i = max(scored)
-                model = models[i]
-                before = copy.deepcopy(model.state_dict())
-                try:  # Adam leaves a basin L-BFGS stopped in, or wanders off a good one:
-                    converged = train(model)
-                    worse = full_data_elbo(model, seed=seed, **estimation)[0] < first
-                except TrainingDiverged:
-                    converged, worse = False, True
-                if worse:  # never keep a worse fit
-                    model.load_state_dict(before)
-            else:
-                if len(models) > 1:  # short runs from each start; the one with the highest ELBO goes on
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", ConvergenceWarning)
-                        for m in models:
-                            fit(m, **{**options, "iterations": max(1, int(options["iterations"]) // 4)}, final_elbo=False)
-                model = max(models, key=lambda m: _finite_or_worst(full_data_elbo(m, seed=seed, **estimation)[0]))
-                converged = train(model)
-        return model, converged
-
-    def over_budget() -> bool:
-        return deadline is not None and time.perf_counter() > deadline
-
+    search = _KernelSearch(X, Y, likelihood, base=base, columns=columns, per_column=per_column,
+                           time_budget=time_budget, penalty=penalty, num_inducing=num_inducing,
+                           iterations=iterations, lr=lr, extend=extend, polish=polish, period_starts=period_starts,
+                           fit_options=fit_options, model_options=model_options, seed=seed, progress=progress)
     complete, seen = True, set()
-    current = None  # (terms, row, model, fitted spec)
+    current = None  # the incumbent: (terms, trial, row, fitted spec)
     while True:
-        proposals = [t for t in _proposals(current[0] if current else None, bases) if sum(map(len, t)) <= max_terms]
+        proposals = [t for t in _proposals(current[0] if current else None, search.bases)
+                     if sum(map(len, t)) <= max_terms]
         fresh = []
         for terms in proposals:
             if _key(terms) not in seen:
@@ -328,131 +173,242 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                 fresh.append(terms)
         if not fresh:
             break
-        if current is not None and seasonal:  # new seasons start at what the parent leaves unexplained
-            periods = _residual_peaks(current[2], X, Yarr, groups, peaks) or periods
-        if current is not None and not over_budget():
+        if current is not None and search.seasonal:  # new seasons start at what the parent leaves unexplained
+            search.periods = _residual_peaks(current[1].model, search.X, search.Yarr, search.groups,
+                                             search.peaks) or search.periods
+        if current is not None and not search.budget.over():
             # the parent trains further as its children do from its values (polished again; without
             # a polish, as many more Adam steps), so that a child wins by its structure, not by a
             # longer optimisation (Duvenaud et al. 2013 restart from the parent too)
-            row, model = run(None, current[1]["level"], model=current[2])
+            trial, row = search.candidate(None, level=current[2]["level"], model=current[1].model)
             row["expression"] += " (continued)"
-            if not row["failed"]:  # (a failed continuation left the parent as it was)
+            if not trial.failed:  # (a failed continuation left the parent as it was)
                 row["chosen"] = True
-                current = (current[0], row, model, kernel_spec(model.kernel, values=True))
+                current = (current[0], trial, row, kernel_spec(trial.model.kernel, values=True))
         results, stopped = [], []
         for terms in fresh:
-            if over_budget() and (current is not None or results or stopped):  # (a search returns a model)
+            if search.budget.over() and (current is not None or results or stopped):  # (a search returns a model)
                 complete = False
                 break
-            specs = [_warm_spec(terms, current[3] if current else None, periods, shift=k, starts=starts)
-                     for k in range(period_starts)]
-            if current is not None and _count_periodic(terms) > _count_periodic(current[0]):
-                # cold starts too: every part at its default, the new season at the periodogram of
-                # the targets. A parent that absorbed the season (an RBF of a short length-scale)
-                # leaves residuals without it, and its values hold the child in its own basin
-                # (Poisson seeds 2 and 5 of docs/experiments.md, "Kernel structure search")
-                specs += [_warm_spec(terms, None, data_periods, shift=k, starts=starts) for k in range(period_starts)]
-            inherit = None
-            if current is not None and _count_periodic(terms) == _count_periodic(current[0]) \
-                    and _extends(terms, current[0]):
-                # and the neutral start (last): the parent as fitted, q(u) and the likelihood's
-                # parameters too, the new part about 0 (a term) or 1 (a factor), from which the
-                # child's fit climbs and so ends at or above the parent. From the default start a
-                # child that holds its parent scored below it 3 times in the CO2 search (e.g. rq *
-                # periodic + rbf 2998.8 against rq * periodic 3022.0, docs/experiments.md)
-                spec = _warm_spec(terms, current[3], periods, starts=starts, neutral=neutral)
-                if spec is not None:
-                    specs, inherit = [sp for sp in specs if sp != spec] + [spec], current[2]
-            specs = [sp for i, sp in enumerate(specs) if sp not in specs[:i]]
-            row, model = run(specs, sum(map(len, terms)), parent=inherit)
-            if not row["failed"]:
-                results.append((terms, row, model))
-            elif model is not None and current is None:  # (the budget ended it: a fallback of the first level)
-                stopped.append((terms, row, model))
+            trial, row = search.candidate(*search.starts_of(terms, current), level=sum(map(len, terms)))
+            if not trial.failed:
+                results.append((terms, trial, row))
+            elif trial.model is not None and current is None:  # (the budget ended it: a fallback of the first level)
+                stopped.append((terms, trial, row))
         if not results and current is None and stopped:  # the budget ended every first fit: the best of them
             results, complete = stopped, False
         if not results:
             break
-        terms, row, model = max(results, key=lambda r: r[1]["score"])
+        terms, trial, row = max(results, key=lambda r: r[1].score)
         if current is not None:
-            if not _wins(row, current[1]):
+            if not search.loop.wins(trial, current[1]):
                 break
-            # the child must win by its structure: the parent's structure fitted again from the
-            # child's own values (the child less the base kernel it added) may reach a basin the
-            # parent's starts missed, and the child found (Gaussian seed 4 of docs/experiments.md,
-            # "Kernel structure search": rbf + periodic at the doubled period, ELBO 78, beaten by
-            # rbf + periodic * periodic at 91 with the right period in one factor)
-            projections = _projections(kernel_spec(model.kernel, values=True), current[0])
-            if projections:  # (never skipped: past the budget it has a grace of its own; without it, no move)
-                if over_budget():
-                    complete = False
-                    clock["deadline"] = time.perf_counter() + max(CHECK_GRACE, 0.1 * float(time_budget))
-                prow, pmodel = run(projections, current[1]["level"])
-                clock["deadline"] = deadline
-                prow["expression"] += " (from the child's values)"
-                if prow["failed"] and _BUDGET_ENDED in prow["failed"]:
-                    complete = False
-                    break
-                if not prow["failed"] and prow["score"] > current[1]["score"]:
-                    prow["chosen"] = True
-                    current = (current[0], prow, pmodel, kernel_spec(pmodel.kernel, values=True))
-                if not _wins(row, current[1]):
-                    break
+            current, moves, spent = search.checked(trial, current)
+            complete = complete and not spent
+            if not moves:
+                break
         row["chosen"] = True
-        current = (terms, row, model, kernel_spec(model.kernel, values=True))
+        current = (terms, trial, row, kernel_spec(trial.model.kernel, values=True))
         if not complete:
             break
     if current is None:
         raise RuntimeError("search_kernels: every first-level candidate failed: "
-                           + "; ".join(f"{r['expression']}: {r['failed']}" for r in table))
-    spec = current[3]
-    expression = current[1]["expression"].removesuffix(" (continued)").removesuffix(" (from the child's values)")
-    return KernelSearchResult(spec=spec, expression=expression,
-                              model=current[2], table=table,
-                              seconds=time.perf_counter() - start, complete=complete)
+                           + "; ".join(f"{r['expression']}: {r['failed']}" for r in search.table))
+    expression = current[2]["expression"].removesuffix(" (continued)").removesuffix(" (from the child's values)")
+    return KernelSearchResult(spec=current[3], expression=expression, model=current[1].model, table=search.table,
+                              seconds=time.perf_counter() - search.start, complete=complete)
 
 
-# ---------------------------------------------------------------- a candidate's failures
-#: the start of the ``failed`` reason of a candidate whose fit the time budget ended
-_BUDGET_ENDED = "the time budget"
+class _KernelSearch:
+    """The search's data, its starting values read from them, the candidates' fitting recipe and
+    the candidate loop (:class:`savigp.selection.candidates.CandidateLoop`) with its table."""
+
+    def __init__(self, X, Y, likelihood, *, base, columns, per_column, time_budget, penalty, num_inducing, iterations,
+                 lr, extend, polish, period_starts, fit_options, model_options, seed, progress):
+        import torch
+
+        self.start = time.perf_counter()
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"search_kernels: X must have shape (N, D), got {X.shape}")
+        Yarr = np.asarray(Y, dtype=np.float64)
+        Yarr = Yarr[:, None] if Yarr.ndim == 1 else Yarr
+        if Yarr.shape[0] != X.shape[0]:
+            raise ValueError(f"search_kernels: Y has {Yarr.shape[0]} rows but X has {X.shape[0]} (X {X.shape}, Y {Yarr.shape})")
+        N, D = X.shape
+        if columns is not None and len(columns) != D:
+            raise ValueError(f"search_kernels: columns names {len(columns)} columns but X has D={D}")
+        if penalty not in ("bic", None):
+            raise ValueError(f"search_kernels: penalty must be 'bic' or None, got {penalty!r}")
+        base = [KERNELS.canonical(name) for name in base]
+        per_column = (1 < D <= 8) if per_column is None else per_column
+        self.groups = [[d] for d in range(D)] if per_column and D > 1 else [None]
+        self.bases = [_leaf(name, dims) for name in base for dims in self.groups]
+        if int(period_starts) < 1 or int(polish) < 0:
+            raise ValueError(f"search_kernels: period_starts must be >= 1 and polish >= 0, got {period_starts} and {polish}")
+        self.X, self.Y, self.Yarr, self.likelihood, self.columns, self.seed = X, Y, Yarr, likelihood, columns, seed
+        self.extend, self.polish, self.period_starts, self.progress = extend, polish, period_starts, progress
+        self.peaks = max(2, int(period_starts))
+        self.seasonal = any(KERNELS[name].has_period for name in base)  # (a base family with a period)
+        self.periods = ({tuple(g or []): periodogram_peaks(X, Yarr, g, self.peaks, detrend=True) for g in self.groups}
+                        if self.seasonal else {})
+        self.data_periods = self.periods  # of the targets themselves (less their trend): the cold starts' periods
+        self.starts = {_leaf_key(b): _start_from_data(X, b) for b in self.bases if _family(b).starts_from_data}
+        lengthscale = default_lengthscale(torch.as_tensor(writable(X)))
+        self.neutral = {_leaf_key(b): [[float(v) for v in np.atleast_1d(lengthscale(b.get("active_dims"), True))]]
+                        for b in self.bases if _family(b).search_neutral_factor}
+        self.M = int(num_inducing or min(N, 100))
+        self.options = {"iterations": iterations, "lr": lr, "progress": False, "seed": seed, **(fit_options or {})}
+        self.estimation = {k: self.options[k] for k in ("num_samples", "estimator") if k in self.options}
+        self.model_options = {"learn_inducing": False, **(model_options or {})}
+        self.penalty = penalty
+        self.budget = Budget(time_budget)
+        self.loop = CandidateLoop(score=self.elbo, penalty=self.bic if penalty == "bic" else None,
+                                  budget=self.budget, min_gain_se=2.0, min_gain=MIN_GAIN)
+        self.table = []
+
+    def elbo(self, model) -> tuple:
+        """The full-data ELBO and its standard error (fit's estimator and draws, seeded by the search's seed)."""
+        return full_data_elbo(model, seed=self.seed, **self.estimation)
+
+    def bic(self, model) -> float:
+        """(1/2) p log N for the p kernel hyper-parameters learned (Schwarz 1978)."""
+        return 0.5 * _num_hypers(model) * math.log(self.X.shape[0])
+
+    def starts_of(self, terms, current) -> tuple:
+        """``(specs, parent)``: the starting specs of the candidate ``terms`` below ``current`` (None at
+        the first level), and the parent model whose q(u) its neutral start (the last) takes, or None."""
+        specs = [_warm_spec(terms, current[3] if current else None, self.periods, shift=k, starts=self.starts)
+                 for k in range(self.period_starts)]
+        if current is not None and _count_periodic(terms) > _count_periodic(current[0]):
+            # cold starts too: every part at its default, the new season at the periodogram of
+            # the targets. A parent that absorbed the season (an RBF of a short length-scale)
+            # leaves residuals without it, and its values hold the child in its own basin
+            # (Poisson seeds 2 and 5 of docs/experiments.md, "Kernel structure search")
+            specs += [_warm_spec(terms, None, self.data_periods, shift=k, starts=self.starts)
+                      for k in range(self.period_starts)]
+        inherit = None
+        if current is not None and _count_periodic(terms) == _count_periodic(current[0]) \
+                and _extends(terms, current[0]):
+            # and the neutral start (last): the parent as fitted, q(u) and the likelihood's
+            # parameters too, the new part about 0 (a term) or 1 (a factor), from which the
+            # child's fit climbs and so ends at or above the parent. From the default start a
+            # child that holds its parent scored below it 3 times in the CO2 search (e.g. rq *
+            # periodic + rbf 2998.8 against rq * periodic 3022.0, docs/experiments.md)
+            spec = _warm_spec(terms, current[3], self.periods, starts=self.starts, neutral=self.neutral)
+            if spec is not None:
+                specs, inherit = [sp for sp in specs if sp != spec] + [spec], current[1].model
+        return [sp for i, sp in enumerate(specs) if sp not in specs[:i]], inherit
+
+    def candidate(self, specs, parent=None, *, level: int, model=None) -> tuple:
+        """``(trial, row)``: the candidate from the best of its starting ``specs`` (the last taking
+        q(u) and the likelihood's parameters from the ``parent`` model where given, :func:`_inherit`),
+        or ``model`` polished further in place, through the loop (a failure is a row with its reason
+        in ``failed``, and a ``model`` given is put back as it was); its row appended to the table."""
+        if model is not None:
+            fitted, label = (lambda: self.continued(model)), format_kernel(_plain(kernel_spec(model.kernel)), self.columns)
+        else:
+            fitted, label = (lambda: self.fitted(specs, parent)), format_kernel(_plain(specs[0]), self.columns)
+        trial = self.loop.fit(Candidate(label, fitted, parent=model))
+        m = trial.model
+        row = {"expression": format_kernel(_plain(kernel_spec(m.kernel) if m is not None else specs[0]), self.columns),
+               "level": level, "elbo": trial.elbo, "elbo_stderr": trial.se if math.isfinite(trial.se) else math.nan,
+               "num_hypers": _num_hypers(m) if m is not None else 0, "score": trial.score,
+               "seconds": trial.seconds, "converged": trial.converged, "chosen": False,
+               "period_starts": [] if specs is None else [_periods_of(sp) for sp in specs], "failed": trial.failed}
+        self.table.append(row)
+        if self.progress:
+            outcome = f"failed: {trial.failed}" if trial.failed else \
+                f"ELBO {row['elbo']:.2f} +- {row['elbo_stderr']:.2f}, score {row['score']:.2f}"
+            print(f"search_kernels: {row['expression']}: {outcome} ({row['seconds']:.1f} s)", file=sys.stderr)
+        return trial, row
+
+    def checked(self, child, current) -> tuple:
+        """The check that guards a move to ``child`` (whose score beat ``current``'s): the parent's
+        structure fitted again from the child's own values (the child less the base kernel it added),
+        which may reach a basin the parent's starts missed and the child found (Gaussian seed 4 of
+        docs/experiments.md, "Kernel structure search": rbf + periodic at the doubled period, ELBO
+        78, beaten by rbf + periodic * periodic at 91 with the right period in one factor), kept as
+        the parent when it scores higher. Never skipped: past the budget it has a grace of its own
+        (:meth:`~savigp.selection.candidates.Budget.grace`). Returns ``(current, moves, spent)``:
+        the incumbent after the check, whether the child still wins, whether the budget was spent
+        (a check the budget ended: no move)."""
+        projections = _projections(kernel_spec(child.model.kernel, values=True), current[0])
+        if not projections:
+            return current, True, False
+        with self.budget.grace() as spent:
+            trial, row = self.candidate(projections, level=current[2]["level"])
+        row["expression"] += " (from the child's values)"
+        if trial.failed and BUDGET_ENDED in trial.failed:
+            return current, False, True
+        if not trial.failed and trial.score > current[1].score:
+            row["chosen"] = True
+            current = (current[0], trial, row, kernel_spec(trial.model.kernel, values=True))
+        return current, self.loop.wins(child, current[1]), spent
+
+    def fitted(self, specs, parent) -> Fitted:
+        """The best start of ``specs`` fitted: with a polish, each start settled by L-BFGS (which stays
+        in the start's basin), the best trained on and kept only if not worse; without, short Adam
+        runs from each start and the best trained on."""
+        from ..model import SAVIGP
+
+        models = [SAVIGP(self.X, self.Y, copy.deepcopy(self.likelihood), kernel=s, num_inducing=min(self.M, len(self.X)),
+                         seed=self.seed, **self.model_options) for s in specs]
+        if parent is not None:
+            _inherit(models[-1], parent)
+        if self.polish > 0:
+            for m in models:
+                settle(m, self.options, self.polish, stop=self.budget.callback)
+            first, i = max((_finite_or_worst(self.elbo(m)[0]), i) for i, m in enumerate(models))
+            model = models[i]
+            before = copy.deepcopy(model.state_dict())
+            try:  # Adam leaves a basin L-BFGS stopped in, or wanders off a good one:
+                converged = self.train(model)
+                worse = self.elbo(model)[0] < first
+            except TrainingDiverged:
+                converged, worse = False, True
+            if worse:  # never keep a worse fit
+                model.load_state_dict(before)
+            return Fitted(model, converged)
+        if len(models) > 1:  # short runs from each start; the one with the highest ELBO goes on
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                for m in models:
+                    fit(m, **{**self.options, "iterations": max(1, int(self.options["iterations"]) // 4)},
+                        final_elbo=False)
+        model = max(models, key=lambda m: _finite_or_worst(self.elbo(m)[0]))
+        return Fitted(model, self.train(model))
+
+    def continued(self, model) -> Fitted:
+        """``model`` trained further in place: polished again (or, without a polish, trained on)."""
+        if self.polish > 0:
+            self.polished(model)
+            return Fitted(model, True)
+        return Fitted(model, self.train(model))
+
+    def train(self, model) -> bool:
+        """Adam, fitted on while its ELBO still rises (``extend`` times at most; fit's rule,
+        :func:`~savigp.selection.candidates.fit_while_rising`), then the L-BFGS polish; converged?"""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            history, _ = fit_while_rising(model, {**self.options, "final_elbo": False, "callback": self.budget.callback},
+                                          max_extensions=self.extend, stop=lambda: self.budget.stopped)
+            self.polished(model)
+        return history.still_rising is None
+
+    def polished(self, model):
+        if self.polish > 0:
+            lbfgs_steps(model, {**self.options, "iterations": self.polish}, stop=self.budget.callback)
+        return model
 
 
-def _candidate_errors() -> tuple:
-    """What a candidate's fit may raise and the search survives (the candidate is rejected): a
-    diverged fit, a matrix that is not positive definite, a non-finite log-density."""
-    import torch
-
-    from ..estimators.nonfinite import NonFiniteLogProb
-    from ..linalg.cholesky import CholeskyError
-    from .loop import TrainingDiverged
-
-    return (TrainingDiverged, FloatingPointError, CholeskyError, torch.linalg.LinAlgError, NonFiniteLogProb)
-
-
-def _failure(model, elbo: float) -> Optional[str]:
-    """Why a fitted candidate cannot be ranked (a non-finite full-data ELBO or parameter), or None."""
-    import torch
-
-    if not math.isfinite(elbo):
-        return f"its full-data ELBO is {elbo}"
-    bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
-    return f"non-finite parameters: {', '.join(bad[:4])}" if bad else None
-
-
-def _wins(child: dict, parent: dict) -> bool:
-    """Does the ``child``'s row beat its ``parent``'s: a gain in score above twice the standard error
-    of the difference and above :data:`MIN_GAIN`?"""
-    gain = child["score"] - parent["score"]
-    return gain > max(MIN_GAIN, 2.0 * math.hypot(child["elbo_stderr"], parent["elbo_stderr"]))
+def _num_hypers(model) -> int:
+    """The kernel hyper-parameters ``model`` learns (their count)."""
+    return int(sum(p.numel() for p in model.kernel.parameters() if p.requires_grad))
 
 
 def _finite_or_worst(value: float) -> float:
     return value if math.isfinite(value) else -math.inf
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:200] if text else type(err).__name__
 
 
 # ---------------------------------------------------------------- expressions as sums of products
