@@ -7,7 +7,8 @@ training (:mod:`savigp.training`'s ``fit`` knows nothing of searches).
   standard error, the winner kept whole;
 * :mod:`savigp.selection.settle`: a candidate settled at its optimum by L-BFGS;
 * :mod:`savigp.selection.kernel_search`: :func:`search_kernels`, proposing kernel structures
-  (Duvenaud et al. 2013);
+  (Duvenaud et al. 2013), written in :mod:`savigp.selection.kernel_proposals` (expressions as sums
+  of products, their expansions, a candidate's starting values);
 * :mod:`savigp.selection.components`: :func:`choose_components`, proposing K + 1 mixture components
   by a birth (:func:`grow`) and restarts;
 * :mod:`savigp.selection.front`: the public :func:`savigp.fit` (``max_components`` runs the K search).

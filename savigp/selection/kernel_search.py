@@ -35,7 +35,6 @@ rejects and compares them, the same loop as :func:`savigp.choose_components`'.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import sys
 import time
@@ -54,6 +53,9 @@ from ..training.convergence import ConvergenceWarning, full_data_elbo
 from ..training.fitting import fit
 from ..training.loop import TrainingDiverged
 from .candidates import BUDGET_ENDED, Budget, Candidate, CandidateLoop, Fitted, fit_while_rising
+from .kernel_proposals import (base_leaf, canonical_key, count_periodic, extends, family_of, inherit, leaf_key,
+                               periods_of, plain_spec, projections, proposals, residual_peaks, start_from_data,
+                               warm_spec)
 from .settle import lbfgs_steps, settle
 
 #: the base families the search combines by default
@@ -164,17 +166,17 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
     complete, seen = True, set()
     current = None  # the incumbent: (terms, trial, row, fitted spec)
     while True:
-        proposals = [t for t in _proposals(current[0] if current else None, search.bases)
-                     if sum(map(len, t)) <= max_terms]
+        expansions = [t for t in proposals(current[0] if current else None, search.bases)
+                      if sum(map(len, t)) <= max_terms]
         fresh = []
-        for terms in proposals:
-            if _key(terms) not in seen:
-                seen.add(_key(terms))
+        for terms in expansions:
+            if canonical_key(terms) not in seen:
+                seen.add(canonical_key(terms))
                 fresh.append(terms)
         if not fresh:
             break
         if current is not None and search.seasonal:  # new seasons start at what the parent leaves unexplained
-            search.periods = _residual_peaks(current[1].model, search.X, search.Yarr, search.groups,
+            search.periods = residual_peaks(current[1].model, search.X, search.Yarr, search.groups,
                                              search.peaks) or search.periods
         if current is not None and not search.budget.over():
             # the parent trains further as its children do from its values (polished again; without
@@ -243,7 +245,7 @@ class _KernelSearch:
         base = [KERNELS.canonical(name) for name in base]
         per_column = (1 < D <= 8) if per_column is None else per_column
         self.groups = [[d] for d in range(D)] if per_column and D > 1 else [None]
-        self.bases = [_leaf(name, dims) for name in base for dims in self.groups]
+        self.bases = [base_leaf(name, dims) for name in base for dims in self.groups]
         if int(period_starts) < 1 or int(polish) < 0:
             raise ValueError(f"search_kernels: period_starts must be >= 1 and polish >= 0, got {period_starts} and {polish}")
         self.X, self.Y, self.Yarr, self.likelihood, self.columns, self.seed = X, Y, Yarr, likelihood, columns, seed
@@ -253,10 +255,10 @@ class _KernelSearch:
         self.periods = ({tuple(g or []): periodogram_peaks(X, Yarr, g, self.peaks, detrend=True) for g in self.groups}
                         if self.seasonal else {})
         self.data_periods = self.periods  # of the targets themselves (less their trend): the cold starts' periods
-        self.starts = {_leaf_key(b): _start_from_data(X, b) for b in self.bases if _family(b).starts_from_data}
+        self.starts = {leaf_key(b): start_from_data(X, b) for b in self.bases if family_of(b).starts_from_data}
         lengthscale = default_lengthscale(torch.as_tensor(writable(X)))
-        self.neutral = {_leaf_key(b): [[float(v) for v in np.atleast_1d(lengthscale(b.get("active_dims"), True))]]
-                        for b in self.bases if _family(b).search_neutral_factor}
+        self.neutral = {leaf_key(b): [[float(v) for v in np.atleast_1d(lengthscale(b.get("active_dims"), True))]]
+                        for b in self.bases if family_of(b).search_neutral_factor}
         self.M = int(num_inducing or min(N, 100))
         self.options = {"iterations": iterations, "lr": lr, "progress": False, "seed": seed, **(fit_options or {})}
         self.estimation = {k: self.options[k] for k in ("num_samples", "estimator") if k in self.options}
@@ -278,44 +280,44 @@ class _KernelSearch:
     def starts_of(self, terms, current) -> tuple:
         """``(specs, parent)``: the starting specs of the candidate ``terms`` below ``current`` (None at
         the first level), and the parent model whose q(u) its neutral start (the last) takes, or None."""
-        specs = [_warm_spec(terms, current[3] if current else None, self.periods, shift=k, starts=self.starts)
+        specs = [warm_spec(terms, current[3] if current else None, self.periods, shift=k, starts=self.starts)
                  for k in range(self.period_starts)]
-        if current is not None and _count_periodic(terms) > _count_periodic(current[0]):
+        if current is not None and count_periodic(terms) > count_periodic(current[0]):
             # cold starts too: every part at its default, the new season at the periodogram of
             # the targets. A parent that absorbed the season (an RBF of a short length-scale)
             # leaves residuals without it, and its values hold the child in its own basin
             # (Poisson seeds 2 and 5 of docs/experiments.md, "Kernel structure search")
-            specs += [_warm_spec(terms, None, self.data_periods, shift=k, starts=self.starts)
+            specs += [warm_spec(terms, None, self.data_periods, shift=k, starts=self.starts)
                       for k in range(self.period_starts)]
-        inherit = None
-        if current is not None and _count_periodic(terms) == _count_periodic(current[0]) \
-                and _extends(terms, current[0]):
+        parent = None
+        if current is not None and count_periodic(terms) == count_periodic(current[0]) \
+                and extends(terms, current[0]):
             # and the neutral start (last): the parent as fitted, q(u) and the likelihood's
             # parameters too, the new part about 0 (a term) or 1 (a factor), from which the
             # child's fit climbs and so ends at or above the parent. From the default start a
             # child that holds its parent scored below it 3 times in the CO2 search (e.g. rq *
             # periodic + rbf 2998.8 against rq * periodic 3022.0, docs/experiments.md)
-            spec = _warm_spec(terms, current[3], self.periods, starts=self.starts, neutral=self.neutral)
+            spec = warm_spec(terms, current[3], self.periods, starts=self.starts, neutral=self.neutral)
             if spec is not None:
-                specs, inherit = [sp for sp in specs if sp != spec] + [spec], current[1].model
-        return [sp for i, sp in enumerate(specs) if sp not in specs[:i]], inherit
+                specs, parent = [sp for sp in specs if sp != spec] + [spec], current[1].model
+        return [sp for i, sp in enumerate(specs) if sp not in specs[:i]], parent
 
     def candidate(self, specs, parent=None, *, level: int, model=None) -> tuple:
         """``(trial, row)``: the candidate from the best of its starting ``specs`` (the last taking
-        q(u) and the likelihood's parameters from the ``parent`` model where given, :func:`_inherit`),
+        q(u) and the likelihood's parameters from the ``parent`` model where given, :func:`~savigp.selection.kernel_proposals.inherit`),
         or ``model`` polished further in place, through the loop (a failure is a row with its reason
         in ``failed``, and a ``model`` given is put back as it was); its row appended to the table."""
         if model is not None:
-            fitted, label = (lambda: self.continued(model)), format_kernel(_plain(kernel_spec(model.kernel)), self.columns)
+            fitted, label = (lambda: self.continued(model)), format_kernel(plain_spec(kernel_spec(model.kernel)), self.columns)
         else:
-            fitted, label = (lambda: self.fitted(specs, parent)), format_kernel(_plain(specs[0]), self.columns)
+            fitted, label = (lambda: self.fitted(specs, parent)), format_kernel(plain_spec(specs[0]), self.columns)
         trial = self.loop.fit(Candidate(label, fitted, parent=model))
         m = trial.model
-        row = {"expression": format_kernel(_plain(kernel_spec(m.kernel) if m is not None else specs[0]), self.columns),
+        row = {"expression": format_kernel(plain_spec(kernel_spec(m.kernel) if m is not None else specs[0]), self.columns),
                "level": level, "elbo": trial.elbo, "elbo_stderr": trial.se if math.isfinite(trial.se) else math.nan,
                "num_hypers": _num_hypers(m) if m is not None else 0, "score": trial.score,
                "seconds": trial.seconds, "converged": trial.converged, "chosen": False,
-               "period_starts": [] if specs is None else [_periods_of(sp) for sp in specs], "failed": trial.failed}
+               "period_starts": [] if specs is None else [periods_of(sp) for sp in specs], "failed": trial.failed}
         self.table.append(row)
         if self.progress:
             outcome = f"failed: {trial.failed}" if trial.failed else \
@@ -333,11 +335,11 @@ class _KernelSearch:
         (:meth:`~savigp.selection.candidates.Budget.grace`). Returns ``(current, moves, spent)``:
         the incumbent after the check, whether the child still wins, whether the budget was spent
         (a check the budget ended: no move)."""
-        projections = _projections(kernel_spec(child.model.kernel, values=True), current[0])
-        if not projections:
+        parents = projections(kernel_spec(child.model.kernel, values=True), current[0])
+        if not parents:
             return current, True, False
         with self.budget.grace() as spent:
-            trial, row = self.candidate(projections, level=current[2]["level"])
+            trial, row = self.candidate(parents, level=current[2]["level"])
         row["expression"] += " (from the child's values)"
         if trial.failed and BUDGET_ENDED in trial.failed:
             return current, False, True
@@ -355,7 +357,7 @@ class _KernelSearch:
         models = [SAVIGP(self.X, self.Y, copy.deepcopy(self.likelihood), kernel=s, num_inducing=min(self.M, len(self.X)),
                          seed=self.seed, **self.model_options) for s in specs]
         if parent is not None:
-            _inherit(models[-1], parent)
+            inherit(models[-1], parent)
         if self.polish > 0:
             for m in models:
                 settle(m, self.options, self.polish, stop=self.budget.callback)
@@ -409,229 +411,3 @@ def _num_hypers(model) -> int:
 
 def _finite_or_worst(value: float) -> float:
     return value if math.isfinite(value) else -math.inf
-
-
-# ---------------------------------------------------------------- expressions as sums of products
-def _leaf(name: str, dims) -> dict:
-    return {"kernel": name} if dims is None else {"kernel": name, "active_dims": list(dims)}
-
-
-def _family(leaf: dict):
-    """The kernel class of a leaf (its capabilities: ``has_period``, ``starts_from_data``,
-    ``search_neutral_factor``, ``repeat_is_redundant``; never its name, docs/architecture.md)."""
-    return KERNELS[leaf["kernel"]]
-
-
-def _leaf_key(leaf: dict) -> str:
-    return json.dumps({"kernel": leaf["kernel"], "active_dims": leaf.get("active_dims")}, sort_keys=True)
-
-
-def _key(terms) -> tuple:
-    """A canonical form: sums and products commute."""
-    return tuple(sorted(tuple(sorted(_leaf_key(b) for b in t)) for t in terms))
-
-
-def _proposals(terms, bases) -> list:
-    """The expansions of ``terms`` (a list of products, each a list of leaves) by one base kernel."""
-    if terms is None:
-        return [[[b]] for b in bases]
-    out = [terms + [[b]] for b in bases]  # S + B
-    for i, t in enumerate(terms):  # T_i -> T_i * B
-        out += [terms[:i] + [t + [b]] + terms[i + 1:] for b in bases]
-    for i, t in enumerate(terms):  # B_j -> B'
-        for j, leaf in enumerate(t):
-            out += [terms[:i] + [t[:j] + [b] + t[j + 1:]] + terms[i + 1:] for b in bases if _leaf_key(b) != _leaf_key(leaf)]
-    return [t for t in out if not any(_redundant_repeat(term) for term in t)]
-
-
-def _redundant_repeat(term) -> bool:
-    """A product with two factors on the same columns of a family whose product is itself again
-    (``repeat_is_redundant``: two RBFs, whose length-scales combine), so it adds hyper-parameters and
-    nothing else (Duvenaud et al. 2013 leave SE x SE out too)."""
-    keys = [_leaf_key(x) for x in term if _family(x).repeat_is_redundant]
-    return len(keys) != len(set(keys))
-
-
-def _plain(spec: dict) -> dict:
-    """``spec`` without initial values (for the table's expressions)."""
-    if "sum" in spec or "product" in spec:
-        op = "sum" if "sum" in spec else "product"
-        return {op: [_plain(p) for p in spec[op]]}
-    return {k: v for k, v in spec.items() if k in ("kernel", "active_dims")}
-
-
-def _start_from_data(X: np.ndarray, leaf: dict) -> dict:
-    """A new leaf's start from the columns it reads, for a family that ``starts_from_data`` (a linear
-    part's offset and variance, :meth:`savigp.kernels.linear.Linear.initial_from_data`)."""
-    import torch
-
-    dims = leaf.get("active_dims")
-    cols = X[:, list(dims)] if dims is not None else X
-    return _family(leaf).initial_from_data(torch.as_tensor(writable(cols)))
-
-
-def _warm_spec(terms, parent: Optional[dict], periods: dict, shift: int = 0, starts: Optional[dict] = None,
-               neutral: Optional[dict] = None) -> Optional[dict]:
-    """The candidate's spec: leaves it shares with the parent start at the parent's fitted values
-    (matched term by term, by family and columns), new periodic leaves at the periodogram's peaks:
-    the first at peak ``shift`` (0: the strongest), the next at the next peak, and so on; other new
-    leaves at ``starts[leaf key]`` where given (a linear leaf's offset and variance).
-
-    With ``neutral`` (leaf key -> the leaf's default length-scales ``[[l_1, ..., l_d]]``), the
-    neutral start of a child that adds one base kernel to its parent: the new kernel leaves the
-    parent's prior almost as it was, so that the child starts at about the parent's ELBO and its
-    fit can only climb from there. A new term starts at variance 0.01 (``k + 0.01 k_new``); a new
-    factor of a family that declares ``search_neutral_factor`` (the stationary ones) at variance 1 and
-    ten times its default length-scales (``k x k_new`` with ``k_new`` >= 0.94 over the data). None where no such start exists (a new periodic
-    or linear factor: flat in its parameters near 1, or never 1)."""
-    fitted = _terms_of(parent) if parent is not None else []
-    used = set()
-    if neutral is not None and not fitted:
-        return None
-
-    def values_for(t_index, leaf):
-        for i, term in enumerate(fitted):
-            for j, f in enumerate(term):
-                if (i, j) not in used and _leaf_key(f) == _leaf_key(leaf) and (i == t_index or t_index >= len(fitted)):
-                    used.add((i, j))
-                    return {k: v for k, v in f.items() if k not in ("kernel", "active_dims")}
-        return None
-
-    out, new_periodic = [], {}
-    for ti, term in enumerate(terms):
-        leaves, fresh = [], []
-        for leaf in term:
-            v = values_for(ti, leaf)
-            new = dict(leaf)
-            if v is not None:
-                new.update(v)
-            else:
-                fresh.append(len(leaves))
-                if starts and _leaf_key(leaf) in starts:
-                    new.update(starts[_leaf_key(leaf)])
-                elif _family(leaf).has_period:  # the first new one at the strongest peak, the next at the next
-                    dims = tuple(leaf.get("active_dims") or [])
-                    peaks = periods.get(dims, [])
-                    if peaks:
-                        n = new_periodic.get(dims, shift)
-                        new["period"] = float(peaks[n % len(peaks)])
-                        new_periodic[dims] = n + 1
-            leaves.append(new)
-        if neutral is not None and fresh:
-            leaf = leaves[fresh[0]]
-            if len(fresh) == len(leaves):  # a new term
-                leaf["variance"] = [0.01]
-            elif _family(leaf).search_neutral_factor and _leaf_key(leaf) in neutral:
-                leaf["variance"] = [1.0]
-                leaf["lengthscale"] = [[10.0 * float(v) for v in row] for row in neutral[_leaf_key(leaf)]]
-            else:
-                return None
-        out.append(leaves[0] if len(leaves) == 1 else {"product": leaves})
-    return out[0] if len(out) == 1 else {"sum": out}
-
-
-def _inherit(child, parent) -> None:
-    """The neutral start's other half: ``child`` takes the fitted ``parent``'s q(u) (where their
-    inducing inputs and posterior shapes are the same), its likelihood's parameters and its prior
-    mean, so that with a prior almost the parent's its ELBO starts at about the parent's (a fresh
-    q(u) and the likelihood at its initial values were tens of nats below it after settling)."""
-    import torch
-
-    ours, theirs = child.state_dict(), parent.state_dict()
-    z, z_parent = ours.get("inducing"), theirs.get("inducing")
-    same_z = z is not None and z_parent is not None and z.shape == z_parent.shape and bool(torch.equal(z, z_parent))
-    take = {k: v for k, v in theirs.items()
-            if k in ours and ours[k].shape == v.shape and not k.startswith(("kernel.", "inducing"))
-            and (same_z or not k.startswith(("posterior.", "mean_head.")))}
-    child.load_state_dict({**ours, **take})
-
-
-def _extends(terms, parent_terms) -> bool:
-    """Is ``terms`` ``parent_terms`` with one more base kernel (a new term or a new factor)?"""
-    want = _key(parent_terms)
-    for i, term in enumerate(terms):
-        for j in range(len(term)):
-            rest = [t if k != i else t[:j] + t[j + 1:] for k, t in enumerate(terms)]
-            if _key([t for t in rest if t]) == want:
-                return True
-    return False
-
-
-def _projections(child: dict, parent_terms) -> list:
-    """Specs of the parent's structure at a fitted child's values: the child less one of its base
-    kernels (a term left empty dropped), for each base kernel whose removal leaves the parent's
-    structure (none when the child replaced a base kernel)."""
-    terms, want, out = _terms_of(child), _key(parent_terms), []
-    for i, term in enumerate(terms):
-        for j in range(len(term)):
-            rest = [t if k != i else t[:j] + t[j + 1:] for k, t in enumerate(terms)]
-            rest = [copy.deepcopy(t) for t in rest if t]
-            if rest and _key(rest) == want:
-                spec = [t[0] if len(t) == 1 else {"product": t} for t in rest]
-                spec = spec[0] if len(spec) == 1 else {"sum": spec}
-                if spec not in out:
-                    out.append(spec)
-    return out
-
-
-def _count_periodic(terms) -> int:
-    return sum(_family(leaf).has_period for term in terms for leaf in term)
-
-
-def _periods_of(spec: dict) -> list:
-    """The starting periods of ``spec``'s periodic leaves, in order (None where unset)."""
-    return [leaf.get("period") for term in _terms_of(spec) for leaf in term if _family(leaf).has_period]
-
-
-def _terms_of(spec: dict) -> list:
-    """A sum-of-products spec as a list of lists of leaves."""
-    terms = spec["sum"] if "sum" in spec else [spec]
-    return [t["product"] if "product" in t else [t] for t in terms]
-
-
-def _residual_peaks(model, X: np.ndarray, Y: np.ndarray, groups, count: int) -> dict:
-    """The periodogram peaks of what the model leaves unexplained (:func:`_working_residuals`), per
-    group of input columns: a season the current expression already explains (or its harmonics) is
-    not proposed again. An empty dict when there is nothing to read."""
-    residual, weights = _working_residuals(model, X, Y)
-    if residual is None:
-        return {}
-    return {tuple(g or []): periodogram_peaks(X, residual, g, count, weights=weights) for g in groups}
-
-
-def _working_residuals(model, X: np.ndarray, Y: np.ndarray):
-    """What ``model`` leaves unexplained, read in the latent space where a new kernel part acts: at
-    its latent mean m_n, one Newton step of log p(y_n | f) in f (the working residual of iteratively
-    reweighted least squares, McCullagh and Nelder 1989, §2.5),
-
-        r_n = -g_n / h_n,    g_n = d log p(y_n | f) / df,    h_n = d^2 log p(y_n | f) / df^2  at f = m_n,
-
-    with the weights w_n = -h_n (0 where the likelihood is not locally concave). For a Gaussian
-    likelihood r_n = y_n - m_n with equal weights; for counts with a log link r_n = (y_n - exp m_n) /
-    exp m_n, weighted by exp m_n: its y-space residual reads a season at the scale of the rate.
-
-    Returns:
-        ``(r (N, 1), w (N,))``; without autograd derivatives (a likelihood that is not
-        ``differentiable``, or Q > 1): the targets less the predictive mean ``(N, P)`` and None;
-        ``(None, None)`` when the likelihood has no predictive mean either.
-    """
-    import torch
-
-    with torch.no_grad():
-        prediction = model.predict(X)
-    lik, m = model.likelihood, prediction.latent_mean
-    if getattr(lik, "differentiable", False) and m is not None and m.shape[-1] == 1:
-        try:
-            f = m.detach().clone().requires_grad_(True)
-            y = torch.as_tensor(writable(Y), dtype=f.dtype, device=f.device)
-            g, = torch.autograd.grad(lik.log_prob(y, f).sum(), f, create_graph=True)
-            h, = torch.autograd.grad(g.sum(), f)  # log p(y_n | f_n) depends on f_n alone: the diagonal
-            g, h = g.detach().cpu().numpy()[:, 0], h.detach().cpu().numpy()[:, 0]
-            w = np.where(np.isfinite(h) & (h < 0), -h, 0.0)
-            if np.all(np.isfinite(g)) and np.count_nonzero(w) >= 8:
-                return np.where(w > 0, g / np.where(w > 0, w, 1.0), 0.0)[:, None], w
-        except (RuntimeError, ValueError, TypeError, NotImplementedError):
-            pass  # (no second derivative: the y-space residuals)
-    if prediction.mean is None:
-        return None, None
-    return Y - prediction.mean.detach().cpu().numpy().reshape(Y.shape), None
