@@ -5,6 +5,7 @@ the searches call it (:mod:`savigp.selection`), never the other way round.
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 from contextlib import contextmanager
 from typing import Optional
@@ -34,21 +35,23 @@ def fit(model, *, max_components: Optional[int] = None, **options) -> TrainingHi
 
 @contextmanager
 def _warnings_at_the_caller():
-    """Within: warnings recorded, then issued again when the block ends (raised or not), those that
-    the training's fit meant for its caller (``stacklevel=2``, which now names this module) at
-    :func:`fit`'s caller, the others where they were, so that the user's filters and the line a
-    warning names are what they were when the training's fit was ``savigp.fit``."""
+    """Within: the warnings the training's fit means for its caller (``stacklevel=2``, which now
+    names this module) recorded, and issued again at :func:`fit`'s caller when the block ends (raised
+    or not), so that the line a warning names, the caller's filters and their once-per-line registry
+    are what they were when the training's fit was ``savigp.fit`` (a filter that turns them into
+    errors raises when fit ends). Other warnings are filtered where they are issued, as ever, and
+    shown when the block ends."""
     caught: list = []
     try:
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+            warnings.filterwarnings("always", module=re.escape(__name__) + "$")
             yield
     finally:
         for w in caught:
             if w.filename == __file__:
                 warnings.warn(w.message, w.category, stacklevel=4)  # (this generator, contextlib's exit, fit)
             else:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
 
 
 def choose_and_adopt(model, max_components: int, *, progress: bool = True, final_elbo: bool = True,
