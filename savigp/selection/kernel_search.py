@@ -40,7 +40,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -52,7 +52,7 @@ from ..kernels.spec import default_lengthscale, kernel_spec
 from ..training.convergence import ConvergenceWarning, full_data_elbo
 from ..training.fitting import fit
 from ..training.loop import TrainingDiverged
-from .candidates import BUDGET_ENDED, Budget, Candidate, CandidateLoop, Fitted, fit_while_rising
+from .candidates import BUDGET_ENDED, Budget, Candidate, CandidateLoop, Fitted, Trial, fit_while_rising
 from .kernel_proposals import (base_leaf, canonical_key, count_periodic, extends, family_of, inherit, leaf_key,
                                periods_of, plain_spec, projections, proposals, residual_peaks, start_from_data,
                                warm_spec)
@@ -164,9 +164,9 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
                            iterations=iterations, lr=lr, extend=extend, polish=polish, period_starts=period_starts,
                            fit_options=fit_options, model_options=model_options, seed=seed, progress=progress)
     complete, seen = True, set()
-    current = None  # the incumbent: (terms, trial, row, fitted spec)
+    current = None  # the incumbent (an _Incumbent)
     while True:
-        expansions = [t for t in proposals(current[0] if current else None, search.bases)
+        expansions = [t for t in proposals(current.terms if current else None, search.bases)
                       if sum(map(len, t)) <= max_terms]
         fresh = []
         for terms in expansions:
@@ -176,17 +176,17 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
         if not fresh:
             break
         if current is not None and search.seasonal:  # new seasons start at what the parent leaves unexplained
-            search.periods = residual_peaks(current[1].model, search.X, search.Yarr, search.groups,
+            search.periods = residual_peaks(current.trial.model, search.X, search.Yarr, search.groups,
                                              search.peaks) or search.periods
         if current is not None and not search.budget.over():
             # the parent trains further as its children do from its values (polished again; without
             # a polish, as many more Adam steps), so that a child wins by its structure, not by a
             # longer optimisation (Duvenaud et al. 2013 restart from the parent too)
-            trial, row = search.candidate(None, level=current[2]["level"], model=current[1].model)
+            trial, row = search.candidate(None, level=current.row["level"], model=current.trial.model)
             row["expression"] += " (continued)"
             if not trial.failed:  # (a failed continuation left the parent as it was)
                 row["chosen"] = True
-                current = (current[0], trial, row, kernel_spec(trial.model.kernel, values=True))
+                current = _Incumbent(current.terms, trial, row, kernel_spec(trial.model.kernel, values=True))
         results, stopped = [], []
         for terms in fresh:
             if search.budget.over() and (current is not None or results or stopped):  # (a search returns a model)
@@ -203,22 +203,32 @@ def search_kernels(X, Y, likelihood, *, base: Sequence[str] = DEFAULT_BASE, colu
             break
         terms, trial, row = max(results, key=lambda r: r[1].score)
         if current is not None:
-            if not search.loop.wins(trial, current[1]):
+            if not search.loop.wins(trial, current.trial):
                 break
             current, moves, spent = search.checked(trial, current)
             complete = complete and not spent
             if not moves:
                 break
         row["chosen"] = True
-        current = (terms, trial, row, kernel_spec(trial.model.kernel, values=True))
+        current = _Incumbent(terms, trial, row, kernel_spec(trial.model.kernel, values=True))
         if not complete:
             break
     if current is None:
         raise RuntimeError("search_kernels: every first-level candidate failed: "
                            + "; ".join(f"{r['expression']}: {r['failed']}" for r in search.table))
-    expression = current[2]["expression"].removesuffix(" (continued)").removesuffix(" (from the child's values)")
-    return KernelSearchResult(spec=current[3], expression=expression, model=current[1].model, table=search.table,
+    expression = current.row["expression"].removesuffix(" (continued)").removesuffix(" (from the child's values)")
+    return KernelSearchResult(spec=current.spec, expression=expression, model=current.trial.model, table=search.table,
                               seconds=time.perf_counter() - search.start, complete=complete)
+
+
+class _Incumbent(NamedTuple):
+    """The search's current expression: its ``terms`` (a list of products, each a list of leaves), its
+    :class:`~savigp.selection.candidates.Trial` (the fitted model), its table ``row`` and its fitted ``spec``."""
+
+    terms: list
+    trial: Trial
+    row: dict
+    spec: dict
 
 
 class _KernelSearch:
@@ -280,9 +290,9 @@ class _KernelSearch:
     def starts_of(self, terms, current) -> tuple:
         """``(specs, parent)``: the starting specs of the candidate ``terms`` below ``current`` (None at
         the first level), and the parent model whose q(u) its neutral start (the last) takes, or None."""
-        specs = [warm_spec(terms, current[3] if current else None, self.periods, shift=k, starts=self.starts)
+        specs = [warm_spec(terms, current.spec if current else None, self.periods, shift=k, starts=self.starts)
                  for k in range(self.period_starts)]
-        if current is not None and count_periodic(terms) > count_periodic(current[0]):
+        if current is not None and count_periodic(terms) > count_periodic(current.terms):
             # cold starts too: every part at its default, the new season at the periodogram of
             # the targets. A parent that absorbed the season (an RBF of a short length-scale)
             # leaves residuals without it, and its values hold the child in its own basin
@@ -290,16 +300,16 @@ class _KernelSearch:
             specs += [warm_spec(terms, None, self.data_periods, shift=k, starts=self.starts)
                       for k in range(self.period_starts)]
         parent = None
-        if current is not None and count_periodic(terms) == count_periodic(current[0]) \
-                and extends(terms, current[0]):
+        if current is not None and count_periodic(terms) == count_periodic(current.terms) \
+                and extends(terms, current.terms):
             # and the neutral start (last): the parent as fitted, q(u) and the likelihood's
             # parameters too, the new part about 0 (a term) or 1 (a factor), from which the
             # child's fit climbs and so ends at or above the parent. From the default start a
             # child that holds its parent scored below it 3 times in the CO2 search (e.g. rq *
             # periodic + rbf 2998.8 against rq * periodic 3022.0, docs/experiments.md)
-            spec = warm_spec(terms, current[3], self.periods, starts=self.starts, neutral=self.neutral)
+            spec = warm_spec(terms, current.spec, self.periods, starts=self.starts, neutral=self.neutral)
             if spec is not None:
-                specs, parent = [sp for sp in specs if sp != spec] + [spec], current[1].model
+                specs, parent = [sp for sp in specs if sp != spec] + [spec], current.trial.model
         return [sp for i, sp in enumerate(specs) if sp not in specs[:i]], parent
 
     def candidate(self, specs, parent=None, *, level: int, model=None) -> tuple:
@@ -335,18 +345,18 @@ class _KernelSearch:
         (:meth:`~savigp.selection.candidates.Budget.grace`). Returns ``(current, moves, spent)``:
         the incumbent after the check, whether the child still wins, whether the budget was spent
         (a check the budget ended: no move)."""
-        parents = projections(kernel_spec(child.model.kernel, values=True), current[0])
+        parents = projections(kernel_spec(child.model.kernel, values=True), current.terms)
         if not parents:
             return current, True, False
         with self.budget.grace() as spent:
-            trial, row = self.candidate(parents, level=current[2]["level"])
+            trial, row = self.candidate(parents, level=current.row["level"])
         row["expression"] += " (from the child's values)"
         if trial.failed and BUDGET_ENDED in trial.failed:
             return current, False, True
-        if not trial.failed and trial.score > current[1].score:
+        if not trial.failed and trial.score > current.trial.score:
             row["chosen"] = True
-            current = (current[0], trial, row, kernel_spec(trial.model.kernel, values=True))
-        return current, self.loop.wins(child, current[1]), spent
+            current = _Incumbent(current.terms, trial, row, kernel_spec(trial.model.kernel, values=True))
+        return current, self.loop.wins(child, current.trial), spent
 
     def fitted(self, specs, parent) -> Fitted:
         """The best start of ``specs`` fitted: with a polish, each start settled by L-BFGS (which stays
