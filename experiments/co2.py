@@ -268,41 +268,22 @@ def train(model, steps: int, lr: float, learn_inducing: bool, seed: int) -> dict
 
 def train_to_optimum(model, seed: int, rounds: int = 40, tol: float = 1e-4) -> dict:
     """The hand-built kernel trained as :func:`savigp.search_kernels` trains its candidates, run on to
-    the ELBO's optimum: L-BFGS on q(u) alone (3 steps), then rounds of 10 L-BFGS steps (strong Wolfe,
-    the closed-form ELBO: deterministic) on everything learned until a round gains under ``tol``
-    nats per training point (at most ``rounds``). A round whose line search steps where the kernel
-    matrix is not positive definite is undone and ends the training. Returns seconds, the final
-    full-data ELBO and the rounds run."""
-    import copy
-
-    import savigp
+    the ELBO's optimum (:func:`savigp.selection.settle.to_optimum`): L-BFGS on q(u) alone (3 steps),
+    then rounds of 10 L-BFGS steps (strong Wolfe, the closed-form ELBO: deterministic) on everything
+    learned until a round gains under ``tol`` nats per training point (at most ``rounds``). A round
+    whose line search steps where the kernel matrix is not positive definite is undone and ends the
+    training. Returns seconds, the final full-data ELBO and the rounds run."""
     import torch
 
-    from savigp.linalg.cholesky import CholeskyError
+    from savigp.selection.settle import to_optimum
 
     def elbo() -> float:
         with torch.no_grad():
             return float(model.elbo(estimator="closed-form").elbo)
 
-    t0, n = time.perf_counter(), model.num_data
-    options = {"optimizer": "lbfgs", "lr": 1.0, "estimator": "closed-form", "seed": seed, "progress": False,
-               "final_elbo": False}
-    savigp.fit(model, iterations=3, groups=["posterior"], **options)
-    last, done = elbo(), 0
-    for done in range(1, rounds + 1):
-        before = copy.deepcopy(model.state_dict())
-        try:
-            savigp.fit(model, iterations=10, **options)
-            now = elbo()
-        except (FloatingPointError, CholeskyError, torch.linalg.LinAlgError):
-            model.load_state_dict(before)
-            break
-        if not math.isfinite(now) or now < last:
-            model.load_state_dict(before)
-            break
-        gain, last = now - last, now
-        if gain < tol * n:
-            break
+    t0 = time.perf_counter()
+    options = {"estimator": "closed-form", "seed": seed, "progress": False}
+    done, last = to_optimum(model, options, elbo, rounds=rounds, steps=10, tol=tol)
     return {"train_seconds": time.perf_counter() - t0, "elbo": last, "rounds": done}
 
 

@@ -32,7 +32,7 @@ from experiments._common import add_cli_options, add_out_argument, add_seeds_arg
 import savigp
 from likelihoods import Gaussian, Poisson
 from savigp.kernels import build_kernel, parse_kernel
-from savigp.training.kernel_search import _key, _terms_of
+from savigp.selection.kernel_proposals import canonical_key, terms_of
 
 TRUTH = "rbf + periodic"
 TRUTH_VALUES = {"sum": [{"kernel": "rbf", "lengthscale": 2.0, "variance": 1.0},
@@ -53,7 +53,7 @@ def draw(likelihood: str, seed: int, n: int):
 
 
 def structure(spec: dict) -> tuple:
-    return _key(_terms_of(spec))
+    return canonical_key(terms_of(spec))
 
 
 def main(argv=None) -> int:

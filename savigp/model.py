@@ -381,7 +381,7 @@ class SAVIGP(nn.Module):
 
     def replace_posterior(self, posterior: Posterior) -> None:
         """Hold ``posterior`` (of the model's Q and M, e.g. a mixture grown or restarted by
-        :mod:`savigp.training.components`) and record its K and entropy term in :attr:`config` (what a
+        :mod:`savigp.selection.components`) and record its K and entropy term in :attr:`config` (what a
         model file records)."""
         if (posterior.num_latent, posterior.num_inducing) != (self.num_latent, self.num_inducing):
             raise ValueError(f"posterior has (Q, M) = {(posterior.num_latent, posterior.num_inducing)}, model needs "

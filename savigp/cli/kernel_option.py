@@ -43,7 +43,7 @@ from .plan import TrainPlan
 #: the ``--kernel`` value reserved for a search over kernel structures
 SEARCH = "search"
 #: the key of :func:`kernel_options`'s answer that holds ``--kernel search``'s
-#: :class:`savigp.training.kernel_search.KernelSearchResult` (not a model option: the caller takes it out)
+#: :class:`savigp.selection.kernel_search.KernelSearchResult` (not a model option: the caller takes it out)
 SEARCHED = "searched"
 #: options of every family that do not depend on the inputs' units
 _UNITLESS = ("kernel", "active_dims", "ard", "learn", "alpha", "nu")
@@ -112,7 +112,7 @@ def kernel_options(plan: TrainPlan, table, icols, input_stats: Optional[dict], n
 
 
 def _search(plan: TrainPlan, data, names, quiet: bool):
-    """``--kernel search``: the :class:`~savigp.training.kernel_search.KernelSearchResult` of
+    """``--kernel search``: the :class:`~savigp.selection.kernel_search.KernelSearchResult` of
     :func:`savigp.search_kernels` (Duvenaud et al. 2013; ranked by the full-data ELBO less a BIC
     penalty) on the training data in the model's units, its table printed to stderr; the run then
     starts from the search's fitted model (:mod:`savigp.cli.searched_model`). On ``--resume``
@@ -130,7 +130,7 @@ def _search(plan: TrainPlan, data, names, quiet: bool):
     if plan.search_max_terms < 1 or plan.search_budget < 0 or plan.search_iterations < 1:
         raise CLIError("--search-max-terms and --search-iterations must be >= 1, --search-budget >= 0")
 
-    from ..training.kernel_search import search_kernels
+    from ..selection.kernel_search import search_kernels
 
     Xm, Ym, likelihood = data
     fit_options = {"num_samples": plan.samples, "estimator": plan.estimator}

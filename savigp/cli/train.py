@@ -550,14 +550,15 @@ def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bo
                 warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
                 if plan.max_components is not None:  # the search (no checkpoints: refused with it), then done
                     # (without --iterations/--epochs each candidate K is fitted to convergence)
-                    history = fit(model, iterations=None if plan.until_converged else remaining, groups=groups,
-                                  progress=False, log_every=log_every, max_components=plan.max_components,
-                                  **plan.fit_options())
+                    from ..selection.components import format_table
+                    from ..selection.front import choose_and_adopt
+
+                    history = choose_and_adopt(model, plan.max_components, groups=groups, progress=False,
+                                               iterations=None if plan.until_converged else remaining,
+                                               log_every=log_every, **plan.fit_options())
                     if plan.until_converged and history.convergence is not None:
                         ckp.total = int(history.convergence.steps)
                     ckp.state["step"] = ckp.total
-                    from ..training.components import format_table
-
                     K = model.posterior.num_components
                     print(f"savigp train: K = {K} of {plan.components}..{plan.max_components} by the full-data ELBO "
                           f"(K + 1 needs a gain > 2 s.e. and > 0.1 nats):\n{format_table(history.components, K)}")

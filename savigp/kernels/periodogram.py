@@ -3,7 +3,7 @@ check of a period a user gives.
 
 * :func:`periodogram_peaks` -- the strongest peaks of the Lomb-Scargle periodogram (Lomb 1976;
   Scargle 1982), the starting periods of the kernel search's periodic parts
-  (:mod:`savigp.training.kernel_search`);
+  (:mod:`savigp.selection.kernel_search`);
 * :func:`period_warnings` -- a period given in a kernel expression or spec, checked against the
   targets' own peaks: a period in other units than its column's (12 for a yearly season of a column
   in years) trained silently to no season (issue 57); now the model says so

@@ -452,7 +452,7 @@ class MixturePosterior(ScaledPosterior):
         (a birth along its widest direction, the pair keeping its first two moments), held by the
         class the family builds for K + 1 components (:meth:`restarted`: a full Gaussian grows into
         a full mixture) with the entropy term ``entropy`` (None: this posterior's). The birth of
-        :func:`savigp.training.components.grow`."""
+        :func:`savigp.selection.components.grow`."""
         split = self.split(component)
         new = self.restarted(self.num_components + 1, prior_factor, generator=None, entropy=entropy)
         new.load_state_dict(split.state_dict())

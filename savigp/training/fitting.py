@@ -28,7 +28,6 @@ from ..runtime.threads import choose_threads, step_work, torch_threads
 from ..model import SAVIGP, ELBOTerms
 from . import loop, schedule as _schedule, starts as _starts, step as _step, warmup as _warmup
 from .component_checks import ComponentWarning, component_notes, fold_notes
-from .components import ComponentSearch, adopt, search_components
 from .convergence import MIN_TREND_STEPS, ConvergenceWarning, full_data_elbo, still_rising
 from .groups import parameter_groups
 from .loop import Batches, TrainingHistory
@@ -76,18 +75,6 @@ def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> No
     if problem is not None:
         warnings.warn(f"savigp.fit: {problem}. The two-stage recipe avoids it: {TWO_STAGE_PYTHON}.",
                       FactorizedHyperparameterWarning, stacklevel=3)  # (fit's caller)
-
-
-def choose_components(model: SAVIGP, **options) -> ComponentSearch:
-    """Choose the number of mixture components K by the full-data ELBO: grow K from the model's
-    while K + 1's ELBO exceeds K's by more than its Monte Carlo standard error, each K fitted by
-    :func:`fit`. ``options``: those of
-    :func:`savigp.training.components.search_components` (``max_components``, ``restarts``,
-    ``min_gain_se``, ``min_gain``, ``eval_samples``, ``eval_repeats``, ``entropy``, ``verbose``)
-    and of :func:`fit`. Returns a :class:`~savigp.training.components.ComponentSearch`: the
-    chosen, fitted model, its K and the ELBO per K."""
-    return search_components(model, fit, **options)
-
 
 
 def default_log_every(device: torch.device) -> int:
@@ -163,7 +150,6 @@ def fit(
     log_every: Optional[int] = None,
     cuda_graphs: Optional[bool] = None,
     weight_lr: Optional[float] = None,
-    max_components: Optional[int] = None,
     threads: Optional[int] = None,
     final_elbo: bool = True,
     starts: Optional[int] = None,
@@ -244,13 +230,6 @@ def fit(
             phases are the same in one process, under torch.distributed and in a run resumed from
             ``state`` (:mod:`savigp.training.schedule`): the command line's ``savigp train`` is
             this function with a ``state`` it checkpoints, so its runs are Python's.
-        max_components: choose the number of mixture components K, up to this many, by the
-            full-data ELBO (:func:`savigp.choose_components` with fit's other arguments and its
-            defaults: a birth and two restarts per K, K grown while the ELBO gains more than 2
-            standard errors); the model's posterior (and every other parameter) is then the chosen
-            fit's, in place, the table of ELBO per K is printed unless ``progress=False``, and the
-            returned history is the chosen fit's with the table in ``history.components``. Not with
-            ``state`` or ``callback``.
         num_samples: S, Monte Carlo samples per data point and component.
         estimator: a name of :data:`savigp.ESTIMATORS` (:mod:`savigp.estimators`).
         groups: parameter groups to optimize (default all): a subset of :data:`PARAMETER_GROUPS`.
@@ -322,7 +301,7 @@ def fit(
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS.names()}, got {optimizer!r}")
-    if iterations is None and epochs is None and max_components is None:  # to convergence
+    if iterations is None and epochs is None:  # to convergence
         from .until_converged import fit_until_converged
 
         return fit_until_converged(model, fit, max_iterations=max_iterations, time_budget=time_budget, state=state,
@@ -332,16 +311,6 @@ def fit(
                                    tune_allocator=tune_allocator, log_every=log_every, cuda_graphs=cuda_graphs,
                                    weight_lr=weight_lr, threads=threads, starts=starts,
                                    start_fraction=start_fraction, reflect=reflect, anneal=anneal, warmup=warmup)
-    if max_components is not None:  # the K search: fits of this function, one kept
-        if state is not None or callback is not None:
-            raise ValueError("fit(max_components=...) fits several models: it takes no state= or callback=")
-        return _choose_and_adopt(model, max_components, record_elbo=final_elbo, verbose=progress, iterations=iterations,
-                                 epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr,
-                                 num_samples=num_samples, estimator=estimator, groups=groups, seed=seed,
-                                 progress=False, lbfgs_max_iter=lbfgs_max_iter, tune_allocator=tune_allocator,
-                                 log_every=log_every, cuda_graphs=cuda_graphs, weight_lr=weight_lr, threads=threads,
-                                 final_elbo=False, starts=starts, start_fraction=start_fraction, reflect=reflect,
-                                 anneal=anneal, warmup=warmup)
     N = model.num_data
     B = N if (batch_size is None or OPTIMIZERS[optimizer].line_search) else int(batch_size)
     if not 1 <= B <= N:
@@ -401,21 +370,6 @@ def fit(
                 shard=shard, reduce=reduce)
     history.threads = n_threads
     return history
-
-
-def _choose_and_adopt(model: SAVIGP, max_components: int, *, record_elbo: bool, **options) -> TrainingHistory:
-    """``fit(max_components=...)``: :func:`choose_components` with fit's ``options``, the chosen fit
-    adopted by ``model`` in place; its history, with the table of ELBO per K (and, with
-    ``record_elbo``, the search's own full-data estimate of the chosen fit)."""
-    search = choose_components(model, max_components=max_components, **options)
-    adopt(model, search.model)
-    _warmup.mark_fitted(model)
-    h = search.history
-    h.components = search.table
-    if record_elbo:
-        h.final_elbo, h.final_elbo_stderr = search.table[search.num_components]["elbo"], \
-            search.table[search.num_components]["se"]
-    return h
 
 
 @contextmanager

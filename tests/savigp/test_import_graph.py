@@ -23,6 +23,8 @@ LAYERS = (
      "savigp.metrics", "savigp.cost", "savigp.user_likelihood", "savigp.best_constant"),
     ("savigp.model", "savigp.odvff", "savigp.parts"),
     ("savigp.training",),
+    # model selection: searches proposing candidates over one loop, above fit (which knows nothing of them)
+    ("savigp.selection",),
     ("savigp.model_files",),
     # the report reads a model file's records (the search's table, the trace) and the model
     ("savigp.reports",),

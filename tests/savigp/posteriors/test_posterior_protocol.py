@@ -187,7 +187,7 @@ def test_the_training_modules_read_no_internals():
     parameters (issue 45). (A registered name compared, a family's class tested or its own attribute
     probed, in any module: tests/savigp/test_capabilities_not_names.py.)"""
     root = Path(savigp.__file__).parent
-    for rel in ("model.py", "training/components.py", "training/starts.py", "training/warm_start.py",
+    for rel in ("model.py", "selection/components.py", "training/starts.py", "training/warm_start.py",
                 "training/natural_gradients.py", "training/step.py", "training/groups.py"):
         src = (root / rel).read_text()
         code = "\n".join(line.split("#")[0] for line in src.splitlines()

@@ -57,7 +57,7 @@ def test_birth_grows_k_without_losing_elbo():
     ELBO is the mean of 12 full-data estimates, its standard error from their spread (the Monte
     Carlo entropy's error included): from 4, a standard error estimated on 3 degrees of freedom was
     up to 3 times too small (at the split here: 0.021, against 0.08 from 30 estimates)."""
-    from savigp.training.components import elbo_estimate
+    from savigp.selection.components import elbo_estimate
 
     p = PROBLEMS["abs5"]
     m = mm.train(p.build(1, 0), p, "reparam", 0, iterations=300)

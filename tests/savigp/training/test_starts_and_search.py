@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import savigp
-from savigp.training import components, starts
+from savigp.selection import candidates, components
+from savigp.training import starts
 
 from experiments import mixture_modes as mm
 
@@ -122,21 +123,42 @@ def test_the_search_gives_k_and_k_plus_1_equal_budgets_and_extends_rising_fits(m
     monkeypatch.setattr(components, "elbo_estimate", lambda m, **kw: (m._elbo, 0.01))
     calls = []
     model = PROBLEMS["abs5"].build(1, 0)
-    found = components.search_components(model, _fake_fit(calls, lambda K, n: -10.0 + 0.5 * n), max_components=3,
-                                         restarts=1, verbose=False, iterations=10)
+    monkeypatch.setattr(candidates, "fit", _fake_fit(calls, lambda K, n: -10.0 + 0.5 * n))
+    found = components.choose_components(model, max_components=3, restarts=1, verbose=False, iterations=10)
     assert found.num_components == 1, found.format()
     assert found.table[1]["start"] == "continued" and "continued" in found.table[1]["starts"]
     assert found.table[2]["gain"] == pytest.approx(0.0) and found.table[1]["converged"]
     calls = []
-    found = components.search_components(PROBLEMS["abs5"].build(1, 0), _fake_fit(calls, lambda K, n: -10.0 + K,
-                                                                                 rising_until=5),
-                                         max_components=2, restarts=0, max_extensions=2, verbose=False, iterations=10)
+    monkeypatch.setattr(candidates, "fit", _fake_fit(calls, lambda K, n: -10.0 + K, rising_until=5))
+    found = components.choose_components(PROBLEMS["abs5"].build(1, 0), max_components=2, restarts=0, max_extensions=2,
+                                         verbose=False, iterations=10)
     fits = {}
     for key, K, s in calls:
         fits.setdefault(key, []).append(s)
     assert all(v == [None, 1, 1] for v in fits.values()), fits  # (fit, then two extensions without starts)
     assert not found.table[1]["converged"] and found.table[1]["fits"] == 3 and found.num_components == 2
     assert "converged" in found.format() and found.seconds > 0
+
+
+def test_a_failing_k_plus_1_candidate_is_rejected_and_k_is_kept(monkeypatch):
+    """Every K = 2 candidate's fit raises (a diverged fit): each is rejected, the search keeps K = 1
+    and returns the given model, fitted (its continuation scored no higher); before the candidate
+    loop the error ended the search."""
+    from savigp.training.loop import TrainingDiverged
+
+    monkeypatch.setattr(components, "elbo_estimate", lambda m, **kw: (m._elbo, 0.01))
+    good = _fake_fit([], lambda K, n: -10.0)
+
+    def fit(model, **kw):
+        if model.posterior.num_components == 2:
+            raise TrainingDiverged("step 3: the ELBO is nan")
+        return good(model, **kw)
+
+    monkeypatch.setattr(candidates, "fit", fit)
+    model = PROBLEMS["abs5"].build(1, 0)
+    found = components.choose_components(model, max_components=3, restarts=1, verbose=False, iterations=10)
+    assert found.num_components == 1 and found.model.posterior.num_components == 1 and set(found.table) == {1}
+    assert found.model is model and found.table[1]["start"] == "given" and "continued" in found.table[1]["starts"]
 
 
 def test_fit_says_when_it_ends_below_what_its_exploration_reached():

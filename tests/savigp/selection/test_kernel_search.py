@@ -11,25 +11,25 @@ import savigp
 from likelihoods import Gaussian
 from savigp.kernels import build_kernel, parse_kernel
 from savigp.kernels.periodogram import periodogram_peaks as _periodogram_peaks
-from savigp.training.kernel_search import _extends, _inherit, _key, _projections, _proposals, _terms_of, _warm_spec, \
-    _working_residuals
+from savigp.selection.kernel_proposals import canonical_key, extends, inherit, projections, proposals, terms_of, \
+    warm_spec, working_residuals
 
 RBF, PER, LIN = {"kernel": "rbf"}, {"kernel": "periodic"}, {"kernel": "linear"}
 
 
 def test_sums_and_products_commute_in_the_canonical_form():
-    a = _terms_of(parse_kernel("rbf + periodic * linear", input_dim=1))
-    b = _terms_of(parse_kernel("linear * periodic + rbf", input_dim=1))
-    c = _terms_of(parse_kernel("rbf * periodic + linear", input_dim=1))
-    assert _key(a) == _key(b) != _key(c)
+    a = terms_of(parse_kernel("rbf + periodic * linear", input_dim=1))
+    b = terms_of(parse_kernel("linear * periodic + rbf", input_dim=1))
+    c = terms_of(parse_kernel("rbf * periodic + linear", input_dim=1))
+    assert canonical_key(a) == canonical_key(b) != canonical_key(c)
 
 
 def test_the_proposals_add_multiply_and_replace_one_base_kernel():
-    got = {_key(t) for t in _proposals([[RBF]], [RBF, PER, LIN])}
-    want = {_key(_terms_of(parse_kernel(e, input_dim=1))) for e in
+    got = {canonical_key(t) for t in proposals([[RBF]], [RBF, PER, LIN])}
+    want = {canonical_key(terms_of(parse_kernel(e, input_dim=1))) for e in
             ["rbf + rbf", "rbf + periodic", "rbf + linear", "rbf * periodic", "rbf * linear", "periodic", "linear"]}
     assert got == want
-    assert all(len(t) == 1 for t in _proposals(None, [RBF, PER]))
+    assert all(len(t) == 1 for t in proposals(None, [RBF, PER]))
 
 
 def test_the_periodogram_finds_the_period_of_noisy_seasonal_data():
@@ -56,12 +56,12 @@ def test_a_child_projects_onto_its_parent_by_dropping_each_added_base_kernel():
     leaves the parent's structure, with the child's values (here the season is in either factor)."""
     child = {"sum": [{"kernel": "rbf", "lengthscale": [[2.0]]},
                      {"product": [{"kernel": "periodic", "period": [[3.7]]}, {"kernel": "periodic", "period": [[1.3]]}]}]}
-    got = _projections(child, _terms_of(parse_kernel("rbf + periodic", input_dim=1)))
+    got = projections(child, terms_of(parse_kernel("rbf + periodic", input_dim=1)))
     assert [p["sum"][1]["period"] for p in got] == [[[1.3]], [[3.7]]]
     assert all(p["sum"][0] == {"kernel": "rbf", "lengthscale": [[2.0]]} for p in got)
     added = {"sum": [{"kernel": "rbf", "lengthscale": [[2.0]]}, {"kernel": "periodic", "period": [[1.3]]}]}
-    assert _projections(added, _terms_of(parse_kernel("rbf", input_dim=1))) == [{"kernel": "rbf", "lengthscale": [[2.0]]}]
-    assert _projections(added, _terms_of(parse_kernel("linear", input_dim=1))) == []  # a replacement: none
+    assert projections(added, terms_of(parse_kernel("rbf", input_dim=1))) == [{"kernel": "rbf", "lengthscale": [[2.0]]}]
+    assert projections(added, terms_of(parse_kernel("linear", input_dim=1))) == []  # a replacement: none
 
 
 def test_a_linear_part_of_inputs_far_from_zero_is_fitted():
@@ -90,7 +90,7 @@ def test_working_residuals_are_one_newton_step_in_the_latent_space():
     savigp.fit(model, iterations=30, lr=0.05, progress=False, final_elbo=False)
     m = model.predict(X).latent_mean
     rate = torch.exp(model.likelihood.log_rate(m)).detach().numpy()[:, None]  # (its learned offset)
-    r, w = _working_residuals(model, X, counts)
+    r, w = working_residuals(model, X, counts)
     np.testing.assert_allclose(w, rate[:, 0], rtol=1e-10)
     np.testing.assert_allclose(r, (counts - rate) / rate, rtol=1e-10)
     assert not np.allclose(r, counts - model.predict(X).mean.detach().numpy(), rtol=0.1)  # not the y-space residual
@@ -98,7 +98,7 @@ def test_working_residuals_are_one_newton_step_in_the_latent_space():
     y = np.sin(X) + 0.1 * rng.normal(size=X.shape)
     model = savigp.SAVIGP(X, y, Gaussian(variance=0.04), kernel="rbf", num_inducing=10, seed=0)
     m = model.predict(X).latent_mean.detach().numpy()
-    r, w = _working_residuals(model, X, y)
+    r, w = working_residuals(model, X, y)
     np.testing.assert_allclose(r, y - m, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(w, np.full(40, 1 / 0.04), rtol=1e-10)
 
@@ -107,7 +107,7 @@ def test_working_residuals_are_one_newton_step_in_the_latent_space():
 
     black_box = CallableLikelihood(gaussian_numpy, backend="numpy", mean_fn=lambda f: f)
     model = savigp.SAVIGP(X, y, black_box, kernel="rbf", num_inducing=10, seed=0)
-    r, w = _working_residuals(model, X, y)
+    r, w = working_residuals(model, X, y)
     assert w is None
     np.testing.assert_allclose(r, y - model.predict(X).mean.detach().numpy(), rtol=1e-10, atol=1e-12)
 
@@ -152,7 +152,7 @@ def test_candidates_end_at_a_stationary_point_with_the_inducing_inputs_fixed():
 def test_children_start_at_the_parents_fitted_values_and_new_seasons_at_the_peaks():
     parent = {"sum": [{"kernel": "rbf", "lengthscale": [[2.5]], "variance": [0.7]},
                       {"kernel": "periodic", "period": [[1.3]], "lengthscale": [[0.9]], "variance": [1.1]}]}
-    child = _warm_spec([[RBF], [PER, RBF], [PER]], parent, {(): [3.0, 5.0]})
+    child = warm_spec([[RBF], [PER, RBF], [PER]], parent, {(): [3.0, 5.0]})
     rbf, product, per = child["sum"]
     assert rbf["lengthscale"] == [[2.5]]
     assert product["product"][0]["period"] == [[1.3]] and "lengthscale" not in product["product"][1]
@@ -168,22 +168,22 @@ def test_the_neutral_start_leaves_the_parents_prior_almost_as_it_was():
     parent = {"product": [{"kernel": "periodic", "period": [[1.3]], "lengthscale": [[0.9]], "variance": [1.1]},
                           {"kernel": "rq", "lengthscale": [[2.5]], "variance": [0.7], "alpha": [0.5]}]}
     RQ = {"kernel": "rq"}
-    default = {k: [[float(X.std()) * 3.0]] for k in (_key([[RBF]])[0][0], _key([[RQ]])[0][0])}
-    assert _extends([[PER, RQ], [RBF]], [[PER, RQ]]) and _extends([[PER, RQ, RBF]], [[PER, RQ]])
-    assert not _extends([[PER, RBF]], [[PER, RQ]]) and not _extends([[PER, RQ]], [[PER, RQ]])
+    default = {k: [[float(X.std()) * 3.0]] for k in (canonical_key([[RBF]])[0][0], canonical_key([[RQ]])[0][0])}
+    assert extends([[PER, RQ], [RBF]], [[PER, RQ]]) and extends([[PER, RQ, RBF]], [[PER, RQ]])
+    assert not extends([[PER, RBF]], [[PER, RQ]]) and not extends([[PER, RQ]], [[PER, RQ]])
     K = build_kernel(parent, 1, 1).to(torch.float64)(X, X).detach()
-    added = _warm_spec([[PER, RQ], [RBF]], parent, {}, neutral=default)
+    added = warm_spec([[PER, RQ], [RBF]], parent, {}, neutral=default)
     term = added["sum"][1]
     assert term["variance"] == [0.01] and added["sum"][0] == parent
     Kt = build_kernel(added, 1, 1).to(torch.float64)(X, X)
     Kr = build_kernel(dict(term, variance=[1.0]), 1, 1).to(torch.float64)(X, X)
     torch.testing.assert_close(Kt, K + 0.01 * Kr, rtol=1e-12, atol=1e-12)
-    factor = _warm_spec([[PER, RQ, RBF]], parent, {}, neutral=default)
+    factor = warm_spec([[PER, RQ, RBF]], parent, {}, neutral=default)
     assert factor["product"][2]["lengthscale"] == [[30.0 * float(X.std())]]
     ratio = (build_kernel(factor, 1, 1).to(torch.float64)(X, X) / K).detach()
     assert float(ratio.min()) > 0.94 and float(ratio.max()) <= 1.0 + 1e-12
-    assert _warm_spec([[PER, RQ, PER]], parent, {(): [2.0]}, neutral=default) is None
-    assert _warm_spec([[PER, RQ, {"kernel": "linear"}]], parent, {}, neutral=default) is None
+    assert warm_spec([[PER, RQ, PER]], parent, {(): [2.0]}, neutral=default) is None
+    assert warm_spec([[PER, RQ, {"kernel": "linear"}]], parent, {}, neutral=default) is None
 
 
 def _season_data(likelihood: str, n=80):
@@ -203,7 +203,7 @@ def _season_data(likelihood: str, n=80):
 
 @pytest.mark.parametrize("likelihood", ["gaussian", "poisson", "logistic-score"])
 def test_a_neutral_child_starts_at_its_parents_elbo(likelihood):
-    """With the parent's q(u), likelihood parameters and prior mean (:func:`_inherit`), a child from
+    """With the parent's q(u), likelihood parameters and prior mean (:func:`inherit`), a child from
     the neutral start has, before any fitting, at least about the parent's full-data ELBO (fresh, it
     is far below): at most 2 nats below (the new term's 0.01 variance costs Poisson 1.6), plus 3
     standard errors of the difference where the ELBO is a Monte Carlo estimate."""
@@ -213,12 +213,12 @@ def test_a_neutral_child_starts_at_its_parents_elbo(likelihood):
     found = savigp.search_kernels(X, Y, family(), base=("periodic",), max_terms=1, num_inducing=15, iterations=30,
                                   polish=5, period_starts=2, progress=False, fit_options=options)
     parent, elbo, se = found.model, found.table[0]["elbo"], found.table[0]["elbo_stderr"]
-    default = {_key([[b]])[0][0]: [[float(X.std()) * 10.0]] for b in (RBF, {"kernel": "rq"})}
+    default = {canonical_key([[b]])[0][0]: [[float(X.std()) * 10.0]] for b in (RBF, {"kernel": "rq"})}
     for terms in ([[PER], [RBF]], [[PER, RBF]], [[PER, {"kernel": "rq"}]]):
-        spec = _warm_spec(terms, found.spec, {}, neutral=default)
+        spec = warm_spec(terms, found.spec, {}, neutral=default)
         child = savigp.SAVIGP(X, Y, family(), kernel=spec, num_inducing=15, learn_inducing=False)
         fresh, fresh_se = full_data_elbo(child, **options)
-        _inherit(child, parent)
+        inherit(child, parent)
         start, start_se = full_data_elbo(child, **options)
         allowed = 2.0 + 3.0 * math.hypot(se or 0.0, start_se or 0.0)
         assert start > elbo - allowed and fresh < elbo - 20 - allowed, (terms, start, fresh, elbo, allowed)
@@ -266,10 +266,9 @@ def test_a_spent_time_budget_stops_the_search_and_says_so():
 def test_an_lbfgs_line_search_into_a_non_positive_definite_kernel_leaves_the_candidate_where_it_was(monkeypatch):
     """torch's L-BFGS raises from inside its line search (here: the kernel matrix at a trial point)
     and leaves the parameters at that point; the search puts the candidate back and goes on."""
-    import savigp.training as training
     from savigp.linalg.cholesky import CholeskyError
-
-    real_fit = training.fit
+    from savigp.selection import candidates, kernel_search, settle
+    from savigp.training.fitting import fit as real_fit
 
     def fit(model, **options):
         if options.get("optimizer") == "lbfgs":
@@ -279,7 +278,8 @@ def test_an_lbfgs_line_search_into_a_non_positive_definite_kernel_leaves_the_can
             raise CholeskyError("K_zz has non-finite entries")
         return real_fit(model, **options)
 
-    monkeypatch.setattr(training, "fit", fit)
+    for module in (candidates, settle, kernel_search):  # (the selection package's calls of fit)
+        monkeypatch.setattr(module, "fit", fit)
     X, Y = _two_harmonics(30)
     result = savigp.search_kernels(X, Y, Gaussian(), base=("rbf",), max_terms=1, num_inducing=8, iterations=20,
                                    progress=False)
@@ -290,7 +290,12 @@ def test_an_lbfgs_line_search_into_a_non_positive_definite_kernel_leaves_the_can
 def test_a_move_needs_a_gain_above_the_minimum_whatever_its_standard_error():
     """With a closed-form ELBO (standard error 0) a child 0.06 nats above its parent was moved to
     (issue 57); a move now needs more than MIN_GAIN = 1 nat as well as 2 standard errors."""
-    from savigp.training.kernel_search import MIN_GAIN, _wins
+    from savigp.selection.candidates import wins
+    from savigp.selection.kernel_search import MIN_GAIN
+
+    def _wins(child, parent):  # (the rule the search gives the loop: 2 s.e. and MIN_GAIN)
+        return wins(child["score"] - parent["score"], math.hypot(child["elbo_stderr"], parent["elbo_stderr"]),
+                    min_gain_se=2.0, min_gain=MIN_GAIN)
 
     parent = {"score": 100.0, "elbo_stderr": 0.0}
     assert not _wins({"score": 100.06, "elbo_stderr": 0.0}, parent)
@@ -303,9 +308,8 @@ def test_a_failed_candidate_is_rejected_with_its_reason_and_leaves_its_parent_as
     """A candidate whose fit ends with non-finite parameters and ELBO (no error raised: raw day numbers
     under a Poisson likelihood did it to every two-part candidate, issue 57) is a row with its reason,
     never chosen; the chosen model and spec stay finite."""
-    import savigp.training as training
-
-    real_fit = training.fit
+    from savigp.selection import candidates, kernel_search, settle
+    from savigp.training.fitting import fit as real_fit
 
     def fit(model, **options):
         history = real_fit(model, **options)
@@ -315,7 +319,8 @@ def test_a_failed_candidate_is_rejected_with_its_reason_and_leaves_its_parent_as
                     p.fill_(float("nan"))
         return history
 
-    monkeypatch.setattr(training, "fit", fit)
+    for module in (candidates, settle, kernel_search):  # (the selection package's calls of fit)
+        monkeypatch.setattr(module, "fit", fit)
     X, Y = _two_harmonics(30)
     result = savigp.search_kernels(X, Y, Gaussian(), base=("rbf",), max_terms=2, num_inducing=8, iterations=20,
                                    polish=2, period_starts=1, progress=False)

@@ -13,23 +13,24 @@
   full-data ELBO kept; K grows while the kept fit's full-data ELBO exceeds the previous K's by more
   than ``min_gain_se`` Monte Carlo standard errors of the difference. The ELBO is the model's own
   (eq. (17) with whatever entropy term the model uses for K > 1), so the choice is as good as that
-  entropy's ranking of K (see docs/mixtures.md).
+  entropy's ranking of K (see docs/mixtures.md). The search proposes the candidates of each K; the
+  candidate loop (:mod:`savigp.selection.candidates`) fits, scores, rejects and compares them.
 """
 from __future__ import annotations
 
 import copy
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
 from .._choices import ESTIMATORS
 from ..model import SAVIGP
-from .component_checks import ComponentWarning
-from .convergence import ConvergenceWarning, full_data_elbo
+from ..training.component_checks import ComponentWarning
+from ..training.convergence import ConvergenceWarning, full_data_elbo
+from .candidates import Candidate, CandidateLoop, Fitted, Trial, best as best_trial, fit_while_rising
 
 
 def _check_growable(model: SAVIGP):
@@ -162,28 +163,14 @@ def format_table(table: dict, chosen: int) -> str:
     return "\n".join(lines)
 
 
-@dataclass
-class _Fitted:
-    """One candidate of the search, fitted: the model, its full-data ELBO and standard error, whether
-    its ELBO stopped rising, the fits it took, its last history."""
-
-    model: SAVIGP
-    elbo: float
-    se: float
-    converged: bool
-    fits: int
-    history: object
-
-
-def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, restarts: int = 2, min_gain_se: float = 2.0,
+def choose_components(model: SAVIGP, *, max_components: int = 4, restarts: int = 2, min_gain_se: float = 2.0,
                       min_gain: float = 0.1, max_extensions: int = 2,
                       eval_samples: int = 1000, eval_repeats: int = 4, entropy: Optional[str] = None,
                       verbose: bool = True, **fit_kwargs) -> ComponentSearch:
     """Choose the number of mixture components K by the full-data ELBO, comparing fits of equal budgets.
 
-    Fits ``model`` as it is (``fit(model, **fit_kwargs)``, :func:`savigp.fit` when called as
-    :func:`savigp.choose_components`; normally K = 1). Then, for K + 1, three kinds of candidate,
-    each fitted with ``fit_kwargs``:
+    Fits ``model`` as it is (:func:`savigp.training.fitting.fit` with ``fit_kwargs``; normally K = 1).
+    Then, for K + 1, three kinds of candidate, each fitted with ``fit_kwargs``:
 
     * a birth (:func:`grow`) of the kept K fit, splitting the component the data disagree with most
       (:func:`disagreement`);
@@ -193,21 +180,20 @@ def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, 
       and make K + 1 look better by what the extra steps gave. The K fit compared is the better of
       the two (its row of the table says so).
 
-    Every fit is extended (``fit`` again without starts or move, up to ``max_extensions`` times)
-    while its ELBO is still rising at its end (:func:`savigp.training.convergence.still_rising`),
-    so that fits are compared where their ELBO stopped rising. The kept candidate of K + 1 is the one
-    with the highest full-data ELBO (:func:`elbo_estimate`). K + 1 is accepted while its ELBO exceeds
-    K's by more than ``min_gain_se`` standard errors of the difference and by more than ``min_gain``
-    nats (a K + 1 that only repeats K's fit, e.g. two coinciding components under an entropy that is
-    exact for them, gains about 0, and an ELBO without Monte Carlo error has no standard error to
-    compare with); the search stops at the first K + 1 that is not, or at ``max_components``.
-    The default of 2 standard errors grows K by chance with probability about 2% when K + 1 adds
-    nothing (a one-sided normal test).
+    Each candidate goes through the candidate loop (:class:`savigp.selection.candidates.CandidateLoop`):
+    it is fitted on (without starts or move, up to ``max_extensions`` times) while its ELBO is still
+    rising at its end (:func:`savigp.selection.candidates.fit_while_rising`), so that fits are compared
+    where their ELBO stopped rising; one whose fit fails (a diverged fit, a non-finite ELBO or
+    parameter) is rejected (its start's ELBO in the table is NaN) and changes no other. The kept
+    candidate of K + 1 is the one with the highest full-data ELBO (:func:`elbo_estimate`). K + 1 is
+    accepted while its ELBO exceeds K's by more than ``min_gain_se`` standard errors of the
+    difference and by more than ``min_gain`` nats (a K + 1 that only repeats K's fit, e.g. two
+    coinciding components under an entropy that is exact for them, gains about 0, and an ELBO
+    without Monte Carlo error has no standard error to compare with); the search stops at the first
+    K + 1 that is not, or at ``max_components``. The default of 2 standard errors grows K by chance
+    with probability about 2% when K + 1 adds nothing (a one-sided normal test).
 
     Args:
-        fit: fits one model in place with ``fit_kwargs`` and returns its ``TrainingHistory``
-            (:func:`savigp.fit`, which :func:`savigp.choose_components` passes; taken as an
-            argument so that this module does not import the training loop that calls it).
         model: a :class:`savigp.SAVIGP` with a mixture posterior ('full', 'diag', 'diag-u')
             and no mean head. It is fitted in place (as the first K); the other fits are copies.
         max_components: the largest K tried (>= the model's K).
@@ -219,7 +205,7 @@ def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, 
         entropy: the entropy term of the mixtures with K > 1 (see :func:`grow`; None: the model's,
             or the library's default).
         verbose: print the table at the end.
-        fit_kwargs: passed to :func:`savigp.fit` for every fit (e.g. ``iterations``, ``lr``,
+        fit_kwargs: passed to :func:`savigp.training.fitting.fit` for every fit (e.g. ``iterations``, ``lr``,
             ``num_samples``, ``estimator``, ``batch_size``, ``groups``, ``seed``).
 
     Returns:
@@ -243,44 +229,42 @@ def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, 
     estimator = fit_kwargs.get("estimator", "auto")
     eval_estimator = "auto" if ESTIMATORS[estimator].score_function else estimator
     seed = int(fit_kwargs.get("seed", 0))
+    loop = CandidateLoop(score=lambda m: elbo_estimate(m, num_samples=eval_samples, repeats=eval_repeats,
+                                                       estimator=eval_estimator, seed=seed),
+                         min_gain_se=min_gain_se, min_gain=min_gain)
 
-    def fitted(m) -> _Fitted:
-        with warnings.catch_warnings():  # (the search reports convergence in its table, and compares K's)
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            warnings.simplefilter("ignore", ComponentWarning)  # (K + 1 on a K-mode posterior repeats a mode)
-            h, fits = fit(m, **fit_kwargs), 1
-            while h.still_rising and fits <= int(max_extensions):
-                h, fits = fit(m, **extend_kwargs), fits + 1
-        e, s_e = elbo_estimate(m, num_samples=eval_samples, repeats=eval_repeats, estimator=eval_estimator, seed=seed)
-        return _Fitted(m, e, s_e, h.still_rising is None, fits, h)
+    def fitted(label: str, m: SAVIGP) -> Trial:
+        def fit_m() -> Fitted:
+            h, fits = fit_while_rising(m, fit_kwargs, again=extend_kwargs, max_extensions=max_extensions,
+                                       quiet=(ConvergenceWarning, ComponentWarning))  # (K + 1 on a K-mode posterior repeats a mode)
+            return Fitted(m, h.still_rising is None, fits, h)
+        return loop.fit(Candidate(label, fit_m))
 
-    def row(c: _Fitted, start: str, starts: dict, seconds: float, gain=None, gain_se=None) -> dict:
-        return {"elbo": c.elbo, "se": c.se, "gain": gain, "gain_se": gain_se, "start": start, "starts": starts,
-                "converged": c.converged, "fits": c.fits, "seconds": seconds}
-
-    t0 = time.perf_counter()
-    best = fitted(model)
-    search = ComponentSearch(model, K0, {K0: row(best, "given", {"given": best.elbo}, time.perf_counter() - t0)})
+    best = fitted("given", model)
+    if best.failed:
+        raise best.error if best.error is not None else RuntimeError(f"choose_components: the given fit: {best.failed}")
+    search = ComponentSearch(model, K0, {K0: _row(best, "given", {"given": best.elbo}, best.seconds)})
     for K in range(K0 + 1, int(max_components) + 1):
         t0 = time.perf_counter()
         starts = {"split": grow(copy.deepcopy(best.model), entropy=entropy)}
         for r in range(int(restarts)):
             starts[f"restart {r + 1}"] = restart(model, K, seed + 1000 * K + r + 1, entropy=entropy)
-        results = {name: fitted(m) for name, m in starts.items()}
-        continued = fitted(copy.deepcopy(best.model))
+        results = {name: fitted(name, m) for name, m in starts.items()}
+        continued = fitted("continued", copy.deepcopy(best.model))
         previous = search.table[K - 1]
         previous["starts"]["continued"] = continued.elbo
-        if continued.elbo > best.elbo:  # (the K - 1 fit compared is the better of the two)
+        if continued.failed is None and continued.elbo > best.elbo:  # (the K - 1 fit compared is the better of the two)
             best = continued
-            previous.update(row(best, "continued", previous["starts"], previous["seconds"], previous["gain"],
-                                previous["gain_se"]))
+            previous.update(_row(best, "continued", previous["starts"], previous["seconds"], previous["gain"],
+                                 previous["gain_se"]))
             search.model = best.model
-        name = max(results, key=lambda n: results[n].elbo)
-        cand = results[name]
+        cand = best_trial(results.values())
+        if cand is None:  # (every K + 1 candidate failed: K stays)
+            break
         gain, gain_se = cand.elbo - best.elbo, math.hypot(cand.se, best.se)
-        search.table[K] = row(cand, name, {n: v.elbo for n, v in results.items()}, time.perf_counter() - t0,
-                              gain, gain_se)
-        if not (gain > float(min_gain_se) * gain_se and gain > float(min_gain)):
+        search.table[K] = _row(cand, cand.label, {n: v.elbo for n, v in results.items()}, time.perf_counter() - t0,
+                               gain, gain_se)
+        if not loop.wins(cand, best):
             break
         best = cand
         search.model, search.num_components = cand.model, K
@@ -290,3 +274,9 @@ def search_components(model: SAVIGP, fit: Callable, *, max_components: int = 4, 
         print(f"savigp.choose_components: K = {search.num_components} (K + 1 needs a gain > {min_gain_se:g} s.e. "
               f"and > {min_gain:g} nats; {search.seconds:.1f} s)\n" + search.format())
     return search
+
+
+def _row(c: Trial, start: str, starts: dict, seconds: float, gain=None, gain_se=None) -> dict:
+    """A row of :attr:`ComponentSearch.table`."""
+    return {"elbo": c.elbo, "se": c.se, "gain": gain, "gain_se": gain_se, "start": start, "starts": starts,
+            "converged": c.converged, "fits": c.fits, "seconds": seconds}
