@@ -318,8 +318,9 @@ def fit(model: SAVIGP, plan: Optional[FitPlan] = None, *, max_components: Option
     if history.starts is not None and (history.starts.starts > 1 or history.starts.reflection is not None):
         history.notes.append(history.starts.note())  # (what the starts and the move did)
     if history.steps and not history.stopped:  # (a mixture using fewer components than it has, at its end)
-        history.notes.extend(component_notes(model))
-        history.notes.extend(fold_notes(model, int(plan.seed)))  # (a latent function that changes sign)
+        with _process(model, resolved.threads, tune_allocator=False):  # (on the run's threads)
+            history.notes.extend(component_notes(model))
+            history.notes.extend(fold_notes(model, int(plan.seed)))  # (a latent function that changes sign)
     if rank0:
         _notes.warn(history.notes, stacklevel=2)  # (fit's caller: each note once)
     return history
