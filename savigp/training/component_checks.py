@@ -1,8 +1,8 @@
 """What a fitted mixture posterior says about its own components: one that holds almost no weight,
 or two that sit on one mode. A K-component fit that ended so uses fewer components than it has
 (Bonilla et al. 2019, §3.2: the mixture's components are meant to cover the posterior's modes), and
-nothing said so (issue 57); :func:`savigp.fit` now warns with :class:`ComponentWarning` and keeps the
-line in ``history.notes``.
+nothing said so (issue 57); :func:`savigp.fit` now keeps a :class:`~savigp.training.notes.Note` in
+``history.notes`` and warns it once, with :class:`ComponentWarning`, at its end.
 """
 from __future__ import annotations
 

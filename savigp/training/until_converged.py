@@ -32,7 +32,8 @@ Without ``iterations`` or ``epochs``, fit runs in rounds instead and stops by a 
   a random point of its noise floor, nats below the optimum.
 
 The history's :attr:`~savigp.training.loop.TrainingHistory.convergence` records the verdict
-(:class:`Convergence`), and a run that hit its cap still rising warns with
+(:class:`Convergence`), and a run that did not converge (its cap, its time budget, a fall) has a
+:class:`~savigp.training.notes.Note` of it in ``history.notes``, which fit warns once with
 :class:`~savigp.training.convergence.ConvergenceWarning`.
 """
 from __future__ import annotations
