@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -37,8 +38,8 @@ def _at_least(name: str, value, low, *, strict: bool = False) -> None:
     ``ValueError`` naming ``name`` and what it expected."""
     if value is None:
         return
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (
-        value > low if strict else value >= low)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and (
+        value > low if strict else value >= low)  # (numpy's numbers too)
     if not ok:
         raise ValueError(f"{name} must be {'>' if strict else '>='} {low}, got {value!r}")
 
@@ -113,7 +114,7 @@ class FitPlan:
         _at_least("weight_lr", self.weight_lr, 0, strict=True)
         _at_least("threads", self.threads, 1)
         _at_least("starts", self.starts, 1)
-        if not (isinstance(self.start_fraction, (int, float)) and 0 < float(self.start_fraction) < 1):
+        if not (isinstance(self.start_fraction, numbers.Real) and 0 < float(self.start_fraction) < 1):
             raise ValueError(f"start_fraction must be in (0, 1), got {self.start_fraction!r}")
         _at_least("max_iterations", self.max_iterations, 1)
         _at_least("time_budget", self.time_budget, 0, strict=True)

@@ -4,6 +4,7 @@ fit's own), built from a :class:`~savigp.training.plan.FitPlan`, checked when it
 keyword arguments, which keep working as before, bit for bit."""
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -61,6 +62,7 @@ def test_a_fit_plan_fills_in_the_phases_defaults_and_resolves_for_the_model():
     assert FitPlan(optimizer="lbfgs", batch_size=6, iterations=3).for_model(model).batch_size == 20
     assert FitPlan(max_iterations=70).for_model(model).iterations is None and FitPlan().steps_for(20) == 20000
     assert FitPlan(callback_every=50).log_every_on("cpu") == 1 and FitPlan(callback_every=50).log_every_on("cuda") == 50
+    assert FitPlan(iterations=np.int64(5), lr=np.float32(0.1)).steps_for(20) == 5  # (numpy's numbers are numbers)
     with pytest.raises(ValueError, match="batch_size must be between 1 and N=20, got 21"):
         FitPlan(batch_size=21).for_model(model)
 
