@@ -75,6 +75,9 @@ class Likelihood(nn.Module):
     #: conjugate to the Gaussian prior, so the exact posterior over f is Gaussian (a mean-field q(u)
     #: then has the optimum of Bishop 2006, §10.1.2, which ``savigp train`` warns of)
     conjugate: bool = False
+    #: classification into two classes with labels {-1, +1} (or {0, 1}) in one column: a binary
+    #: classifier (Logistic, Probit), whose class count and labels a model file reads from this
+    binary: bool = False
     #: classification: True when the labels are ordered (ordinal), so that the mean and variance of
     #: the label are summaries worth reporting (``savigp predict`` writes them only then; for
     #: unordered classes the class probabilities say everything).
