@@ -71,6 +71,13 @@ class Likelihood(nn.Module):
     #: True when log p(y | f) is concave in f for every y: with a Gaussian prior the posterior then has
     #: one mode, so a single Gaussian's start is no saddle (savigp.training.starts skips its test)
     log_concave: bool = False
+    #: True when p(y | f) is Gaussian in f with a variance that does not depend on f (y = f + noise):
+    #: conjugate to the Gaussian prior, so the exact posterior over f is Gaussian (a mean-field q(u)
+    #: then has the optimum of Bishop 2006, §10.1.2, which ``savigp train`` warns of)
+    conjugate: bool = False
+    #: classification into two classes with labels {-1, +1} (or {0, 1}) in one column: a binary
+    #: classifier (Logistic, Probit), whose class count and labels a model file reads from this
+    binary: bool = False
     #: classification: True when the labels are ordered (ordinal), so that the mean and variance of
     #: the label are summaries worth reporting (``savigp predict`` writes them only then; for
     #: unordered classes the class probabilities say everything).

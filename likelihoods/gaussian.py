@@ -27,6 +27,7 @@ class Gaussian(Likelihood):
     """
 
     log_concave = True  # log p(y | f) is concave in f for every y
+    conjugate = True  # y = f + eps: the posterior over f is Gaussian
 
     num_latent = 1
     output_dim = 1

@@ -79,6 +79,7 @@ class Logistic(Likelihood):
     """
 
     log_concave = True  # log p(y | f) is concave in f for every y
+    binary = True  # two classes, labels {-1, +1} or {0, 1}
 
     num_latent = 1
     output_dim = 1

@@ -35,6 +35,8 @@ class MultiGaussian(Likelihood):
 
     #: log p(y_n | f_n) = sum_p log N(y_np; f_np, sigma_p^2): one latent function per term
     separable_latents = True
+    #: y_p = f_p + eps_p: the posterior over f is Gaussian
+    conjugate = True
 
     task = "regression"
 

@@ -16,7 +16,7 @@ _LAZY = {
     "Matern32": "kernels", "Matern52": "kernels", "evaluate": "metrics", "SAVIGP": "model", "ELBOTerms": "model",
     "Prediction": "model", "DiagonalMixture": "posteriors", "FullGaussian": "posteriors", "FullMixture": "posteriors",
     "MixturePosterior": "posteriors", "UDiagonalMixture": "posteriors", "TrainingDiverged": "training",
-    "TrainingHistory": "training", "fit": "selection.front", "OrthogonalMeanHead": "mean_heads",
+    "TrainingHistory": "training", "fit": "selection.front", "FitPlan": "training", "OrthogonalMeanHead": "mean_heads",
     "DecoupledMeanHead": "mean_heads", "HybridMeanHead": "mean_heads", "AdditiveMatern": "kernels.fourier_features",
     "FourierFeatureKernel": "kernels.fourier_features", "odvff_model": "odvff", "fit_orthnat": "training.natural_gradients",
     "CholeskyError": "linalg.cholesky", "robust_cholesky": "linalg.cholesky", "tune_cpu_allocator": "runtime.allocator",
@@ -48,7 +48,7 @@ def __dir__():
 
 
 __all__ = [
-    "SAVIGP", "fit", "evaluate", "choose_components", "grow", "ComponentSearch", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
+    "SAVIGP", "fit", "FitPlan", "evaluate", "choose_components", "grow", "ComponentSearch", "ELBOTerms", "Prediction", "TrainingHistory", "TrainingDiverged",
     "CholeskyError", "robust_cholesky", "Kernel", "RBF", "Matern32", "Matern52", "KernelList", "MixturePosterior",
     "FullGaussian", "DiagonalMixture", "UDiagonalMixture", "FullMixture", "ESTIMATORS", "OrthogonalMeanHead",
     "DecoupledMeanHead", "HybridMeanHead", "AdditiveMatern", "FourierFeatureKernel", "odvff_model",

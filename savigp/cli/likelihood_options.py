@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Iterable
 
 import numpy as np
-from likelihoods import Logistic
 
 from .._choices import LIKELIHOODS
 from .checks import parse_lik_options
@@ -181,7 +180,7 @@ def class_labels(spec: dict, likelihood, Y: np.ndarray):
     None for regression and for a user ``Likelihood`` subclass (classes 0..C-1 in its own order)."""
     if likelihood.task != "classification":
         return None
-    if isinstance(likelihood, Logistic):  # Logistic and Probit (and subclasses): labels {-1, +1} or {0, 1}
+    if getattr(likelihood, "binary", False):  # Logistic and Probit (and subclasses): labels {-1, +1} or {0, 1}
         return [-1.0 if bool((Y == -1).any()) else 0.0, 1.0]
     if getattr(likelihood, "classes", None) is not None:  # a user function's label set
         return [float(c) for c in likelihood.classes]

@@ -170,11 +170,33 @@ class TrainPlan:
         """``--lr``, else the optimizer's own default (its ``default_lr``, :mod:`savigp.training.optimizers`)."""
         return self.lr if self.lr is not None else OPTIMIZERS[self.optimizer].default_lr
 
-    def fit_options(self) -> dict:
-        """The keyword arguments of :func:`savigp.fit` that every fit of this run shares (the run
-        itself, the two-stage fit's first stage, the search over K)."""
-        return {"batch_size": self.batch_size, "optimizer": self.optimizer, "lr": self.learning_rate,
-                "num_samples": self.samples, "estimator": self.estimator, "seed": self.seed, "threads": self.threads}
+    def fit_plan(self, **run):
+        """The :class:`~savigp.training.plan.FitPlan` of this run: the one place where the command's
+        options become :func:`savigp.fit`'s, shared by every fit of the run (the run itself, the
+        two-stage fit's first stage, the search over K). Its length: ``--iterations`` or ``--epochs``;
+        with ``--until-converged``, to convergence with ``--iterations`` as the cap and
+        ``--time-budget``; a ``--kernel search`` run without either, the search's model
+        (:data:`savigp.cli.searched_model.DEFAULT_STEPS` further steps). Then ``--batch-size``,
+        ``--optimizer``, the learning rate (:attr:`learning_rate`), ``--samples``, ``--estimator``,
+        ``--seed``, ``--threads``, ``--learn``'s groups, fit's reads at every ``--checkpoint-every``
+        step (``callback_every``) and progress unless ``--quiet``. ``run``: fields of one fit (its
+        state, callback, steps left, the groups of a stage) replacing those. Its batch size and
+        length on the data (:meth:`~savigp.training.plan.FitPlan.batch_for`,
+        :meth:`~savigp.training.plan.FitPlan.steps_for`) are what the model file records."""
+        from ..training.plan import FitPlan
+        from .searched_model import DEFAULT_STEPS
+
+        if self.until_converged:
+            length = {"max_iterations": self.iterations, "time_budget": self.time_budget}
+        elif self.iterations is None and self.epochs is None:
+            length = {"iterations": DEFAULT_STEPS}
+        else:
+            length = {"iterations": self.iterations, "epochs": self.epochs}
+        options = {**length, "batch_size": self.batch_size, "optimizer": self.optimizer, "lr": self.learning_rate,
+                   "num_samples": self.samples, "estimator": self.estimator, "seed": self.seed,
+                   "threads": self.threads, "groups": self.learn, "callback_every": self.checkpoint_every,
+                   "progress": not self.quiet}
+        return FitPlan(**{**options, **run})
 
 
 #: the options of ``train`` that a resumed run must repeat unchanged (iterations/epochs may grow),

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import sys
 import time
 import types
-import warnings
+from typing import Optional
 
 import numpy as np
 
-from .._choices import ESTIMATORS, OPTIMIZERS, POSTERIORS
+from .._choices import ESTIMATORS, POSTERIORS
 from ..io.csv_data import DataError, data_checksum, read_csv, split_columns
 from ..io.output_paths import check_output_path, remove_orphaned_temporaries
 from ..user_likelihood import USER_KINDS
@@ -25,6 +24,7 @@ from .columns import validate_targets
 from .kernel_option import SEARCH, SEARCHED, check_kernel_options, kernel_options
 from . import searched_model
 from .errors import EXIT_INTERRUPTED, EXIT_OK, CLIError
+from .fit_notes import fit_silenced, note_lines
 from .plan import TrainPlan
 from .ranks import join_ranks, launch_ranks
 from .run_lock import LOCK_ENV, lock_output
@@ -34,11 +34,14 @@ from .user_options import file_lines_in_errors, probe_callable, user_code_failur
 from .warm_start import check_groups, check_warm_start_options, read_source, start_from, warn_joint_factorized
 
 
-def _check_options(plan: TrainPlan) -> None:
-    """The combinations of options, before anything is read."""
+def _check_options(plan: TrainPlan) -> Optional[str]:
+    """The combinations of options, before anything is read; returns how the run learns its
+    hyper-parameters (:func:`~savigp.cli.two_stage.resolve_hypers`: its refusals before ranks are
+    started, its answer kept for the run)."""
     check_warm_start_options(plan)
-    resolve_hypers(plan)  # (its refusals, before ranks are started)
+    hypers = resolve_hypers(plan)
     check_kernel_options(plan)
+    return hypers
 
 
 def _check_training_options(plan: TrainPlan) -> None:
@@ -217,33 +220,35 @@ def _centred_for_float32(X: np.ndarray, quiet: bool):
     return {"mean": [float(v) for v in X.mean(axis=0)], "std": [1.0] * X.shape[1]}
 
 
-def _model_options(plan: TrainPlan) -> dict:
-    """The options of :func:`savigp.model_files.build_model`."""
-    return {
+def _model_options(plan: TrainPlan, prior_mean, kernel: dict, searched, warm) -> dict:
+    """The options of :func:`savigp.model_files.build_model`, built once, final: the command's,
+    ``prior_mean`` (``--prior-mean`` read and checked), ``kernel`` (:func:`kernel_options`: the
+    kernel's spec, the Fourier features' M) and the inducing inputs of the ``--kernel search``'s
+    model (``searched``, its q(u) carries over) or of the ``--warm-start`` source (``warm``: M is the
+    source's, no k-means) where M is not given."""
+    options = {
         "kernel": plan.kernel, "shared_kernel": plan.shared_kernel, "num_inducing": plan.num_inducing, "inducing_init": plan.inducing_init,
         "dense": plan.dense, "learn_inducing": not plan.fixed_inducing, "posterior": plan.posterior,
-        "num_components": plan.components, "entropy": plan.entropy,
-        "prior_mean": parse_floats(plan.prior_mean, "--prior-mean"),
+        "num_components": plan.components, "entropy": plan.entropy, "prior_mean": prior_mean,
         "learn_prior_mean": plan.learn_prior_mean, "mean_basis_size": plan.mean_basis_size or 0,
         "mean_basis": plan.mean_basis, "dtype": plan.dtype, "device": plan.device, "seed": plan.seed,
+        **{k: v for k, v in kernel.items() if k != SEARCHED},
     }
+    if warm is not None and plan.num_inducing is None and not plan.dense:
+        options["inducing_inputs"] = warm.model.inducing.detach()
+    elif searched is not None and not plan.dense and plan.num_inducing in (None, searched.model.inducing.shape[-2]):
+        options["inducing_inputs"] = searched.model.inducing.detach()
+    return options
 
 
 def _config(plan: TrainPlan, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options) -> dict:
-    """The model file's configuration (see :mod:`savigp.model_files`) at step 0."""
+    """The model file's configuration (see :mod:`savigp.model_files`) at step 0: the batch size and
+    the run's length are those of the run's :class:`~savigp.training.plan.FitPlan`
+    (:meth:`TrainPlan.fit_plan`; for a run to convergence, its cap)."""
     N = X.shape[0]
     optimizer = plan.optimizer
-    B = N if (plan.batch_size is None or OPTIMIZERS[optimizer].line_search) else int(plan.batch_size)
-    if plan.until_converged:  # the cap: the rule ends the run before it, unless the ELBO still rises
-        from ..training.until_converged import MAX_ITERATIONS
-
-        total = int(plan.iterations) if plan.iterations is not None else MAX_ITERATIONS
-    elif plan.iterations is not None:
-        total = int(plan.iterations)
-    elif plan.epochs is not None:
-        total = max(1, int(math.ceil(plan.epochs * N / B)))
-    else:  # --kernel search: the search's model, at its optimum, is the model (with_run_length)
-        total = searched_model.DEFAULT_STEPS
+    fitting = plan.fit_plan()
+    B, total = fitting.batch_for(N), fitting.steps_for(N)
     return {
         "model_options": {k: model_options[k] for k in ("kernel", "inducing_init", "seed", "dtype", "prior_mean")},
         "likelihood": spec,
@@ -294,7 +299,7 @@ def cmd_train(args) -> int:
     writes checkpoints and the model. ``args``: the parsed command line, read once into a
     :class:`~savigp.cli.plan.TrainPlan` that the rest takes."""
     plan = TrainPlan.from_args(args)
-    _check_options(plan)
+    hypers = _check_options(plan)
     from ..training.distributed import launched
 
     _check_training_options(plan)
@@ -304,14 +309,15 @@ def cmd_train(args) -> int:
     try:
         if plan.nproc is not None and plan.nproc > 1 and not launched():
             return launch_ranks(plan, out, {LOCK_ENV: out + ".lock"} if lock is not None else {})
-        return _train(plan, out, ckpt, plot)
+        return _train(plan, hypers, out, ckpt, plot)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
-    """``cmd_train`` in one process (or one rank), its output paths checked and locked."""
+def _train(plan: TrainPlan, hypers: Optional[str], out: str, ckpt: str, plot) -> int:
+    """``cmd_train`` in one process (or one rank), its output paths checked and locked; ``hypers``:
+    how it learns its hyper-parameters (:func:`_check_options`)."""
     from ..training.distributed import finish
 
     table, icols, tcols, X, Y = _read_data(plan)
@@ -323,25 +329,22 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
     quiet = plan.quiet or rank != 0
     spec, likelihood, standardize, Xm, Ym, warm = _likelihood_and_targets(  # (its notes on rank 0 alone)
         dataclasses.replace(plan, quiet=quiet), table, icols, tcols, X, Y)
-    model_options = _model_options(plan)
-    if model_options["prior_mean"] is not None:  # (before a two-stage first stage trains from it)
+    prior_mean = parse_floats(plan.prior_mean, "--prior-mean")
+    if prior_mean is not None:  # (before a two-stage first stage trains from it)
         import torch
 
-        check_initial_values({"prior_mean": torch.as_tensor(model_options["prior_mean"], dtype=torch.float64)},
+        check_initial_values({"prior_mean": torch.as_tensor(prior_mean, dtype=torch.float64)},
                              plan.dtype, lambda key: _option_of_state(plan, key))
     # --kernel read against the input columns, in the model's units; --fourier-features
-    model_options.update(kernel_options(plan, table, icols, standardize["inputs"], int(likelihood.num_latent),
-                                        data=(Xm, Ym, likelihood), quiet=quiet))
-    searched = model_options.pop(SEARCHED, None)
-    if searched is not None and not plan.dense and plan.num_inducing in (None, searched.model.inducing.shape[-2]):
-        model_options["inducing_inputs"] = searched.model.inducing.detach()  # (the search's: its q(u) carries over)
-    if warm is not None and plan.num_inducing is None and not plan.dense:
-        model_options["inducing_inputs"] = warm.model.inducing.detach()  # M is the source's; no k-means
+    kernel = kernel_options(plan, table, icols, standardize["inputs"], int(likelihood.num_latent),
+                            data=(Xm, Ym, likelihood), quiet=quiet)
+    searched = kernel.get(SEARCHED)
+    model_options = _model_options(plan, prior_mean, kernel, searched, warm)
     config = _config(plan, table, icols, tcols, X, Y, spec, likelihood, standardize, Ym, model_options)
     if searched is not None:
         config["training"]["kernel_search"] = searched_model.record(searched)
     total = config["training"]["iterations"]
-    hypers = config["training"]["hypers"] = resolve_hypers(plan)
+    config["training"]["hypers"] = hypers
     groups = STAGE_TWO_GROUPS if hypers == "two-stage" else plan.learn  # what this run's fit learns
     _check_cost(plan, X.shape, Y.shape[1], int(likelihood.num_latent), model_options, config, quiet)
     if hypers == "two-stage":  # stage 1's full Gaussian too
@@ -384,9 +387,7 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             if missing and plan.iterations is None and plan.epochs is None:  # q(u) is fresh: to convergence
                 plan = dataclasses.replace(plan, until_converged=True)
                 config["training"]["options"] = plan.resume_options()
-                from ..training.until_converged import MAX_ITERATIONS
-
-                total = config["training"]["iterations"] = MAX_ITERATIONS  # (the cap)
+                total = config["training"]["iterations"] = plan.fit_plan().steps_for(X.shape[0])  # (the cap)
                 missing += "; it trains until the ELBO stops rising (--iterations N: N steps)"
             if missing and not quiet:
                 print(f"savigp train: note: {missing}", file=sys.stderr)
@@ -458,22 +459,10 @@ def _train(plan: TrainPlan, out: str, ckpt: str, plot) -> int:
             ending = _ending(history.convergence, X.shape[0]) if plan.until_converged else ""
             print(f"trained {done} step(s) ({done - begun} in this run, {time.perf_counter() - t0:.1f} s{threads}, "
                   f"{chosen}estimator {history.estimator}), {ending}final ELBO {elbo_text}; wrote {out}")
-            search = getattr(history, "starts", None)
-            if search is not None and (search.starts > 1 or search.reflection is not None) and not quiet:
-                print(f"savigp train: {_search_text(search)}", file=sys.stderr)
             if history.convergence is not None and history.convergence.converged and not quiet:
                 print(f"savigp train: converged: {history.convergence.reason}", file=sys.stderr)
-            if history.still_rising:
-                if history.convergence is not None and history.convergence.ended == "fall":
-                    print(f"savigp train: note: {history.still_rising.replace('(lr=)', '(--lr)')}", file=sys.stderr)
-                elif plan.until_converged:  # (fit's reason less its advice in Python's words)
-                    print(f"savigp train: note: {history.still_rising.rsplit(': give ', 1)[0]} (the same command with "
-                          "--resume, --until-converged and a larger --iterations cap, or a larger --time-budget, "
-                          "goes on in its rounds)", file=sys.stderr)
-                else:
-                    print(f"savigp train: note: {history.still_rising} (the same command with --resume and a larger "
-                          "--iterations continues from the model; without --iterations, savigp train trains until "
-                          "the ELBO stops rising)", file=sys.stderr)
+            for line in note_lines(history.notes, quiet):  # (fit's notes, each once: its warnings were silenced)
+                print(line, file=sys.stderr)
             if plot:
                 from ..io.plotting import save_elbo_plot
 
@@ -522,10 +511,10 @@ def _after_the_model(writer: bool, out: str, step: int, plot, ckp: Checkpointer)
 
 
 def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bool, groups):
-    """:func:`savigp.training.fit` of the parameter ``groups`` (None: all) for the remaining steps,
-    under ``ckp``'s signal handlers."""
-    from ..training import ConvergenceWarning, default_log_every, fit
-    from ..training.warm_start import FactorizedHyperparameterWarning
+    """:func:`savigp.training.fit` of the run's plan (:meth:`TrainPlan.fit_plan`) on the parameter
+    ``groups`` (None: all) for the remaining steps, under ``ckp``'s signal handlers, with fit's
+    warnings silenced (:func:`~savigp.cli.fit_notes.fit_silenced`: the summary prints its notes)."""
+    from ..training import fit
 
     remaining = ckp.total - int(ckp.state.get("step", 0))
     with ckp.signals() as handled:
@@ -539,23 +528,17 @@ def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bo
                       "in f with torch (autograd gave finite gradients): --lik-option differentiable=True selects "
                       "the reparameterization estimator, usually much less noisy than the score function",
                       file=sys.stderr)
-        # fit calls back at its reads of the device: at every checkpoint step at least
-        log_every = default_log_every(model.device)
-        if plan.checkpoint_every:
-            log_every = math.gcd(int(plan.checkpoint_every), log_every)
+        run = plan.fit_plan(groups=groups, progress=not quiet)  # (fit calls back at every checkpoint step)
         try:
-            with file_lines_in_errors(table), warnings.catch_warnings():
-                warnings.simplefilter("ignore", FactorizedHyperparameterWarning)  # said in one line already
-                warnings.simplefilter("ignore", ConvergenceWarning)  # (the still-rising note follows the summary)
-                warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
+            with file_lines_in_errors(table), fit_silenced():
                 if plan.max_components is not None:  # the search (no checkpoints: refused with it), then done
                     # (without --iterations/--epochs each candidate K is fitted to convergence)
                     from ..selection.components import format_table
-                    from ..selection.front import choose_and_adopt
+                    from ..selection.front import fit as fit_choosing_k
 
-                    history = choose_and_adopt(model, plan.max_components, groups=groups, progress=False,
-                                               iterations=None if plan.until_converged else remaining,
-                                               log_every=log_every, **plan.fit_options())
+                    history = fit_choosing_k(model, run.replace(iterations=None if plan.until_converged else remaining,
+                                                                epochs=None, progress=False),
+                                             max_components=plan.max_components)
                     if plan.until_converged and history.convergence is not None:
                         ckp.total = int(history.convergence.steps)
                     ckp.state["step"] = ckp.total
@@ -563,12 +546,10 @@ def _fit(plan: TrainPlan, model, ckp: Checkpointer, table, spec: dict, quiet: bo
                     print(f"savigp train: K = {K} of {plan.components}..{plan.max_components} by the full-data ELBO "
                           f"(K + 1 needs a gain > 2 s.e. and > 0.1 nats):\n{format_table(history.components, K)}")
                     return history
+                run = run.replace(callback=ckp.callback, state=ckp.state)
                 if plan.until_converged:  # (a resumed run goes on in its rounds: the rule's path is in the state)
-                    return fit(model, groups=groups, progress=not quiet, callback=ckp.callback, state=ckp.state,
-                               log_every=log_every, max_iterations=ckp.total, time_budget=plan.time_budget,
-                               **plan.fit_options())
-                return fit(model, iterations=remaining, groups=groups, progress=not quiet, callback=ckp.callback,
-                           state=ckp.state, log_every=log_every, **plan.fit_options())
+                    return fit(model, run.replace(iterations=None, epochs=None, max_iterations=ckp.total))
+                return fit(model, run.replace(iterations=remaining, epochs=None))
         except (SystemExit, KeyboardInterrupt) as err:
             if isinstance(err, KeyboardInterrupt) and (ckp.interrupted or not handled):
                 raise  # Ctrl-C pressed twice: stop at once
@@ -609,17 +590,3 @@ def _verdict(convergence, num_data: int) -> str:
         return "not converged: the ELBO fell below its best round, whose model is kept, "
     cap = convergence.reason.split(" ended the run")[0] if " ended the run" in convergence.reason else "its end"
     return f"not converged: {cap} stopped it with the ELBO still rising, "
-
-
-def _search_text(search) -> str:
-    """One line on what :func:`savigp.fit` explored for a mixture (:class:`savigp.training.starts.Exploration`)."""
-    parts = []
-    if search.starts > 1:
-        parts.append(f"{search.starts} starts of {search.steps} steps, kept start {search.kept} (full-data ELBO "
-                     + ", ".join(f"{e:.6g}" for e in search.elbo) + ")")
-    r = search.reflection
-    if r is not None:
-        parts.append(f"move ({r.get('move', 'reflection')}) of component {r['source']} onto {r['target']} after {r['after']} steps "
-                     f"{'accepted' if r['accepted'] else 'declined'} (ELBO {r['elbo_reflected']:.6g} against "
-                     f"{r['elbo']:.6g})")
-    return "mixture search (savigp.fit's starts): " + "; ".join(parts)

@@ -82,12 +82,11 @@ def mean_field_warning(plan: TrainPlan, model, groups=None) -> str:
     mean-field variances 1 / diag(C^-1) of the exact posterior covariance C, never above diag(C)
     (Bishop 2006, §10.1.2): its predictive intervals are narrower than the full Gaussian's (boston,
     SF 1: 90% coverage 0.026-0.033 below it, docs/mixtures.md), however well it is trained.
-    ``groups``: the groups the run learns (None: all)."""
-    from likelihoods import Gaussian
-
+    ``groups``: the groups the run learns (None: all). A Gaussian likelihood: one that declares itself
+    ``conjugate`` (:class:`likelihoods.Likelihood`), e.g. ``gaussian`` and ``multi-gaussian``."""
     learns_q = groups is None or "posterior" in groups
     if not (learns_q and model.dense and model.posterior.mean_field_over_u
-            and isinstance(model.likelihood, Gaussian)):
+            and getattr(model.likelihood, "conjugate", False)):  # (a duck-typed likelihood declares nothing)
         return ""
     return (f"savigp train: warning: --posterior {plan.posterior} (diagonal over u) on a dense model with a Gaussian "
             "likelihood has the mean-field optimum, whose 90% intervals are narrower than the full Gaussian's "
@@ -112,21 +111,16 @@ def fit_full_gaussian(plan: TrainPlan, Xm, Ym, spec: dict, model_options: dict, 
         ``(model, record)``: the fitted :class:`~savigp.SAVIGP` and what the model file records of it.
     """
     from ..model_files import build_model
-    from ..training import ConvergenceWarning, default_log_every, fit
+    from ..training import fit
+    from .fit_notes import fit_silenced, note_lines
     from .likelihood_options import make_likelihood
-
-    import warnings
 
     options = dict(model_options, posterior="full", num_components=1)
     model = build_model(Xm, Ym, make_likelihood(spec), options)
     total = int(config["training"]["iterations"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        warnings.filterwarnings("ignore", message="savigp.fit: .* is differentiable in f with torch")
-        steps = ({"max_iterations": total, "time_budget": plan.time_budget} if plan.until_converged
-                 else {"iterations": total})
-        history = fit(model, groups=plan.learn, progress=not quiet, log_every=default_log_every(model.device),
-                      **steps, **plan.fit_options())
+    steps = {"max_iterations": total} if plan.until_converged else {"iterations": total, "epochs": None}
+    with fit_silenced():  # (its notes are printed below, once)
+        history = fit(model, plan.fit_plan(progress=not quiet, **steps))
         # (the schedule of the command's --posterior full: it anneals)
     record = {"posterior": "full", "components": 1, "steps": int(history.steps), "estimator": history.estimator,
               "elbo": history.final_elbo, "elbo_stderr": history.final_elbo_stderr,
@@ -137,4 +131,6 @@ def fit_full_gaussian(plan: TrainPlan, Xm, Ym, spec: dict, model_options: dict, 
         print(f"savigp train: stage 1 of 2: full Gaussian, {history.steps} step(s), final ELBO {elbo} (on all "
               f"{Xm.shape[0]} rows); stage 2: {plan.posterior}, K = {plan.components}, learning q(u) only",
               file=sys.stderr)
+        for line in note_lines(history.notes, quiet, prefix="savigp train: stage 1", advise=False):
+            print(line, file=sys.stderr)
     return model, record

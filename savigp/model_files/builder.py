@@ -142,15 +142,14 @@ def rebuild_model(config: dict, state_dict: dict, X=None, Y=None, device=None, l
 
 
 def num_classes(likelihood) -> Optional[int]:
-    """C of a classification likelihood (its ``classes``, ``num_classes``, or 2 for the binary
-    :class:`likelihoods.Logistic`), or None when it does not say (a user ``Likelihood`` subclass)."""
-    from likelihoods import Logistic
-
+    """C of a classification likelihood (its ``classes``, ``num_classes``, or 2 for one that declares
+    itself ``binary``, e.g. :class:`likelihoods.Logistic`), or None when it does not say (a user
+    ``Likelihood`` subclass)."""
     if getattr(likelihood, "classes", None) is not None:
         return len(likelihood.classes)
     if getattr(likelihood, "num_classes", None):
         return int(likelihood.num_classes)
-    return 2 if isinstance(likelihood, Logistic) else None
+    return 2 if getattr(likelihood, "binary", False) else None  # (a duck-typed likelihood declares nothing)
 
 
 def _check_class_labels(labels, likelihood) -> None:

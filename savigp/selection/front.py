@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from dataclasses import fields
 import warnings
 from contextlib import contextmanager
 from typing import Optional
@@ -13,6 +14,7 @@ from typing import Optional
 from ..training import warmup as _warmup
 from ..training.fitting import fit as _training_fit
 from ..training.loop import TrainingHistory
+from ..training.plan import FitPlan
 from .components import adopt, choose_components
 
 #: the paragraph of ``max_components`` in :func:`fit`'s docstring (the rest is the training's fit's)
@@ -26,10 +28,12 @@ _MAX_COMPONENTS = """        max_components: choose the number of mixture compon
 """
 
 
-def fit(model, *, max_components: Optional[int] = None, **options) -> TrainingHistory:
+def fit(model, plan: Optional[FitPlan] = None, *, max_components: Optional[int] = None, **options) -> TrainingHistory:
     with _warnings_at_the_caller():
         if max_components is None:
-            return _training_fit(model, **options)
+            return _training_fit(model, plan, **options)
+        if plan is not None:  # (the plan's fields as the K search's fits' options; keywords replace them)
+            options = {**{f.name: getattr(plan, f.name) for f in fields(FitPlan)}, **options}
         return choose_and_adopt(model, max_components, **options)
 
 
@@ -84,11 +88,14 @@ def _front_doc() -> str:
 
 
 def _front_signature() -> inspect.Signature:
-    """The training fit's signature with ``max_components`` (keyword-only, default None) last."""
+    """The training fit's signature with ``max_components`` (keyword-only, default None) before its
+    other keywords."""
     sig = inspect.signature(_training_fit)
     extra = inspect.Parameter("max_components", inspect.Parameter.KEYWORD_ONLY, default=None,
                               annotation="Optional[int]")
-    return sig.replace(parameters=[*sig.parameters.values(), extra])
+    params = list(sig.parameters.values())
+    at = next((i for i, p in enumerate(params) if p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD)), len(params))
+    return sig.replace(parameters=[*params[:at], extra, *params[at:]])
 
 
 fit.__doc__ = _front_doc()

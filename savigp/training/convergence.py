@@ -62,10 +62,22 @@ class Rising:
     rise: float
     z: float
 
-    def message(self) -> str:
+    #: what to try, in fit's words
+    ADVICE = "more iterations would likely improve the fit"
+
+    def what(self) -> str:
+        """The line without its advice."""
         z = "no noise" if math.isinf(self.z) else f"{self.z:.1f} standard errors of its trend"
-        return (f"the ELBO was still rising at the end (+{self.rise:.3g} nats over the last {self.steps} steps, "
-                f"{z}): more iterations would likely improve the fit")
+        return f"the ELBO was still rising at the end (+{self.rise:.3g} nats over the last {self.steps} steps, {z})"
+
+    def message(self) -> str:
+        return f"{self.what()}: {self.ADVICE}"
+
+    def note(self):
+        """The :class:`~savigp.training.notes.Note` of fit's history (kind ``"still rising"``)."""
+        from .notes import Note
+
+        return Note("still rising", self.what(), self.ADVICE, ConvergenceWarning)
 
 
 def trend(values: Sequence[float]) -> Optional[Rising]:

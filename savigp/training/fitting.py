@@ -12,28 +12,27 @@ move, fit's own phase, annealing) those of :mod:`savigp.training.schedule`.
 """
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from typing import Callable, Optional, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Optional, Sequence
 
 import torch
 
 from . import distributed
 from .._choices import ESTIMATORS, OPTIMIZERS, PARAMETER_GROUPS
 from ..runtime.allocator import tune_cpu_allocator
-from ..runtime.threads import choose_threads, step_work, torch_threads
-from ..model import SAVIGP, ELBOTerms
-from . import loop, schedule as _schedule, starts as _starts, step as _step, warmup as _warmup
-from .component_checks import ComponentWarning, component_notes, fold_notes
-from .convergence import MIN_TREND_STEPS, ConvergenceWarning, full_data_elbo, still_rising
+from ..runtime.threads import torch_threads
+from ..model import SAVIGP
+from . import loop, notes as _notes, schedule as _schedule, starts as _starts, step as _step, warmup as _warmup
+from .component_checks import component_notes, fold_notes
+from .convergence import MIN_TREND_STEPS, full_data_elbo, still_rising
 from .groups import parameter_groups
 from .loop import Batches, TrainingHistory
 from .optimizers import make_adam
+from .plan import FitPlan, ResolvedPlan, default_log_every
 from .rules import GradientStep, SyncFreeStep
-from .starts import DEFAULT_FRACTION
 from .step_scales import scaled_groups
 
 
@@ -77,10 +76,11 @@ def _warn_joint_factorized(model: SAVIGP, groups: Optional[Sequence[str]]) -> No
                       FactorizedHyperparameterWarning, stacklevel=3)  # (fit's caller)
 
 
-def default_log_every(device: torch.device) -> int:
-    """Steps between fit's host reads by default: 1 on the CPU (a read costs nothing there: the
-    CPU has no queue of work to drain), 100 on an accelerator."""
-    return 1 if torch.device(device).type == "cpu" else 100
+
+class DifferentiableHintWarning(UserWarning):
+    """fit's ``estimator="auto"`` chose a score-function estimator for a likelihood that autograd
+    differentiates in f (a user function in torch): the reparameterization estimator, usually much
+    less noisy, is one option away."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class StepOptions:
     estimator: str
     groups: Optional[Sequence[str]]
     lbfgs_max_iter: int
-    log_every: Optional[int]
+    log_every: int
     cuda_graphs: Optional[bool]
 
     def annealed(self) -> "StepOptions":
@@ -114,53 +114,26 @@ class PhaseOptions:
     ``anneal`` phase (None: where it applies; False: never). Fit's arguments of these names."""
 
     starts: int = _starts.DEFAULT_STARTS
-    start_fraction: float = DEFAULT_FRACTION
+    start_fraction: float = _starts.DEFAULT_FRACTION
     reflect: bool = True
     anneal: Optional[bool] = None
 
-    @classmethod
-    def of(cls, starts: Optional[int], start_fraction: float, reflect: Optional[bool],
-           anneal: Optional[bool]) -> "PhaseOptions":
-        """Fit's arguments checked (a ``ValueError`` naming the bad one), their defaults filled in."""
-        if not 0 < float(start_fraction) < 1:
-            raise ValueError(f"start_fraction must be in (0, 1), got {start_fraction}")
-        n_starts = _starts.DEFAULT_STARTS if starts is None else int(starts)
-        if n_starts < 1:
-            raise ValueError(f"starts must be >= 1, got {starts}")
-        return cls(n_starts, start_fraction, True if reflect is None else bool(reflect), anneal)
 
+def fit(model: SAVIGP, plan: Optional[FitPlan] = None, **options) -> TrainingHistory:
+    """Optimize the ELBO of ``model``: run ``plan`` (a :class:`~savigp.training.plan.FitPlan`, checked
+    when it was made and resolved for the model once, :meth:`~savigp.training.plan.FitPlan.for_model`),
+    or the plan of the keyword arguments below (``fit(model, iterations=500, lr=0.01)`` is
+    ``fit(model, FitPlan(iterations=500, lr=0.01))``, bit for bit); keywords given with a plan
+    replace its fields. A bad value raises a ``ValueError`` naming the option before any step.
 
-def fit(
-    model: SAVIGP,
-    *,
-    iterations: Optional[int] = None,
-    epochs: Optional[float] = None,
-    batch_size: Optional[int] = None,
-    optimizer: str = "adam",
-    lr: float = 0.01,
-    num_samples: int = 100,
-    estimator: str = "auto",
-    groups: Optional[Sequence[str]] = None,
-    seed: int = 0,
-    progress: bool = True,
-    callback: Optional[Callable[[int, ELBOTerms], Optional[bool]]] = None,
-    lbfgs_max_iter: int = 20,
-    state: Optional[dict] = None,
-    tune_allocator: bool = True,
-    log_every: Optional[int] = None,
-    cuda_graphs: Optional[bool] = None,
-    weight_lr: Optional[float] = None,
-    threads: Optional[int] = None,
-    final_elbo: bool = True,
-    starts: Optional[int] = None,
-    start_fraction: float = DEFAULT_FRACTION,
-    reflect: Optional[bool] = None,
-    anneal: Optional[bool] = None,
-    max_iterations: Optional[int] = None,
-    time_budget: Optional[float] = None,
-    warmup: Optional[bool] = None,
-) -> TrainingHistory:
-    """Optimize the ELBO of ``model``.
+    What fit has to say at the end (the ELBO still rising, the cap or the time budget reached, a fall
+    below the best round, a local optimum, a mixture using fewer components than it has, what the
+    starts and the move did, a rejected L-BFGS step) is in ``history.notes``, one
+    :class:`~savigp.training.notes.Note` each (kind, message, what to try); those of a warning
+    category are also warned once, at the end, with it (:class:`ConvergenceWarning`,
+    :class:`~savigp.training.starts.LocalOptimumWarning`,
+    :class:`~savigp.training.component_checks.ComponentWarning`). A caller that prints the notes
+    itself silences those categories.
 
     Args:
         iterations: number of optimizer steps (for L-BFGS: outer steps of ``lbfgs_max_iter``
@@ -242,7 +215,9 @@ def fit(
             are finite, in every phase (``step`` counts on through them); return True to stop
             (``state`` then says where, and a call with it goes on from there).
         log_every: steps between host reads of the ELBO and the failure flags (default
-            :func:`default_log_every`: 1 on the CPU, 100 on an accelerator). The steps themselves
+            :func:`default_log_every`: 1 on the CPU, 100 on an accelerator).
+        callback_every: steps at whose multiples ``callback`` must be called (a caller's
+            checkpoints): the default ``log_every`` is then the greatest common divisor of the two. The steps themselves
             never wait for the device; a failure is acted on at the next read (see
             :mod:`savigp.training.step`). L-BFGS, and every step under a process group, read every step.
         cuda_graphs: capture the mini-batch step in a CUDA graph and replay it (None: wherever
@@ -299,76 +274,73 @@ def fit(
     Returns:
         :class:`TrainingHistory`.
     """
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS.names()}, got {optimizer!r}")
-    if iterations is None and epochs is None:  # to convergence
+    plan = _the_plan(plan, options)
+    resolved = plan.for_model(model)
+    _warn_joint_factorized(model, plan.groups)
+    rank0 = distributed.rank() == 0
+    if ESTIMATORS[plan.estimator].chooses and ESTIMATORS[resolved.estimator].score_function and rank0:
+        hint = getattr(model.likelihood, "suggest_differentiable", None)  # (a user function in torch)
+        hint = hint(model.train_y) if hint is not None else None
+        if hint:
+            warnings.warn(f"savigp.fit: {hint}", DifferentiableHintWarning, stacklevel=2)  # (fit's caller)
+    if plan.to_convergence:
         from .until_converged import fit_until_converged
 
-        return fit_until_converged(model, fit, max_iterations=max_iterations, time_budget=time_budget, state=state,
-                                   callback=callback, progress=progress, final_elbo=final_elbo,
-                                   batch_size=batch_size, optimizer=optimizer, lr=lr, num_samples=num_samples,
-                                   estimator=estimator, groups=groups, seed=seed, lbfgs_max_iter=lbfgs_max_iter,
-                                   tune_allocator=tune_allocator, log_every=log_every, cuda_graphs=cuda_graphs,
-                                   weight_lr=weight_lr, threads=threads, starts=starts,
-                                   start_fraction=start_fraction, reflect=reflect, anneal=anneal, warmup=warmup)
-    N = model.num_data
-    B = N if (batch_size is None or OPTIMIZERS[optimizer].line_search) else int(batch_size)
-    if not 1 <= B <= N:
-        raise ValueError(f"batch_size must be between 1 and N={N}, got {batch_size}")
-    if iterations is None:
-        if epochs is None:
-            raise ValueError("give iterations= or epochs=")
-        iterations = max(1, int(math.ceil(epochs * N / B)))
-    iterations = int(iterations)
-    if iterations < 0:
-        raise ValueError(f"iterations must be >= 0, got {iterations}")
-    requested, estimator = estimator, model.resolved_estimator(estimator)
-    n_threads = (choose_threads(step_work(model, B, num_samples), threads)
-                 if model.device.type == "cpu" or threads is not None else None)
-    phases = PhaseOptions.of(starts, start_fraction, reflect, anneal)
-    trained = parameter_groups(model, groups)
-    if not trained:
-        raise ValueError(f"no trainable parameters in groups {groups}")
-    if log_every is not None and int(log_every) < 1:
-        raise ValueError(f"log_every must be >= 1, got {log_every}")
-    steps = StepOptions(batch_size=B, optimizer=optimizer, lr=lr, weight_lr=weight_lr, num_samples=num_samples,
-                        estimator=estimator, groups=groups, lbfgs_max_iter=lbfgs_max_iter, log_every=log_every,
-                        cuda_graphs=cuda_graphs)
-    state = {} if state is None else state
+        history = fit_until_converged(model, _fit_plan, resolved)
+    else:
+        history = _fit_plan(model, resolved)
+    if history.starts is not None and (history.starts.starts > 1 or history.starts.reflection is not None):
+        history.notes.append(history.starts.note())  # (what the starts and the move did)
+    if history.steps and not history.stopped:  # (a mixture using fewer components than it has, at its end)
+        with _process(model, resolved.threads, tune_allocator=False):  # (on the run's threads)
+            history.notes.extend(component_notes(model))
+            history.notes.extend(fold_notes(model, int(plan.seed)))  # (a latent function that changes sign)
+    if rank0:
+        _notes.warn(history.notes, stacklevel=2)  # (fit's caller: each note once)
+    return history
+
+
+def _the_plan(plan: Optional[FitPlan], options: dict) -> FitPlan:
+    """``plan`` with ``options`` (fit's keywords) replacing its fields, or the plan of ``options``."""
+    unknown = sorted(set(options) - {f.name for f in fields(FitPlan)})
+    if unknown:
+        raise TypeError(f"fit() got unexpected keyword argument(s) {', '.join(unknown)}; fit takes "
+                        f"{', '.join(f.name for f in fields(FitPlan))}")
+    if plan is None:
+        return FitPlan(**options)
+    if not isinstance(plan, FitPlan):
+        raise TypeError(f"fit(model, plan): plan must be a FitPlan, got {type(plan).__name__}")
+    return plan.replace(**options) if options else plan
+
+
+def _fit_plan(model: SAVIGP, resolved: ResolvedPlan) -> TrainingHistory:
+    """One run of a plan of ``iterations`` steps (a round of a run to convergence, or the whole
+    run): its schedule (:func:`_schedule_run`), its phases (:func:`_run`), the full-data ELBO; its
+    notes in the history (a still-rising trend, an exploration that ended below its best), warned
+    by :func:`fit` at its end."""
+    plan = resolved.plan
+    phases = PhaseOptions(resolved.starts, plan.start_fraction, resolved.reflect, plan.anneal)
+    steps = StepOptions(batch_size=resolved.batch_size, optimizer=plan.optimizer, lr=plan.lr, weight_lr=plan.weight_lr,
+                        num_samples=plan.num_samples, estimator=resolved.estimator, groups=plan.groups,
+                        lbfgs_max_iter=plan.lbfgs_max_iter, log_every=resolved.log_every,
+                        cuda_graphs=plan.cuda_graphs)
+    state = {} if plan.state is None else plan.state
     done = int(state.get("step", 0))
-    _schedule_run(model, state, done, iterations, steps, phases, trained, seed, warmup)
-    with _process(model, n_threads, tune_allocator):
-        _warn_joint_factorized(model, groups)
-        rank0 = distributed.rank() == 0
-        if ESTIMATORS[requested].chooses and ESTIMATORS[estimator].score_function and rank0:
-            hint = getattr(model.likelihood, "suggest_differentiable", None)  # (a user function in torch)
-            hint = hint(model.train_y) if hint is not None else None
-            if hint:
-                warnings.warn(f"savigp.fit: {hint}", UserWarning, stacklevel=2)  # (fit's caller)
-        report = loop.Progress(progress and rank0, done, iterations, estimator)
+    _schedule_run(model, state, done, resolved.iterations, steps, phases, resolved.trained, plan.seed, plan.warmup)
+    with _process(model, resolved.threads, plan.tune_allocator):
+        report = loop.Progress(plan.progress and distributed.rank() == 0, done, resolved.iterations, resolved.estimator)
         try:
-            history = _run(model, state, done, steps, report, callback)
+            history = _run(model, state, done, steps, report, plan.callback)
         finally:
             report.close()
         if history.steps:  # (a later fit's first phase warms up)
             _warmup.mark_fitted(model)
-        if history.still_rising and rank0:
-            warnings.warn(f"savigp.fit: {history.still_rising}", ConvergenceWarning, stacklevel=2)  # (fit's caller)
-        if history.steps and not history.stopped:  # (a mixture using fewer components than it has)
-            for line in component_notes(model):
-                history.notes.append(line)
-                if rank0:
-                    warnings.warn(f"savigp.fit: {line}", ComponentWarning, stacklevel=2)
-            for line in fold_notes(model, int(seed)):  # (a latent function that changes sign: a local optimum)
-                history.notes.append(line)
-                if rank0:
-                    warnings.warn(f"savigp.fit: {line}", _starts.LocalOptimumWarning, stacklevel=2)
-        if final_elbo:  # (draws seeded by the last phase's seed + 1)
+        if plan.final_elbo:  # (draws seeded by the last phase's seed + 1)
             shard, reduce = distributed.evaluation_shard(model.device)
             history.final_elbo, history.final_elbo_stderr = full_data_elbo(
-                model, num_samples=num_samples, estimator=estimator, seed=int(state["schedule"]["phases"][-1]["seed"]) + 1,
-                shard=shard, reduce=reduce)
-    history.threads = n_threads
+                model, num_samples=plan.num_samples, estimator=resolved.estimator,
+                seed=int(state["schedule"]["phases"][-1]["seed"]) + 1, shard=shard, reduce=reduce)
+    history.threads = resolved.threads
     return history
 
 
@@ -472,8 +444,8 @@ def _run(model, state: dict, done: int, steps: StepOptions, report, callback) ->
     if history.starts is not None and int(schedule["finished"]) == len(run_phases):  # (a fit below its own exploration says so)
         below = _starts.verdict(model, history.starts, num_samples, estimator, int(run_phases[-1]["fit_seed"]),
                                 *distributed.evaluation_shard(model.device))
-        if below and distributed.rank() == 0:
-            warnings.warn(f"savigp.fit: {below}", _starts.LocalOptimumWarning, stacklevel=3)
+        if below is not None:
+            history.notes.append(below)
     # (the verdict of the path after the starts at the full rate -- the steps before the move, the kept
     # branch, fit's own phase -- over its last quarter: annealing's lower rate steps the ELBO up by
     # design, and fit's own phase alone is a tenth of a mixture's run, its last fifth 2% of it)
@@ -482,6 +454,8 @@ def _run(model, state: dict, done: int, steps: StepOptions, report, callback) ->
         trail = [v for p in judged for v in traces[p].elbo]
         rising = still_rising(trail, model.num_data, steps=max(MIN_TREND_STEPS, len(trail) // 4))
         history.still_rising = rising.message() if rising is not None else None
+        if rising is not None:
+            history.notes.append(rising.note())
     return history
 
 
@@ -519,7 +493,7 @@ def _fit(model, steps: StepOptions, *, iterations, start, seed, report, callback
     generators and batch order it restores. ``warmup``: ``(begin, steps)``, the phase's first step
     and the steps of its learning-rate warm-up (:class:`savigp.training.warmup.RateWarmUp`)."""
     N, B, estimator, num_samples = model.num_data, steps.batch_size, steps.estimator, steps.num_samples
-    window = default_log_every(model.device) if steps.log_every is None else int(steps.log_every)
+    window = steps.log_every
     graphs, why = _step.graph_decision(steps.cuda_graphs, device=model.device, optimizer=steps.optimizer,
                                        estimator=estimator, likelihood=model.likelihood, joint=model.posterior.joint,
                                        mean_head=model.head)

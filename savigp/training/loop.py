@@ -83,8 +83,12 @@ class TrainingHistory:
     #: fit's exploration of starts before these steps (a mixture with K > 1 under Adam/Adadelta):
     #: :class:`savigp.training.starts.Exploration` (its kept path's steps open ``elbo``), else None
     starts: Optional[object] = None
-    #: one line per event of the run a user should know of (e.g. an L-BFGS step rejected because a
-    #: trial point of its line search had a matrix that is not positive definite)
+    #: one :class:`~savigp.training.notes.Note` per event of the run a user should know of (kind,
+    #: message, what to try, its warning category; ``str(note)`` is its line): the ELBO still rising,
+    #: the cap, the time budget or a fall of a run to convergence, a local optimum, a mixture using
+    #: fewer components than it has, what the starts and the move did, an L-BFGS step rejected because
+    #: a trial point of its line search had a matrix that is not positive definite. fit warns those
+    #: of a category once, at its end
     notes: list = field(default_factory=list)
     #: a run without ``iterations``: how it ended (:class:`savigp.training.until_converged.Convergence`)
     convergence: Optional[object] = None

@@ -25,6 +25,7 @@ from ..linalg.cholesky import CholeskyError
 from ..model import ELBOTerms
 from . import step as _runner
 from .loop import BadStep, Check, LastGood
+from .notes import Note
 
 
 class CheckedStep:
@@ -134,8 +135,8 @@ class GradientStep(CheckedStep):
         self.last_good.restore()
         self.optimizer.state.clear()
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        self.notes.append(f"L-BFGS step {step} rejected: a trial point of its line search failed "
-                          f"({type(err).__name__}: {first[:160]}); went on from the step before it")
+        self.notes.append(Note("lbfgs", f"L-BFGS step {step} rejected: a trial point of its line search failed "
+                               f"({type(err).__name__}: {first[:160]})", "went on from the step before it"))
 
 
 class SyncFreeStep:

@@ -80,17 +80,18 @@ def _median_spacing(column: torch.Tensor) -> float:
     return float(torch.diff(distinct).median()) if distinct.numel() > 1 else 0.0
 
 
-def try_shorter(model, fit: Callable, score: Callable, options: dict, now: tuple) -> Optional[dict]:
+def try_shorter(model, fit_copy: Callable, score: Callable, now: tuple) -> Optional[dict]:
     """Fit a copy of ``model`` with each long length-scale set to each of its values to try
-    (:func:`long_lengthscales`) for :data:`PROBE_STEPS` steps (``fit``: :func:`savigp.fit`;
-    ``options``: fit's options of the run) and score it (``score(model) -> (elbo, se)``, the run's
-    full-data ELBO). ``now``: the model's ``(elbo, se)``. Returns the best copy that gains enough
-    (module docstring) as ``{"model", "optimizer_state", "elbo", "se", "gain", "part"}``, or None."""
+    (:func:`long_lengthscales`) for :data:`PROBE_STEPS` steps (``fit_copy(copy, steps, state)``: the
+    run's fit of so many steps, at its rate, with no warm-up and no annealing, leaving its optimizer
+    in ``state``) and score it (``score(model) -> (elbo, se)``, the run's full-data ELBO). ``now``: the
+    model's ``(elbo, se)``. Returns the best copy that gains enough (module docstring) as
+    ``{"model", "optimizer_state", "elbo", "se", "gain", "part", "lengthscale"}``, or None."""
     best = None
     floor = max(MIN_GAIN_NATS, 1e-3 * model.num_data)
     for index, h, values in long_lengthscales(model):
         for target in values:
-            found = _trial(model, index, h, target, fit, score, options)
+            found = _trial(model, index, h, target, fit_copy, score)
             if found is None:
                 continue
             gain = found["elbo"] - float(now[0])
@@ -100,7 +101,7 @@ def try_shorter(model, fit: Callable, score: Callable, options: dict, now: tuple
     return best
 
 
-def _trial(model, index: int, h, target: float, fit: Callable, score: Callable, options: dict) -> Optional[dict]:
+def _trial(model, index: int, h, target: float, fit_copy: Callable, score: Callable) -> Optional[dict]:
     """A copy of ``model`` with the length-scale ``h`` of its kernel module ``index`` at ``target``,
     fitted for :data:`PROBE_STEPS` steps and scored; None where that fails."""
     trial = copy.deepcopy(model)
@@ -110,11 +111,7 @@ def _trial(model, index: int, h, target: float, fit: Callable, score: Callable, 
         value.set(torch.full_like(value().detach(), float(target)))
     state: dict = {}
     try:
-        fit(trial, iterations=PROBE_STEPS, lr=options.get("lr", 0.01), num_samples=options.get("num_samples", 100),
-            estimator=options.get("estimator", "auto"), groups=options.get("groups"), seed=options.get("seed", 0),
-            batch_size=options.get("batch_size"), weight_lr=options.get("weight_lr"), threads=options.get("threads"),
-            optimizer=options.get("optimizer", "adam"), progress=False, final_elbo=False, anneal=False,
-            warmup=False, state=state)
+        fit_copy(trial, PROBE_STEPS, state)
         elbo, se = score(trial)
     except (ArithmeticError, RuntimeError, ValueError):  # (a trial that fails is no move)
         return None

@@ -38,6 +38,7 @@ import torch
 from .._choices import OPTIMIZERS
 from .convergence import full_data_elbo
 from .loop import parameter_copies, restore_parameters
+from .notes import Note
 
 #: fit's default number of starts explored for a mixture (K > 1) with Adam or Adadelta
 DEFAULT_STARTS = 4
@@ -81,6 +82,20 @@ class Exploration:
     path_steps: int = 0
     #: the per-step ELBO estimates of those of the ``path_steps`` steps this call of fit took
     trace: list = field(default_factory=list, repr=False)
+
+    def note(self) -> Note:
+        """What the starts and the move did, one line (a :class:`~savigp.training.notes.Note` of kind
+        ``"starts"``, a record, not a warning)."""
+        parts = []
+        if self.starts > 1:
+            parts.append(f"{self.starts} starts of {self.steps} steps, kept start {self.kept} (full-data ELBO "
+                         + ", ".join(f"{e:.6g}" for e in self.elbo) + ")")
+        r = self.reflection
+        if r is not None:
+            parts.append(f"move ({r.get('move', 'reflection')}) of component {r['source']} onto {r['target']} after "
+                         f"{r['after']} steps {'accepted' if r['accepted'] else 'declined'} (ELBO "
+                         f"{r['elbo_reflected']:.6g} against {r['elbo']:.6g})")
+        return Note("starts", "mixture search (savigp.fit's starts): " + "; ".join(parts))
 
 
 def plan(iterations: int, starts: int, fraction: float, reflect: bool, anneal: bool) -> Optional[dict]:
@@ -405,8 +420,8 @@ BELOW_SE = 3.0
 
 
 def verdict(model, record: Optional[Exploration], num_samples: int, estimator: str, seed: int, shard: tuple = (0, 1),
-            reduce=None) -> Optional[str]:
-    """A one-line warning when the fit ended below an ELBO that its exploration reached (``record``:
+            reduce=None) -> Optional["Note"]:
+    """A :class:`~savigp.training.notes.Note` (kind ``"local optimum"``, :class:`LocalOptimumWarning`) when the fit ended below an ELBO that its exploration reached (``record``:
     every start's full-data ELBO after its short run and both branches' after the move), else None.
     The fitted model's full-data ELBO is estimated with the draws of the exploration's comparisons
     (:func:`score`'s: common random numbers; ``shard``, ``reduce`` for several ranks). The fit went on from the best of them,
@@ -425,9 +440,10 @@ def verdict(model, record: Optional[Exploration], num_samples: int, estimator: s
     final, se = full_data_elbo(model, num_samples=num_samples, estimator=estimator, seed=int(seed) + SEED_STRIDE,
                                shard=shard, reduce=reduce)
     if final < reached[best] - BELOW_SE * se:
-        return (f"the fit ended at a full-data ELBO of {final:.2f} (s.e. {se:.2f}), below the {reached[best]:.2f} "
-                f"that {best} of its exploration reached (the same draws): it left the basin it was started in for "
-                f"a worse one; a lower lr or more starts may keep it (history.starts holds the record)")
+        return Note("local optimum", f"the fit ended at a full-data ELBO of {final:.2f} (s.e. {se:.2f}), below the "
+                    f"{reached[best]:.2f} that {best} of its exploration reached (the same draws): it left the basin it "
+                    "was started in for a worse one", "a lower lr or more starts may keep it (history.starts holds the "
+                    "record)", LocalOptimumWarning)
     return None
 
 

@@ -44,7 +44,8 @@ Without ``iterations`` or ``epochs``, fit runs in rounds instead and stops by a 
   a random point of its noise floor, nats below the optimum.
 
 The history's :attr:`~savigp.training.loop.TrainingHistory.convergence` records the verdict
-(:class:`Convergence`), and a run that hit its cap still rising warns with
+(:class:`Convergence`), and a run that did not converge (its cap, its time budget, a fall) has a
+:class:`~savigp.training.notes.Note` of it in ``history.notes``, which fit warns once with
 :class:`~savigp.training.convergence.ConvergenceWarning`.
 """
 from __future__ import annotations
@@ -52,7 +53,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -60,6 +60,8 @@ import torch
 
 from .._choices import OPTIMIZERS
 from .convergence import RISE_PER_POINT, ConvergenceWarning, full_data_elbo, rises, trend
+from .notes import Note
+from .plan import MAX_ITERATIONS, FitPlan  # (the default cap: the plan's, read here too)
 
 #: steps of the first round
 FIRST_ROUND = 500
@@ -69,8 +71,6 @@ GROWTH = 1.5
 ROUND_SEED = 11
 #: L-BFGS: the first round's outer steps and the rule's least window
 LBFGS_FIRST_ROUND, LBFGS_MIN_WINDOW = 20, 10
-#: the default cap on the steps of a run to convergence
-MAX_ITERATIONS = 20000
 #: the rule's window: this fraction of the path after the exploration, at least MIN_WINDOW steps
 WINDOW_FRACTION = 0.25
 MIN_WINDOW = 50
@@ -138,21 +138,20 @@ def verdict(path: list, num_data: int, min_window: int = MIN_WINDOW) -> tuple:
     return not rises(found, num_data), window, found.rise, found.z
 
 
-def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], time_budget: Optional[float],
-                        state: Optional[dict], callback: Optional[Callable], progress: bool, final_elbo: bool,
-                        **options):
-    """Run ``fit`` (:func:`savigp.fit`, passed in: it calls this) in rounds until the rule says the
-    ELBO has stopped rising (module docstring). ``options``: fit's other keyword arguments.
-    Returns fit's :class:`~savigp.training.loop.TrainingHistory` of the whole run, with
-    ``convergence`` set."""
+def fit_until_converged(model, run: Callable, resolved):
+    """Run ``resolved`` (a :class:`~savigp.training.plan.ResolvedPlan` of a plan without
+    ``iterations``) in rounds of ``run(model, resolved)`` (fit's run of a plan of so many steps,
+    passed in: fit calls this) until the rule says the ELBO has stopped rising (module docstring).
+    Returns the :class:`~savigp.training.loop.TrainingHistory` of the whole run, with
+    ``convergence`` set and the verdict among its notes (where the run did not converge: the cap, the
+    time budget or a fall, with :class:`~savigp.training.convergence.ConvergenceWarning`); the
+    rounds' own still-rising verdicts are not kept."""
     from . import schedule as _schedule
 
-    cap = MAX_ITERATIONS if max_iterations is None else int(max_iterations)
-    if cap < 1:
-        raise ValueError(f"max_iterations must be >= 1, got {max_iterations}")
-    if time_budget is not None and not float(time_budget) > 0:
-        raise ValueError(f"time_budget must be > 0 seconds, got {time_budget}")
-    state = {} if state is None else state
+    plan = resolved.plan
+    cap = plan.steps_for(model.num_data)  # (max_iterations, or MAX_ITERATIONS)
+    time_budget, callback, progress = plan.time_budget, plan.callback, plan.progress
+    state = {} if plan.state is None else plan.state
     t0 = time.perf_counter()
     user_stopped = {"stop": False}
 
@@ -185,76 +184,82 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
         begin, end = _schedule.bounds(sched, main)
         return [v for s, v in sched.get("converge", {}).get("trail", []) if begin <= s < end]
 
-    lbfgs = OPTIMIZERS[options.get("optimizer", "adam")].line_search  # (outer steps of 20 iterations each)
+    lbfgs = OPTIMIZERS[plan.optimizer].line_search  # (outer steps of 20 iterations each)
     first, min_window = (LBFGS_FIRST_ROUND, LBFGS_MIN_WINDOW) if lbfgs else (FIRST_ROUND, MIN_WINDOW)
     done = int(state.get("step", 0))
     total = max(done + 2, min(cap, first)) if "schedule" not in state else max(done, _schedule.total(state["schedule"]))
     history = None
     rounds, reason, converged, window, rise, z, ended = 0, "", False, 0, float("nan"), float("nan"), ""
-    quiet = {**options, "progress": progress, "final_elbo": False}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # (the rule's verdict is said once, below)
-        while True:
-            rounds += 1
-            h = fit(model, iterations=total - int(state.get("step", 0)), state=state, callback=at_anneal, **quiet)
-            history = _joined(history, h)
-            if user_stopped["stop"]:
-                reason, ended = "stopped by the callback", "callback"
-                break
-            converged, window, rise, z = verdict(main_path(), model.num_data, min_window)
-            gained = round_gain(state["schedule"], int(state.get("step", 0)), model, options)  # (and this round's kept)
-            step = int(state.get("step", 0))
-            fell = _fell(state["schedule"], model)
-            if fell is not None:
-                record = state["schedule"]["converge"]
-                record["backoffs"] = int(record.get("backoffs", 0)) + 1
-                if record["backoffs"] > MAX_BACKOFFS:
-                    again = (f" (after {MAX_BACKOFFS} such falls, each followed by half the learning rate from the "
-                             "best round)") if MAX_BACKOFFS else ""
-                    converged, reason, ended = False, fell + again, "fall"
-                    break
-                _slow_down(state, BACKOFF)  # (and on, from the best round, at half the rate)
-                converged = False
-            over_time = time_budget is not None and time.perf_counter() - t0 > float(time_budget)
-            record = state["schedule"]["converge"]
-            if fell is None and gained is not None and not record.get("probed") and total < cap and not over_time \
-                    and gained[0] <= max(PROBE_GAIN_NATS, PROBE_GAIN_PER_POINT * model.num_data):
-                record["probed"] = True  # (once per plateau: again only after a move)
-                if _moved(model, fit, state, options, step):
-                    record["probed"] = False
-                    total = min(cap, max(step + 2, int(total * GROWTH)))
-                    continue  # (and on, from the moved model)
-            if converged and fell is None and gained is not None and gained[0] <= max(2.0 * gained[1], RISE_PER_POINT * model.num_data):
-                why = (f"below {RISE_PER_POINT * model.num_data:.3g} nats" if rise <= RISE_PER_POINT * model.num_data
-                       else f"within its noise ({z:.1f} standard errors)")
-                ended = "rule"
-                reason = (f"the ELBO stopped rising: its trend over the last {window} steps is {rise:+.3g} nats, {why}; "
-                          f"the full-data ELBO gained {gained[0]:+.3g} nats (s.e. {gained[1]:.2g}) over the last round")
-                break
-            if converged:  # (the per-step estimates' noise hid a trend the full-data ELBO shows)
-                converged = False
-                if gained is not None:
-                    rise, window = gained[0], int(state.get("step", 0)) - gained[2]
-            over_time = time_budget is not None and time.perf_counter() - t0 > float(time_budget)
-            if total >= cap or over_time:
-                what = f"the cap of {cap} steps" if total >= cap else f"the time budget of {float(time_budget):g} s"
-                ended = "cap" if total >= cap else "time budget"
-                reason = (f"{what} ended the run with the ELBO still rising (+{rise:.3g} nats over the last "
-                          f"{window} steps): give max_iterations= or time_budget= more")
-                break
-            total = min(cap, max(step + 2, int(total * GROWTH)))
-        # the annealing phase (the rest of the schedule), when the run stopped before it
+    said, advice = "", ""  # (the verdict of a run that did not converge: what happened, what to try)
+    quiet = plan.replace(progress=progress, final_elbo=False, state=state, max_iterations=None, time_budget=None)
+
+    def rounds_of(steps: int, then: Optional[Callable]):
+        return run(model, quiet.replace(iterations=steps, callback=then).for_model(model))
+
+    while True:
+        rounds += 1
+        h = rounds_of(total - int(state.get("step", 0)), at_anneal)
+        history = _joined(history, h)
+        if user_stopped["stop"]:
+            reason, ended = "stopped by the callback", "callback"
+            break
+        converged, window, rise, z = verdict(main_path(), model.num_data, min_window)
+        gained = round_gain(state["schedule"], int(state.get("step", 0)), model, plan)  # (and this round's kept)
         step = int(state.get("step", 0))
-        rest = _schedule.total(state["schedule"]) - step
-        if rest > 0 and not user_stopped["stop"]:
-            h = fit(model, iterations=rest, state=state, callback=callback, **quiet)
-            history = _joined(history, h)
-    polished = _polish(model, fit, options) if not user_stopped["stop"] else None
+        fell = _fell(state["schedule"], model)
+        record = state["schedule"]["converge"]
+        if fell is not None:
+            record["backoffs"] = int(record.get("backoffs", 0)) + 1
+            if record["backoffs"] > MAX_BACKOFFS:
+                again = (f" (after {MAX_BACKOFFS} such falls, each followed by half the learning rate from the best "
+                         "round)") if MAX_BACKOFFS else ""
+                (said, advice), converged, ended = (fell[0] + again, fell[1]), False, "fall"
+                reason = f"{said}; {advice}"
+                break
+            _slow_down(state, BACKOFF)  # (and on, from the best round, at half the rate)
+            converged = False
+        over_time = time_budget is not None and time.perf_counter() - t0 > float(time_budget)
+        if fell is None and gained is not None and not record.get("probed") and total < cap and not over_time \
+                and gained[0] <= max(PROBE_GAIN_NATS, PROBE_GAIN_PER_POINT * model.num_data):
+            record["probed"] = True  # (once per plateau: again only after a move)
+            if _moved(model, run, state, plan, step):
+                record["probed"] = False
+                total = min(cap, max(step + 2, int(total * GROWTH)))
+                continue  # (and on, from the moved model)
+        if converged and fell is None and gained is not None \
+                and gained[0] <= max(2.0 * gained[1], RISE_PER_POINT * model.num_data):
+            why = (f"below {RISE_PER_POINT * model.num_data:.3g} nats" if rise <= RISE_PER_POINT * model.num_data
+                   else f"within its noise ({z:.1f} standard errors)")
+            ended = "rule"
+            reason = (f"the ELBO stopped rising: its trend over the last {window} steps is {rise:+.3g} nats, {why}; "
+                      f"the full-data ELBO gained {gained[0]:+.3g} nats (s.e. {gained[1]:.2g}) over the last round")
+            break
+        if converged:  # (the per-step estimates' noise hid a trend the full-data ELBO shows)
+            converged = False
+            if gained is not None:
+                rise, window = gained[0], int(state.get("step", 0)) - gained[2]
+        over_time = time_budget is not None and time.perf_counter() - t0 > float(time_budget)
+        if total >= cap or over_time:
+            what = f"the cap of {cap} steps" if total >= cap else f"the time budget of {float(time_budget):g} s"
+            ended = "cap" if total >= cap else "time budget"
+            said = f"{what} ended the run with the ELBO still rising (+{rise:.3g} nats over the last {window} steps)"
+            advice = "give max_iterations= or time_budget= more"
+            reason = f"{said}: {advice}"
+            break
+        total = min(cap, max(step + 2, int(total * GROWTH)))
+    # the annealing phase (the rest of the schedule), when the run stopped before it
+    step = int(state.get("step", 0))
+    rest = _schedule.total(state["schedule"]) - step
+    if rest > 0 and not user_stopped["stop"]:
+        h = rounds_of(rest, callback)
+        history = _joined(history, h)
+    polished = _polish(model, run, plan) if not user_stopped["stop"] else None
     if not user_stopped["stop"]:  # the annealing phase (or the polish) must not end below the best round either
-        round_gain(state["schedule"], int(state.get("step", 0)), model, options)
+        round_gain(state["schedule"], int(state.get("step", 0)), model, plan)
         fell = _fell(state["schedule"], model, final=True)
         if fell is not None:
-            converged, reason, ended = False, fell, "fall"
+            (said, advice), converged, ended = fell, False, "fall"
+            reason = f"{said}; {advice}"
     history.seconds = time.perf_counter() - t0
     history.still_rising = None if converged else reason
     record = state["schedule"].get("converge", {})
@@ -262,16 +267,15 @@ def fit_until_converged(model, fit: Callable, *, max_iterations: Optional[int], 
                                       float(z), reason, polished, ended, int(record.get("backoffs", 0)),
                                       list(record.get("moves", [])))
     if not converged and not user_stopped["stop"]:
-        warnings.warn(f"savigp.fit: {reason}", ConvergenceWarning, stacklevel=3)
-    if final_elbo:
+        history.notes.append(Note(ended, said, advice, ConvergenceWarning))
+    if plan.final_elbo:
         history.final_elbo, history.final_elbo_stderr = full_data_elbo(
-            model, num_samples=int(options.get("num_samples", 100)), estimator=history.estimator,
-            seed=int(options.get("seed", 0)) + 1)
+            model, num_samples=plan.num_samples, estimator=history.estimator, seed=int(plan.seed) + 1)
     return history
 
 
-def round_gain(schedule: dict, step: int, model, options: dict) -> Optional[tuple]:
-    """The full-data ELBO now (common draws, seeded by fit's ``seed``; with the model's ``"auto"``
+def round_gain(schedule: dict, step: int, model, plan) -> Optional[tuple]:
+    """The full-data ELBO now (common draws, seeded by the :class:`~savigp.training.plan.FitPlan`'s ``seed``; with the model's ``"auto"``
     estimator where fit's is a score function, whose error would hide the gain) kept in
     ``schedule["converge"]``, and ``(gain, stderr, step)``: its
     gain over the one kept at the end of the last round, the standard error of that gain (the two
@@ -282,7 +286,7 @@ def round_gain(schedule: dict, step: int, model, options: dict) -> Optional[tupl
     from .loop import parameter_copies
 
     record = schedule.setdefault("converge", {"trail": []})
-    elbo, se = _round_score(model, options)
+    elbo, se = round_score(model, plan)
     last = record.get("round_elbo")
     record["round_elbo"] = [float(elbo), float(se), int(step)]
     best = record.get("best")
@@ -293,42 +297,47 @@ def round_gain(schedule: dict, step: int, model, options: dict) -> Optional[tupl
     return float(elbo) - last[0], math.hypot(float(se), last[1]), last[2]
 
 
-def _round_score(model, options: dict) -> tuple:
+def round_score(model, plan) -> tuple:
     """``(elbo, se)``: the full-data ELBO of ``model`` as the rounds read it (common draws seeded by
-    fit's ``seed``; with the model's ``"auto"`` estimator where fit's is a score function)."""
+    the :class:`~savigp.training.plan.FitPlan`'s ``seed``; with the model's ``"auto"`` estimator where
+    the plan's is a score function)."""
     from .._choices import ESTIMATORS
     from . import distributed
 
-    estimator = model.resolved_estimator(options.get("estimator", "auto"))
+    estimator = model.resolved_estimator(plan.estimator)
     if ESTIMATORS[estimator].score_function:  # (the model's own choice: a closed form, quadrature or the
         estimator = model.resolved_estimator("auto")  # reparameterization where it can; as the K search does)
     shard, reduce = distributed.evaluation_shard(model.device)
-    return full_data_elbo(model, num_samples=int(options.get("num_samples", 100)), estimator=estimator,
-                          seed=int(options.get("seed", 0)) + ROUND_SEED, shard=shard, reduce=reduce)
+    return full_data_elbo(model, num_samples=int(plan.num_samples), estimator=estimator,
+                          seed=int(plan.seed) + ROUND_SEED, shard=shard, reduce=reduce)
 
 
-def _moved(model, fit: Callable, state: dict, options: dict, step: int) -> bool:
-    """A move to shorter length-scales (:func:`savigp.training.shorter_lengthscales.try_shorter`)
-    where one gains: the model takes the moved copy's parameters and the run its optimizer state; the
-    move is recorded in ``state["schedule"]["converge"]["moves"]``. False where none gains, the run
-    has taken :data:`MAX_MOVES`, or it does not apply (module docstring)."""
+def _moved(model, run: Callable, state: dict, plan, step: int) -> bool:
+    """A move to shorter length-scales (:func:`savigp.training.shorter_lengthscales.try_shorter`, each
+    copy fitted by ``run``, fit's run of a resolved plan, with the run's ``plan``) where one gains: the
+    model takes the moved copy's parameters and the run its optimizer state; the move is recorded in
+    ``state["schedule"]["converge"]["moves"]``. False where none gains, the run has taken
+    :data:`MAX_MOVES`, or it does not apply (module docstring)."""
     from . import distributed
+    from .loop import parameter_copies
     from .shorter_lengthscales import try_shorter
 
     record = state["schedule"]["converge"]
-    groups = options.get("groups")
-    if len(record.get("moves", [])) >= MAX_MOVES or distributed.launched() \
-            or not OPTIMIZERS[options.get("optimizer", "adam")].first_order or (groups is not None and "kernel" not in groups):
+    if len(record.get("moves", [])) >= MAX_MOVES or distributed.launched() or not OPTIMIZERS[plan.optimizer].first_order \
+            or (plan.groups is not None and "kernel" not in plan.groups):
         return False
-    now = record.get("round_elbo")
-    found = try_shorter(model, fit, lambda m: _round_score(m, options), options, tuple(now[:2]))
+    trial_plan = plan.replace(progress=False, final_elbo=False, anneal=False, warmup=False, callback=None,
+                              max_iterations=None, time_budget=None)
+
+    def fit_copy(trial, steps: int, trial_state: dict) -> None:
+        run(trial, trial_plan.replace(iterations=steps, state=trial_state).for_model(trial))
+
+    found = try_shorter(model, fit_copy, lambda m: round_score(m, plan), tuple(record["round_elbo"][:2]))
     if found is None:
         return False
     with torch.no_grad():
         model.load_state_dict(found["model"].state_dict())
     state["optimizer"], state["optimizer_state"] = None, found["optimizer_state"]
-    from .loop import parameter_copies
-
     record["round_elbo"] = [found["elbo"], found["se"], int(step)]
     record["best"] = [found["elbo"], found["se"], int(step), parameter_copies(model)]  # (the rounds' best is now this)
     record.setdefault("moves", []).append({"part": found["part"], "lengthscale": found["lengthscale"], "step": int(step),
@@ -336,10 +345,20 @@ def _moved(model, fit: Callable, state: dict, options: dict, step: int) -> bool:
     return True
 
 
-def _fell(schedule: dict, model, final: bool = False) -> Optional[str]:
+def _slow_down(state: dict, factor: float) -> None:
+    """The learning rates of the run's optimizer (the live one fit left in ``state``, else its saved
+    state, which a resume loads with its rates) times ``factor``; its moments kept. The annealing
+    phase's fresh optimizer takes fit's own rate / 10 as before."""
+    live = state.get("optimizer")
+    groups = live.param_groups if live is not None else (state.get("optimizer_state") or {}).get("param_groups", [])
+    for group in groups:
+        group["lr"] = float(group["lr"]) * factor
+
+
+def _fell(schedule: dict, model, final: bool = False) -> Optional[tuple]:
     """Where the full-data ELBO at the last round's end (:func:`round_gain`) is below the best round's
     by more than twice the standard error of their difference, :data:`FALL_NATS` and RISE_PER_POINT
-    nats per point: the best round's parameters put back, and one line saying so; else None (and,
+    nats per point: the best round's parameters put back, and ``(what happened, what to try)``; else None (and,
     at the run's ``final`` check, the best round's parameters put back where it is below them by
     more than the noise: a smaller fall is Adam's noise floor, not worth a warning). Adam at a fixed rate can
     throw a sharp optimum away (a period over many cycles: elnino's period went from 1 to 0.80
@@ -361,26 +380,17 @@ def _fell(schedule: dict, model, final: bool = False) -> Optional[str]:
     restore_parameters(model, best[3])
     record["round_elbo"] = best[:3]
     return (f"the full-data ELBO fell {drop:.3g} nats below its best (at step {best[2]}: {best[0]:.6g}) by step "
-            f"{now[2]}: the model at step {best[2]} is kept; a lower learning rate (lr=) keeps a sharp optimum")
-
-
-def _slow_down(state: dict, factor: float) -> None:
-    """The learning rates of the run's optimizer (the live one fit left in ``state``, else its saved
-    state, which a resume loads with its rates) times ``factor``; its moments kept. The annealing
-    phase's fresh optimizer takes fit's own rate / 10 as before."""
-    live = state.get("optimizer")
-    groups = live.param_groups if live is not None else (state.get("optimizer_state") or {}).get("param_groups", [])
-    for group in groups:
-        group["lr"] = float(group["lr"]) * factor
+            f"{now[2]}: the model at step {best[2]} is kept", "a lower learning rate (lr=) keeps a sharp optimum")
 
 
 def _joined(history, more):
     """``history`` with the steps of a later call of fit (``more``) appended."""
     if history is None:
+        more.notes = [n for n in more.notes if n.kind != "still rising"]
         return more
     history.elbo += more.elbo
     history.steps += more.steps
-    history.notes += more.notes
+    history.notes += [n for n in more.notes if n.kind != "still rising"]  # (the rule's verdict replaces a round's)
     history.terms = more.terms or history.terms
     history.cuda_graph = history.cuda_graph or more.cuda_graph
     history.threads = more.threads or history.threads
@@ -388,26 +398,27 @@ def _joined(history, more):
     return history
 
 
-def _polish(model, fit: Callable, options: dict) -> Optional[bool]:
-    """The deterministic polish (module docstring): True if it ran and raised the full-data ELBO (then
-    kept), False if it ran and did not (the model put back), None where it does not apply."""
+def _polish(model, run: Callable, plan) -> Optional[bool]:
+    """The deterministic polish (module docstring) of a run of ``plan``, by ``run`` (fit's run of a
+    resolved plan): True if it ran and raised the full-data ELBO (then kept), False if it ran and did
+    not (the model put back), None where it does not apply."""
     from .._choices import ESTIMATORS
     from . import distributed
-
-    estimator = model.resolved_estimator(options.get("estimator", "auto"))
-    S = int(options.get("num_samples", 100)) if ESTIMATORS[estimator].monte_carlo else 1
+    estimator = model.resolved_estimator(plan.estimator)
+    S = int(plan.num_samples) if ESTIMATORS[estimator].monte_carlo else 1
     work = model.num_data * S * model.posterior.num_components * model.num_latent
     if ESTIMATORS[estimator].score_function or work > POLISH_MAX_WORK or distributed.launched() \
-            or OPTIMIZERS[options.get("optimizer", "adam")].line_search:
+            or OPTIMIZERS[plan.optimizer].line_search:
         return None
 
-    seed = int(options.get("seed", 0)) + 7
+    seed = int(plan.seed) + 7
     before_state = copy.deepcopy(model.state_dict())
     before, _ = full_data_elbo(model, num_samples=S, estimator=estimator, seed=seed)
     try:
-        fit(model, optimizer="lbfgs", iterations=POLISH_STEPS, lr=1.0, num_samples=int(options.get("num_samples", 100)),
-             estimator=estimator, groups=options.get("groups"), seed=seed, progress=False, final_elbo=False,
-             threads=options.get("threads"))
+        polish = FitPlan(optimizer="lbfgs", iterations=POLISH_STEPS, lr=1.0, num_samples=int(plan.num_samples),
+                         estimator=estimator, groups=plan.groups, seed=seed, progress=False, final_elbo=False,
+                         threads=plan.threads)
+        run(model, polish.for_model(model))
         after, _ = full_data_elbo(model, num_samples=S, estimator=estimator, seed=seed)
     except (ArithmeticError, RuntimeError, ValueError):
         after = float("-inf")

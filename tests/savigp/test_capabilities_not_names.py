@@ -10,7 +10,9 @@ What is caught:
   name or alias of a registry whose entries are parts (:data:`REGISTRIES`), directly or through a
   module-level tuple, list, set or dict of such literals (``b["kernel"] in _NEUTRAL_FACTORS``);
 * ``isinstance(x, C)`` where C is a class in the MRO of a registered entry below its protocol's base
-  (a posterior family, a mean head, a kernel family, an estimator), outside the family's package;
+  (a posterior family, a mean head, a kernel family, an estimator), outside the family's package, or
+  of a registered likelihood below :class:`likelihoods.Likelihood` outside the likelihoods'
+  command-line tables;
 * ``getattr(x, "a")`` / ``hasattr(x, "a")`` where "a" is an attribute a registered family defines but
   its protocol's base does not declare (``"logits"``: a mixture's), outside the family's package, or a
   private attribute (``"_x"``) of an object other than ``self`` or ``cls`` that the module does not set
@@ -141,9 +143,28 @@ def _families():
                     yield cls, package
 
 
+#: where a registered likelihood's class may be tested: the likelihoods' command-line tables, their
+#: owner in savigp (the likelihoods themselves live in likelihoods/, outside savigp/)
+LIKELIHOOD_CLASS_OWNER = "cli/likelihood_options.py"
+
+
+def _likelihood_classes():
+    """``(class, owner)`` for every class in the MRO of a registered likelihood below
+    :class:`likelihoods.Likelihood` (Gaussian, Logistic, Probit, ...): what a likelihood declares
+    (``conjugate``, ``binary``, ``log_concave``, ...) is read instead of its class."""
+    from likelihoods import Likelihood
+
+    registry = _choices.LIKELIHOODS
+    for name in registry.names():
+        for cls in inspect.getmro(registry[name]):
+            if cls is not Likelihood and isinstance(cls, type) and issubclass(cls, Likelihood):
+                yield cls, LIKELIHOOD_CLASS_OWNER
+
+
 def _family_classes() -> dict:
-    """Class name -> the package of its family (:func:`_families`)."""
-    return {cls.__name__: package for cls, package in _families()}
+    """Class name -> the package of its family (:func:`_families`), and the registered likelihoods'
+    classes -> their owner (:func:`_likelihood_classes`)."""
+    return {cls.__name__: package for cls, package in [*_families(), *_likelihood_classes()]}
 
 
 def _own_attributes(cls) -> set:
@@ -237,6 +258,8 @@ def test_the_scan_catches_a_name_compared(code, caught):
     ("ok = isinstance(model.posterior, UDiagonalMixture)", True),
     ("ok = isinstance(p, (int, posteriors.MixturePosterior))", True),
     ("ok = isinstance(k, Periodic)", True),
+    ("ok = isinstance(model.likelihood, Gaussian)", True),  # (a likelihood's class: read its conjugate)
+    ("ok = isinstance(likelihood, likelihoods.Logistic)", True),
     ('logits = getattr(post, "logits", None)', True),
     ('ok = hasattr(model.posterior, "raw_scale")', True),
     ('cache = getattr(model, "_cache", None)', True),

@@ -49,7 +49,7 @@ def test_the_plan_reads_the_command_line_once():
     options = plan.resume_options()
     assert list(options) == list(RESUME_KEYS)
     assert options["learn"] == ["posterior", "kernel"] and options["lik_option"] == ["a=1"]
-    assert plan.learning_rate == 0.5 and plan.fit_options()["lr"] == 0.5
+    assert plan.learning_rate == 0.5 and plan.fit_plan().lr == 0.5
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.device = "cuda"
     assert plan.on_device("cuda:1").device == "cuda:1" and plan.device is None

@@ -199,3 +199,23 @@ def test_a_version_3_checkpoint_of_the_family_over_u_resumes_as_diag_u(files, ca
     ref, cut = load_model(str(t / "ref3.pt"))[0], load_model(str(t / "cut3.pt"))[0]
     assert cut.config["step"] == 12 and cut.config["model"]["posterior"] == "diag-u"
     assert _equal(cut.model.state_dict(), ref.model.state_dict())
+
+
+def test_the_mean_field_warning_reads_the_likelihoods_declaration_not_its_class():
+    """Every likelihood that declares itself ``conjugate`` (y = f + noise: a Gaussian posterior) has the
+    mean-field optimum on a dense model; the warning tested the class Gaussian, and missed
+    multi-gaussian's."""
+    import types
+
+    import torch
+
+    import savigp
+    from likelihoods import Logistic, MultiGaussian
+    from savigp.cli.two_stage import mean_field_warning
+
+    X = torch.linspace(0, 1, 12).unsqueeze(-1)
+    plan = types.SimpleNamespace(posterior="diag-u")
+    multi = savigp.SAVIGP(X, torch.sin(3 * X), MultiGaussian(1), dense=True, posterior="diag-u")
+    assert "narrower than the full Gaussian's" in mean_field_warning(plan, multi)
+    logistic = savigp.SAVIGP(X, torch.sign(torch.sin(3 * X)), Logistic(), dense=True, posterior="diag-u")
+    assert mean_field_warning(plan, logistic) == ""

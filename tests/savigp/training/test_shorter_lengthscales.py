@@ -9,7 +9,8 @@ import savigp
 from likelihoods import Gaussian
 from savigp.training import shorter_lengthscales as shorter
 from savigp.training.convergence import full_data_elbo
-from savigp.training.until_converged import _round_score
+from savigp.training.plan import FitPlan
+from savigp.training.until_converged import round_score
 
 
 def _wiggle(w: float, n: int = 100, span: float = 20.0):
@@ -25,7 +26,11 @@ def _plateau(t, Y):
 
 
 def _score(model):
-    return _round_score(model, {})
+    return round_score(model, FitPlan())
+
+
+def _fit_copy(trial, steps, state):
+    savigp.fit(trial, iterations=steps, progress=False, anneal=False, warmup=False, state=state)
 
 
 def test_a_long_lengthscale_is_tried_at_a_tenth_and_a_hundredth_of_the_spread_above_the_spacing():
@@ -50,7 +55,7 @@ def test_a_plateau_where_the_variation_is_noise_is_left_for_the_shorter_lengthsc
     m = _plateau(t, Y)
     before = {k: v.clone() for k, v in m.state_dict().items()}
     now = _score(m)
-    found = shorter.try_shorter(m, savigp.fit, _score, {}, now)
+    found = shorter.try_shorter(m, _fit_copy, _score, now)
     assert found is not None and found["gain"] > 100.0, found
     assert found["elbo"] == _score(found["model"])[0]
     assert float(found["model"].kernel.lengthscales().detach().max()) < 0.2 * float(t.std())
@@ -66,7 +71,7 @@ def test_a_long_lengthscale_that_is_right_stays():
         warnings.simplefilter("ignore")
         savigp.fit(m, iterations=1500, progress=False, seed=0)
     assert shorter.long_lengthscales(m)  # (it is long, so it is tried)
-    assert shorter.try_shorter(m, savigp.fit, _score, {}, _score(m)) is None
+    assert shorter.try_shorter(m, _fit_copy, _score, _score(m)) is None
 
 
 def test_a_run_to_convergence_moves_off_the_plateau_and_records_it():
