@@ -149,8 +149,6 @@ def _likelihood_and_targets(plan: TrainPlan, table, icols, tcols, X, Y) -> tuple
     out_stats = (recorded.get("targets") or standardization_stats(Y)) if plan.standardize_targets else None
     if in_stats is None and source is None and plan.dtype == "float32":
         in_stats = _centred_for_float32(X, plan.quiet)
-    if not plan.standardize_inputs and source is None and not plan.quiet:
-        _far_from_unit_scale(X, table.names(icols))
     Xm = X if in_stats is None else (X - np.asarray(in_stats["mean"])) / np.asarray(in_stats["std"])
     Ym = Y if out_stats is None else (Y - np.asarray(out_stats["mean"])) / np.asarray(out_stats["std"])
     Yt = torch.as_tensor(Ym, dtype=torch.float64)
@@ -173,32 +171,6 @@ def _option_of_state(plan: TrainPlan, key: str) -> str:
     if head == "prior_mean" and plan.prior_mean is not None:
         return f"--prior-mean {plan.prior_mean}"
     return "savigp train"
-
-
-#: an input column whose standard deviation is above this, or below its inverse, gets the note of
-#: :func:`_far_from_unit_scale`
-FAR_SCALE = 10.0
-
-
-def _far_from_unit_scale(X: np.ndarray, names) -> None:
-    """A note when an input column's spread is far from 1 (std above :data:`FAR_SCALE` or below its
-    inverse) and fit cannot scale the steps to it: the optimizer steps in the inputs' units, and fit
-    moves a parameter in the units of its columns' spread only where all of them are far from unit
-    scale alike (:func:`savigp.kernels.base.column_step_factor`; one factor per parameter), so with
-    columns of mixed spreads the inducing inputs (and an ARD length-scale) move about s times more
-    slowly (or faster) along a column of spread s than in standardized units."""
-    import torch
-
-    from ..kernels.base import column_step_factor
-
-    std = X.std(axis=0) if X.shape[0] > 1 else np.ones(X.shape[1])
-    far = [d for d in range(X.shape[1]) if std[d] > 0 and not 1 / FAR_SCALE <= std[d] <= FAR_SCALE]
-    if far and column_step_factor(torch.as_tensor(X, dtype=torch.float64), positive=False) == 1.0:
-        cols = ", ".join(f"{names[d]} (std {std[d]:.3g})" for d in far[:4]) + (", ..." if len(far) > 4 else "")
-        print(f"savigp train: note: input column{'s' if len(far) > 1 else ''} {cols} far from unit scale, beside "
-              "columns that are not: the optimizer steps in the inputs' units, so the inducing inputs there move "
-              "slowly (or coarsely); --standardize-inputs trains the same model in standardized units (recorded in "
-              "the model, undone at prediction)", file=sys.stderr)
 
 
 def _centred_for_float32(X: np.ndarray, quiet: bool):

@@ -66,13 +66,14 @@ class Hyper:
 
 
 #: a column whose spread (standard deviation) is within this factor of 1 counts as in unit scale:
-#: the parameters in its units step at the optimizer's rate (:func:`column_step_factor`)
+#: the parameters in its units step at the optimizer's rate (:func:`column_step_factors`)
 UNIT_SCALE_BAND = 3.0
 
 
-def column_step_factor(columns: Tensor, *, positive: bool) -> float:
-    """The factor on the first-order step of a parameter in the units of the input ``columns (N, d)``
-    (a length-scale, a period, a linear offset, inducing inputs), one for all its entries.
+def column_step_factors(columns: Tensor, *, positive: bool) -> Tensor:
+    """The factors ``(d,)`` on the first-order steps of a parameter in the units of each of the input
+    ``columns (N, d)`` (a length-scale, a period, a linear offset, inducing inputs): its entries
+    along column j step at the learning rate times the j-th factor.
 
     Adam moves every coordinate by about its learning rate a step, whatever the units (Kingma & Ba
     2015, §2.1), so on inputs in raw units a length-scale of 14 years (elnino) moves by 0.01 years a
@@ -80,21 +81,30 @@ def column_step_factor(columns: Tensor, *, positive: bool) -> float:
     against 750 (``rbf(t)``, the same optimum), and the periodic model reached the 20000-step cap
     (issue 57). With the columns' spreads s_j (standard deviations):
 
-        factor = min_j s_j   where every s_j > UNIT_SCALE_BAND (steps in units of the smallest spread),
-        factor = max_j s_j   where every s_j < 1 / UNIT_SCALE_BAND and the parameter is unconstrained
-                             (``positive=False``: an offset or inducing inputs; a positive one is a
-                             softplus, whose steps are already relative near zero),
-        factor = 1           otherwise (inputs near unit scale keep their steps, and their traces).
+        factor_j = s_j   where s_j > UNIT_SCALE_BAND (steps in units of the column's spread),
+        factor_j = s_j   where s_j < 1 / UNIT_SCALE_BAND and the parameter is unconstrained
+                         (``positive=False``: an offset or inducing inputs; a positive one is a
+                         softplus, whose steps are already relative near zero),
+        factor_j = 1     otherwise (columns near unit scale keep their steps, and their traces).
     """
     x = columns.detach().to(torch.float64)
     if x.dim() != 2 or x.shape[0] < 2:
-        return 1.0
+        return torch.ones(x.shape[-1], dtype=torch.float64)
     spread = x.std(0, unbiased=False)
-    low, high = float(spread.min()), float(spread.max())
-    if low > UNIT_SCALE_BAND:
-        return low
-    if not positive and 0.0 < high < 1.0 / UNIT_SCALE_BAND:
-        return high
+    factors = torch.where(spread > UNIT_SCALE_BAND, spread, torch.ones_like(spread))
+    if not positive:
+        factors = torch.where((spread > 0) & (spread < 1.0 / UNIT_SCALE_BAND), spread, factors)
+    return factors
+
+
+def shared_step_factor(factors: Tensor) -> float:
+    """One factor for a parameter shared by columns with ``factors (d,)`` (an isotropic length-scale):
+    the smallest where every column's is above 1, the largest where every one is below 1, else 1
+    (a step safe for every column)."""
+    if bool((factors > 1).all()):
+        return float(factors.min())
+    if bool((factors < 1).all()):
+        return float(factors.max())
     return 1.0
 
 
@@ -277,7 +287,8 @@ class Kernel(nn.Module):
         (checked and sliced as by :meth:`__call__`): the family's own (:meth:`forward_step_scales`: a
         parameter on which the ELBO is sharp in proportion to the data's extent, a period over many
         cycles) times the units' factor of each learned hyper-parameter in the inputs' units
-        (:attr:`Hyper.units` ``"scale"`` or ``"offset"``; :func:`column_step_factor`), so that on
+        (:attr:`Hyper.units` ``"scale"`` or ``"offset"``; :func:`column_step_factors`: a float for
+        all its entries, or a tensor broadcast to it, one per column), so that on
         inputs far from unit scale a step moves it as far, in the columns' spreads, as on standardized
         inputs. Used by :mod:`savigp.training.step_scales`."""
         columns = self._active(inputs, None)[0]
@@ -287,10 +298,16 @@ class Kernel(nn.Module):
                 continue
             value = getattr(self, h.attr or h.name)
             param = value.raw if isinstance(value, PositiveParameter) else value
-            if isinstance(param, nn.Parameter) and param.requires_grad:
-                factor = column_step_factor(columns, positive=h.floor is not None)
-                if factor != 1.0:
-                    out[param] = float(out.get(param, 1.0)) * factor
+            if not (isinstance(param, nn.Parameter) and param.requires_grad):
+                continue
+            factors = column_step_factors(columns, positive=h.floor is not None)  # (d,)
+            if h.shape != "columns" or param.shape[-1] != factors.shape[0]:  # (one entry for all the columns)
+                factor = shared_step_factor(factors)
+            else:  # (Q, d): per column
+                factor = factors.to(param.dtype).reshape(1, -1)
+                factor = float(factor[0, 0]) if bool((factor == factor[0, 0]).all()) else factor
+            if not (isinstance(factor, float) and factor == 1.0):
+                out[param] = out.get(param, 1.0) * factor
         return out
 
     def forward_step_scales(self, columns: Tensor) -> dict:

@@ -33,7 +33,7 @@ from .loop import Batches, TrainingHistory
 from .optimizers import make_adam
 from .plan import FitPlan, ResolvedPlan, default_log_every
 from .rules import GradientStep, SyncFreeStep
-from .step_scales import scaled_groups
+from .step_scales import attach_element_scales, scaled_groups
 
 
 #: the mixture weights' learning rate relative to fit's ``lr`` (first-order optimizers, K > 1)
@@ -481,7 +481,7 @@ def _optimizer(model: SAVIGP, steps: StepOptions, params: list, graphs: bool) ->
     lr, kind = steps.lr, OPTIMIZERS[steps.optimizer]
     if kind.takes_groups:
         params = scaled_groups(model, mixture_param_groups(model, params, lr, steps.weight_lr), lr)
-    return kind.make(params, lr, capturable=graphs, max_iter=steps.lbfgs_max_iter)
+    return attach_element_scales(kind.make(params, lr, capturable=graphs, max_iter=steps.lbfgs_max_iter))
 
 
 def _fit(model, steps: StepOptions, *, iterations, start, seed, report, callback, state, resume,

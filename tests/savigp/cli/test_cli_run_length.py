@@ -117,26 +117,3 @@ def test_time_budget_stops_the_run_still_rising_and_is_checked(data, capsys):
                                                                      "--out", data / "b.pt")
     assert "not with a fixed --iterations" in _refused(capsys, *_args(data), "--time-budget", "5", "--iterations",
                                                        "10", "--out", data / "b.pt")
-
-
-def test_inputs_far_from_unit_scale_get_a_note_naming_the_column_and_the_remedy(tmp_path, capsys):
-    """Years (std ~14) beside a column near unit scale train slowly in their own units (one step
-    factor per parameter cannot serve both): the note names the column and --standardize-inputs;
-    standardized, a column near unit scale, or the years alone say nothing."""
-    rng = np.random.default_rng(0)
-    t = 1950 + np.arange(120) / 2.5
-    path = tmp_path / "years.csv"
-    write_csv(str(path), ["year", "z", "y"], np.column_stack([t, rng.normal(size=120), np.sin(t)]))
-    base = ["train", str(path), "--targets", "y", "--iterations", "1", "--threads", "1", "--out", str(tmp_path / "m.pt")]
-    capsys.readouterr()
-    assert main(base) == 0
-    err = capsys.readouterr().err
-    assert "input column year (std 13.9) far from unit scale" in err and "--standardize-inputs" in err
-    assert "column z" not in err
-    assert main(base + ["--standardize-inputs"]) == 0
-    assert "far from unit scale" not in capsys.readouterr().err
-    # the years alone: fit steps in units of their spread (column_step_factor), nothing to say
-    alone = tmp_path / "year.csv"
-    write_csv(str(alone), ["year", "y"], np.column_stack([t, np.sin(t)]))
-    assert main(["train", str(alone), *base[2:]]) == 0
-    assert "far from unit scale" not in capsys.readouterr().err

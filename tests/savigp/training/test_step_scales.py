@@ -11,7 +11,7 @@ from likelihoods import Gaussian
 from savigp.kernels import Periodic
 from savigp.training.convergence import ConvergenceWarning, full_data_elbo
 from savigp.training import until_converged
-from savigp.training.step_scales import parameter_step_scales, scaled_groups
+from savigp.training.step_scales import attach_element_scales, parameter_step_scales, scaled_groups
 
 
 def _ten_cycles(n=200):
@@ -114,3 +114,34 @@ def test_a_fit_on_inputs_in_raw_units_reaches_the_standardized_fits_optimum_as_f
         savigp.fit(m, iterations=300, progress=False, seed=0)
         elbos.append(full_data_elbo(m, estimator="closed-form")[0])
     assert abs(elbos[0] - elbos[1]) < 2.0, elbos
+
+
+def test_columns_of_mixed_spreads_step_each_in_units_of_its_own():
+    """Years beside a column near unit scale: one factor per parameter cannot serve both, so the
+    inducing inputs and the ARD length-scales step per column (a group's ``element_scale``): along the
+    years they move 14.5 times as far as along the other column (before: as far)."""
+    t, z, Y = _years()
+    X = torch.cat([t, z], dim=1)
+    m = savigp.SAVIGP(X, Y, Gaussian(0.5), kernel="rbf", num_inducing=10, seed=0)
+    spread = float(t.std(unbiased=False))
+    scales = parameter_step_scales(m)
+    assert torch.allclose(scales[m.inducing].reshape(-1), torch.tensor([spread, 1.0], dtype=torch.float64))
+    assert torch.allclose(scales[m.kernel.lengthscales.raw].reshape(-1), torch.tensor([spread, 1.0], dtype=torch.float64))
+    groups = scaled_groups(m, list(m.parameters()), 0.01)
+    scaled = [g for g in groups if "element_scale" in g]
+    assert {id(p) for g in scaled for p in g["params"]} == {id(m.inducing), id(m.kernel.lengthscales.raw)}
+    # the step itself: Adam's first step is lr sign(g) in every entry; scaled, lr times the column's factor
+    p = torch.nn.Parameter(torch.zeros(3, 2, dtype=torch.float64))
+    opt = attach_element_scales(torch.optim.Adam([{"params": [p], "lr": 0.01,
+                                                   "element_scale": torch.tensor([[spread, 1.0]], dtype=torch.float64)}]))
+    p.grad = -torch.ones_like(p)
+    opt.step()
+    assert torch.allclose(p.detach(), torch.tensor([[0.01 * spread, 0.01]] * 3, dtype=torch.float64), rtol=1e-6)
+    state = opt.state_dict()  # (a resume keeps the scale: it is in the group)
+    again = attach_element_scales(torch.optim.Adam([{"params": [p], "lr": 0.01,
+                                                     "element_scale": torch.tensor([[spread, 1.0]], dtype=torch.float64)}]))
+    again.load_state_dict(state)
+    p.grad = -torch.ones_like(p)
+    again.step()
+    assert float(p[0, 0]) > 1.9 * 0.01 * spread
+
