@@ -330,7 +330,7 @@ def add_search(add, Xtr, ytr_s, Xte, h0: dict, args, hypers: dict) -> None:
     search_seconds = time.perf_counter() - t0
     print(found, flush=True)
     model = found.model
-    fitted = train_to_optimum(model, args.seed)
+    fitted = train_to_optimum(model, args.seed, rounds=args.lbfgs_rounds)
     hypers["savigp-search"] = {"expression": found.expression}
     add("savigp-search", *predictive(model, Xte), M=args.num_inducing, hypers_from="own",
         train_seconds=search_seconds + fitted["train_seconds"], objective_per_point=fitted["elbo"] / len(ytr_s),
@@ -354,6 +354,9 @@ def parse(argv=None):
                         "or white noise alone")
     p.add_argument("--learn-period", action="store_true", help="learn the period in every method (default: 1 year)")
     p.add_argument("--exact-max-iter", type=int, default=None, help="L-BFGS-B iterations of the exact GP (default 200; 30 quick)")
+    p.add_argument("--lbfgs-rounds", type=int, default=40,
+                   help="at most this many rounds of 10 L-BFGS steps in rows savigp-lbfgs and savigp-search (default 40; "
+                        "a round gaining under 1e-4 nats per point ends them sooner)")
     p.add_argument("--refit-exact", action="store_true", help="fit the exact GP even if co2_exact.json matches")
     p.add_argument("--search", type=float, default=None, metavar="SECONDS",
                    help="also run savigp.search_kernels (base rbf, periodic, rq, linear; up to 4 terms; this time "
@@ -362,6 +365,8 @@ def parse(argv=None):
     common.add_seed_argument(p, help="seeds the k-means of the inducing inputs")
     common.add_threads_argument(p, help="torch threads (default 1: the steps are small)")
     args = p.parse_args(argv)
+    if args.lbfgs_rounds < 0:
+        p.error(f"--lbfgs-rounds must be 0 or more, got {args.lbfgs_rounds}")
     q = args.quick
     args.num_inducing = args.num_inducing or (15 if q else 200)
     args.steps = args.steps or (40 if q else 500)
@@ -434,7 +439,7 @@ def main(argv=None) -> dict:
     # the hand-built kernel trained as the structure search trains its candidates, to the ELBO's optimum
     opt = savigp_model(Xtr, ytr_s[:, None], kernel_expression(h0), h0["noise"], num_inducing=args.num_inducing,
                        learn_period=args.learn_period, seed=args.seed)
-    fitted = train_to_optimum(opt, args.seed)
+    fitted = train_to_optimum(opt, args.seed, rounds=args.lbfgs_rounds)
     hypers["savigp-lbfgs"] = savigp_hypers(opt)
     add("savigp-lbfgs", *predictive(opt, Xte), M=args.num_inducing, hypers_from="own",
         train_seconds=fitted["train_seconds"], objective_per_point=fitted["elbo"] / len(ytr),

@@ -45,8 +45,10 @@ def test_composite_kernel_is_sklearns(noise):
 
 
 def test_tiny_run(tmp_path, monkeypatch):
+    # 1 round of L-BFGS in row savigp-lbfgs, not up to 40 (23 here, 92 % of the run): its bound is
+    # then 0.87 per point, the optimum's 0.998, the 15 steps' -30.0; with 0 rounds (3 steps on q(u)) -152
     res = co2.main(["--quick", "--every", "32", "--num-inducing", "8", "--steps", "15", "--exact-max-iter", "8",
-                    "--out", str(tmp_path)])
+                    "--lbfgs-rounds", "1", "--out", str(tmp_path)])
     for name in ("co2.csv", "co2.md", "co2_hypers.csv", "co2.png", "co2_results.json", "co2_exact.json"):
         assert (tmp_path / name).is_file(), name
     rows = {r["method"]: r for r in res["rows"]}
@@ -83,7 +85,7 @@ def test_tiny_run_with_the_structure_search(tmp_path):
     """``--search SECONDS``: the search's choice is trained as the hand-built kernel is and gets its own row
     (here the budget is spent after the first candidate, which is then the choice)."""
     res = co2.main(["--quick", "--every", "32", "--num-inducing", "8", "--steps", "5", "--exact-max-iter", "5",
-                    "--sweep-inducing", "", "--search", "0.001", "--out", str(tmp_path)])
+                    "--sweep-inducing", "", "--search", "0.001", "--lbfgs-rounds", "1", "--out", str(tmp_path)])
     rows = {r["method"]: r for r in res["rows"]}
     assert list(rows) == [m for m in co2.METHODS if m != "savigp-rbf"] + ["savigp-search", "savigp-rbf"]
     search = rows["savigp-search"]

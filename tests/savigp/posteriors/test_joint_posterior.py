@@ -52,7 +52,7 @@ def _fit_sum(posterior):
     X, Y = _sum_data()
     lik = CallableLikelihood(_sum_log_lik, num_latent=2, backend="torch", differentiable=True)
     model = savigp.SAVIGP(X, Y, lik, _kernel(), dense=True, posterior=posterior, seed=0)
-    savigp.fit(model, iterations=40, optimizer="lbfgs", lr=1.0, lbfgs_max_iter=50, num_samples=4000,
+    savigp.fit(model, iterations=10, optimizer="lbfgs", lr=1.0, lbfgs_max_iter=50, num_samples=400,
                estimator="reparam", progress=False)
     return model, X, Y
 
@@ -87,8 +87,10 @@ def test_joint_posterior_reaches_the_exact_coupled_posterior():
     with torch.no_grad():
         q = model.latent(X, InducingPrior(model.prior_factor()))
         m, c = q.mean[0], q.cov[0]  # (N, 2), (N, 2, 2)
-    # the Monte Carlo optimum (4000 fixed draws per point) is within a few percent of the exact one
-    # (measured: 0.003 sd in the means, 0.1% in the stds, 3e-4 in the correlations)
+    # the Monte Carlo optimum (400 fixed draws per point, 10 L-BFGS rounds) is within a few percent of
+    # the exact one (measured over fit seeds 0-49: at most 0.016 sd in the means, 1.8% in the stds, 0.002
+    # in the correlations; all 50 pass. Against a fit of y + 0.03 49 of 50 fail, with the entropy
+    # weighted 0.95 37 of 50: docs/testing.md)
     assert float(((m - mean).abs() / sd).max()) < 0.03
     assert float((c.diagonal(dim1=-2, dim2=-1).sqrt() / sd - 1).abs().max()) < 0.03
     corr = c[:, 0, 1] / (c[:, 0, 0] * c[:, 1, 1]).sqrt()
