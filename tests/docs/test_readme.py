@@ -8,7 +8,7 @@ import re
 from conftest import ROOT
 
 INSTALL_AND_DEMO = "pip install torch==2.13.0 && pip install -e . && savigp demo"
-INSTALL_AND_TEST = 'pip install torch==2.13.0 && pip install -e ".[test]" && python -m pytest -q tests'
+INSTALL_AND_TEST = 'pip install torch==2.13.0 && pip install -e ".[test]" && python -m pytest -q -n 2 tests'
 
 
 def test_the_two_set_up_commands_are_the_ones_ci_runs():
