@@ -32,7 +32,7 @@ Without ``iterations`` or ``epochs``, fit runs in rounds instead and stops by a 
 * **Shorter length-scales.** At the first round whose full-data ELBO gained at most
   :data:`PROBE_GAIN_NATS` (or :data:`PROBE_GAIN_PER_POINT` nats per point; on a plateau, or nearly
   converged; a plateau's slow creep kept elnino's run from converging for 19000 steps), and where
-  that found nothing, once more where the rule would stop the run, copies of the model with each long
+  that found nothing, once more where the rule or the cap would stop the run, copies of the model with each long
   length-scale at a tenth (and a hundredth) of its column's spread are fitted briefly, and the best
   replaces the model where it gains beyond the noise (:mod:`savigp.training.shorter_lengthscales`: a
   plateau where the data's variation was taken for noise); the rounds then go on from it, up to
@@ -87,7 +87,7 @@ BACKOFF = 0.5
 MAX_MOVES = 2
 #: they are tried at the first round whose full-data ELBO gained at most this many nats, or this many per
 #: point (the run is on a plateau, or converging; again after each move taken) and, where that found
-#: nothing, again where the rule would stop the run: at most MAX_FAILED_PROBES times without a move
+#: nothing, again where the rule or the cap would stop the run: at most MAX_FAILED_PROBES times without a move
 PROBE_GAIN_NATS, PROBE_GAIN_PER_POINT = 5.0, 0.01
 MAX_FAILED_PROBES = 2
 #: L-BFGS outer steps of the polish (20 inner iterations each, strong Wolfe line search)
@@ -227,14 +227,17 @@ def fit_until_converged(model, run: Callable, resolved):
             and gained[0] <= max(2.0 * gained[1], RISE_PER_POINT * model.num_data)
         failed = int(record.get("failed_probes", 0))  # (since the last move)
         slow = gained is not None and gained[0] <= max(PROBE_GAIN_NATS, PROBE_GAIN_PER_POINT * model.num_data)
-        if fell is None and total < cap and not over_time and int(record.get("probed_at", -1)) != step \
-                and ((slow and failed == 0) or (stops and failed < MAX_FAILED_PROBES)):
+        last = total >= cap  # (the cap ends the run at this round: a move is still worth its 300 steps)
+        if fell is None and not over_time and int(record.get("probed_at", -1)) != step \
+                and ((slow and failed == 0 and not last) or ((stops or last) and failed < MAX_FAILED_PROBES)):
             record["probed_at"] = step
             if _moved(model, run, state, plan, step):
                 record["failed_probes"] = 0
-                total = min(cap, max(step + 2, int(total * GROWTH)))
-                continue  # (and on, from the moved model)
-            record["failed_probes"] = failed + 1
+                if not last:
+                    total = min(cap, max(step + 2, int(total * GROWTH)))
+                    continue  # (and on, from the moved model)
+            else:
+                record["failed_probes"] = failed + 1
         if stops:
             why = (f"below {RISE_PER_POINT * model.num_data:.3g} nats" if rise <= RISE_PER_POINT * model.num_data
                    else f"within its noise ({z:.1f} standard errors)")

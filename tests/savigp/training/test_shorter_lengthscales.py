@@ -106,3 +106,16 @@ def test_where_the_first_try_finds_nothing_it_is_tried_once_more_where_the_rule_
         h = savigp.fit(m, progress=False, seed=0)
     assert h.convergence.converged and h.convergence.moves == []
     assert len(calls) == until_converged.MAX_FAILED_PROBES == 2, (calls, h.convergence)
+
+
+def test_a_run_the_cap_ends_tries_them_at_its_last_round(monkeypatch):
+    """A run that reaches its cap (600 steps: rounds of 500 and 100) tries the shorter length-scales
+    at its last round (before: only below the cap, so never here; elnino's seed 2 reached the
+    20000-step cap on its plateau)."""
+    calls = []
+    monkeypatch.setattr(shorter, "try_shorter", lambda model, *args: calls.append(model.num_data))
+    t, Y = _wiggle(0.125)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        h = savigp.fit(_plateau(t, Y), progress=False, seed=0, max_iterations=600)
+    assert h.convergence.ended == "cap" and len(calls) == 1, (calls, h.convergence)
