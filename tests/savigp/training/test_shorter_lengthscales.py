@@ -60,6 +60,7 @@ def test_a_plateau_where_the_variation_is_noise_is_left_for_the_shorter_lengthsc
     assert found["elbo"] == _score(found["model"])[0]
     assert float(found["model"].kernel.lengthscales().detach().max()) < 0.2 * float(t.std())
     assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+    assert found["model"].train_x is m.train_x and found["model"].train_y is m.train_y  # (the data not copied)
 
 
 def test_a_long_lengthscale_that_is_right_stays():
