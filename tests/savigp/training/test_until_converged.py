@@ -79,17 +79,20 @@ def test_a_stochastic_run_converges_and_keeps_no_worse_than_the_fixed_default():
     assert full_data_elbo(model, estimator="closed-form")[0] > full_data_elbo(fixed, estimator="closed-form")[0] - 1.0
 
 
-def test_a_run_to_convergence_stopped_and_resumed_takes_the_uninterrupted_runs_steps():
-    """fit's state keeps the rule's ELBO path (in the schedule): a run stopped by its callback at step
-    700 (inside its second round) and resumed from the state ends where the uninterrupted run ends,
-    bit for bit, after the same number of steps."""
+@pytest.mark.parametrize("stop", [600, 700])
+def test_a_run_to_convergence_stopped_and_resumed_takes_the_uninterrupted_runs_steps(stop):
+    """fit's state keeps the rule's ELBO path and its verdict (in the schedule): a run stopped by its
+    callback at step 600 (inside its second round) or 700 (in the annealing phase after the rule
+    stopped the rounds at 675) and resumed from the state ends where the uninterrupted run ends, bit
+    for bit, after the same number of steps. (Before, a stop in the annealing phase was not seen: the
+    polish ran after it, and the resumed run went back to rounds.)"""
     whole = _model()
     h = savigp.fit(whole, lr=0.05, estimator="closed-form", progress=False, final_elbo=False)
     parts = _model()
     state: dict = {}
     first = savigp.fit(parts, lr=0.05, estimator="closed-form", progress=False, final_elbo=False, state=state,
-                       callback=lambda step, terms: step + 1 >= 700)
-    assert first.stopped and int(state["step"]) == 700
+                       callback=lambda step, terms: step + 1 >= stop)
+    assert first.stopped and int(state["step"]) == stop and first.convergence.ended == "callback"
     rest = savigp.fit(parts, lr=0.05, estimator="closed-form", progress=False, final_elbo=False, state=state)
     assert rest.convergence.converged and rest.convergence.steps == h.convergence.steps
     for (name, a), b in zip(whole.state_dict().items(), parts.state_dict().values()):
@@ -113,3 +116,27 @@ def test_a_noisy_score_function_fit_is_not_stopped_by_its_noise():
     optimum = full_data_elbo(best, estimator="closed-form")[0]
     assert h.convergence.converged and h.convergence.rounds >= 2
     assert full_data_elbo(model, estimator="closed-form")[0] > optimum - 3.0, (optimum, h.convergence)
+
+
+def test_a_monte_carlo_fit_that_creeps_is_polished_at_each_round_and_ends_converged_at_its_optimum():
+    """Logistic classification on 6 features (200 points, M = 30, the reparameterization estimator):
+    Adam's ELBO creeps (breast cancer reached the 20000-step cap). Polished by L-BFGS on fixed draws at
+    each round's end, the run ends converged by the rule within a 2000-step cap (before: the cap, still
+    rising), and a further L-BFGS run from its end on 400 fixed draws a point gains less than 1 nat
+    (measured: 750 steps; the gain's standard error about 0.1 on 2000 draws a point)."""
+    import copy
+
+    from likelihoods import Logistic
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(200, 6, generator=g, dtype=torch.float64)
+    Y = torch.bernoulli(torch.sigmoid(3 * torch.sin(X[:, 0]) + 2 * X[:, 1] - X[:, 2] * X[:, 3]), generator=g)[:, None]
+    model = savigp.SAVIGP(X, Y, Logistic(), num_inducing=30, seed=0)
+    h = savigp.fit(model, progress=False, seed=0, max_iterations=2000, final_elbo=False)
+    assert h.estimator == "reparam" and h.convergence.ended == "rule", h.convergence
+    further = copy.deepcopy(model)
+    savigp.fit(further, optimizer="lbfgs", iterations=10, lr=1.0, estimator="reparam", num_samples=400, seed=3,
+               progress=False, final_elbo=False)
+    ended, se = full_data_elbo(model, num_samples=2000, estimator="reparam", seed=5)
+    optimum, _ = full_data_elbo(further, num_samples=2000, estimator="reparam", seed=5)
+    assert optimum - ended < 1.0, (ended, optimum, se)
