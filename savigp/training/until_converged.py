@@ -99,9 +99,10 @@ MAX_FAILED_PROBES = 2
 #: L-BFGS outer steps of a chunk of the polish (20 inner iterations each, strong Wolfe line search), and
 #: the chunks at most (while each gains beyond its noise)
 POLISH_STEPS, POLISH_CHUNKS = 5, 10
-#: a Monte Carlo polish is judged on this many times the plan's draws a point (its standard error a
-#: third; breast cancer's at S = 100: 0.46 nats, more than a chunk's gain near the optimum)
-POLISH_JUDGE_DRAWS = 10
+#: the rounds' full-data ELBO (and the polish's judge) takes this many times the plan's draws a point
+#: where the work allows (its standard error a third; breast cancer's at S = 100: 0.46 nats, more than
+#: a round's or a polish chunk's gain near the optimum)
+ROUND_DRAWS = 10
 #: the polish goes on while a chunk gains more than twice its standard error and this many nats a point
 #: (a tenth of the rule's: L-BFGS is cheap where Adam creeps; breast cancer's chunks gain 0.5 nats each)
 POLISH_MIN_GAIN_PER_POINT = RISE_PER_POINT / 10
@@ -334,19 +335,28 @@ def round_gain(schedule: dict, step: int, model, plan) -> Optional[tuple]:
     return float(elbo) - last[0], math.hypot(float(se), last[1]), last[2]
 
 
-def round_score(model, plan, draws: int = 1) -> tuple:
+def round_score(model, plan) -> tuple:
     """``(elbo, se)``: the full-data ELBO of ``model`` as the rounds read it (common draws seeded by
-    the :class:`~savigp.training.plan.FitPlan`'s ``seed``, ``draws`` times the plan's per point; with
-    the model's ``"auto"`` estimator where the plan's is a score function)."""
+    the :class:`~savigp.training.plan.FitPlan`'s ``seed``; with the model's ``"auto"`` estimator where
+    the plan's is a score function), on :data:`ROUND_DRAWS` times the plan's draws a point where
+    N S K Q times that is at most :data:`POLISH_MAX_WORK` (fewer above, down to the plan's): at the
+    plan's S = 100, breast cancer's standard error was 0.46 nats and wine's 0.32, so that rounds
+    gaining up to twice their difference's, 0.9-1.3 nats, read as converged (wine ended 3.4 nats below
+    a 20000-step run)."""
     from .._choices import ESTIMATORS
     from . import distributed
 
     estimator = model.resolved_estimator(plan.estimator)
     if ESTIMATORS[estimator].score_function:  # (the model's own choice: a closed form, quadrature or the
         estimator = model.resolved_estimator("auto")  # reparameterization where it can; as the K search does)
+    S = int(plan.num_samples)
+    draws = 1
+    if ESTIMATORS[estimator].monte_carlo:
+        work = model.num_data * S * model.posterior.num_components * model.num_latent
+        draws = max(1, min(ROUND_DRAWS, int(POLISH_MAX_WORK // max(work, 1))))
     shard, reduce = distributed.evaluation_shard(model.device)
-    return full_data_elbo(model, num_samples=int(plan.num_samples) * int(draws), estimator=estimator,
-                          seed=int(plan.seed) + ROUND_SEED, shard=shard, reduce=reduce)
+    return full_data_elbo(model, num_samples=S * draws, estimator=estimator, seed=int(plan.seed) + ROUND_SEED,
+                          shard=shard, reduce=reduce)
 
 
 def _moved(model, run: Callable, state: dict, plan, step: int) -> bool:
@@ -448,8 +458,8 @@ def _polish_round(model, run: Callable, plan, state: dict) -> None:
 def _polish(model, run: Callable, plan) -> Optional[bool]:
     """The deterministic polish (module docstring) of a run of ``plan``, by ``run`` (fit's run of a
     resolved plan): chunks of :data:`POLISH_STEPS` L-BFGS outer steps, each on its own fixed draws,
-    judged by the rounds' full-data ELBO (:func:`round_score`, on :data:`POLISH_JUDGE_DRAWS` times the
-    draws where the work allows: its draws are not the ones a chunk fitted, whose own ELBO always rises); a chunk is kept where it raised that ELBO, and the next
+    judged by the rounds' full-data ELBO (:func:`round_score`, on :data:`ROUND_DRAWS` times the
+    plan's draws where the work allows: its draws are not the ones a chunk fitted, whose own ELBO always rises); a chunk is kept where it raised that ELBO, and the next
     follows while a chunk gains more than twice its standard error and RISE_PER_POINT nats per point,
     up to :data:`POLISH_CHUNKS`. True if a chunk was kept, False if the first was not (the model put
     back), None where it does not apply. (Breast cancer, logistic, 30 features, after 500 Adam steps
@@ -463,13 +473,8 @@ def _polish(model, run: Callable, plan) -> Optional[bool]:
     if ESTIMATORS[estimator].score_function or work > POLISH_MAX_WORK or distributed.launched() \
             or OPTIMIZERS[plan.optimizer].line_search:
         return None
-    draws = max(1, min(POLISH_JUDGE_DRAWS, int(POLISH_MAX_WORK // max(work, 1)))) if S > 1 else 1
-
-    def judged() -> tuple:
-        return round_score(model, plan, draws)
-
     kept = None
-    before, se = judged()
+    before, se = round_score(model, plan)
     for chunk in range(POLISH_CHUNKS):
         before_state = copy.deepcopy(model.state_dict())
         try:
@@ -477,7 +482,7 @@ def _polish(model, run: Callable, plan) -> Optional[bool]:
                              estimator=estimator, groups=plan.groups, seed=int(plan.seed) + 7 + chunk, progress=False,
                              final_elbo=False, threads=plan.threads)
             run(model, polish.for_model(model))
-            after, after_se = judged()
+            after, after_se = round_score(model, plan)
         except (ArithmeticError, RuntimeError, ValueError):
             after = float("-inf")
         if not after > before:  # (a NaN is no gain)
