@@ -561,4 +561,6 @@ def _verdict(convergence, num_data: int) -> str:
     if convergence.ended == "fall":
         return "not converged: the ELBO fell below its best round, whose model is kept, "
     cap = convergence.reason.split(" ended the run")[0] if " ended the run" in convergence.reason else "its end"
+    if " ended the run after " in convergence.reason:
+        return f"not converged: {cap} stopped it after a fall below its best round, whose model is kept, "
     return f"not converged: {cap} stopped it with the ELBO still rising, "

@@ -271,8 +271,13 @@ def fit_until_converged(model, run: Callable, resolved):
         if total >= cap or over_time:
             what = f"the cap of {cap} steps" if total >= cap else f"the time budget of {float(time_budget):g} s"
             ended = "cap" if total >= cap else "time budget"
-            said = f"{what} ended the run with the ELBO still rising (+{rise:.3g} nats over the last {window} steps)"
-            advice = "give max_iterations= or time_budget= more"
+            if fell is not None:  # (the last round fell and its best round was put back: not a rise)
+                said = (f"{what} ended the run after its full-data ELBO fell below its best round's (that round's "
+                        "model is kept)")
+                advice = "a lower learning rate (lr=) keeps a sharp optimum; or give max_iterations= or time_budget= more"
+            else:
+                said = f"{what} ended the run with the ELBO still rising (+{rise:.3g} nats over the last {window} steps)"
+                advice = "give max_iterations= or time_budget= more"
             reason = f"{said}: {advice}"
             break
         total = min(cap, max(step + 2, int(total * GROWTH)))

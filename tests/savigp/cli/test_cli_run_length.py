@@ -117,3 +117,19 @@ def test_time_budget_stops_the_run_still_rising_and_is_checked(data, capsys):
                                                                      "--out", data / "b.pt")
     assert "not with a fixed --iterations" in _refused(capsys, *_args(data), "--time-budget", "5", "--iterations",
                                                        "10", "--out", data / "b.pt")
+
+
+def test_the_summary_line_names_a_fall_at_the_cap_and_a_rise_at_the_cap():
+    """The summary's words on a run the cap ended (savigp/cli/train.py ``_ending``): after a fall the
+    best round's model is kept, and that is said, not "still rising" (the verdict's trend there is
+    the fall's, negative: elnino's periodic model printed "+-48.4 nats")."""
+    from savigp.cli.train import _ending
+    from savigp.training.until_converged import Convergence
+
+    fell = Convergence(False, 20000, 11, 4500, -48.4, -22.8, "the cap of 20000 steps ended the run after its full-data "
+                       "ELBO fell below its best round's (that round's model is kept): a lower learning rate", True, "cap", 3)
+    rising = Convergence(False, 20000, 11, 4500, 12.0, 9.0, "the cap of 20000 steps ended the run with the ELBO still "
+                         "rising (+12 nats over the last 4500 steps): give max_iterations= more", True, "cap")
+    assert "after a fall below its best round, whose model is kept" in _ending(fell, 585)
+    assert "still rising" not in _ending(fell, 585) and "went on from its best round" in _ending(fell, 585)
+    assert "the cap of 20000 steps stopped it with the ELBO still rising" in _ending(rising, 585)
