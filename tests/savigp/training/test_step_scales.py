@@ -41,6 +41,19 @@ def test_a_period_over_many_cycles_steps_at_its_period_over_the_datas_extent():
     assert scaled_groups(fixed, params, 0.01) is params
 
 
+def _ten_cycles_at_ten_times_the_rate(monkeypatch, cap: int) -> tuple:
+    """``(model, history, state, warnings)`` of the periodic model on ten cycles fitted to convergence at
+    lr = 0.1 with at most ``cap`` steps, the rounds' polish off (it would keep each round at the optimum)."""
+    monkeypatch.setattr(until_converged, "_polish_round", lambda *args: None)
+    X, Y = _ten_cycles()
+    m = savigp.SAVIGP(X, Y, Gaussian(0.5), kernel="periodic(0, period=1.02)", num_inducing=30, seed=0)
+    state: dict = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        h = savigp.fit(m, lr=0.1, progress=False, seed=0, state=state, max_iterations=cap)
+    return m, h, state, caught
+
+
 @pytest.mark.parametrize("backoffs", [0, until_converged.MAX_BACKOFFS])
 def test_a_run_to_convergence_keeps_its_best_round_and_goes_on_from_it_at_half_the_rate(monkeypatch, backoffs):
     """At 10 times fit's rate, Adam throws this period's optimum away (full-data ELBO 159 at step
@@ -52,13 +65,7 @@ def test_a_run_to_convergence_keeps_its_best_round_and_goes_on_from_it_at_half_t
     161.23 without a fall; the back-off is for the runs it does not apply to: score functions, data
     that do not fit in memory.)"""
     monkeypatch.setattr(until_converged, "MAX_BACKOFFS", backoffs)
-    monkeypatch.setattr(until_converged, "_polish_round", lambda *args: None)
-    X, Y = _ten_cycles()
-    m = savigp.SAVIGP(X, Y, Gaussian(0.5), kernel="periodic(0, period=1.02)", num_inducing=30, seed=0)
-    state = {}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        h = savigp.fit(m, lr=0.1, progress=False, seed=0, state=state, max_iterations=1600)
+    m, h, state, caught = _ten_cycles_at_ten_times_the_rate(monkeypatch, 1600)
     fell = [w for w in caught if issubclass(w.category, ConvergenceWarning) and "fell" in str(w.message)]
     best = state["schedule"]["converge"]["best"]
     elbo, _ = full_data_elbo(m, estimator="closed-form")
@@ -71,19 +78,12 @@ def test_a_run_to_convergence_keeps_its_best_round_and_goes_on_from_it_at_half_t
         assert h.convergence.steps == 1600 and elbo > best_of_the_stopped_run + 0.5
 
 
-
 def test_a_cap_that_ends_a_run_at_a_fall_says_so_not_still_rising(monkeypatch):
     """The same run capped at 1300 steps: its last round fell (put back to the best round). Before, the
     verdict read "the cap ... ended the run with the ELBO still rising (+-368 nats ...)", the trend of
     the fall (elnino's periodic model at the 20000-step cap said "+-48.4 nats over the last 4500
     steps"); now it names the fall, and the model is the best round's."""
-    monkeypatch.setattr(until_converged, "_polish_round", lambda *args: None)
-    X, Y = _ten_cycles()
-    m = savigp.SAVIGP(X, Y, Gaussian(0.5), kernel="periodic(0, period=1.02)", num_inducing=30, seed=0)
-    state = {}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        h = savigp.fit(m, lr=0.1, progress=False, seed=0, state=state, max_iterations=1300)
+    m, h, state, caught = _ten_cycles_at_ten_times_the_rate(monkeypatch, 1300)
     said = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
     assert h.convergence.ended == "cap" and "fell below its best round" in h.convergence.reason, h.convergence
     assert "still rising" not in h.convergence.reason and said and "fell below its best round" in said[-1], said
