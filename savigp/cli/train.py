@@ -553,6 +553,9 @@ def _verdict(convergence, num_data: int) -> str:
     """How a run to convergence ended, in words (:func:`_ending`)."""
     from ..training.convergence import RISE_PER_POINT
 
+    if convergence.converged and convergence.polish_only:
+        return (f"converged after {convergence.steps} steps and L-BFGS to its optimum (Adam's rounds lost what the "
+                "polish found; its last call gained within its noise), ")
     if convergence.converged:
         how = (f"below {RISE_PER_POINT:g} nats per row" if convergence.rise <= RISE_PER_POINT * num_data else
                f"within its Monte Carlo noise ({convergence.z:.1f} s.e.)")

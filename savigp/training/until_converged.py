@@ -103,6 +103,8 @@ POLISH_STEPS, POLISH_CHUNKS = 5, 10
 #: where the work allows (its standard error a third; breast cancer's at S = 100: 0.46 nats, more than
 #: a round's or a polish chunk's gain near the optimum)
 ROUND_DRAWS = 10
+#: calls of the polish at most (each up to POLISH_CHUNKS chunks) where it takes a run on alone
+POLISH_ONLY_CALLS = 20
 #: the polish goes on while a chunk gains more than twice its standard error and this many nats a point
 #: (a tenth of the rule's: L-BFGS is cheap where Adam creeps; breast cancer's chunks gain 0.5 nats each)
 POLISH_MIN_GAIN_PER_POINT = RISE_PER_POINT / 10
@@ -127,6 +129,8 @@ class Convergence:
         backoffs: the falls after which the run went on from its best round at half the rate.
         moves: the moves to shorter length-scales taken (:mod:`savigp.training.shorter_lengthscales`),
             each ``{"part", "lengthscale", "step", "gain"}``.
+        polish_only: L-BFGS (the polish) took the run to its optimum alone, where Adam's rounds lost
+            what it found (:func:`_polish_to_optimum`).
     """
 
     converged: bool
@@ -140,10 +144,11 @@ class Convergence:
     ended: str = ""
     backoffs: int = 0
     moves: list = field(default_factory=list)
+    polish_only: bool = False
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("converged", "steps", "rounds", "window", "rise", "z", "reason", "polished",
-                                              "ended", "backoffs", "moves")}
+                                              "ended", "backoffs", "moves", "polish_only")}
 
 
 def verdict(path: list, num_data: int, min_window: int = MIN_WINDOW) -> tuple:
@@ -225,7 +230,7 @@ def fit_until_converged(model, run: Callable, resolved):
             reason, ended = "stopped by the callback", "callback"
             break
         converged, window, rise, z = verdict(main_path(), model.num_data, min_window)
-        _polish_round(model, run, plan, state)
+        lost = _polish_round(model, run, plan, state)
         gained = round_gain(state["schedule"], int(state.get("step", 0)), model, plan)  # (and this round's kept)
         step = int(state.get("step", 0))
         fell = _fell(state["schedule"], model)
@@ -256,6 +261,18 @@ def fit_until_converged(model, run: Callable, resolved):
                     continue  # (and on, from the moved model)
             else:
                 record["failed_probes"] = failed + 1
+        if lost is not None and fell is None and not stops and not over_time \
+                and lost[0] > max(2.0 * lost[1], FALL_NATS, RISE_PER_POINT * model.num_data):
+            # Adam's round fell below the last polished point and the polish climbed back: Adam only
+            # loses ground here (a sharp optimum), and L-BFGS takes the run to its optimum alone
+            found = _polish_to_optimum(model, run, plan)
+            round_gain(state["schedule"], step, model, plan)
+            record["polish_only"] = True
+            converged, ended = True, "rule"
+            reason = (f"the ELBO stopped rising: Adam's round to step {step} ended {lost[0]:.3g} nats below the "
+                      f"round before (s.e. {lost[1]:.2g}), and L-BFGS on the full data (the polish) went on alone "
+                      f"to its optimum (+{found:.3g} nats), its last call within its noise")
+            break
         if stops:
             why = (f"below {RISE_PER_POINT * model.num_data:.3g} nats" if rise <= RISE_PER_POINT * model.num_data
                    else f"within its noise ({z:.1f} standard errors)")
@@ -308,7 +325,7 @@ def fit_until_converged(model, run: Callable, resolved):
     record = state["schedule"].get("converge", {})
     history.convergence = Convergence(converged, int(state.get("step", 0)), rounds, int(window), float(rise),
                                       float(z), reason, polished, ended, int(record.get("backoffs", 0)),
-                                      list(record.get("moves", [])))
+                                      list(record.get("moves", [])), bool(record.get("polish_only", False)))
     if not converged and not user_stopped["stop"]:
         history.notes.append(Note(ended, said, advice, ConvergenceWarning))
     if plan.final_elbo:
@@ -451,13 +468,47 @@ def _joined(history, more):
     return history
 
 
-def _polish_round(model, run: Callable, plan, state: dict) -> None:
+def _polish_round(model, run: Callable, plan, state: dict) -> Optional[tuple]:
     """The polish (:func:`_polish`) at a round's end, before its gain is read: Adam's creep is slow where
     L-BFGS is not (breast cancer reached the 20000-step cap at -50.1; polished at each round's end it
-    converges after 750 steps at -50.6). The rounds polished are counted in the schedule."""
+    converges after 750 steps at -50.6). The rounds polished are counted in the schedule. Returns
+    ``(lost, se)``: how far Adam's round ended below the last round's full-data ELBO (negative: it
+    gained) and the standard error of that difference, where the polish applies and a round was read
+    before; else None."""
+    if not _polish_applies(model, plan):
+        return None
+    record = state["schedule"].setdefault("converge", {"trail": []})
+    last = record.get("round_elbo")
+    before = round_score(model, plan) if last is not None else None
     if _polish(model, run, plan):
-        record = state["schedule"].setdefault("converge", {"trail": []})
         record["polishes"] = int(record.get("polishes", 0)) + 1
+    return None if before is None else (last[0] - before[0], math.hypot(last[1], before[1]))
+
+
+def _polish_to_optimum(model, run: Callable, plan) -> float:
+    """L-BFGS alone (:func:`_polish`, again while a call gains more than twice its standard error and
+    RISE_PER_POINT nats per point, :data:`POLISH_ONLY_CALLS` calls at most), where Adam's rounds lose
+    what the polish found; the nats it gained."""
+    start, _ = round_score(model, plan)
+    for _ in range(POLISH_ONLY_CALLS):
+        before, se = round_score(model, plan)
+        if not _polish(model, run, plan):
+            break
+        after, after_se = round_score(model, plan)
+        if after - before <= max(2.0 * math.hypot(se, after_se), RISE_PER_POINT * model.num_data):
+            break
+    return round_score(model, plan)[0] - start
+
+
+def _polish_applies(model, plan) -> bool:
+    """Does the polish (:func:`_polish`) apply to a run of ``plan`` (module docstring)?"""
+    from .._choices import ESTIMATORS
+    from . import distributed
+    estimator = model.resolved_estimator(plan.estimator)
+    S = int(plan.num_samples) if ESTIMATORS[estimator].monte_carlo else 1
+    work = model.num_data * S * model.posterior.num_components * model.num_latent
+    return not (ESTIMATORS[estimator].score_function or work > POLISH_MAX_WORK or distributed.launched()
+                or OPTIMIZERS[plan.optimizer].line_search)
 
 
 def _polish(model, run: Callable, plan) -> Optional[bool]:
@@ -470,14 +521,9 @@ def _polish(model, run: Callable, plan) -> Optional[bool]:
     back), None where it does not apply. (Breast cancer, logistic, 30 features, after 500 Adam steps
     at ELBO -78.5: 5 outer steps reach -53.0, 25 reach -50.7, on 2000 draws a point; Adam's creep
     took 20000 steps to -50.1.)"""
-    from .._choices import ESTIMATORS
-    from . import distributed
-    estimator = model.resolved_estimator(plan.estimator)
-    S = int(plan.num_samples) if ESTIMATORS[estimator].monte_carlo else 1
-    work = model.num_data * S * model.posterior.num_components * model.num_latent
-    if ESTIMATORS[estimator].score_function or work > POLISH_MAX_WORK or distributed.launched() \
-            or OPTIMIZERS[plan.optimizer].line_search:
+    if not _polish_applies(model, plan):
         return None
+    estimator = model.resolved_estimator(plan.estimator)
     kept = None
     before, se = round_score(model, plan)
     for chunk in range(POLISH_CHUNKS):
