@@ -44,8 +44,12 @@ Without ``iterations`` or ``epochs``, fit runs in rounds instead and stops by a 
   estimator's draws can be held fixed (not a score-function estimator, whose fixed-draw objective
   is not the ELBO's), each round ends with L-BFGS on fixed draws (:func:`_polish`: chunks of
   :data:`POLISH_STEPS` outer steps while a chunk gains beyond its noise, each kept only where it
-  raised the rounds' full-data ELBO, whose draws are not the chunk's), before the round's gain is
-  read, and the run ends with one after its annealing phase. Adam at its learning rate creeps where
+  raised the rounds' full-data ELBO, whose draws are not the chunk's; as many chunks as cost no more
+  than the round's own steps, :func:`polish_chunks`), before the round's gain is read, and the run
+  ends with one after its annealing phase. Where an Adam round ends below the last polished point
+  by more than its noise (Adam blowing up at a sharp optimum, as elnino's period in years did after
+  each polish), L-BFGS takes the run on alone to its optimum (:func:`_polish_to_optimum`;
+  ``Convergence.polish_only``). Adam at its learning rate creeps where
   the ELBO is ill-conditioned and ends at a random point of its noise floor, nats below the optimum:
   breast cancer (logistic, 30 features) reached the 20000-step cap at -50.1 in 405 s; polished at
   each round it converges after 750 steps at -50.6 in 11 s (2000 draws a point; 10000 more Adam steps
@@ -105,6 +109,9 @@ POLISH_STEPS, POLISH_CHUNKS = 5, 10
 ROUND_DRAWS = 10
 #: calls of the polish at most (each up to POLISH_CHUNKS chunks) where it takes a run on alone
 POLISH_ONLY_CALLS = 20
+#: L-BFGS's inner iterations an outer step (fit's lbfgs_max_iter default): a chunk's full-data evaluations
+#: are at most POLISH_STEPS times this (and its line searches')
+POLISH_INNER = 20
 #: the polish goes on while a chunk gains more than twice its standard error and this many nats a point
 #: (a tenth of the rule's: L-BFGS is cheap where Adam creeps; breast cancer's chunks gain 0.5 nats each)
 POLISH_MIN_GAIN_PER_POINT = RISE_PER_POINT / 10
@@ -230,7 +237,9 @@ def fit_until_converged(model, run: Callable, resolved):
             reason, ended = "stopped by the callback", "callback"
             break
         converged, window, rise, z = verdict(main_path(), model.num_data, min_window)
-        lost = _polish_round(model, run, plan, state)
+        began = int((state["schedule"].get("converge", {}).get("round_elbo") or [0, 0, 0])[2])  # (the last round's
+        lost = _polish_round(model, run, plan, state,  # end, kept in the schedule: a resumed run reads the same)
+                             polish_chunks(int(state.get("step", 0)) - began, resolved.batch_size, model.num_data))
         gained = round_gain(state["schedule"], int(state.get("step", 0)), model, plan)  # (and this round's kept)
         step = int(state.get("step", 0))
         fell = _fell(state["schedule"], model)
@@ -265,7 +274,8 @@ def fit_until_converged(model, run: Callable, resolved):
                 and lost[0] > max(2.0 * lost[1], FALL_NATS, RISE_PER_POINT * model.num_data):
             # Adam's round fell below the last polished point and the polish climbed back: Adam only
             # loses ground here (a sharp optimum), and L-BFGS takes the run to its optimum alone
-            found = _polish_to_optimum(model, run, plan)
+            found = _polish_to_optimum(model, run, plan,
+                                       polish_chunks(cap - step, resolved.batch_size, model.num_data))
             round_gain(state["schedule"], step, model, plan)
             record["polish_only"] = True
             converged, ended = True, "rule"
@@ -313,7 +323,8 @@ def fit_until_converged(model, run: Callable, resolved):
         history = _joined(history, h)
         if user_stopped["stop"]:
             converged, reason, ended = False, "stopped by the callback", "callback"
-    polished = _polish(model, run, plan) if not user_stopped["stop"] else None
+    polished = _polish(model, run, plan, max(1, polish_chunks(int(state.get("step", 0)), resolved.batch_size,
+                                                              model.num_data))) if not user_stopped["stop"] else None
     if not user_stopped["stop"]:  # the annealing phase (or the polish) must not end below the best round either
         round_gain(state["schedule"], int(state.get("step", 0)), model, plan)
         fell = _fell(state["schedule"], model, final=True)
@@ -400,7 +411,7 @@ def _moved(model, run: Callable, state: dict, plan, step: int) -> bool:
 
     def fit_copy(trial, steps: int, trial_state: dict) -> None:  # (polished as the rounds are: the model it
         run(trial, trial_plan.replace(iterations=steps, state=trial_state).for_model(trial))  # is judged against was)
-        _polish(trial, run, plan)
+        _polish(trial, run, plan, polish_chunks(steps, plan.batch_for(trial.num_data), trial.num_data))
 
     found = try_shorter(model, fit_copy, lambda m: round_score(m, plan), tuple(record["round_elbo"][:2]))
     if found is None:
@@ -468,31 +479,34 @@ def _joined(history, more):
     return history
 
 
-def _polish_round(model, run: Callable, plan, state: dict) -> Optional[tuple]:
+def _polish_round(model, run: Callable, plan, state: dict, chunks: int) -> Optional[tuple]:
     """The polish (:func:`_polish`) at a round's end, before its gain is read: Adam's creep is slow where
     L-BFGS is not (breast cancer reached the 20000-step cap at -50.1; polished at each round's end it
     converges after 750 steps at -50.6). The rounds polished are counted in the schedule. Returns
     ``(lost, se)``: how far Adam's round ended below the last round's full-data ELBO (negative: it
     gained) and the standard error of that difference, where the polish applies and a round was read
     before; else None."""
-    if not _polish_applies(model, plan):
+    if chunks < 1 or not _polish_applies(model, plan):
         return None
     record = state["schedule"].setdefault("converge", {"trail": []})
     last = record.get("round_elbo")
     before = round_score(model, plan) if last is not None else None
-    if _polish(model, run, plan):
+    if _polish(model, run, plan, chunks):
         record["polishes"] = int(record.get("polishes", 0)) + 1
     return None if before is None else (last[0] - before[0], math.hypot(last[1], before[1]))
 
 
-def _polish_to_optimum(model, run: Callable, plan) -> float:
+def _polish_to_optimum(model, run: Callable, plan, chunks: int) -> float:
     """L-BFGS alone (:func:`_polish`, again while a call gains more than twice its standard error and
-    RISE_PER_POINT nats per point, :data:`POLISH_ONLY_CALLS` calls at most), where Adam's rounds lose
-    what the polish found; the nats it gained."""
+    RISE_PER_POINT nats per point, :data:`POLISH_ONLY_CALLS` calls and ``chunks`` chunks in all at
+    most: what the run's remaining steps would cost), where Adam's rounds lose what the polish found;
+    the nats it gained."""
     start, _ = round_score(model, plan)
     for _ in range(POLISH_ONLY_CALLS):
         before, se = round_score(model, plan)
-        if not _polish(model, run, plan):
+        take = min(POLISH_CHUNKS, chunks)
+        chunks -= take
+        if take < 1 or not _polish(model, run, plan, take):
             break
         after, after_se = round_score(model, plan)
         if after - before <= max(2.0 * math.hypot(se, after_se), RISE_PER_POINT * model.num_data):
@@ -511,7 +525,16 @@ def _polish_applies(model, plan) -> bool:
                 or OPTIMIZERS[plan.optimizer].line_search)
 
 
-def _polish(model, run: Callable, plan) -> Optional[bool]:
+def polish_chunks(steps: int, batch_size: int, num_data: int) -> int:
+    """The chunks of the polish (:data:`POLISH_CHUNKS` at most) that cost no more than ``steps`` of
+    the run's own of ``batch_size`` rows of ``num_data``: a chunk's L-BFGS evaluates the full data up
+    to :data:`POLISH_STEPS` x 20 times (0: no polish). A round of 500 full-batch steps affords 5; with
+    mini-batches of a hundredth of the rows, a round needs 10000 steps for one (a polish of every
+    round would otherwise cost more than the rounds on data that fit in memory only just)."""
+    return max(0, min(POLISH_CHUNKS, int(steps * batch_size / max(num_data, 1) / (POLISH_STEPS * POLISH_INNER))))
+
+
+def _polish(model, run: Callable, plan, chunks: int = POLISH_CHUNKS) -> Optional[bool]:
     """The deterministic polish (module docstring) of a run of ``plan``, by ``run`` (fit's run of a
     resolved plan): chunks of :data:`POLISH_STEPS` L-BFGS outer steps, each on its own fixed draws,
     judged by the rounds' full-data ELBO (:func:`round_score`, on :data:`ROUND_DRAWS` times the
@@ -526,7 +549,7 @@ def _polish(model, run: Callable, plan) -> Optional[bool]:
     estimator = model.resolved_estimator(plan.estimator)
     kept = None
     before, se = round_score(model, plan)
-    for chunk in range(POLISH_CHUNKS):
+    for chunk in range(int(chunks)):
         before_state = copy.deepcopy(model.state_dict())
         try:
             polish = FitPlan(optimizer="lbfgs", iterations=POLISH_STEPS, lr=1.0, num_samples=int(plan.num_samples),

@@ -169,3 +169,23 @@ def test_where_adams_rounds_lose_what_the_polish_found_lbfgs_goes_on_alone_to_th
     monkeypatch.setattr(fitting, "_fit_plan", plain)
     optimum = _optimum(_model())
     assert full_data_elbo(model, estimator="closed-form")[0] > optimum - 0.5, (optimum, h.convergence)
+
+
+def test_the_polish_of_a_round_costs_no_more_than_the_round():
+    """A chunk of the polish (5 L-BFGS outer steps of up to 20 evaluations of all N rows) is taken only
+    where the round's own steps read as many rows: 450 full-batch steps afford 4 chunks, batches of a
+    tenth 0 (before, every round was polished up to 10 chunks whatever its batches: on data that fit
+    in memory only just, more than the rounds cost)."""
+    from savigp.training.until_converged import POLISH_CHUNKS, polish_chunks
+
+    assert polish_chunks(450, 80, 80) == 4 and polish_chunks(450, 8, 80) == 0
+    assert polish_chunks(10000, 1000, 100000) == 1 and polish_chunks(10 ** 6, 80, 80) == POLISH_CHUNKS
+    counts = {}
+    for B in (80, 8):
+        state: dict = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            savigp.fit(_model(), batch_size=B, lr=0.05, estimator="closed-form", progress=False, final_elbo=False,
+                       max_iterations=1000, state=state)
+        counts[B] = int(state["schedule"]["converge"].get("polishes", 0))
+    assert counts[80] >= 1 and counts[8] == 0, counts
