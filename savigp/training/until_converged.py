@@ -46,10 +46,11 @@ Without ``iterations`` or ``epochs``, fit runs in rounds instead and stops by a 
   :data:`POLISH_STEPS` outer steps while a chunk gains beyond its noise, each kept only where it
   raised the rounds' full-data ELBO, whose draws are not the chunk's; as many chunks as cost no more
   than the round's own steps, :func:`polish_chunks`), before the round's gain is read, and the run
-  ends with one after its annealing phase. Where an Adam round ends below the last polished point
-  by more than its noise (Adam blowing up at a sharp optimum, as elnino's period in years did after
-  each polish), L-BFGS takes the run on alone to its optimum (:func:`_polish_to_optimum`;
-  ``Convergence.polish_only``). Adam at its learning rate creeps where
+  ends with one after its annealing phase. An Adam round that ends below the last polished point by
+  more than its noise (Adam blowing up at a sharp optimum, as elnino's period in years did after
+  each polish) is a fall: Adam goes on from the polished point at half its rate; after
+  :data:`MAX_BACKOFFS` falls, L-BFGS takes the run on alone to its optimum
+  (:func:`_polish_to_optimum`; ``Convergence.polish_only``). Adam at its learning rate creeps where
   the ELBO is ill-conditioned and ends at a random point of its noise floor, nats below the optimum:
   breast cancer (logistic, 30 features) reached the 20000-step cap at -50.1 in 405 s; polished at
   each round it converges after 750 steps at -50.6 in 11 s (2000 draws a point; 10000 more Adam steps
@@ -271,9 +272,17 @@ def fit_until_converged(model, run: Callable, resolved):
             else:
                 record["failed_probes"] = failed + 1
         if lost is not None and fell is None and not stops and not over_time \
+                and lost[0] > max(2.0 * lost[1], FALL_NATS, RISE_PER_POINT * model.num_data) \
+                and int(record.get("backoffs", 0)) < MAX_BACKOFFS:
+            # Adam's round fell below the last polished point (the polish climbed back): a fall, on at half
+            # Adam's rate from the polished point (sunspots, Poisson: L-BFGS alone from the first such
+            # round stopped at -4646 where Adam's rounds, slowed, reach -1684)
+            record["backoffs"] = int(record.get("backoffs", 0)) + 1
+            _slow_down(state, BACKOFF)
+        elif lost is not None and fell is None and not stops and not over_time \
                 and lost[0] > max(2.0 * lost[1], FALL_NATS, RISE_PER_POINT * model.num_data):
-            # Adam's round fell below the last polished point and the polish climbed back: Adam only
-            # loses ground here (a sharp optimum), and L-BFGS takes the run to its optimum alone
+            # and after MAX_BACKOFFS falls, Adam only loses ground here (a sharp optimum): L-BFGS takes the
+            # run to its optimum alone
             found = _polish_to_optimum(model, run, plan,
                                        polish_chunks(cap - step, resolved.batch_size, model.num_data))
             round_gain(state["schedule"], step, model, plan)
