@@ -18,6 +18,7 @@ day standardized).
 
     python -m experiments.converged_defaults                  # every data set (minutes on one core)
     python -m experiments.converged_defaults --sets elnino    # one
+    python -m experiments.converged_defaults --sets breast_cancer --further 4 2500   # and 4 x 2500 more steps
 
 Outputs in ``--out`` (default ``results/converged_defaults``): ``converged_defaults.md`` and ``.csv``.
 """
@@ -79,7 +80,26 @@ def load(name: str) -> tuple:
     raise ValueError(f"unknown data set {name!r}")
 
 
-def run(name: str, seed: int = 0) -> list:
+def further(model, rounds: int, steps: int, seed: int) -> list:
+    """The full-data ELBO (2000 draws a point where it is a Monte Carlo estimate) of ``model`` as it
+    stands and after each of ``rounds`` more fits of ``steps`` Adam steps (fit's defaults otherwise):
+    how far short of what more steps reach the run to convergence stopped."""
+    import savigp
+    from savigp.training.convergence import full_data_elbo
+
+    def score():
+        return round(full_data_elbo(model, num_samples=2000, estimator=model.resolved_estimator("auto"), seed=123)[0], 2)
+
+    out = [score()]
+    for k in range(rounds):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            savigp.fit(model, iterations=steps, progress=False, seed=seed + 10 + k, threads=1, final_elbo=False)
+        out.append(score())
+    return out
+
+
+def run(name: str, seed: int = 0, more: tuple = (0, 0)) -> list:
     import savigp
     from savigp.training.convergence import ConvergenceWarning
 
@@ -100,6 +120,8 @@ def run(name: str, seed: int = 0) -> list:
                      if conv is None else ("converged" if conv.converged else f"not converged ({conv.ended})"),
                      "polished": None if conv is None else conv.polished, "elbo": h.final_elbo,
                      "elbo_se": h.final_elbo_stderr, "estimator": h.estimator})
+        if more[0] and label == "to convergence":
+            rows[-1]["further"] = further(model, more[0], more[1], seed)
         print(f"{name} {label}: {rows[-1]['steps']} steps, {seconds:.1f} s, {rows[-1]['ended']}, ELBO {h.final_elbo:.2f}",
               file=sys.stderr)
     return rows
@@ -112,11 +134,16 @@ def main(argv=None) -> int:
 
     add_seeds_argument(p)
     p.add_argument("--out", default="results/converged_defaults")
+    p.add_argument("--further", type=int, nargs=2, default=(0, 0), metavar=("ROUNDS", "STEPS"),
+                   help="after the run to convergence, ROUNDS more fits of STEPS Adam steps each; the full-data ELBO "
+                        "(2000 draws a point) before and after each, in the column 'further'")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     rows = [r for seed in parse_ints(p, args.seeds) for name in args.sets.split(",") if name.strip()
-            for r in run(name.strip(), seed)]
+            for r in run(name.strip(), seed, tuple(args.further))]
     head = ["data", "N", "D", "run", "steps", "seconds", "ended", "polished", "elbo", "elbo_se", "estimator"]
+    if args.further[0]:
+        head.append("further")
     from experiments._common import markdown_table, write_table
 
     write_table(rows, Path(args.out) / "converged_defaults", columns=head)
