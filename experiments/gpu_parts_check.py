@@ -57,9 +57,10 @@ def _fit(device: str, dtype: torch.dtype, iterations: int) -> dict:
 
 
 def main(argv=None) -> int:
+    from experiments._common import add_cli_options
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--iterations", type=int, default=1000)
+    add_cli_options(p, "--device", "--iterations", defaults={"--device": "cuda", "--iterations": 1000})
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here (use --device cpu to run the same code path)")

@@ -27,7 +27,7 @@ EXPERIMENTS = ROOT / "experiments"
 #: scripts on the helper library: no sys.path edits, no retyped Gaussian log-density or SSE
 PORTED = [
     "airline.py", "allocator_effect.py", "benchmark.py", "cli_mixtures.py", "co2.py", "csv_read.py",
-    "converged_defaults.py", "decoupled_comparison.py", "diagonal_gap.py", "entropy_ranks_k.py", "gprn_sarcos.py", "kernel_search.py", "learned_period.py", "log_prob_overhead.py",
+    "converged_defaults.py", "decoupled_comparison.py", "diagonal_gap.py", "entropy_ranks_k.py", "gprn_sarcos.py", "gpu_parts_check.py", "kernel_search.py", "learned_period.py", "log_prob_overhead.py",
     "mixture_modes.py", "mnist.py", "mnist8m.py", "predict_memory.py", "report_screenshots.py", "scaling.py", "score_cv_tails.py",
     "search_handover.py", "seismic.py", "seismic_model.py", "seismic_reference.py", "small_scale.py", "step_overhead.py", "sunspots.py", "threads.py",
     "trsm_alternatives.py", "user_parameter_gradient.py", "warm_start_steps.py",
