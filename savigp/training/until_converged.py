@@ -547,10 +547,11 @@ def _polish(model, run: Callable, plan, chunks: int = POLISH_CHUNKS) -> Optional
     """The deterministic polish (module docstring) of a run of ``plan``, by ``run`` (fit's run of a
     resolved plan): chunks of :data:`POLISH_STEPS` L-BFGS outer steps, each on its own fixed draws,
     judged by the rounds' full-data ELBO (:func:`round_score`, on :data:`ROUND_DRAWS` times the
-    plan's draws where the work allows: its draws are not the ones a chunk fitted, whose own ELBO always rises); a chunk is kept where it raised that ELBO, and the next
-    follows while a chunk gains more than twice its standard error and RISE_PER_POINT nats per point,
-    up to :data:`POLISH_CHUNKS`. True if a chunk was kept, False if the first was not (the model put
-    back), None where it does not apply. (Breast cancer, logistic, 30 features, after 500 Adam steps
+    plan's draws where the work allows: its draws are not the ones a chunk fitted, whose own ELBO
+    always rises); a chunk is kept where it raised that ELBO, and the next follows while a chunk
+    gains more than twice its standard error and :data:`POLISH_MIN_GAIN_PER_POINT` nats per point,
+    up to ``chunks``. True if a chunk was kept, False if the first was not (the model put back),
+    None where it does not apply or ``chunks`` is 0. (Breast cancer, logistic, 30 features, after 500 Adam steps
     at ELBO -78.5: 5 outer steps reach -53.0, 25 reach -50.7, on 2000 draws a point; Adam's creep
     took 20000 steps to -50.1.)"""
     if not _polish_applies(model, plan):
@@ -575,4 +576,4 @@ def _polish(model, run: Callable, plan, chunks: int = POLISH_CHUNKS) -> Optional
         if after - before <= max(2.0 * se, POLISH_MIN_GAIN_PER_POINT * model.num_data):
             return True
         before, se = after, after_se
-    return True
+    return kept
