@@ -239,9 +239,10 @@ def fit_until_converged(model, run: Callable, resolved):
             break
         converged, window, rise, z = verdict(main_path(), model.num_data, min_window)
         began = int((state["schedule"].get("converge", {}).get("round_elbo") or [0, 0, 0])[2])  # (the last round's
-        lost = _polish_round(model, run, plan, state,  # end, kept in the schedule: a resumed run reads the same)
-                             polish_chunks(int(state.get("step", 0)) - began, resolved.batch_size, model.num_data))
-        gained = round_gain(state["schedule"], int(state.get("step", 0)), model, plan)  # (and this round's kept)
+        lost, score = _polish_round(model, run, plan, state,  # end, kept in the schedule: a resumed run reads
+                                    polish_chunks(int(state.get("step", 0)) - began, resolved.batch_size,  # the same)
+                                                  model.num_data))
+        gained = round_gain(state["schedule"], int(state.get("step", 0)), model, plan, score)  # (and this round's kept)
         step = int(state.get("step", 0))
         fell = _fell(state["schedule"], model)
         record = state["schedule"]["converge"]
@@ -271,26 +272,30 @@ def fit_until_converged(model, run: Callable, resolved):
                     continue  # (and on, from the moved model)
             else:
                 record["failed_probes"] = failed + 1
-        if lost is not None and fell is None and not stops and not over_time \
-                and lost[0] > max(2.0 * lost[1], FALL_NATS, RISE_PER_POINT * model.num_data) \
-                and int(record.get("backoffs", 0)) < MAX_BACKOFFS:
+        adam_fell = lost is not None and fell is None and not stops and not over_time \
+            and lost[0] > max(2.0 * lost[1], FALL_NATS, RISE_PER_POINT * model.num_data)
+        if adam_fell and int(record.get("backoffs", 0)) < MAX_BACKOFFS:
             # Adam's round fell below the last polished point (the polish climbed back): a fall, on at half
             # Adam's rate from the polished point (sunspots, Poisson: L-BFGS alone from the first such
-            # round stopped at -4646 where Adam's rounds, slowed, reach -1684)
+            # round stopped at -4646 where Adam's rounds, slowed, reach -1745 at the cap)
             record["backoffs"] = int(record.get("backoffs", 0)) + 1
             _slow_down(state, BACKOFF)
-        elif lost is not None and fell is None and not stops and not over_time \
-                and lost[0] > max(2.0 * lost[1], FALL_NATS, RISE_PER_POINT * model.num_data):
-            # and after MAX_BACKOFFS falls, Adam only loses ground here (a sharp optimum): L-BFGS takes the
-            # run to its optimum alone
-            found = _polish_to_optimum(model, run, plan,
-                                       polish_chunks(cap - step, resolved.batch_size, model.num_data))
-            round_gain(state["schedule"], step, model, plan)
+        elif adam_fell:  # (after MAX_BACKOFFS falls Adam only loses ground here: L-BFGS goes on alone)
+            found, settled, score = _polish_to_optimum(model, run, plan,
+                                                       polish_chunks(cap - step, resolved.batch_size, model.num_data),
+                                                       score)
+            round_gain(state["schedule"], step, model, plan, score)
             record["polish_only"] = True
-            converged, ended = True, "rule"
-            reason = (f"the ELBO stopped rising: Adam's round to step {step} ended {lost[0]:.3g} nats below the "
-                      f"round before (s.e. {lost[1]:.2g}), and L-BFGS on the full data (the polish) went on alone "
-                      f"to its optimum (+{found:.3g} nats), its last call within its noise")
+            head = (f"Adam's round to step {step} ended {lost[0]:.3g} nats below the round before (s.e. "
+                    f"{lost[1]:.2g}), and L-BFGS on the full data (the polish) went on alone ({found:+.3g} nats)")
+            if settled:
+                converged, ended = True, "rule"
+                reason = f"the ELBO stopped rising: {head}, its last call within its noise"
+            else:  # (its limits ended it: what the run's remaining steps would cost)
+                converged, ended = False, "cap"
+                said, advice = f"the cap of {cap} steps ended the run with L-BFGS alone still gaining ({head})", \
+                    "give max_iterations= more, or a lower learning rate (lr=)"
+                reason = f"{said}: {advice}"
             break
         if stops:
             why = (f"below {RISE_PER_POINT * model.num_data:.3g} nats" if rise <= RISE_PER_POINT * model.num_data
@@ -333,7 +338,7 @@ def fit_until_converged(model, run: Callable, resolved):
         if user_stopped["stop"]:
             converged, reason, ended = False, "stopped by the callback", "callback"
     polished = _polish(model, run, plan, max(1, polish_chunks(int(state.get("step", 0)), resolved.batch_size,
-                                                              model.num_data))) if not user_stopped["stop"] else None
+                                                              model.num_data)))[0] if not user_stopped["stop"] else None
     if not user_stopped["stop"]:  # the annealing phase (or the polish) must not end below the best round either
         round_gain(state["schedule"], int(state.get("step", 0)), model, plan)
         fell = _fell(state["schedule"], model, final=True)
@@ -354,7 +359,7 @@ def fit_until_converged(model, run: Callable, resolved):
     return history
 
 
-def round_gain(schedule: dict, step: int, model, plan) -> Optional[tuple]:
+def round_gain(schedule: dict, step: int, model, plan, score: Optional[tuple] = None) -> Optional[tuple]:
     """The full-data ELBO now (common draws, seeded by the :class:`~savigp.training.plan.FitPlan`'s ``seed``; with the model's ``"auto"``
     estimator where fit's is a score function, whose error would hide the gain) kept in
     ``schedule["converge"]``, and ``(gain, stderr, step)``: its
@@ -362,11 +367,12 @@ def round_gain(schedule: dict, step: int, model, plan) -> Optional[tuple]:
     estimates' errors added in quadrature: an upper bound under common draws) and the last round's
     step; None at the first round's end. The per-step estimates' trend alone stopped a score-function
     fit 10 nats short (Poisson, batches of 50 of 300 rows: ELBO -612.0 at its 500 steps, -602.2 at
-    5000): their noise hides a trend the full-data ELBO shows."""
+    5000): their noise hides a trend the full-data ELBO shows. ``score``: the model's
+    :func:`round_score` where it was read already (the polish's last)."""
     from .loop import parameter_copies
 
     record = schedule.setdefault("converge", {"trail": []})
-    elbo, se = round_score(model, plan)
+    elbo, se = round_score(model, plan) if score is None else score
     last = record.get("round_elbo")
     record["round_elbo"] = [float(elbo), float(se), int(step)]
     best = record.get("best")
@@ -488,39 +494,45 @@ def _joined(history, more):
     return history
 
 
-def _polish_round(model, run: Callable, plan, state: dict, chunks: int) -> Optional[tuple]:
+def _polish_round(model, run: Callable, plan, state: dict, chunks: int) -> tuple:
     """The polish (:func:`_polish`) at a round's end, before its gain is read: Adam's creep is slow where
     L-BFGS is not (breast cancer reached the 20000-step cap at -50.1; polished at each round's end it
     converges after 750 steps at -50.6). The rounds polished are counted in the schedule. Returns
-    ``(lost, se)``: how far Adam's round ended below the last round's full-data ELBO (negative: it
-    gained) and the standard error of that difference, where the polish applies and a round was read
-    before; else None."""
+    ``(lost, score)``: lost is ``(nats, se)``, how far Adam's round ended below the last round's
+    full-data ELBO (negative: it gained) and the standard error of that difference, where the polish
+    applies and a round was read before, else None; score is the model's :func:`round_score` after
+    the polish (None where it does not apply)."""
     if chunks < 1 or not _polish_applies(model, plan):
-        return None
+        return None, None
     record = state["schedule"].setdefault("converge", {"trail": []})
     last = record.get("round_elbo")
-    before = round_score(model, plan) if last is not None else None
-    if _polish(model, run, plan, chunks):
+    before = round_score(model, plan)
+    kept, score = _polish(model, run, plan, chunks, before)
+    if kept:
         record["polishes"] = int(record.get("polishes", 0)) + 1
-    return None if before is None else (last[0] - before[0], math.hypot(last[1], before[1]))
+    return (None if last is None else (last[0] - before[0], math.hypot(last[1], before[1]))), score
 
 
-def _polish_to_optimum(model, run: Callable, plan, chunks: int) -> float:
+def _polish_to_optimum(model, run: Callable, plan, chunks: int, score: tuple) -> tuple:
     """L-BFGS alone (:func:`_polish`, again while a call gains more than twice its standard error and
     RISE_PER_POINT nats per point, :data:`POLISH_ONLY_CALLS` calls and ``chunks`` chunks in all at
-    most: what the run's remaining steps would cost), where Adam's rounds lose what the polish found;
-    the nats it gained."""
-    start, _ = round_score(model, plan)
+    most: what the run's remaining steps would cost), where Adam's rounds lose what the polish found,
+    from the model's ``score`` (its :func:`round_score`). Returns ``(gain, settled, score)``: the nats
+    it gained, whether it stopped because a call gained no more than that (or none could be kept)
+    rather than at its limits, and the model's score as it ends."""
+    start = score
     for _ in range(POLISH_ONLY_CALLS):
-        before, se = round_score(model, plan)
         take = min(POLISH_CHUNKS, chunks)
         chunks -= take
-        if take < 1 or not _polish(model, run, plan, take):
-            break
-        after, after_se = round_score(model, plan)
-        if after - before <= max(2.0 * math.hypot(se, after_se), RISE_PER_POINT * model.num_data):
-            break
-    return round_score(model, plan)[0] - start
+        if take < 1:
+            return score[0] - start[0], False, score
+        kept, after = _polish(model, run, plan, take, score)
+        settled = not kept or after[0] - score[0] <= max(2.0 * math.hypot(score[1], after[1]),
+                                                           RISE_PER_POINT * model.num_data)
+        score = after
+        if settled:
+            return score[0] - start[0], True, score
+    return score[0] - start[0], False, score
 
 
 def _polish_applies(model, plan) -> bool:
@@ -543,22 +555,24 @@ def polish_chunks(steps: int, batch_size: int, num_data: int) -> int:
     return max(0, min(POLISH_CHUNKS, int(steps * batch_size / max(num_data, 1) / (POLISH_STEPS * POLISH_INNER))))
 
 
-def _polish(model, run: Callable, plan, chunks: int = POLISH_CHUNKS) -> Optional[bool]:
+def _polish(model, run: Callable, plan, chunks: int = POLISH_CHUNKS, score: Optional[tuple] = None) -> tuple:
     """The deterministic polish (module docstring) of a run of ``plan``, by ``run`` (fit's run of a
     resolved plan): chunks of :data:`POLISH_STEPS` L-BFGS outer steps, each on its own fixed draws,
     judged by the rounds' full-data ELBO (:func:`round_score`, on :data:`ROUND_DRAWS` times the
     plan's draws where the work allows: its draws are not the ones a chunk fitted, whose own ELBO
     always rises); a chunk is kept where it raised that ELBO, and the next follows while a chunk
     gains more than twice its standard error and :data:`POLISH_MIN_GAIN_PER_POINT` nats per point,
-    up to ``chunks``. True if a chunk was kept, False if the first was not (the model put back),
-    None where it does not apply or ``chunks`` is 0. (Breast cancer, logistic, 30 features, after 500 Adam steps
+    up to ``chunks``. Returns ``(kept, score)``: kept is True if a chunk was kept, False if the first
+    was not (the model put back), None where it does not apply or ``chunks`` is 0; score is the
+    model's :func:`round_score` as it ends (None where it does not apply), and ``score`` the one it
+    starts from where read already (each is read once). (Breast cancer, logistic, 30 features, after 500 Adam steps
     at ELBO -78.5: 5 outer steps reach -53.0, 25 reach -50.7, on 2000 draws a point; Adam's creep
     took 20000 steps to -50.1.)"""
     if not _polish_applies(model, plan):
-        return None
+        return None, None
     estimator = model.resolved_estimator(plan.estimator)
     kept = None
-    before, se = round_score(model, plan)
+    before, se = round_score(model, plan) if score is None else score
     for chunk in range(int(chunks)):
         before_state = copy.deepcopy(model.state_dict())
         try:
@@ -571,9 +585,9 @@ def _polish(model, run: Callable, plan, chunks: int = POLISH_CHUNKS) -> Optional
             after = float("-inf")
         if not after > before:  # (a NaN is no gain)
             model.load_state_dict(before_state)
-            return bool(kept)
+            return bool(kept), (before, se)
         kept = True
         if after - before <= max(2.0 * se, POLISH_MIN_GAIN_PER_POINT * model.num_data):
-            return True
+            return True, (after, after_se)
         before, se = after, after_se
-    return kept
+    return kept, (before, se)

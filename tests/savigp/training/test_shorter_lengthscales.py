@@ -100,7 +100,7 @@ def test_where_the_first_try_finds_nothing_it_is_tried_once_more_where_the_rule_
     it is tried once.)"""
     from savigp.training import until_converged
 
-    monkeypatch.setattr(until_converged, "_polish_round", lambda *args: None)
+    monkeypatch.setattr(until_converged, "_polish_round", lambda *args: (None, None))
     calls = []
     monkeypatch.setattr(shorter, "try_shorter", lambda model, *args: calls.append(model.num_data))
     t, Y = _wiggle(0.125)

@@ -44,7 +44,7 @@ def test_a_period_over_many_cycles_steps_at_its_period_over_the_datas_extent():
 def _ten_cycles_at_ten_times_the_rate(monkeypatch, cap: int) -> tuple:
     """``(model, history, state, warnings)`` of the periodic model on ten cycles fitted to convergence at
     lr = 0.1 with at most ``cap`` steps, the rounds' polish off (it would keep each round at the optimum)."""
-    monkeypatch.setattr(until_converged, "_polish_round", lambda *args: None)
+    monkeypatch.setattr(until_converged, "_polish_round", lambda *args: (None, None))
     X, Y = _ten_cycles()
     m = savigp.SAVIGP(X, Y, Gaussian(0.5), kernel="periodic(0, period=1.02)", num_inducing=30, seed=0)
     state: dict = {}
